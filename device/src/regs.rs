@@ -1,0 +1,219 @@
+//! The register contract of both emulated functions: the one source of truth.
+//!
+//! Models the RNIC's BAR0 register block of the seed's §3.1 table (QP_CTX_BASE 0x1000,
+//! WQE_DB_IDX 0x1008, CQE_CONS_IDX 0x100C, BAR1_APERTURE 0x2000, DMA_CTRL 0x3000 with reset
+//! value 0x01, MTT_BASE 0x3010), extended with what a real device needs to be probed
+//! (identification, version, capabilities, status, reset, scratch, interrupt self-test),
+//! and the GPU's small BAR0 control block.
+//!
+//! Everything a driver needs (offsets, widths, access, reset values, PCI IDs, BAR layout)
+//! is declared once here with [`register_map!`]; `rnic-emu gen-header` turns it into
+//! `guest-driver/include/uapi/rnic_emu_regs.h` and `rnic-emu gen-doc` into
+//! `docs/registers.md`. Tests fail when either checked-in file drifts from this module.
+//!
+//! Not yet modelled (later issues): the verbs engine behind the doorbells, statistics
+//! counters, the GPU copy/fill/reduce engine.
+
+/// How software may access a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read-only: writes are ignored.
+    Ro,
+    /// Read/write: the bits in `writable` take the written value.
+    Rw,
+    /// Write-only command register: reads return 0, a write triggers an action.
+    Wo,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Ro => "RO",
+            Access::Rw => "RW",
+            Access::Wo => "WO",
+        }
+    }
+}
+
+/// One register of a BAR's register block.
+#[derive(Clone, Copy, Debug)]
+pub struct RegDef {
+    pub name: &'static str,
+    pub offset: u64,
+    /// Width in bytes: 4 or 8.
+    pub width: u8,
+    pub access: Access,
+    pub reset: u64,
+    /// Bits software can change (for `Rw`).
+    pub writable: u64,
+    pub doc: &'static str,
+}
+
+/// Declares register offsets as `pub const` and a table describing them, from one list.
+macro_rules! register_map {
+    ($table:ident { $(
+        #[doc = $doc:literal]
+        $name:ident = $off:literal, $width:literal, $access:ident, reset $reset:literal, writable $mask:literal;
+    )* }) => {
+        $( #[doc = $doc] pub const $name: u64 = $off; )*
+        pub const $table: &[$crate::regs::RegDef] = &[ $( $crate::regs::RegDef {
+            name: stringify!($name), offset: $off, width: $width,
+            access: $crate::regs::Access::$access, reset: $reset, writable: $mask, doc: $doc,
+        } ),* ];
+    };
+}
+
+/// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
+/// `major << 16 | minor`. The major changes when an existing register changes meaning.
+pub const CONTRACT_VERSION: u32 = 0x0001_0000;
+
+/// PCI identity and BAR layout shared with the guest driver.
+pub mod pci_ids {
+    /// Default vendor ID: 0x1234, the ID QEMU's own example devices (edu, bochs display) use;
+    /// it is not any real vendor's RDMA or GPU product. Node descriptions may override it.
+    pub const VENDOR_ID: u16 = 0x1234;
+    /// Default device ID of the RNIC function.
+    pub const RNIC_DEVICE_ID: u16 = 0x52e1;
+    /// Default device ID of the GPU function.
+    pub const GPU_DEVICE_ID: u16 = 0x52e2;
+    /// Default subsystem vendor ID (same as the vendor).
+    pub const SUBSYS_VENDOR_ID: u16 = 0x1234;
+    /// Default subsystem ID.
+    pub const SUBSYS_ID: u16 = 0x0001;
+    /// RNIC class code: network controller, Ethernet (RoCE NICs are Ethernet devices).
+    pub const RNIC_CLASS: u32 = 0x02_00_00;
+    /// GPU class code: display controller, 3D controller (as data-centre GPUs report).
+    pub const GPU_CLASS: u32 = 0x03_02_00;
+    /// RNIC BAR0: 64-bit non-prefetchable register block (BAR slots 0 and 1).
+    pub const RNIC_BAR0_SIZE: u64 = 0x1_0000;
+    /// GPU BAR0: 32-bit non-prefetchable register block.
+    pub const GPU_BAR0_SIZE: u64 = 0x1_0000;
+    /// GPU BAR1: 64-bit prefetchable memory aperture (BAR slots 1 and 2); size per node.
+    pub const GPU_BAR1_DEFAULT_SIZE: u64 = 1 << 30;
+    /// Offset of the MSI-X table inside BAR0 (both functions).
+    pub const MSIX_TABLE_OFFSET: u64 = 0x8000;
+    /// Offset of the MSI-X pending-bit array inside BAR0 (both functions).
+    pub const MSIX_PBA_OFFSET: u64 = 0xC000;
+    /// Default MSI-X vectors of the RNIC.
+    pub const RNIC_MSIX_VECTORS: u16 = 8;
+    /// MSI-X vectors of the GPU.
+    pub const GPU_MSIX_VECTORS: u16 = 2;
+}
+
+/// RNIC BAR0 registers.
+pub mod rnic {
+    /// `RNIC_REG_ID` value: ASCII "RNIC".
+    pub const ID_MAGIC: u32 = 0x524e_4943;
+    /// `RNIC_REG_CAPS` bit: MSI-X completion interrupts.
+    pub const CAP_MSIX: u64 = 1 << 0;
+    /// `RNIC_REG_CAPS` bit: interrupt self-test via `RNIC_REG_INT_TRIGGER`.
+    pub const CAP_INT_TEST: u64 = 1 << 1;
+    /// `RNIC_REG_STATUS` bit: device ready for use.
+    pub const STATUS_READY: u64 = 1 << 0;
+    /// `RNIC_REG_STATUS` bit: DMA engine enabled (mirrors `DMA_CTRL` bit 0).
+    pub const STATUS_DMA_ENABLED: u64 = 1 << 1;
+    /// `RNIC_REG_RESET` value that resets the device.
+    pub const RESET_MAGIC: u64 = 0x1;
+    /// `DMA_CTRL` bit 0: DMA engine enable.
+    pub const DMA_CTRL_ENABLE: u64 = 1 << 0;
+
+    register_map!(REGS {
+        /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
+        RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
+        /// Register-contract version, major << 16 | minor.
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010000, writable 0x0;
+        /// Capability bits (CAP_*).
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x3, writable 0x0;
+        /// Device status (STATUS_*).
+        RNIC_REG_STATUS = 0x000c, 4, Ro, reset 0x3, writable 0x0;
+        /// Write RESET_MAGIC to return every register to its reset value.
+        RNIC_REG_RESET = 0x0010, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Number of MSI-X vectors the function offers.
+        RNIC_REG_NUM_VECTORS = 0x0014, 4, Ro, reset 0x8, writable 0x0;
+        /// Scratch register for driver self-tests; no effect on the device.
+        RNIC_REG_SCRATCH = 0x0018, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Write a vector number to raise that MSI-X vector (interrupt self-test).
+        RNIC_REG_INT_TRIGGER = 0x0020, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Count of interrupts the device has raised since reset.
+        RNIC_REG_INT_COUNT = 0x0024, 4, Ro, reset 0x0, writable 0x0;
+        /// Seed §3.1: base address of the QP context table in host memory.
+        QP_CTX_BASE = 0x1000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Seed §3.1: WQE doorbell index [15:0]; writing it starts transmission.
+        WQE_DB_IDX = 0x1008, 4, Rw, reset 0x0, writable 0xffff;
+        /// Seed §3.1: CQE consumer index [15:0]; software frees CQ entries.
+        CQE_CONS_IDX = 0x100c, 4, Rw, reset 0x0, writable 0xffff;
+        /// Seed §3.1: bus address of the local GPU's BAR1, used for peer-to-peer DMA.
+        BAR1_APERTURE = 0x2000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine.
+        DMA_CTRL = 0x3000, 4, Rw, reset 0x1, writable 0xff;
+        /// Seed §3.1: base address of the memory translation table in host memory.
+        MTT_BASE = 0x3010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+    });
+}
+
+/// GPU BAR0 registers.
+pub mod gpu {
+    /// `GPU_REG_ID` value: ASCII "RGPU".
+    pub const ID_MAGIC: u32 = 0x5247_5055;
+
+    register_map!(REGS {
+        /// Identification: reads the ASCII magic "RGPU" (0x52475055).
+        GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
+        /// Register-contract version, major << 16 | minor.
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010000, writable 0x0;
+        /// Size of the BAR1 memory aperture in bytes (set from the node description).
+        GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
+        /// Scratch register for driver self-tests; no effect on the device.
+        GPU_REG_SCRATCH = 0x0010, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Write a vector number to raise that MSI-X vector (interrupt self-test).
+        GPU_REG_INT_TRIGGER = 0x0014, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Count of interrupts the device has raised since reset.
+        GPU_REG_INT_COUNT = 0x0018, 4, Ro, reset 0x0, writable 0x0;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_table(regs: &[RegDef]) {
+        for (i, r) in regs.iter().enumerate() {
+            assert!(r.width == 4 || r.width == 8, "{}", r.name);
+            assert_eq!(r.offset % u64::from(r.width), 0, "{} misaligned", r.name);
+            for other in &regs[i + 1..] {
+                let disjoint = r.offset + u64::from(r.width) <= other.offset
+                    || other.offset + u64::from(other.width) <= r.offset;
+                assert!(disjoint, "{} overlaps {}", r.name, other.name);
+            }
+            assert!(r.offset + u64::from(r.width) <= pci_ids::MSIX_TABLE_OFFSET);
+        }
+    }
+
+    #[test]
+    fn tables_are_aligned_and_disjoint() {
+        check_table(rnic::REGS);
+        check_table(gpu::REGS);
+    }
+
+    #[test]
+    fn seed_offsets_and_reset_values() {
+        assert_eq!(rnic::QP_CTX_BASE, 0x1000);
+        assert_eq!(rnic::WQE_DB_IDX, 0x1008);
+        assert_eq!(rnic::CQE_CONS_IDX, 0x100C);
+        assert_eq!(rnic::BAR1_APERTURE, 0x2000);
+        assert_eq!(rnic::DMA_CTRL, 0x3000);
+        assert_eq!(rnic::MTT_BASE, 0x3010);
+        let dma = rnic::REGS.iter().find(|r| r.offset == rnic::DMA_CTRL).unwrap();
+        assert_eq!(dma.reset, 0x01);
+        let id = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_ID).unwrap();
+        assert_eq!(id.reset, u64::from(rnic::ID_MAGIC));
+        let ver = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_VERSION).unwrap();
+        assert_eq!(ver.reset, u64::from(CONTRACT_VERSION));
+        let nv = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_NUM_VECTORS).unwrap();
+        assert_eq!(nv.reset, u64::from(pci_ids::RNIC_MSIX_VECTORS));
+        let caps = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_CAPS).unwrap();
+        assert_eq!(caps.reset, rnic::CAP_MSIX | rnic::CAP_INT_TEST);
+        let gid = gpu::REGS.iter().find(|r| r.offset == gpu::GPU_REG_ID).unwrap();
+        assert_eq!(gid.reset, u64::from(gpu::ID_MAGIC));
+    }
+}

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Builds everything a guest boot needs, from Debian packages only, and caches it:
+#   1. a private toolchain root (Debian trixie + trixie-backports, made with mmdebstrap):
+#      QEMU >= 10.1 with vfio-user-pci, a kernel with CONFIG_PCI_P2PDMA=y and its headers,
+#      gcc, make, busybox, kmod, pciutils                          -> $RNIC_EMU_CACHE/root-<key>
+#   2. guest-driver/ (kernel module + guest tools) built inside that root
+#   3. an initramfs: busybox, kmod, pciutils, the module, the tools, images/init.sh as /init
+# Outputs land in build/image/ (see images/README.md). Each stage is keyed by a hash of its
+# inputs; a second run with nothing changed only hashes files. Needs root (chroot, mounts).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+cache=${RNIC_EMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rnic-emu}
+out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
+# Bump when the way a stage is built changes, so old caches are not reused.
+readonly ROOT_RECIPE=1 DRIVER_RECIPE=1 INITRAMFS_RECIPE=1
+
+t0=$(date +%s)
+log() { printf '[images +%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+hash_stdin() { sha256sum | cut -c1-16; }
+
+# Hash of every file under a directory (names and contents), ignoring build products.
+hash_tree() {
+    (cd "$1" && find . -type f ! -name '*.o' ! -name '*.ko' ! -name '*.mod*' ! -name '.*.cmd' \
+        ! -name 'Module.symvers' ! -name 'modules.order' ! -path './tools/bin/*' -print0 \
+        | LC_ALL=C sort -z | xargs -0 sha256sum) | hash_stdin
+}
+
+ensure_host_tools() {
+    local missing=()
+    command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+    command -v cpio >/dev/null || missing+=(cpio)
+    command -v unshare >/dev/null || missing+=(util-linux)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$(id -u)" -eq 0 ] || die "missing host packages: ${missing[*]} (install them, or run as root)"
+    log "installing host packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# The Debian mirror this machine already uses (never a hard-coded host).
+debian_mirror() {
+    local uri=""
+    if compgen -G '/etc/apt/sources.list.d/*.sources' >/dev/null; then
+        uri=$(awk 'BEGIN{RS="";FS="\n"}
+            { u=""; s="";
+              for (i=1;i<=NF;i++) { if ($i ~ /^URIs:/) u=$i; if ($i ~ /^Suites:/) s=$i }
+              if (u != "" && s !~ /security/ && u !~ /security/) { sub(/^URIs:[ \t]*/,"",u); split(u,a," "); print a[1]; exit } }' \
+            /etc/apt/sources.list.d/*.sources)
+    fi
+    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+        uri=$(awk '$1=="deb" && $0 !~ /security/ { for (i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list)
+    fi
+    [ -n "$uri" ] || die "no Debian mirror found in /etc/apt/sources.list{,.d}"
+    printf '%s\n' "${uri%/}"
+}
+
+packages() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/root-packages.txt"; }
+
+build_root() {
+    local key dir tmp mirror
+    key=$( { echo "recipe=$ROOT_RECIPE"; packages; } | hash_stdin)
+    dir="$cache/root-$key"
+    if [ -f "$dir/.complete" ]; then
+        log "toolchain root: cached ($dir)"
+        ROOT=$dir; return 0
+    fi
+    [ "$(id -u)" -eq 0 ] || die "building the toolchain root needs root (mmdebstrap, chroot); see README"
+    mirror=$(debian_mirror)
+    tmp="$dir.tmp.$$"
+    rm -rf "$tmp"; mkdir -p "$cache"
+    log "toolchain root: building with mmdebstrap (first use: a few minutes, ~800 MB download)"
+    log "  using the Debian mirror of this machine's apt sources"
+    mmdebstrap --variant=essential --mode=root \
+        --include="$(packages | paste -sd,)" \
+        --aptopt='APT::Default-Release "trixie-backports"' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' \
+        --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        trixie "$tmp" "deb $mirror trixie main" "deb $mirror trixie-backports main" \
+        2>&1 | grep --line-buffered -E '^I: (downloading|extracting|installing|running|creating|cleaning|success)' \
+        | sed -u 's/^/    /' >&2 || true
+    [ -x "$tmp/usr/bin/qemu-system-x86_64" ] || die "mmdebstrap did not produce QEMU (see output above)"
+    dpkg-query --admindir="$tmp/var/lib/dpkg" -W -f '${Package}\t${Version}\n' > "$tmp/.packages"
+    touch "$tmp/.complete"
+    rm -rf "$dir"; mv "$tmp" "$dir"
+    # Older roots (other keys) are no longer used by this checkout; leave them for other checkouts.
+    log "toolchain root: done ($(du -sh "$dir" | cut -f1))"
+    ROOT=$dir
+}
+
+kernel_version() {
+    local k
+    k=$(ls "$ROOT/lib/modules" | sort -V | tail -n 1)
+    [ -n "$k" ] && [ -f "$ROOT/boot/vmlinuz-$k" ] || die "no kernel in $ROOT"
+    [ -d "$ROOT/usr/src/linux-headers-$k" ] || die "no headers for kernel $k in $ROOT"
+    grep -q '^CONFIG_PCI_P2PDMA=y' "$ROOT/boot/config-$k" || die "kernel $k lacks CONFIG_PCI_P2PDMA=y"
+    KVER=$k
+}
+
+# Runs a command chrooted in $ROOT with /proc and /dev mounted in a private mount namespace,
+# so nothing stays mounted when it ends (also on failure).
+in_root() {
+    unshare --mount --propagation private -- /bin/sh -c '
+        root=$1; shift
+        mount -t proc proc "$root/proc" && mount --bind /dev "$root/dev" && exec chroot "$root" "$@"
+    ' in_root "$ROOT" "$@"
+}
+
+build_driver() {
+    local key src
+    key=$( { echo "recipe=$DRIVER_RECIPE kver=$KVER"; hash_tree "$repo/guest-driver"; } | hash_stdin)
+    DRIVER_OUT="$out/driver"
+    if [ -f "$DRIVER_OUT/.key" ] && [ "$(cat "$DRIVER_OUT/.key")" = "$key" ]; then
+        log "guest driver: cached"
+        DRIVER_KEY=$key; return 0
+    fi
+    [ "$(id -u)" -eq 0 ] || die "building the guest driver needs root (chroot into the toolchain root)"
+    log "guest driver: building against $KVER"
+    src="$ROOT/build/rnic-emu"
+    rm -rf "$src"; mkdir -p "$src"
+    cp -a "$repo/guest-driver/." "$src/"
+    if ! in_root make -C /build/rnic-emu KDIR="/lib/modules/$KVER/build" >"$out/driver-build.log" 2>&1; then
+        tail -n 40 "$out/driver-build.log" >&2
+        die "guest driver build failed (full log: $out/driver-build.log)"
+    fi
+    rm -rf "$DRIVER_OUT.tmp"; mkdir -p "$DRIVER_OUT.tmp/tools"
+    cp "$src"/*.ko "$DRIVER_OUT.tmp/"
+    cp "$src"/tools/bin/* "$DRIVER_OUT.tmp/tools/"
+    echo "$key" > "$DRIVER_OUT.tmp/.key"
+    rm -rf "$DRIVER_OUT"; mv "$DRIVER_OUT.tmp" "$DRIVER_OUT"
+    rm -rf "$src"
+    log "guest driver: built $(cd "$DRIVER_OUT" && ls *.ko tools | tr '\n' ' ')"
+    DRIVER_KEY=$key
+}
+
+# Copies a dynamically linked binary of the root into the initramfs stage, with its libraries.
+stage_binary() {
+    local stage=$1 bin=$2 dest=$3 lib
+    install -D -m 0755 "$ROOT$bin" "$stage$dest"
+    "$ROOT/lib64/ld-linux-x86-64.so.2" --library-path "$ROOT/usr/lib/x86_64-linux-gnu" \
+        --list "$ROOT$bin" | awk '$2=="=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+        install -D -m 0755 "$(readlink -f "$lib")" "$stage/usr/lib/x86_64-linux-gnu/$(basename "$lib")"
+    done
+}
+
+build_initramfs() {
+    local key stage tool applet
+    key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY kver=$KVER";
+             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6)\s' "$ROOT/.packages";
+             sha256sum "$here/init.sh" "$here/build.sh"; } | hash_stdin)
+    if [ -f "$out/initramfs.key" ] && [ "$(cat "$out/initramfs.key")" = "$key" ] && [ -f "$out/initramfs.cpio.gz" ]; then
+        log "initramfs: cached"; return 0
+    fi
+    log "initramfs: packing"
+    stage="$out/initramfs.stage"
+    rm -rf "$stage"
+    mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,usr/lib/x86_64-linux-gnu,lib64,proc,sys,dev,tmp,root,etc,run,usr/share/misc}
+    ln -s usr/lib "$stage/lib"
+    install -m 0755 "$ROOT/usr/bin/busybox" "$stage/bin/busybox"
+    for applet in $("$stage/bin/busybox" --list-full); do
+        [ -e "$stage/$applet" ] || ln -s /bin/busybox "$stage/$applet"
+    done
+    install -m 0755 "$(readlink -f "$ROOT/lib64/ld-linux-x86-64.so.2")" "$stage/lib64/ld-linux-x86-64.so.2"
+    rm -f "$stage/usr/bin/lspci" "$stage/usr/bin/setpci" "$stage/sbin/lspci" "$stage/sbin/setpci"
+    stage_binary "$stage" /usr/bin/lspci /usr/bin/lspci
+    stage_binary "$stage" /usr/bin/setpci /usr/bin/setpci
+    stage_binary "$stage" /usr/bin/kmod /usr/bin/kmod
+    for tool in insmod rmmod lsmod modprobe modinfo depmod; do
+        rm -f "$stage/sbin/$tool" "$stage/bin/$tool" "$stage/usr/sbin/$tool" "$stage/usr/bin/$tool"
+        ln -s /usr/bin/kmod "$stage/sbin/$tool"
+    done
+    [ -f "$ROOT/usr/share/misc/pci.ids" ] && cp "$ROOT/usr/share/misc/pci.ids" "$stage/usr/share/misc/"
+    mkdir -p "$stage/lib/modules/$KVER/extra"
+    cp "$DRIVER_OUT"/*.ko "$stage/lib/modules/$KVER/extra/"
+    cp "$ROOT/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$stage/lib/modules/$KVER/" 2>/dev/null || true
+    "$ROOT/lib64/ld-linux-x86-64.so.2" --library-path "$ROOT/usr/lib/x86_64-linux-gnu" \
+        --argv0 depmod "$ROOT/usr/bin/kmod" -b "$stage" "$KVER"
+    install -m 0755 "$DRIVER_OUT"/tools/* "$stage/usr/bin/"
+    install -m 0755 "$here/init.sh" "$stage/init"
+    (cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) \
+        | gzip -1 > "$out/initramfs.cpio.gz.tmp"
+    mv "$out/initramfs.cpio.gz.tmp" "$out/initramfs.cpio.gz"
+    echo "$key" > "$out/initramfs.key"
+    rm -rf "$stage"
+    log "initramfs: $(du -h "$out/initramfs.cpio.gz" | cut -f1)"
+}
+
+write_outputs() {
+    local qemu_ver
+    install -m 0644 "$ROOT/boot/vmlinuz-$KVER" "$out/vmlinuz.tmp" && mv "$out/vmlinuz.tmp" "$out/vmlinuz"
+    ln -sfn "$ROOT" "$out/root"
+    mkdir -p "$out/bin"
+    cat > "$out/bin/qemu-system-x86_64" <<EOF
+#!/bin/sh
+# QEMU from the private toolchain root, run through that root's own loader (no chroot).
+R='$ROOT'
+exec "\$R/lib64/ld-linux-x86-64.so.2" --library-path "\$R/usr/lib/x86_64-linux-gnu" \\
+    "\$R/usr/bin/qemu-system-x86_64" -L "\$R/usr/share/qemu" -L "\$R/usr/share/seabios" "\$@"
+EOF
+    chmod 0755 "$out/bin/qemu-system-x86_64"
+    qemu_ver=$("$out/bin/qemu-system-x86_64" --version | head -n 1)
+    "$out/bin/qemu-system-x86_64" -device help 2>/dev/null | grep -q '"vfio-user-pci"' \
+        || die "this QEMU ($qemu_ver) has no vfio-user-pci device"
+    {
+        echo "# rnic-emu guest image manifest (written by images/build.sh)"
+        echo "kernel	$KVER"
+        echo "qemu	$qemu_ver"
+        echo "root	$ROOT"
+        echo "# packages of the toolchain root:"
+        cat "$ROOT/.packages"
+    } > "$out/manifest.txt"
+    printf 'KVER=%s\nROOT=%s\n' "$KVER" "$ROOT" > "$out/image.env"
+}
+
+mkdir -p "$out"
+ensure_host_tools
+build_root
+kernel_version
+build_driver
+build_initramfs
+write_outputs
+log "image ready: $out (kernel $KVER)"
