@@ -2,6 +2,25 @@
 //!
 //! Layout (one module per hardware object, STYLE §2):
 //! - [`regs`], [`regfile`], [`contract`]: the register contract and its C/Markdown renderings.
+//! - [`pci`]: configuration space and capabilities; [`msix`]: interrupts; [`dma`]: the
+//!   client's DMA maps; [`shm`]: shared memory.
+//! - [`function`]: what a PCI function offers; [`rnic`] and [`gpu`]: the two models.
+//! - [`vfio`]: the vfio-user adapter; [`serve`]: a node's server process.
+//! - [`topology`]: topology files; [`qemu`]: QEMU command lines; [`image`]: the guest
+//!   image; [`run`]: boot a topology and run a guest command.
 pub mod contract;
+pub mod dma;
+pub mod function;
+pub mod gpu;
+pub mod image;
+pub mod msix;
+pub mod pci;
+pub mod qemu;
 pub mod regfile;
 pub mod regs;
+pub mod rnic;
+pub mod run;
+pub mod serve;
+pub mod shm;
+pub mod topology;
+pub mod vfio;

@@ -1,4 +1,16 @@
+//! The `rnic-emu` command: serve a node, boot a topology and run a guest command, print
+//! QEMU arguments, generate the C header and register doc.
+
 use clap::{Parser, Subcommand};
+use rnic_emu::{contract, image, qemu, run, serve, topology::Topology};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The default topology, embedded so that `rnic-emu run` works without arguments.
+const DEFAULT_TOPOLOGY: &str = include_str!("../../qemu-configs/single-switch.toml");
 
 #[derive(Parser)]
 #[command(name = "rnic-emu", version, about = "Emulated RDMA NIC + GPU for QEMU (vfio-user)")]
@@ -9,17 +21,127 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Serve one node of a topology: one vfio-user socket per PCI function.
+    Serve {
+        #[arg(long)]
+        topology: PathBuf,
+        /// Node name or index.
+        #[arg(long, default_value = "0")]
+        node: String,
+        /// Directory for the sockets (<node>-<device>.sock).
+        #[arg(long)]
+        socket_dir: PathBuf,
+        /// Back GPU memory with files <dir>/<node>-<gpu>.bar1 (inspectable) instead of memfds.
+        #[arg(long)]
+        gpu_mem_dir: Option<PathBuf>,
+    },
+    /// Boot a node of a topology, run a shell command in the guest as root, print its output
+    /// and exit with its exit code (125: rnic-emu itself failed, 130: interrupted).
+    Run {
+        /// Topology file (default: the embedded single-switch topology).
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        #[arg(long, default_value = "0")]
+        node: String,
+        /// Seconds before the guest is stopped.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+        /// Do not run images/build.sh first (use the image as it is).
+        #[arg(long)]
+        no_build: bool,
+        /// Do not load the rnic_emu driver before the command.
+        #[arg(long)]
+        no_driver: bool,
+        #[arg(long)]
+        gpu_mem_dir: Option<PathBuf>,
+        /// Keep the working directory (logs, console, QEMU command line) on success too.
+        #[arg(long)]
+        keep: bool,
+        /// The guest command (joined with spaces, run by sh).
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Print the QEMU arguments of a topology node (for your own QEMU command line).
+    QemuArgs {
+        #[arg(long)]
+        topology: PathBuf,
+        #[arg(long, default_value = "0")]
+        node: String,
+        #[arg(long)]
+        socket_dir: PathBuf,
+    },
+    /// Build (or refresh) the guest image: images/build.sh.
+    Image,
     /// Print the C register header generated from the register contract.
     GenHeader,
     /// Print the Markdown register reference generated from the register contract.
     GenDoc,
 }
 
-fn main() -> anyhow::Result<()> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    match Cli::parse().cmd {
-        Cmd::GenHeader => print!("{}", rnic_emu::contract::c_header()),
-        Cmd::GenDoc => print!("{}", rnic_emu::contract::markdown()),
+fn load_node(topology: &PathBuf, node: &str) -> anyhow::Result<(Topology, usize)> {
+    let topo = Topology::load(topology)?;
+    let (i, _) = topo.node(node).ok_or_else(|| anyhow::anyhow!("topology {} has no node '{node}'", topo.name))?;
+    Ok((topo, i))
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    match real_main() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("rnic-emu: {e:#}");
+            ExitCode::from(if run::INTERRUPTED.load(Ordering::SeqCst) { 130 } else { 125 })
+        }
     }
-    Ok(())
+}
+
+fn real_main() -> anyhow::Result<ExitCode> {
+    match Cli::parse().cmd {
+        Cmd::Serve { topology, node, socket_dir, gpu_mem_dir } => {
+            let (topo, i) = load_node(&topology, &node)?;
+            serve::run_node(&topo.nodes[i], &serve::ServeOptions { socket_dir, gpu_mem_dir })?;
+        }
+        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, command } => {
+            ctrlc::set_handler(|| run::INTERRUPTED.store(true, Ordering::SeqCst))?;
+            let default_file;
+            let topology = match topology {
+                Some(t) => t,
+                None => {
+                    default_file = tempfile::Builder::new().suffix(".toml").tempfile()?;
+                    std::fs::write(default_file.path(), DEFAULT_TOPOLOGY)?;
+                    default_file.path().to_path_buf()
+                }
+            };
+            let img = image::ensure(!no_build)?;
+            let opts = run::RunOptions {
+                topology,
+                node,
+                command: command.join(" "),
+                timeout: Duration::from_secs(timeout),
+                server_bin: std::env::current_exe()?,
+                gpu_mem_dir,
+                load_driver: !no_driver,
+                keep_workdir: keep,
+            };
+            let mut stdout = std::io::stdout();
+            let outcome = run::run(&opts, &img, &mut |b| {
+                let _ = stdout.write_all(b);
+                let _ = stdout.flush();
+            })?;
+            if let Some(dir) = outcome.workdir {
+                eprintln!("rnic-emu: logs kept in {}", dir.display());
+            }
+            return Ok(ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(255)));
+        }
+        Cmd::QemuArgs { topology, node, socket_dir } => {
+            let (topo, i) = load_node(&topology, &node)?;
+            for a in qemu::device_args(&topo.nodes[i], &socket_dir) {
+                println!("{a}");
+            }
+        }
+        Cmd::Image => image::build()?,
+        Cmd::GenHeader => print!("{}", contract::c_header()),
+        Cmd::GenDoc => print!("{}", contract::markdown()),
+    }
+    Ok(ExitCode::SUCCESS)
 }

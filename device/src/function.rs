@@ -1,0 +1,51 @@
+//! What every emulated PCI function offers the transport: config space, BAR regions,
+//! interrupts, DMA maps and reset. The vfio-user adapter ([`crate::vfio`]) is written once
+//! against this trait; the RNIC and GPU models implement it.
+
+use crate::dma::DmaMaps;
+use crate::msix::Interrupts;
+use crate::pci::config::ConfigSpace;
+use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
+use std::os::fd::RawFd;
+
+/// A BAR as the transport offers it.
+#[derive(Clone, Copy, Debug)]
+pub struct BarRegion {
+    pub index: usize,
+    pub size: u64,
+    /// Shared memory backing the whole BAR, for the client to mmap (sparse mmap area).
+    pub mmap_fd: Option<RawFd>,
+}
+
+pub trait PciFunction: Send {
+    /// Short name for logs ("node0-rnic0").
+    fn name(&self) -> &str;
+    fn config(&self) -> &ConfigSpace;
+    fn config_mut(&mut self) -> &mut ConfigSpace;
+    fn bar_regions(&self) -> Vec<BarRegion>;
+    /// Reads BAR `bar`; the caller has checked `offset + data.len()` against the BAR size.
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]);
+    /// Writes BAR `bar`; the caller has checked `offset + data.len()` against the BAR size.
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]);
+    fn interrupts(&mut self) -> &mut Interrupts;
+    fn dma(&mut self) -> &mut DmaMaps;
+    /// Function-level reset: registers to reset values, queues forgotten. DMA maps and
+    /// interrupt eventfds belong to the client connection and survive it.
+    fn reset(&mut self);
+}
+
+/// Whether a BAR0 access falls in the MSI-X table or PBA, which QEMU's vfio-user client
+/// emulates itself: a raw client touching them reads zeros, and its writes are dropped.
+pub fn in_msix_area(offset: u64) -> bool {
+    offset >= MSIX_TABLE_OFFSET.min(MSIX_PBA_OFFSET)
+}
+
+/// Fills a read of an invalid register access with all-ones (STYLE §8).
+pub fn invalid_read(who: &str, bar: usize, offset: u64, data: &mut [u8], why: &dyn std::fmt::Display) {
+    log::warn!("{who}: BAR{bar} read of {} bytes at {offset:#x} refused: {why}", data.len());
+    data.fill(0xff);
+}
+
+pub fn invalid_write(who: &str, bar: usize, offset: u64, len: usize, why: &dyn std::fmt::Display) {
+    log::warn!("{who}: BAR{bar} write of {len} bytes at {offset:#x} dropped: {why}");
+}

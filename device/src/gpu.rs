@@ -1,0 +1,145 @@
+//! The co-emulated GPU function: BAR0 control registers (`regs::gpu`), MSI-X, and BAR1, a
+//! large 64-bit prefetchable memory aperture backed by shared memory that QEMU maps
+//! directly into the guest (sparse mmap), so guest CPU access to it never traps.
+//!
+//! Not yet modelled (the GPUDirect issue): the copy/fill/reduce engine and statistics.
+//! Reset leaves BAR1 contents alone, as GPU memory survives a function reset.
+
+use crate::dma::DmaMaps;
+use crate::function::{in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::msix::Interrupts;
+use crate::pci::caps;
+use crate::pci::config::{BarDef, ConfigSpace, Identity};
+use crate::regfile::RegisterFile;
+use crate::regs::gpu::*;
+use crate::regs::pci_ids::{self, GPU_BAR0_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
+use crate::shm::SharedMemory;
+use crate::topology::Device;
+
+/// Index of the memory aperture BAR.
+pub const MEM_BAR: usize = 1;
+
+pub struct Gpu {
+    name: String,
+    config: ConfigSpace,
+    regs: RegisterFile,
+    irqs: Interrupts,
+    dma: DmaMaps,
+    mem: SharedMemory,
+}
+
+impl Gpu {
+    pub fn new(name: String, dev: &Device, mem: SharedMemory) -> anyhow::Result<Self> {
+        let id = Identity {
+            vendor_id: dev.vendor_id(),
+            device_id: dev.device_id(),
+            subsystem_vendor_id: dev.subsystem_vendor_id.unwrap_or(pci_ids::SUBSYS_VENDOR_ID),
+            subsystem_id: dev.subsystem_id.unwrap_or(pci_ids::SUBSYS_ID),
+            class_code: pci_ids::GPU_CLASS,
+            revision: 1,
+        };
+        let bars = [
+            BarDef { index: 0, size: GPU_BAR0_SIZE, is_64bit: false, prefetchable: false },
+            BarDef { index: MEM_BAR, size: mem.size(), is_64bit: true, prefetchable: true },
+        ];
+        let vectors = dev.msix_vectors();
+        let caps = [
+            caps::power_management(),
+            caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
+            caps::pcie_endpoint(),
+        ];
+        let mut gpu = Gpu {
+            name,
+            config: ConfigSpace::new(id, &bars, &caps)?,
+            regs: RegisterFile::new(REGS),
+            irqs: Interrupts::new(vectors),
+            dma: DmaMaps::default(),
+            mem,
+        };
+        gpu.reset();
+        Ok(gpu)
+    }
+
+    /// The BAR1 memory, for the host side (statistics, inspection, peer DMA).
+    pub fn memory(&self) -> &SharedMemory {
+        &self.mem
+    }
+
+    fn on_register_write(&mut self, reg: u64, value: u64) {
+        if reg == GPU_REG_INT_TRIGGER {
+            let raised = usize::try_from(value).is_ok_and(|v| self.irqs.trigger(v));
+            if !raised {
+                log::warn!("{}: self-test interrupt on vector {value} not raised (not enabled)", self.name);
+            }
+            self.regs.set(GPU_REG_INT_COUNT, self.irqs.raised() & 0xffff_ffff);
+        }
+    }
+}
+
+impl PciFunction for Gpu {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn config(&self) -> &ConfigSpace {
+        &self.config
+    }
+
+    fn config_mut(&mut self) -> &mut ConfigSpace {
+        &mut self.config
+    }
+
+    fn bar_regions(&self) -> Vec<BarRegion> {
+        vec![
+            BarRegion { index: 0, size: GPU_BAR0_SIZE, mmap_fd: None },
+            BarRegion { index: MEM_BAR, size: self.mem.size(), mmap_fd: Some(self.mem.raw_fd()) },
+        ]
+    }
+
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        match bar {
+            0 if in_msix_area(offset) => data.fill(0),
+            0 => {
+                if let Err(e) = self.regs.read(offset, data) {
+                    invalid_read(&self.name, bar, offset, data, &e);
+                }
+            }
+            MEM_BAR => {
+                if let Err(e) = self.mem.read(offset, data) {
+                    invalid_read(&self.name, bar, offset, data, &e);
+                }
+            }
+            _ => data.fill(0xff),
+        }
+    }
+
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        match bar {
+            0 if in_msix_area(offset) => {}
+            0 => match self.regs.write(offset, data) {
+                Ok(Some(w)) => self.on_register_write(w.reg, w.value),
+                Ok(None) => {}
+                Err(e) => invalid_write(&self.name, bar, offset, data.len(), &e),
+            },
+            MEM_BAR => {
+                if let Err(e) = self.mem.write(offset, data) {
+                    invalid_write(&self.name, bar, offset, data.len(), &e);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn interrupts(&mut self) -> &mut Interrupts {
+        &mut self.irqs
+    }
+
+    fn dma(&mut self) -> &mut DmaMaps {
+        &mut self.dma
+    }
+
+    fn reset(&mut self) {
+        self.regs.reset();
+        self.regs.set(GPU_REG_MEM_SIZE, self.mem.size());
+    }
+}

@@ -1,0 +1,61 @@
+//! Locates (and, when asked, builds) the guest image that `images/build.sh` produces:
+//! kernel, initramfs with our driver and tools, and the QEMU wrapper of the toolchain root.
+
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Image {
+    pub dir: PathBuf,
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    pub qemu: PathBuf,
+}
+
+/// The repository this binary was built from (`RNIC_EMU_REPO` overrides it).
+pub fn repo_root() -> PathBuf {
+    std::env::var_os("RNIC_EMU_REPO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+/// The image directory (`RNIC_EMU_IMAGE_DIR` overrides it, as for images/build.sh).
+pub fn image_dir() -> PathBuf {
+    std::env::var_os("RNIC_EMU_IMAGE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("build/image"))
+}
+
+/// Runs `images/build.sh` (cached: seconds when nothing changed), progress on stderr.
+pub fn build() -> anyhow::Result<()> {
+    let script = repo_root().join("images/build.sh");
+    let status = Command::new("bash")
+        .arg(&script)
+        .env("RNIC_EMU_IMAGE_DIR", image_dir())
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", script.display());
+    }
+    Ok(())
+}
+
+/// The image, built first when `build` is set; an error says how to build it otherwise.
+pub fn ensure(build_first: bool) -> anyhow::Result<Image> {
+    if build_first {
+        build()?;
+    }
+    let dir = image_dir();
+    let img = Image {
+        kernel: dir.join("vmlinuz"),
+        initramfs: dir.join("initramfs.cpio.gz"),
+        qemu: dir.join("bin/qemu-system-x86_64"),
+        dir,
+    };
+    for f in [&img.kernel, &img.initramfs, &img.qemu] {
+        if !f.exists() {
+            bail!("{} is missing: run images/build.sh (or drop --no-build)", f.display());
+        }
+    }
+    Ok(img)
+}

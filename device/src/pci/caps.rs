@@ -1,0 +1,89 @@
+//! Builders for the standard capabilities our functions expose (PCI 3.0 §6.7):
+//! power management, MSI-X (PCI 3.0 §6.8.2) and PCI Express (PCIe Base 4.0 §7.5.3).
+//! Each builder returns the capability's bytes with its writable/W1C masks; the config
+//! space model links them into the list.
+
+pub const CAP_ID_PM: u8 = 0x01;
+pub const CAP_ID_PCIE: u8 = 0x10;
+pub const CAP_ID_MSIX: u8 = 0x11;
+
+/// Offset of Device Control within the PCI Express capability.
+pub const PCIE_DEVCTL: usize = 0x08;
+
+#[derive(Clone, Debug)]
+pub struct Capability {
+    pub bytes: Vec<u8>,
+    pub wmask: Vec<u8>,
+    pub w1c: Vec<u8>,
+}
+
+impl Capability {
+    fn new(id: u8, len: usize) -> Self {
+        let mut bytes = vec![0; len];
+        bytes[0] = id;
+        Capability { bytes, wmask: vec![0; len], w1c: vec![0; len] }
+    }
+
+    pub fn id(&self) -> u8 {
+        self.bytes[0]
+    }
+
+    fn put16(&mut self, off: usize, v: u16) {
+        self.bytes[off..off + 2].copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn put32(&mut self, off: usize, v: u32) {
+        self.bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn wmask16(&mut self, off: usize, v: u16) {
+        self.wmask[off..off + 2].copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn w1c16(&mut self, off: usize, v: u16) {
+        self.w1c[off..off + 2].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Power management, version 3, D0/D3hot only, No_Soft_Reset set.
+pub fn power_management() -> Capability {
+    let mut c = Capability::new(CAP_ID_PM, 8);
+    c.put16(2, 0x0003);
+    c.put16(4, 1 << 3);
+    c.wmask16(4, 0x0103); // PowerState, PME_En
+    c.w1c16(4, 0x8000); // PME_Status
+    c
+}
+
+/// MSI-X with `vectors` entries; table and PBA live in BAR `bir` at the given offsets.
+pub fn msix(vectors: u16, bir: u8, table_offset: u32, pba_offset: u32) -> Capability {
+    let mut c = Capability::new(CAP_ID_MSIX, 12);
+    c.put16(2, vectors.saturating_sub(1) & 0x7ff);
+    c.wmask16(2, 0xc000); // MSI-X Enable, Function Mask
+    c.put32(4, (table_offset & !7) | u32::from(bir & 7));
+    c.put32(8, (pba_offset & !7) | u32::from(bir & 7));
+    c
+}
+
+/// Link speed encodings (PCIe Base 4.0 §7.5.3.6).
+pub const LINK_SPEED_16GT: u16 = 4;
+
+/// PCI Express capability v2 of an endpoint: 256-byte max payload, FLR, x16 at 16 GT/s.
+pub fn pcie_endpoint() -> Capability {
+    let mut c = Capability::new(CAP_ID_PCIE, 0x3c);
+    c.put16(0x02, 0x0002); // version 2, device/port type 0 = PCIe endpoint
+    c.put32(0x04, 1 << 28 | 1 << 15 | 0x1); // DevCap: FLR, role-based errors, MPS 256 B
+    c.put16(PCIE_DEVCTL, 0x2810); // MRRS 512 B, no snoop, relaxed ordering, MPS 128 B
+    c.wmask16(PCIE_DEVCTL, 0x7cff); // error reporting, RO, MPS, ext tag, ..., MRRS; not FLR
+    c.w1c16(0x0a, 0x000f); // DevSta error bits
+    let width = 16u32;
+    c.put32(0x0c, width << 4 | u32::from(LINK_SPEED_16GT)); // LinkCap: x16, 16 GT/s, port 0
+    c.wmask16(0x10, 0x01c3); // LinkCtl: ASPM, RCB, common clock, extended synch
+    c.put16(0x12, (width as u16) << 4 | LINK_SPEED_16GT); // LinkSta: negotiated x16 16 GT/s
+    c.put32(0x24, 1 << 4); // DevCap2: completion timeout disable supported
+    c.wmask16(0x28, 0x041f); // DevCtl2: completion timeout, ID-based ordering
+    c.put32(0x2c, 0b1_1110); // LinkCap2: 2.5, 5, 8 and 16 GT/s supported
+    c.put16(0x30, LINK_SPEED_16GT); // LinkCtl2: target speed
+    c.wmask16(0x30, 0x000f);
+    c
+}

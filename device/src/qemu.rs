@@ -1,0 +1,156 @@
+//! Turns a topology node into QEMU arguments: the PCIe tree (root ports, switch ports) with
+//! a `vfio-user-pci` device per function, plus the machine around it (q35, TCG, guest RAM
+//! in a shared memfd so the server can DMA into it, two serial ports: console and output).
+
+use crate::topology::{Node, PortKind, Topology};
+use serde_json::json;
+use std::path::Path;
+
+/// Where a booted guest's files are.
+pub struct GuestFiles<'a> {
+    pub kernel: &'a Path,
+    pub initrd: &'a Path,
+    /// Serial port 0: the kernel console.
+    pub console_log: &'a Path,
+    /// Serial port 1: the guest command's output (see images/init.sh).
+    pub output_log: &'a Path,
+}
+
+/// The `-device` arguments of a node's PCIe tree and functions. Users who bring their own
+/// QEMU command line can take just these (`rnic-emu qemu-args --devices-only`).
+pub fn device_args(node: &Node, socket_dir: &Path) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut chassis = 0u32;
+    let mut root_slot = 3u32; // 00:00 host bridge, 00:1f LPC/SATA/SMBus on q35
+    let mut downstream_index = std::collections::HashMap::<&str, u32>::new();
+    for port in &node.ports {
+        chassis += 1;
+        let arg = match port.kind {
+            PortKind::RootPort => {
+                let a = format!("pcie-root-port,id={},bus=pcie.0,addr={:#x}.0,chassis={chassis},slot=0", port.id, root_slot);
+                root_slot += 1;
+                a
+            }
+            PortKind::SwitchUpstream => {
+                format!("x3130-upstream,id={},bus={}", port.id, port.parent.as_deref().unwrap_or(""))
+            }
+            PortKind::SwitchDownstream => {
+                let parent = port.parent.as_deref().unwrap_or("");
+                let n = downstream_index.entry(parent).or_insert(0);
+                let a = format!("xio3130-downstream,id={},bus={parent},addr={n}.0,port={n},chassis={chassis},slot=0", port.id);
+                *n += 1;
+                a
+            }
+        };
+        args.push("-device".into());
+        args.push(arg);
+    }
+    for dev in &node.devices {
+        let mut d = json!({
+            "driver": "vfio-user-pci",
+            "id": dev.id,
+            "bus": dev.port,
+            "addr": format!("00.{}", dev.function),
+            "socket": { "type": "unix", "path": socket_dir.join(node.socket_name(dev)) },
+        });
+        if dev.function == 0 && node.is_multifunction_slot(dev) {
+            d["multifunction"] = json!(true);
+        }
+        args.push("-device".into());
+        args.push(d.to_string());
+    }
+    args
+}
+
+/// The whole QEMU argument list (without the binary) for node `index` of `topo`.
+pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &GuestFiles) -> Vec<String> {
+    let g = &topo.guest;
+    let node = &topo.nodes[index];
+    let mut append = String::from("console=ttyS0 panic=-1 oops=panic");
+    if !g.kernel_args.is_empty() {
+        append.push(' ');
+        append.push_str(&g.kernel_args);
+    }
+    let mut args: Vec<String> = vec![
+        "-name".into(),
+        format!("rnic-emu-{}-{}", topo.name, node.name),
+        "-machine".into(),
+        "q35,accel=tcg,memory-backend=mem".into(),
+        "-object".into(),
+        format!("memory-backend-memfd,id=mem,size={}M,share=on", g.memory_mib),
+        "-m".into(),
+        format!("{}M", g.memory_mib),
+        "-smp".into(),
+        g.cpus.to_string(),
+        "-cpu".into(),
+        g.cpu.clone(),
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-display".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-serial".into(),
+        format!("file:{}", files.console_log.display()),
+        "-serial".into(),
+        format!("file:{}", files.output_log.display()),
+        "-kernel".into(),
+        files.kernel.display().to_string(),
+        "-initrd".into(),
+        files.initrd.display().to_string(),
+        "-append".into(),
+        append,
+    ];
+    args.extend(device_args(node, socket_dir));
+    args.extend(g.qemu_args.iter().cloned());
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switch_topology_arguments() {
+        let t = Topology::parse(
+            r#"name = "t"
+            [[node]]
+            name = "node0"
+            port = [ { id = "rp0", kind = "root-port" },
+                     { id = "up", kind = "switch-upstream", parent = "rp0" },
+                     { id = "dn0", kind = "switch-downstream", parent = "up" },
+                     { id = "dn1", kind = "switch-downstream", parent = "up" } ]
+            device = [ { id = "rnic0", kind = "rnic", port = "dn0" },
+                       { id = "gpu0", kind = "gpu", port = "dn1" } ]"#,
+            "t",
+        )
+        .unwrap();
+        let args = device_args(&t.nodes[0], Path::new("/s"));
+        assert_eq!(args[1], "pcie-root-port,id=rp0,bus=pcie.0,addr=0x3.0,chassis=1,slot=0");
+        assert_eq!(args[3], "x3130-upstream,id=up,bus=rp0");
+        assert_eq!(args[5], "xio3130-downstream,id=dn0,bus=up,addr=0.0,port=0,chassis=3,slot=0");
+        assert_eq!(args[7], "xio3130-downstream,id=dn1,bus=up,addr=1.0,port=1,chassis=4,slot=0");
+        let rnic: serde_json::Value = serde_json::from_str(&args[9]).unwrap();
+        assert_eq!(rnic["bus"], "dn0");
+        assert_eq!(rnic["socket"]["path"], "/s/node0-rnic0.sock");
+        assert!(rnic.get("multifunction").is_none());
+    }
+
+    #[test]
+    fn multifunction_slot_sets_the_flag_on_function_zero() {
+        let t = Topology::parse(
+            r#"name = "t"
+            [[node]]
+            name = "n"
+            port = [ { id = "rp0", kind = "root-port" } ]
+            device = [ { id = "gpu0", kind = "gpu", port = "rp0", function = 0 },
+                       { id = "rnic0", kind = "rnic", port = "rp0", function = 1 } ]"#,
+            "t",
+        )
+        .unwrap();
+        let args = device_args(&t.nodes[0], Path::new("/s"));
+        let gpu: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
+        let rnic: serde_json::Value = serde_json::from_str(&args[5]).unwrap();
+        assert_eq!((gpu["addr"].as_str(), gpu["multifunction"].as_bool()), (Some("00.0"), Some(true)));
+        assert_eq!((rnic["addr"].as_str(), rnic.get("multifunction")), (Some("00.1"), None));
+    }
+}

@@ -1,0 +1,212 @@
+//! The RNIC function: PCI identity, BAR0 register block (seed §3.1, `regs::rnic`), MSI-X.
+//!
+//! This issue's scope: registers with their reset values and access rules, device reset
+//! (register, FLR, vfio-user reset), the interrupt self-test. The doorbells are recorded;
+//! the verbs engine that acts on them (QPs, CQs, MRs, DMA) is the next issue's.
+
+use crate::dma::DmaMaps;
+use crate::function::{in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::msix::Interrupts;
+use crate::pci::caps;
+use crate::pci::config::{BarDef, ConfigSpace, Identity, LayoutError};
+use crate::regfile::RegisterFile;
+use crate::regs::pci_ids::{self, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, RNIC_BAR0_SIZE};
+use crate::regs::rnic::*;
+use crate::topology::Device;
+
+pub struct Rnic {
+    name: String,
+    config: ConfigSpace,
+    regs: RegisterFile,
+    irqs: Interrupts,
+    dma: DmaMaps,
+}
+
+impl Rnic {
+    pub fn new(name: String, dev: &Device) -> Result<Self, LayoutError> {
+        let vectors = dev.msix_vectors();
+        let id = Identity {
+            vendor_id: dev.vendor_id(),
+            device_id: dev.device_id(),
+            subsystem_vendor_id: dev.subsystem_vendor_id.unwrap_or(pci_ids::SUBSYS_VENDOR_ID),
+            subsystem_id: dev.subsystem_id.unwrap_or(pci_ids::SUBSYS_ID),
+            class_code: pci_ids::RNIC_CLASS,
+            revision: 1,
+        };
+        let bars = [BarDef { index: 0, size: RNIC_BAR0_SIZE, is_64bit: true, prefetchable: false }];
+        let caps = [
+            caps::power_management(),
+            caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
+            caps::pcie_endpoint(),
+        ];
+        let mut rnic = Rnic {
+            name,
+            config: ConfigSpace::new(id, &bars, &caps)?,
+            regs: RegisterFile::new(REGS),
+            irqs: Interrupts::new(vectors),
+            dma: DmaMaps::default(),
+        };
+        rnic.reset();
+        Ok(rnic)
+    }
+
+    fn reset_registers(&mut self) {
+        self.regs.reset();
+        self.regs.set(RNIC_REG_NUM_VECTORS, self.irqs.count() as u64);
+        self.update_status();
+    }
+
+    fn update_status(&mut self) {
+        let mut status = STATUS_READY;
+        if self.regs.get(DMA_CTRL) & DMA_CTRL_ENABLE != 0 {
+            status |= STATUS_DMA_ENABLED;
+        }
+        self.regs.set(RNIC_REG_STATUS, status);
+    }
+
+    fn on_register_write(&mut self, reg: u64, value: u64) {
+        match reg {
+            RNIC_REG_RESET if value == RESET_MAGIC => {
+                log::info!("{}: reset through RNIC_REG_RESET", self.name);
+                self.reset();
+            }
+            RNIC_REG_RESET => log::warn!("{}: RNIC_REG_RESET write {value:#x} ignored (not RESET_MAGIC)", self.name),
+            RNIC_REG_INT_TRIGGER => {
+                let raised = usize::try_from(value).is_ok_and(|v| self.irqs.trigger(v));
+                if !raised {
+                    log::warn!("{}: self-test interrupt on vector {value} not raised (not enabled)", self.name);
+                }
+                self.regs.set(RNIC_REG_INT_COUNT, self.irqs.raised() & 0xffff_ffff);
+            }
+            DMA_CTRL => self.update_status(),
+            WQE_DB_IDX | CQE_CONS_IDX => log::debug!("{}: index register {reg:#x} = {value:#x}", self.name),
+            _ => {}
+        }
+    }
+}
+
+impl PciFunction for Rnic {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn config(&self) -> &ConfigSpace {
+        &self.config
+    }
+
+    fn config_mut(&mut self) -> &mut ConfigSpace {
+        &mut self.config
+    }
+
+    fn bar_regions(&self) -> Vec<BarRegion> {
+        vec![BarRegion { index: 0, size: RNIC_BAR0_SIZE, mmap_fd: None }]
+    }
+
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        if bar != 0 || in_msix_area(offset) {
+            data.fill(0);
+            return;
+        }
+        if let Err(e) = self.regs.read(offset, data) {
+            invalid_read(&self.name, bar, offset, data, &e);
+        }
+    }
+
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if bar != 0 || in_msix_area(offset) {
+            return;
+        }
+        match self.regs.write(offset, data) {
+            Ok(Some(w)) => self.on_register_write(w.reg, w.value),
+            Ok(None) => log::debug!("{}: write to read-only register {offset:#x} ignored", self.name),
+            Err(e) => invalid_write(&self.name, bar, offset, data.len(), &e),
+        }
+    }
+
+    fn interrupts(&mut self) -> &mut Interrupts {
+        &mut self.irqs
+    }
+
+    fn dma(&mut self) -> &mut DmaMaps {
+        &mut self.dma
+    }
+
+    fn reset(&mut self) {
+        self.reset_registers();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    fn rnic() -> Rnic {
+        let t = Topology::parse(
+            r#"name = "t"
+            [[node]]
+            name = "n"
+            port = [ { id = "rp", kind = "root-port" } ]
+            device = [ { id = "r", kind = "rnic", port = "rp", msix_vectors = 4 } ]"#,
+            "t",
+        )
+        .unwrap();
+        Rnic::new("t".into(), &t.nodes[0].devices[0]).unwrap()
+    }
+
+    fn rd(r: &mut Rnic, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        r.bar_read(0, off, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    fn wr(r: &mut Rnic, off: u64, v: u32) {
+        r.bar_write(0, off, &v.to_le_bytes());
+    }
+
+    #[test]
+    fn identification_and_reset_values() {
+        let mut r = rnic();
+        assert_eq!(rd(&mut r, RNIC_REG_ID), ID_MAGIC);
+        assert_eq!(rd(&mut r, RNIC_REG_VERSION), crate::regs::CONTRACT_VERSION);
+        assert_eq!(rd(&mut r, RNIC_REG_NUM_VECTORS), 4);
+        assert_eq!(rd(&mut r, DMA_CTRL), 1);
+        assert_eq!(u64::from(rd(&mut r, RNIC_REG_STATUS)), STATUS_READY | STATUS_DMA_ENABLED);
+    }
+
+    #[test]
+    fn register_reset_restores_everything() {
+        let mut r = rnic();
+        wr(&mut r, DMA_CTRL, 0);
+        wr(&mut r, WQE_DB_IDX, 7);
+        wr(&mut r, QP_CTX_BASE, 0x1000);
+        assert_eq!(u64::from(rd(&mut r, RNIC_REG_STATUS)), STATUS_READY);
+        wr(&mut r, RNIC_REG_RESET, 2);
+        assert_eq!(rd(&mut r, WQE_DB_IDX), 7, "only RESET_MAGIC resets");
+        wr(&mut r, RNIC_REG_RESET, RESET_MAGIC as u32);
+        assert_eq!(rd(&mut r, WQE_DB_IDX), 0);
+        assert_eq!(rd(&mut r, QP_CTX_BASE), 0);
+        assert_eq!(rd(&mut r, DMA_CTRL), 1);
+        assert_eq!(rd(&mut r, RNIC_REG_NUM_VECTORS), 4);
+    }
+
+    #[test]
+    fn bad_accesses_read_all_ones_and_are_dropped() {
+        let mut r = rnic();
+        let mut b = [0u8; 2];
+        r.bar_read(0, RNIC_REG_ID, &mut b);
+        assert_eq!(b, [0xff, 0xff]);
+        assert_eq!(rd(&mut r, 0x7000), 0xffff_ffff);
+        r.bar_write(0, DMA_CTRL, &[0u8; 2]);
+        assert_eq!(rd(&mut r, DMA_CTRL), 1);
+        assert_eq!(rd(&mut r, MSIX_TABLE_OFFSET), 0);
+    }
+
+    #[test]
+    fn self_test_interrupt_without_eventfd_is_not_counted() {
+        let mut r = rnic();
+        wr(&mut r, RNIC_REG_INT_TRIGGER, 0);
+        wr(&mut r, RNIC_REG_INT_TRIGGER, 0xffff_ffff);
+        assert_eq!(rd(&mut r, RNIC_REG_INT_COUNT), 0);
+    }
+}

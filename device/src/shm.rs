@@ -1,0 +1,121 @@
+//! Shared memory the server and QEMU both map: memfd-backed (or a named file, for
+//! inspection from the host), accessed by the server only through bounds-checked volatile
+//! copies, since the guest may write it at any time.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::Path;
+use thiserror::Error;
+use vm_memory::mmap::MmapRegion;
+use vm_memory::{FileOffset, VolatileMemory};
+
+#[derive(Debug, Error)]
+pub enum ShmError {
+    #[error("creating shared memory '{name}': {source}")]
+    Create { name: String, source: std::io::Error },
+    #[error("mapping shared memory: {0}")]
+    Map(String),
+    #[error("access of {len} bytes at {offset:#x} is outside the {size:#x}-byte region")]
+    OutOfRange { offset: u64, len: usize, size: u64 },
+}
+
+pub struct SharedMemory {
+    file: File,
+    map: MmapRegion,
+}
+
+impl SharedMemory {
+    /// A sparse anonymous memfd of `size` bytes (costs nothing until touched).
+    pub fn memfd(name: &str, size: u64) -> Result<Self, ShmError> {
+        let cname = std::ffi::CString::new(name).map_err(|e| ShmError::Create { name: name.into(), source: e.into() })?;
+        // SAFETY: memfd_create takes a valid C string and flags; the result is checked.
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(ShmError::Create { name: name.into(), source: std::io::Error::last_os_error() });
+        }
+        // SAFETY: fd is a fresh descriptor owned by nobody else.
+        let file = unsafe { File::from_raw_fd(fd) };
+        Self::from_file(file, name, size)
+    }
+
+    /// A named file (created sparse if missing, contents kept), for host-side inspection.
+    pub fn file(path: &Path, size: u64) -> Result<Self, ShmError> {
+        let name = path.display().to_string();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|source| ShmError::Create { name: name.clone(), source })?;
+        Self::from_file(file, &name, size)
+    }
+
+    fn from_file(file: File, name: &str, size: u64) -> Result<Self, ShmError> {
+        file.set_len(size).map_err(|source| ShmError::Create { name: name.into(), source })?;
+        let len = usize::try_from(size).map_err(|e| ShmError::Map(e.to_string()))?;
+        let fo = FileOffset::new(file.try_clone().map_err(|source| ShmError::Create { name: name.into(), source })?, 0);
+        let map = MmapRegion::from_file(fo, len).map_err(|e| ShmError::Map(e.to_string()))?;
+        Ok(SharedMemory { file, map })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.map.size() as u64
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<usize, ShmError> {
+        let size = self.size();
+        match offset.checked_add(len as u64) {
+            // offset <= size, and size came from a usize.
+            Some(end) if end <= size => Ok(offset as usize),
+            _ => Err(ShmError::OutOfRange { offset, len, size }),
+        }
+    }
+
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ShmError> {
+        let off = self.check(offset, buf.len())?;
+        let slice = self.map.get_slice(off, buf.len()).map_err(|e| ShmError::Map(e.to_string()))?;
+        slice.copy_to(buf);
+        Ok(())
+    }
+
+    pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ShmError> {
+        let off = self.check(offset, buf.len())?;
+        let slice = self.map.get_slice(off, buf.len()).map_err(|e| ShmError::Map(e.to_string()))?;
+        slice.copy_from(buf);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memfd_round_trip_and_bounds() {
+        let m = SharedMemory::memfd("test", 1 << 20).unwrap();
+        m.write(4096, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        m.read(4096, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        assert!(m.read((1 << 20) - 2, &mut b).is_err());
+        assert!(m.write(u64::MAX - 1, b"xx").is_err());
+    }
+
+    #[test]
+    fn named_file_keeps_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bar1");
+        std::fs::write(&path, b"abc").unwrap();
+        let m = SharedMemory::file(&path, 8192).unwrap();
+        let mut b = [0u8; 3];
+        m.read(0, &mut b).unwrap();
+        assert_eq!(&b, b"abc");
+        m.write(8189, b"xyz").unwrap();
+        assert_eq!(&std::fs::read(&path).unwrap()[8189..], b"xyz");
+    }
+}

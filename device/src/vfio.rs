@@ -1,0 +1,184 @@
+//! The thin vfio-user adapter: turns the rust-vmm server's callbacks into calls on a
+//! [`PciFunction`], after checking every region index, offset and length the client sent.
+//! Out-of-range accesses get an error reply; sized/aligned register rules are the models'.
+
+use crate::function::PciFunction;
+use crate::pci::config::CONFIG_SPACE_SIZE;
+use std::fs::File;
+use std::io::{Error, ErrorKind};
+use std::mem::size_of;
+use std::sync::{Arc, Mutex, MutexGuard};
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR5_REGION_INDEX,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS,
+    VFIO_PCI_NUM_REGIONS, VFIO_PCI_REQ_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion, SparseArea};
+
+pub type SharedFunction = Arc<Mutex<dyn PciFunction>>;
+
+/// Locks a function, recovering from a poisoned lock (a panicked handler thread).
+pub fn lock(f: &SharedFunction) -> MutexGuard<'_, dyn PciFunction + 'static> {
+    f.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn invalid(msg: String) -> Error {
+    log::warn!("{msg}");
+    Error::new(ErrorKind::InvalidInput, msg)
+}
+
+/// The region table the server advertises for a function.
+pub fn regions(f: &dyn PciFunction) -> Vec<ServerRegion> {
+    let mut regions: Vec<ServerRegion> = (0..VFIO_PCI_NUM_REGIONS)
+        .map(|index| ServerRegion {
+            region_info: vfio_region_info {
+                argsz: size_of::<vfio_region_info>() as u32,
+                index,
+                ..Default::default()
+            },
+            sparse_areas: Vec::new(),
+            mmap_fd: None,
+        })
+        .collect();
+    let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+    let cfg = &mut regions[VFIO_PCI_CONFIG_REGION_INDEX as usize];
+    cfg.region_info.size = CONFIG_SPACE_SIZE as u64;
+    cfg.region_info.flags = rw;
+    for bar in f.bar_regions() {
+        let r = &mut regions[bar.index];
+        r.region_info.size = bar.size;
+        r.region_info.flags = rw;
+        if let Some(fd) = bar.mmap_fd {
+            r.region_info.flags |= VFIO_REGION_INFO_FLAG_MMAP;
+            r.region_info.offset = 0; // offset into the fd
+            r.sparse_areas = vec![SparseArea { area: vfio_region_sparse_mmap_area { offset: 0, size: bar.size } }];
+            r.mmap_fd = Some(fd);
+        }
+    }
+    regions
+}
+
+/// The interrupt table: MSI-X only (no INTx, MSI, error or request interrupts).
+pub fn irqs(f: &mut dyn PciFunction) -> Vec<IrqInfo> {
+    let vectors = f.interrupts().count() as u32;
+    (0..VFIO_PCI_NUM_IRQS)
+        .map(|index| match index {
+            VFIO_PCI_MSIX_IRQ_INDEX => IrqInfo { index, flags: VFIO_IRQ_INFO_EVENTFD, count: vectors },
+            _ => IrqInfo { index, flags: 0, count: 0 },
+        })
+        .collect()
+}
+
+pub struct Backend {
+    f: SharedFunction,
+    /// Region sizes, indexed by region number (0 = not present).
+    sizes: Vec<u64>,
+}
+
+impl Backend {
+    pub fn new(f: SharedFunction) -> Self {
+        let sizes = regions(&*lock(&f)).iter().map(|r| r.region_info.size).collect();
+        Backend { f, sizes }
+    }
+
+    /// Checks a region access; returns the BAR index for BAR regions, None for config.
+    fn check(&self, what: &str, region: u32, offset: u64, len: usize) -> Result<Option<usize>, Error> {
+        let name = lock(&self.f).name().to_string();
+        let size = self.sizes.get(region as usize).copied().unwrap_or(0);
+        let in_range = offset.checked_add(len as u64).is_some_and(|end| end <= size);
+        if !in_range || len == 0 {
+            return Err(invalid(format!(
+                "{name}: {what} of {len} bytes at {offset:#x} in region {region} (size {size:#x}) refused"
+            )));
+        }
+        match region {
+            VFIO_PCI_CONFIG_REGION_INDEX => Ok(None),
+            r if r <= VFIO_PCI_BAR5_REGION_INDEX => Ok(Some(r as usize)),
+            _ => Err(invalid(format!("{name}: {what} of unsupported region {region}"))),
+        }
+    }
+
+    /// Called when a client goes away: the next client starts from a freshly reset device.
+    pub fn disconnected(&mut self) {
+        let mut f = lock(&self.f);
+        f.reset();
+        f.config_mut().reset();
+        f.interrupts().reset();
+        f.dma().clear();
+    }
+}
+
+impl ServerBackend for Backend {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), Error> {
+        let bar = self.check("read", region, offset, data.len())?;
+        let mut f = lock(&self.f);
+        match bar {
+            None => {
+                f.config().read(offset as usize, data);
+            }
+            Some(bar) => f.bar_read(bar, offset, data),
+        }
+        Ok(())
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let bar = self.check("write", region, offset, data.len())?;
+        let mut f = lock(&self.f);
+        match bar {
+            None => {
+                let fx = f.config_mut().write(offset as usize, data).unwrap_or_default();
+                if fx.flr {
+                    log::info!("{}: function level reset", f.name());
+                    f.reset();
+                    f.config_mut().reset();
+                } else if fx.decoding_changed {
+                    let cfg = f.config();
+                    let windows: Vec<_> = cfg.bars().iter().map(|b| (b.index, cfg.bar_window(b.index))).collect();
+                    log::debug!("{}: decoding changed, BAR windows {windows:x?}", f.name());
+                }
+            }
+            Some(bar) => f.bar_write(bar, offset, data),
+        }
+        Ok(())
+    }
+
+    fn dma_map(&mut self, flags: DmaMapFlags, offset: u64, address: u64, size: u64, fd: Option<File>) -> Result<(), Error> {
+        let mut f = lock(&self.f);
+        let has_fd = fd.is_some();
+        log::debug!("{}: DMA_MAP iova {address:#x} size {size:#x} fd {has_fd} flags {flags:?}", f.name());
+        let name = f.name().to_string();
+        f.dma().map(address, size, fd, offset).map_err(|e| invalid(format!("{name}: {e}")))
+    }
+
+    fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), Error> {
+        let mut f = lock(&self.f);
+        log::debug!("{}: DMA_UNMAP iova {address:#x} size {size:#x} flags {flags:?}", f.name());
+        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
+            f.dma().clear();
+        } else {
+            f.dma().unmap(address, size);
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), Error> {
+        let mut f = lock(&self.f);
+        log::info!("{}: device reset requested by the client", f.name());
+        f.reset();
+        Ok(())
+    }
+
+    fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), Error> {
+        let mut f = lock(&self.f);
+        let name = f.name().to_string();
+        match index {
+            VFIO_PCI_MSIX_IRQ_INDEX => {
+                log::debug!("{name}: SET_IRQS MSI-X flags {flags:#x} start {start} count {count} fds {}", fds.len());
+                f.interrupts().set(flags, start, count, fds).map_err(|e| invalid(format!("{name}: {e}")))
+            }
+            VFIO_PCI_ERR_IRQ_INDEX | VFIO_PCI_REQ_IRQ_INDEX if count == 0 => Ok(()),
+            _ => Err(invalid(format!("{name}: SET_IRQS on unsupported index {index}"))),
+        }
+    }
+}
