@@ -4,6 +4,9 @@
 //! gives the server one eventfd per enabled vector (VFIO_IRQ_SET_DATA_EVENTFD |
 //! VFIO_IRQ_SET_ACTION_TRIGGER on VFIO_PCI_MSIX_IRQ_INDEX). Raising a vector is writing 1
 //! to its eventfd. Mask/unmask requests are accepted and need no action here.
+//! A DATA_EVENTFD request that carries no fds de-assigns its vectors: QEMU cannot pass the
+//! fd -1 it uses for "no eventfd" over the socket, so it sends such runs without fds
+//! (it does this on MSI-X enable, for vector 0, before the guest requests any vector).
 
 use std::fs::File;
 use std::io::Write;
@@ -75,10 +78,15 @@ impl Interrupts {
             }
             VFIO_IRQ_SET_DATA_EVENTFD => {
                 (end <= self.vectors.len()).then_some(()).ok_or(range_err)?;
-                if fds.len() != count as usize {
+                let slots = &mut self.vectors[start as usize..end];
+                if fds.is_empty() {
+                    slots.iter_mut().for_each(|v| *v = None);
+                    return Ok(());
+                }
+                if fds.len() != slots.len() {
                     return Err(IrqError::FdCount { fds: fds.len(), count });
                 }
-                for (slot, fd) in self.vectors[start as usize..end].iter_mut().zip(fds) {
+                for (slot, fd) in slots.iter_mut().zip(fds) {
                     *slot = Some(fd);
                 }
                 Ok(())
@@ -143,6 +151,9 @@ mod tests {
         assert!(matches!(irqs.set(TRIGGER_FD, 3, 2, vec![eventfd(), eventfd()]), Err(IrqError::Range { .. })));
         assert!(matches!(irqs.set(TRIGGER_FD, u32::MAX, 2, vec![]), Err(IrqError::Range { .. })));
         assert!(matches!(irqs.set(TRIGGER_FD, 0, 2, vec![eventfd()]), Err(IrqError::FdCount { .. })));
+        irqs.set(TRIGGER_FD, 1, 1, vec![eventfd()]).unwrap();
+        irqs.set(TRIGGER_FD, 1, 1, vec![]).unwrap();
+        assert!(!irqs.trigger(1), "a fd-less DATA_EVENTFD request de-assigns the vector");
         assert!(matches!(irqs.set(0x7f, 0, 1, vec![]), Err(IrqError::Flags(_))));
         assert!(!irqs.trigger(usize::MAX));
     }

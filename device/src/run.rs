@@ -102,7 +102,10 @@ fn wait_until(deadline: Instant, mut cond: impl FnMut() -> bool) -> bool {
 /// Builds the guest's initrd: our initramfs plus an archive with the command.
 fn write_initrd(img: &Image, dest: &Path, command: &str, load_driver: bool) -> anyhow::Result<()> {
     let mut out = std::fs::File::create(dest)?;
-    std::io::copy(&mut std::fs::File::open(&img.initramfs)?, &mut out)?;
+    let len = std::io::copy(&mut std::fs::File::open(&img.initramfs)?, &mut out)?;
+    // The kernel only looks for a further archive at a 4-byte aligned offset; it skips
+    // zero padding between archives.
+    out.write_all(&[0u8; 4][..((4 - len % 4) % 4) as usize])?;
     let env = format!("RNIC_EMU_LOAD_DRIVER={}\n", u8::from(load_driver));
     let script = format!("{command}\n");
     let entries = vec![
