@@ -1,0 +1,120 @@
+//! Helpers shared by the integration tests: the binary under test, guest runs through
+//! `rnic-emu run`, parsing of guest output, the rnic-bar test pattern, child processes
+//! that are ended by pid.
+#![allow(dead_code)]
+
+pub mod raw;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rnic-emu")
+}
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn topology(name: &str) -> PathBuf {
+    repo().join("qemu-configs").join(format!("{name}.toml"))
+}
+
+/// Builds the guest image once per test binary (cached by images/build.sh).
+pub fn ensure_image() {
+    static IMAGE: Once = Once::new();
+    IMAGE.call_once(|| {
+        let status = Command::new(bin()).arg("image").status().expect("running rnic-emu image");
+        assert!(status.success(), "building the guest image failed");
+    });
+}
+
+pub struct GuestRun {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Boots `topology` with `rnic-emu run` and runs `script` in the guest.
+pub fn run_guest(topology: &Path, extra: &[&str], script: &str) -> GuestRun {
+    ensure_image();
+    let out: Output = Command::new(bin())
+        .arg("run")
+        .arg("--no-build")
+        .arg("--timeout")
+        .arg("600")
+        .arg("--topology")
+        .arg(topology)
+        .args(extra)
+        .arg("--")
+        .arg(script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running rnic-emu run");
+    let run = GuestRun {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    eprintln!("--- guest stdout ---\n{}\n--- rnic-emu stderr ---\n{}", run.stdout, run.stderr);
+    run
+}
+
+/// The values of "key: value" lines, in order.
+pub fn values<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+    let prefix = format!("{key}: ");
+    text.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(str::trim).collect()
+}
+
+/// The single value of a "key: value" line; panics when it is missing or repeated.
+pub fn value<'a>(text: &'a str, key: &str) -> &'a str {
+    let v = values(text, key);
+    assert_eq!(v.len(), 1, "expected one '{key}:' line, got {v:?}");
+    v[0]
+}
+
+/// The sections `rnic-status` prints: ("rnic"|"gpu", bdf, body).
+pub fn status_sections(text: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for chunk in text.split("== ").skip(1) {
+        let (head, body) = chunk.split_once('\n').unwrap_or((chunk, ""));
+        let mut words = head.split_whitespace();
+        if let (Some(kind @ ("rnic" | "gpu")), Some(bdf)) = (words.next(), words.next()) {
+            out.push((kind.to_string(), bdf.to_string(), body.to_string()));
+        }
+    }
+    out
+}
+
+/// The byte `rnic-bar pattern-write` puts at BAR offset `i` (guest-driver/tools/rnic-bar.c).
+pub fn pattern_byte(seed: u32, i: u64) -> u8 {
+    let x = (i as u32).wrapping_mul(0x9E37_79B1).wrapping_add(seed.wrapping_mul(0x85EB_CA77));
+    (x >> 24) as u8
+}
+
+pub fn pattern(seed: u32, offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| pattern_byte(seed, offset + i)).collect()
+}
+
+/// A child process ended by its pid when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
