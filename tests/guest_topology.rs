@@ -25,7 +25,7 @@ fn check_functions(stdout: &str, bar1_size: u64) -> ((String, String), (String, 
     assert_eq!(value(gpu, "driver"), "rnic_emu_gpu");
     assert_eq!(value(rnic, "hw_id"), "0x524e4943", "RNIC_REG_ID as the driver read it");
     assert_eq!(value(gpu, "hw_id"), "0x52475055");
-    assert_eq!(value(rnic, "hw_version"), "1.0");
+    assert_eq!(value(rnic, "hw_version"), "1.1");
     assert_eq!(value(gpu, "mem_size"), bar1_size.to_string());
     assert_eq!(value(rnic, "irq_counts_after_self_test"), "1 1 1 1 1 1 1 1", "every MSI-X vector fired once");
     assert_eq!(value(gpu, "irq_counts_after_self_test"), "1 1");
@@ -61,8 +61,8 @@ fn single_switch_topology_driver_bar1_and_reloads() {
 
     let script = format!(
         "rnic-status; echo status_rc: $?
-         echo dmesg_rnic_id_logged: $(dmesg | grep -c 'rnic-emu RNIC: id 0x524e4943 version 1.0, 8 MSI-X vectors')
-         echo dmesg_gpu_id_logged: $(dmesg | grep -c 'rnic-emu GPU: id 0x52475055 version 1.0, 2 MSI-X vectors')
+         echo dmesg_rnic_id_logged: $(dmesg | grep -c 'rnic-emu RNIC: id 0x524e4943 version 1.1, 8 MSI-X vectors')
+         echo dmesg_gpu_id_logged: $(dmesg | grep -c 'rnic-emu GPU: id 0x52475055 version 1.1, 2 MSI-X vectors')
          gpu=$(rnic-bar find gpu)
          set -- $(sed -n 2p /sys/bus/pci/devices/$gpu/resource)
          echo bar1_resource_size: $(( $2 - $1 + 1 ))

@@ -23,4 +23,5 @@ pub mod run;
 pub mod serve;
 pub mod shm;
 pub mod topology;
+pub mod verbs;
 pub mod vfio;

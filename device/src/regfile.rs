@@ -124,8 +124,8 @@ mod tests {
     #[test]
     fn writable_mask_applies() {
         let mut rf = RegisterFile::new(REGS);
-        rf.write(WQE_DB_IDX, &0xdead_beefu32.to_le_bytes()).unwrap();
-        assert_eq!(rd(&rf, WQE_DB_IDX, 4), Ok(0xbeef));
+        rf.write(DMA_CTRL, &0xdead_beefu32.to_le_bytes()).unwrap();
+        assert_eq!(rd(&rf, DMA_CTRL, 4), Ok(0xef));
         rf.write(DMA_CTRL, &0xffff_ff00u32.to_le_bytes()).unwrap();
         assert_eq!(rd(&rf, DMA_CTRL, 4), Ok(0));
     }

@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0000;
+pub const CONTRACT_VERSION: u32 = 0x0001_0001;
 
 /// PCI identity and BAR layout shared with the guest driver.
 pub mod pci_ids {
@@ -114,16 +114,38 @@ pub mod rnic {
     pub const STATUS_DMA_ENABLED: u64 = 1 << 1;
     /// `RNIC_REG_RESET` value that resets the device.
     pub const RESET_MAGIC: u64 = 0x1;
-    /// `DMA_CTRL` bit 0: DMA engine enable.
+    /// `RNIC_REG_CAPS` bit: the verbs engine (QPs, CQs, MRs; WRITE/READ/SEND/RECV).
+    pub const CAP_VERBS: u64 = 1 << 2;
+    /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
+    pub const STATUS_ERROR: u64 = 1 << 2;
+    /// `DMA_CTRL` bit 0: DMA engine enable (work requests wait while it is clear).
     pub const DMA_CTRL_ENABLE: u64 = 1 << 0;
+    /// `DMA_CTRL` bit 1: completion interrupts enable (armed CQs raise their MSI-X vector).
+    pub const DMA_CTRL_INT_ENABLE: u64 = 1 << 1;
+    /// Shift of the object number in the doorbell and command registers ([31:16]).
+    pub const DB_OBJECT_SHIFT: u32 = 16;
+    /// Mask of the ring index in doorbell registers ([15:0]).
+    pub const DB_INDEX_MASK: u64 = 0xffff;
+    /// Shift of the command opcode in `RNIC_REG_CMD` ([31:24]); the object index is [23:0].
+    pub const CMD_OP_SHIFT: u32 = 24;
+    /// Mask of the object index in `RNIC_REG_CMD`.
+    pub const CMD_INDEX_MASK: u64 = 0x00ff_ffff;
+    /// Limits of this device (also readable from the MAX_* registers).
+    pub const MAX_QP: u64 = 256;
+    pub const MAX_CQ: u64 = 256;
+    pub const MAX_MR: u64 = 4096;
+    /// Largest ring (SQ, RQ, CQ) in entries: indices are 16-bit.
+    pub const MAX_RING_LOG2: u64 = 15;
+    /// Statistics counters: 64-bit, read-only, from `STATS_BASE`, indexed by `stats::Counter`.
+    pub const STATS_BASE: u64 = 0x4000;
 
     register_map!(REGS {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010000, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010001, writable 0x0;
         /// Capability bits (CAP_*).
-        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x3, writable 0x0;
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7, writable 0x0;
         /// Device status (STATUS_*).
         RNIC_REG_STATUS = 0x000c, 4, Ro, reset 0x3, writable 0x0;
         /// Write RESET_MAGIC to return every register to its reset value.
@@ -136,18 +158,42 @@ pub mod rnic {
         RNIC_REG_INT_TRIGGER = 0x0020, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Count of interrupts the device has raised since reset.
         RNIC_REG_INT_COUNT = 0x0024, 4, Ro, reset 0x0, writable 0x0;
-        /// Seed §3.1: base address of the QP context table in host memory.
+        /// Number of QP contexts (QPNs 0..MAX_QP-1).
+        RNIC_REG_MAX_QP = 0x0028, 4, Ro, reset 0x100, writable 0x0;
+        /// Number of CQ contexts.
+        RNIC_REG_MAX_CQ = 0x002c, 4, Ro, reset 0x100, writable 0x0;
+        /// Number of MR contexts (key index range).
+        RNIC_REG_MAX_MR = 0x0030, 4, Ro, reset 0x1000, writable 0x0;
+        /// log2 of the largest SQ/RQ/CQ ring in entries.
+        RNIC_REG_MAX_RING_LOG2 = 0x0034, 4, Ro, reset 0xf, writable 0x0;
+        /// Command: write op << 24 | object index; executes before the next register access.
+        RNIC_REG_CMD = 0x0040, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Result of the last command: 0 or an error code (CMD_ERR_*).
+        RNIC_REG_CMD_STATUS = 0x0044, 4, Ro, reset 0x0, writable 0x0;
+        /// Last asynchronous error: code << 24 | object index (0: none); cleared by reading.
+        RNIC_REG_LAST_ERROR = 0x0048, 4, Ro, reset 0x0, writable 0x0;
+        /// Seed §3.1: base address of the QP context table (MAX_QP x 64-byte rnic_qp_ctx).
         QP_CTX_BASE = 0x1000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
-        /// Seed §3.1: WQE doorbell index [15:0]; writing it starts transmission.
-        WQE_DB_IDX = 0x1008, 4, Rw, reset 0x0, writable 0xffff;
-        /// Seed §3.1: CQE consumer index [15:0]; software frees CQ entries.
-        CQE_CONS_IDX = 0x100c, 4, Rw, reset 0x0, writable 0xffff;
+        /// Seed §3.1: send-queue doorbell: QPN [31:16], new SQ producer index [15:0].
+        WQE_DB_IDX = 0x1008, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Seed §3.1: CQ consumer index: CQN [31:16], new consumer index [15:0].
+        CQE_CONS_IDX = 0x100c, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Receive-queue doorbell: QPN [31:16], new RQ producer index [15:0].
+        RQ_DB_IDX = 0x1010, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Arm a CQ: CQN [31:16]; its next completion raises the CQ's MSI-X vector once.
+        CQ_ARM = 0x1014, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Base address of the CQ context table (MAX_CQ x 32-byte rnic_cq_ctx).
+        CQ_CTX_BASE = 0x1018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Seed §3.1: bus address of the local GPU's BAR1, used for peer-to-peer DMA.
         BAR1_APERTURE = 0x2000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine.
         DMA_CTRL = 0x3000, 4, Rw, reset 0x1, writable 0xff;
-        /// Seed §3.1: base address of the memory translation table in host memory.
+        /// Seed §3.1: base address of the memory translation table (64-bit page addresses).
         MTT_BASE = 0x3010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx).
+        MR_CTX_BASE = 0x3018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Number of 8-byte entries at MTT_BASE.
+        MTT_ENTRIES = 0x3020, 4, Rw, reset 0x0, writable 0xffffffff;
     });
 }
 
@@ -160,7 +206,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010000, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010001, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.
@@ -212,7 +258,12 @@ mod tests {
         let nv = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_NUM_VECTORS).unwrap();
         assert_eq!(nv.reset, u64::from(pci_ids::RNIC_MSIX_VECTORS));
         let caps = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_CAPS).unwrap();
-        assert_eq!(caps.reset, rnic::CAP_MSIX | rnic::CAP_INT_TEST);
+        assert_eq!(caps.reset, rnic::CAP_MSIX | rnic::CAP_INT_TEST | rnic::CAP_VERBS);
+        let limits = [(rnic::RNIC_REG_MAX_QP, rnic::MAX_QP), (rnic::RNIC_REG_MAX_CQ, rnic::MAX_CQ),
+            (rnic::RNIC_REG_MAX_MR, rnic::MAX_MR), (rnic::RNIC_REG_MAX_RING_LOG2, rnic::MAX_RING_LOG2)];
+        for (reg, v) in limits {
+            assert_eq!(rnic::REGS.iter().find(|r| r.offset == reg).unwrap().reset, v);
+        }
         let gid = gpu::REGS.iter().find(|r| r.offset == gpu::GPU_REG_ID).unwrap();
         assert_eq!(gid.reset, u64::from(gpu::ID_MAGIC));
     }

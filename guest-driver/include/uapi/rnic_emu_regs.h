@@ -6,7 +6,16 @@
 #ifndef _UAPI_RNIC_EMU_REGS_H
 #define _UAPI_RNIC_EMU_REGS_H
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010000   /* major << 16 | minor */
+#include <linux/types.h>
+#ifdef __KERNEL__
+#include <linux/stddef.h>
+#else
+#include <stddef.h>
+#endif
+
+/* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
+
+#define RNIC_EMU_CONTRACT_VERSION    0x00010001   /* major << 16 | minor */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
 #define RNIC_EMU_GPU_DEVICE_ID       0x52e2       /* default GPU device ID */
@@ -26,27 +35,271 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10000: Register-contract version, major << 16 | minor. */
-#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x3: Capability bits (CAP_*). */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10001: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*). */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
 #define RNIC_REG_NUM_VECTORS         0x0014       /* RO 32-bit, reset 0x8: Number of MSI-X vectors the function offers. */
 #define RNIC_REG_SCRATCH             0x0018       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define RNIC_REG_INT_TRIGGER         0x0020       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
 #define RNIC_REG_INT_COUNT           0x0024       /* RO 32-bit, reset 0x0: Count of interrupts the device has raised since reset. */
-#define QP_CTX_BASE                  0x1000       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the QP context table in host memory. */
-#define WQE_DB_IDX                   0x1008       /* RW 32-bit, reset 0x0: Seed §3.1: WQE doorbell index [15:0]; writing it starts transmission. */
-#define CQE_CONS_IDX                 0x100c       /* RW 32-bit, reset 0x0: Seed §3.1: CQE consumer index [15:0]; software frees CQ entries. */
+#define RNIC_REG_MAX_QP              0x0028       /* RO 32-bit, reset 0x100: Number of QP contexts (QPNs 0..MAX_QP-1). */
+#define RNIC_REG_MAX_CQ              0x002c       /* RO 32-bit, reset 0x100: Number of CQ contexts. */
+#define RNIC_REG_MAX_MR              0x0030       /* RO 32-bit, reset 0x1000: Number of MR contexts (key index range). */
+#define RNIC_REG_MAX_RING_LOG2       0x0034       /* RO 32-bit, reset 0xf: log2 of the largest SQ/RQ/CQ ring in entries. */
+#define RNIC_REG_CMD                 0x0040       /* WO 32-bit, reset 0x0: Command: write op << 24 | object index; executes before the next register access. */
+#define RNIC_REG_CMD_STATUS          0x0044       /* RO 32-bit, reset 0x0: Result of the last command: 0 or an error code (CMD_ERR_*). */
+#define RNIC_REG_LAST_ERROR          0x0048       /* RO 32-bit, reset 0x0: Last asynchronous error: code << 24 | object index (0: none); cleared by reading. */
+#define QP_CTX_BASE                  0x1000       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the QP context table (MAX_QP x 64-byte rnic_qp_ctx). */
+#define WQE_DB_IDX                   0x1008       /* RW 32-bit, reset 0x0: Seed §3.1: send-queue doorbell: QPN [31:16], new SQ producer index [15:0]. */
+#define CQE_CONS_IDX                 0x100c       /* RW 32-bit, reset 0x0: Seed §3.1: CQ consumer index: CQN [31:16], new consumer index [15:0]. */
+#define RQ_DB_IDX                    0x1010       /* RW 32-bit, reset 0x0: Receive-queue doorbell: QPN [31:16], new RQ producer index [15:0]. */
+#define CQ_ARM                       0x1014       /* WO 32-bit, reset 0x0: Arm a CQ: CQN [31:16]; its next completion raises the CQ's MSI-X vector once. */
+#define CQ_CTX_BASE                  0x1018       /* RW 64-bit, reset 0x0: Base address of the CQ context table (MAX_CQ x 32-byte rnic_cq_ctx). */
 #define BAR1_APERTURE                0x2000       /* RW 64-bit, reset 0x0: Seed §3.1: bus address of the local GPU's BAR1, used for peer-to-peer DMA. */
 #define DMA_CTRL                     0x3000       /* RW 32-bit, reset 0x1: Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine. */
-#define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the memory translation table in host memory. */
+#define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the memory translation table (64-bit page addresses). */
+#define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
+#define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10000: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10001: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
 #define GPU_REG_INT_COUNT            0x0018       /* RO 32-bit, reset 0x0: Count of interrupts the device has raised since reset. */
+#define RNIC_DMA_CTRL_INT_ENABLE     0x2          /* DMA_CTRL bit */
+#define RNIC_CAP_VERBS               0x4          /* RNIC_REG_CAPS bit */
+#define RNIC_STATUS_ERROR            0x4          /* RNIC_REG_STATUS bit */
+#define RNIC_DB_OBJECT_SHIFT         16           /* doorbells/CQ_ARM: object [31:16] */
+#define RNIC_CMD_OP_SHIFT            24           /* RNIC_REG_CMD: op [31:24], index [23:0] */
+#define RNIC_STATS_BASE              0x4000       /* 64-bit RO counters */
+
+/* Statistics counters: offset STATS_BASE + 8 * index */
+#define RNIC_STAT_SEND_WQES          0            /* send-queue WQEs executed (any outcome) */
+#define RNIC_STAT_RECV_WQES          1            /* receive WQEs consumed by incoming SEND/WRITE_IMM */
+#define RNIC_STAT_CQES               2            /* CQEs written */
+#define RNIC_STAT_ERROR_CQES         3            /* CQEs written with a status other than success (flushes included) */
+#define RNIC_STAT_BYTES_WRITTEN      4            /* payload bytes of RDMA WRITE / WRITE_IMM placed at the responder */
+#define RNIC_STAT_BYTES_READ         5            /* payload bytes of RDMA READ returned to the requester */
+#define RNIC_STAT_BYTES_SENT         6            /* payload bytes of SEND / SEND_IMM placed at the responder */
+#define RNIC_STAT_DOORBELLS          7            /* SQ and RQ doorbell writes */
+#define RNIC_STAT_INTERRUPTS         8            /* completion interrupts raised */
+#define RNIC_STAT_RNR_RETRIES        9            /* receiver-not-ready retries */
+#define RNIC_STAT_COMMANDS           10           /* commands executed through RNIC_REG_CMD */
+#define RNIC_STAT_COMMAND_ERRORS     11           /* commands that failed */
+#define RNIC_STAT_DMA_ERRORS         12           /* DMA accesses refused (address not in mapped guest memory) */
+#define RNIC_STAT_QP_ERRORS          13           /* QPs that entered ERROR */
+#define RNIC_STAT_COUNT              14           /* number of counters */
+
+/* Descriptor constants */
+#define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */
+#define RNIC_WQE_OP_RDMA_WRITE_IMM   0x1          /* SQ: RDMA WRITE with immediate (consumes a RECV) */
+#define RNIC_WQE_OP_RDMA_READ        0x2          /* SQ: RDMA READ */
+#define RNIC_WQE_OP_SEND             0x3          /* SQ: SEND */
+#define RNIC_WQE_OP_SEND_IMM         0x4          /* SQ: SEND with immediate */
+#define RNIC_WQE_OP_RECV             0x10         /* RQ: receive buffer */
+#define RNIC_WQE_FLAG_SIGNALED       0x1          /* generate a CQE on success */
+#define RNIC_WQE_FLAG_INLINE         0x2          /* payload is inline after the header (WRITE/SEND) */
+#define RNIC_WQE_FLAG_SOLICITED      0x4          /* solicited event (SEND/WRITE_IMM) */
+#define RNIC_CQE_OP_RDMA_WRITE       0x0          /* send side: WRITE or WRITE_IMM done */
+#define RNIC_CQE_OP_RDMA_READ        0x2          /* send side: READ done */
+#define RNIC_CQE_OP_SEND             0x3          /* send side: SEND or SEND_IMM done */
+#define RNIC_CQE_OP_RECV             0x10         /* receive side: SEND received */
+#define RNIC_CQE_OP_RECV_RDMA_IMM    0x11         /* receive side: WRITE_IMM received */
+#define RNIC_CQE_FLAG_IMM            0x1          /* imm_data is valid */
+#define RNIC_WC_SUCCESS              0x0          /* ibv_wc_status numbering */
+#define RNIC_WC_LOC_LEN_ERR          0x1          /* local length error */
+#define RNIC_WC_LOC_QP_OP_ERR        0x2          /* local QP operation error (bad WQE) */
+#define RNIC_WC_LOC_PROT_ERR         0x4          /* local protection error (lkey, range, PD, access) */
+#define RNIC_WC_WR_FLUSH_ERR         0x5          /* flushed: the QP is in ERROR */
+#define RNIC_WC_REM_INV_REQ_ERR      0x9          /* remote invalid request (e.g. message too long for the RECV) */
+#define RNIC_WC_REM_ACCESS_ERR       0xa          /* remote access error (rkey, range, PD, access) */
+#define RNIC_WC_REM_OP_ERR           0xb          /* remote operation error */
+#define RNIC_WC_RNR_RETRY_EXC_ERR    0xd          /* receiver not ready: retries exhausted */
+#define RNIC_WC_FATAL_ERR            0x13         /* fatal error (DMA to an unmapped address) */
+#define RNIC_ACCESS_LOCAL_WRITE      0x1          /* MR: the device may write it for local operations */
+#define RNIC_ACCESS_REMOTE_WRITE     0x2          /* MR/QP: remote RDMA WRITE allowed */
+#define RNIC_ACCESS_REMOTE_READ      0x4          /* MR/QP: remote RDMA READ allowed */
+#define RNIC_QPS_RESET               0x0          /* QP state */
+#define RNIC_QPS_INIT                0x1          /* QP state */
+#define RNIC_QPS_RTR                 0x2          /* QP state */
+#define RNIC_QPS_RTS                 0x3          /* QP state */
+#define RNIC_QPS_ERR                 0x6          /* QP state */
+#define RNIC_CMD_CREATE_CQ           0x1          /* read CQ context [index], create the CQ */
+#define RNIC_CMD_DESTROY_CQ          0x2          /* destroy CQ [index] */
+#define RNIC_CMD_MODIFY_QP           0x3          /* read QP context [index], move to its state field */
+#define RNIC_CMD_QUERY_QP            0x4          /* write back QP [index] state, err_reason, indices */
+#define RNIC_CMD_DESTROY_QP          0x5          /* destroy QP [index] (to RESET, nothing flushed) */
+#define RNIC_CMD_REG_MR              0x6          /* read MR context [index] and its MTT entries, register it */
+#define RNIC_CMD_DEREG_MR            0x7          /* deregister MR [index] */
+#define RNIC_CMD_OK                  0x0          /* command status */
+#define RNIC_CMD_ERR_BAD_OP          0x1          /* unknown command */
+#define RNIC_CMD_ERR_BAD_INDEX       0x2          /* object index out of range */
+#define RNIC_CMD_ERR_DMA             0x3          /* context or MTT not readable (unmapped address, table unset) */
+#define RNIC_CMD_ERR_INVALID         0x4          /* a context field is invalid */
+#define RNIC_CMD_ERR_BUSY            0x5          /* object in use (CQ referenced by a QP, object exists) */
+#define RNIC_CMD_ERR_STATE           0x6          /* illegal QP state transition */
+#define RNIC_CMD_ERR_NOT_FOUND       0x7          /* object does not exist */
+#define RNIC_CMD_ERR_DISABLED        0x8          /* the engine is not running */
+#define RNIC_QP_ERR_NONE             0x0          /* QP error reason */
+#define RNIC_QP_ERR_MODIFY           0x1          /* moved to ERROR by the driver */
+#define RNIC_QP_ERR_BAD_WQE          0x2          /* malformed WQE (opcode, SGE count, inline length) */
+#define RNIC_QP_ERR_LOCAL_ACCESS     0x3          /* lkey/range/PD/access check failed */
+#define RNIC_QP_ERR_REMOTE_ACCESS    0x4          /* rkey/range/PD/access check failed at the responder */
+#define RNIC_QP_ERR_RNR              0x5          /* receiver not ready, retries exhausted */
+#define RNIC_QP_ERR_REMOTE_INVALID   0x6          /* responder rejected the request (length, state) */
+#define RNIC_QP_ERR_DMA              0x7          /* a ring or buffer address is not mapped guest memory */
+#define RNIC_QP_ERR_CQ               0x8          /* the completion queue overflowed or is gone */
+#define RNIC_QP_ERR_LENGTH           0x9          /* local length error */
+#define RNIC_ASYNC_ERR_CQ_OVERFLOW   0x1          /* RNIC_REG_LAST_ERROR code: CQ overflow */
+#define RNIC_ASYNC_ERR_QP            0x2          /* RNIC_REG_LAST_ERROR code: a QP entered ERROR */
+
+/* Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the queue's stride (64, 128 or 256 bytes). */
+struct rnic_wqe {
+	__u8 opcode; /* 0x00: WQE_OP_*. */
+	__u8 flags; /* 0x01: WQE_FLAG_*. */
+	__u8 num_sge; /* 0x02: Scatter/gather entries that follow (0..=(stride-32)/16). */
+	__u8 rsvd0; /* 0x03: Reserved, 0. */
+	__u32 imm_data; /* 0x04: Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is. */
+	__u64 wr_id; /* 0x08: Caller's cookie, returned in the CQE. */
+	__u64 remote_addr; /* 0x10: Remote virtual address (WRITE, WRITE_IMM, READ). */
+	__u32 rkey; /* 0x18: Remote key (WRITE, WRITE_IMM, READ). */
+	__u32 inline_len; /* 0x1c: Inline payload length in bytes (with WQE_FLAG_INLINE; data follows the header). */
+};
+_Static_assert(sizeof(struct rnic_wqe) == 32, "rnic_wqe size");
+_Static_assert(offsetof(struct rnic_wqe, opcode) == 0, "rnic_wqe.opcode");
+_Static_assert(offsetof(struct rnic_wqe, flags) == 1, "rnic_wqe.flags");
+_Static_assert(offsetof(struct rnic_wqe, num_sge) == 2, "rnic_wqe.num_sge");
+_Static_assert(offsetof(struct rnic_wqe, rsvd0) == 3, "rnic_wqe.rsvd0");
+_Static_assert(offsetof(struct rnic_wqe, imm_data) == 4, "rnic_wqe.imm_data");
+_Static_assert(offsetof(struct rnic_wqe, wr_id) == 8, "rnic_wqe.wr_id");
+_Static_assert(offsetof(struct rnic_wqe, remote_addr) == 16, "rnic_wqe.remote_addr");
+_Static_assert(offsetof(struct rnic_wqe, rkey) == 24, "rnic_wqe.rkey");
+_Static_assert(offsetof(struct rnic_wqe, inline_len) == 28, "rnic_wqe.inline_len");
+
+/* A scatter/gather entry: a local buffer described by its virtual address and lkey. */
+struct rnic_sge {
+	__u64 addr; /* 0x00: Virtual address inside the MR named by lkey. */
+	__u32 length; /* 0x08: Bytes. */
+	__u32 lkey; /* 0x0c: Local key of the MR. */
+};
+_Static_assert(sizeof(struct rnic_sge) == 16, "rnic_sge size");
+_Static_assert(offsetof(struct rnic_sge, addr) == 0, "rnic_sge.addr");
+_Static_assert(offsetof(struct rnic_sge, length) == 8, "rnic_sge.length");
+_Static_assert(offsetof(struct rnic_sge, lkey) == 12, "rnic_sge.lkey");
+
+/* Completion-queue entry. Valid when `owner` equals the pass bit the consumer expects: 1 on the first pass over the ring, 0 on the second, and so on. */
+struct rnic_cqe {
+	__u64 wr_id; /* 0x00: The completed work request's wr_id. */
+	__u32 byte_len; /* 0x08: Bytes transferred (receives: bytes placed; READ: bytes read). */
+	__u32 imm_data; /* 0x0c: Immediate data (with CQE_FLAG_IMM). */
+	__u32 qpn; /* 0x10: The local QP. */
+	__u32 src_qp; /* 0x14: The sending QP (receive completions). */
+	__u8 opcode; /* 0x18: CQE_OP_*. */
+	__u8 status; /* 0x19: WC_* completion status (InfiniBand ibv_wc_status numbering). */
+	__u8 flags; /* 0x1a: CQE_FLAG_*. */
+	__u8 owner; /* 0x1b: Ownership/pass bit, written last. */
+	__u32 syndrome; /* 0x1c: Vendor syndrome: QP_ERR_* reason for error completions. */
+};
+_Static_assert(sizeof(struct rnic_cqe) == 32, "rnic_cqe size");
+_Static_assert(offsetof(struct rnic_cqe, wr_id) == 0, "rnic_cqe.wr_id");
+_Static_assert(offsetof(struct rnic_cqe, byte_len) == 8, "rnic_cqe.byte_len");
+_Static_assert(offsetof(struct rnic_cqe, imm_data) == 12, "rnic_cqe.imm_data");
+_Static_assert(offsetof(struct rnic_cqe, qpn) == 16, "rnic_cqe.qpn");
+_Static_assert(offsetof(struct rnic_cqe, src_qp) == 20, "rnic_cqe.src_qp");
+_Static_assert(offsetof(struct rnic_cqe, opcode) == 24, "rnic_cqe.opcode");
+_Static_assert(offsetof(struct rnic_cqe, status) == 25, "rnic_cqe.status");
+_Static_assert(offsetof(struct rnic_cqe, flags) == 26, "rnic_cqe.flags");
+_Static_assert(offsetof(struct rnic_cqe, owner) == 27, "rnic_cqe.owner");
+_Static_assert(offsetof(struct rnic_cqe, syndrome) == 28, "rnic_cqe.syndrome");
+
+/* QP context at QP_CTX_BASE + qpn * 64. The driver fills it and issues CMD_MODIFY_QP; the device copies it once, validates, and writes back `state`, `err_reason`, `sq_ci` and `rq_ci` (also on CMD_QUERY_QP). */
+struct rnic_qp_ctx {
+	__u8 state; /* 0x00: Requested state for CMD_MODIFY_QP; current state after any command (QPS_*). */
+	__u8 err_reason; /* 0x01: Why the QP entered ERROR (QP_ERR_*), written by the device. */
+	__u8 sq_log_size; /* 0x02: log2 of SQ entries (0..=15). */
+	__u8 rq_log_size; /* 0x03: log2 of RQ entries (0..=15). */
+	__u8 sq_log_stride; /* 0x04: log2 of the SQ WQE stride: 6, 7 or 8 (64, 128, 256 bytes). */
+	__u8 rq_log_stride; /* 0x05: log2 of the RQ WQE stride: 6, 7 or 8. */
+	__u8 access; /* 0x06: ACCESS_REMOTE_* operations remote peers may perform on this QP. */
+	__u8 rnr_retry; /* 0x07: RNR retries (0..=7; 7 = retry forever). */
+	__u32 pd; /* 0x08: Protection domain. */
+	__u32 send_cqn; /* 0x0c: CQ for send completions. */
+	__u32 recv_cqn; /* 0x10: CQ for receive completions. */
+	__u32 dest_qpn; /* 0x14: Destination QP (set for RTR): on one node, another QP of this RNIC. */
+	__u32 rnr_timer_us; /* 0x18: Minimum RNR delay in microseconds before a retry. */
+	__u32 rsvd0; /* 0x1c: Reserved, 0. */
+	__u64 sq_addr; /* 0x20: Bus address of the SQ ring. */
+	__u64 rq_addr; /* 0x28: Bus address of the RQ ring. */
+	__u16 sq_ci; /* 0x30: SQ consumer index (device writeback). */
+	__u16 rq_ci; /* 0x32: RQ consumer index (device writeback). */
+	__u32 rsvd1; /* 0x34: Reserved, 0. */
+	__u64 rsvd2; /* 0x38: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_qp_ctx) == 64, "rnic_qp_ctx size");
+_Static_assert(offsetof(struct rnic_qp_ctx, state) == 0, "rnic_qp_ctx.state");
+_Static_assert(offsetof(struct rnic_qp_ctx, err_reason) == 1, "rnic_qp_ctx.err_reason");
+_Static_assert(offsetof(struct rnic_qp_ctx, sq_log_size) == 2, "rnic_qp_ctx.sq_log_size");
+_Static_assert(offsetof(struct rnic_qp_ctx, rq_log_size) == 3, "rnic_qp_ctx.rq_log_size");
+_Static_assert(offsetof(struct rnic_qp_ctx, sq_log_stride) == 4, "rnic_qp_ctx.sq_log_stride");
+_Static_assert(offsetof(struct rnic_qp_ctx, rq_log_stride) == 5, "rnic_qp_ctx.rq_log_stride");
+_Static_assert(offsetof(struct rnic_qp_ctx, access) == 6, "rnic_qp_ctx.access");
+_Static_assert(offsetof(struct rnic_qp_ctx, rnr_retry) == 7, "rnic_qp_ctx.rnr_retry");
+_Static_assert(offsetof(struct rnic_qp_ctx, pd) == 8, "rnic_qp_ctx.pd");
+_Static_assert(offsetof(struct rnic_qp_ctx, send_cqn) == 12, "rnic_qp_ctx.send_cqn");
+_Static_assert(offsetof(struct rnic_qp_ctx, recv_cqn) == 16, "rnic_qp_ctx.recv_cqn");
+_Static_assert(offsetof(struct rnic_qp_ctx, dest_qpn) == 20, "rnic_qp_ctx.dest_qpn");
+_Static_assert(offsetof(struct rnic_qp_ctx, rnr_timer_us) == 24, "rnic_qp_ctx.rnr_timer_us");
+_Static_assert(offsetof(struct rnic_qp_ctx, rsvd0) == 28, "rnic_qp_ctx.rsvd0");
+_Static_assert(offsetof(struct rnic_qp_ctx, sq_addr) == 32, "rnic_qp_ctx.sq_addr");
+_Static_assert(offsetof(struct rnic_qp_ctx, rq_addr) == 40, "rnic_qp_ctx.rq_addr");
+_Static_assert(offsetof(struct rnic_qp_ctx, sq_ci) == 48, "rnic_qp_ctx.sq_ci");
+_Static_assert(offsetof(struct rnic_qp_ctx, rq_ci) == 50, "rnic_qp_ctx.rq_ci");
+_Static_assert(offsetof(struct rnic_qp_ctx, rsvd1) == 52, "rnic_qp_ctx.rsvd1");
+_Static_assert(offsetof(struct rnic_qp_ctx, rsvd2) == 56, "rnic_qp_ctx.rsvd2");
+
+/* CQ context at CQ_CTX_BASE + cqn * 32, read by CMD_CREATE_CQ. */
+struct rnic_cq_ctx {
+	__u64 ring_addr; /* 0x00: Bus address of the CQE ring (32-byte entries), zeroed by the driver. */
+	__u8 log_size; /* 0x08: log2 of CQ entries (0..=15). */
+	__u8 rsvd0; /* 0x09: Reserved, 0. */
+	__u16 msix_vector; /* 0x0a: MSI-X vector raised when the armed CQ gets a completion. */
+	__u32 rsvd1; /* 0x0c: Reserved, 0. */
+	__u64 rsvd2; /* 0x10: Reserved, 0. */
+	__u64 rsvd3; /* 0x18: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_cq_ctx) == 32, "rnic_cq_ctx size");
+_Static_assert(offsetof(struct rnic_cq_ctx, ring_addr) == 0, "rnic_cq_ctx.ring_addr");
+_Static_assert(offsetof(struct rnic_cq_ctx, log_size) == 8, "rnic_cq_ctx.log_size");
+_Static_assert(offsetof(struct rnic_cq_ctx, rsvd0) == 9, "rnic_cq_ctx.rsvd0");
+_Static_assert(offsetof(struct rnic_cq_ctx, msix_vector) == 10, "rnic_cq_ctx.msix_vector");
+_Static_assert(offsetof(struct rnic_cq_ctx, rsvd1) == 12, "rnic_cq_ctx.rsvd1");
+_Static_assert(offsetof(struct rnic_cq_ctx, rsvd2) == 16, "rnic_cq_ctx.rsvd2");
+_Static_assert(offsetof(struct rnic_cq_ctx, rsvd3) == 24, "rnic_cq_ctx.rsvd3");
+
+/* MR context at MR_CTX_BASE + index * 32, read by CMD_REG_MR. The MR's pages are MTT entries [mtt_offset, mtt_offset + npages), each the bus address of one page. Keys: lkey = rkey = index << 8 | key. */
+struct rnic_mr_ctx {
+	__u64 iova; /* 0x00: Virtual start address. */
+	__u64 length; /* 0x08: Length in bytes. */
+	__u32 pd; /* 0x10: Protection domain. */
+	__u32 mtt_offset; /* 0x14: First MTT entry. */
+	__u32 npages; /* 0x18: Number of MTT entries (pages). */
+	__u8 access; /* 0x1c: ACCESS_* flags. */
+	__u8 key; /* 0x1d: Key byte (generation), the low 8 bits of lkey/rkey. */
+	__u8 page_shift; /* 0x1e: log2 of the page size (12..=30). */
+	__u8 rsvd0; /* 0x1f: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_mr_ctx) == 32, "rnic_mr_ctx size");
+_Static_assert(offsetof(struct rnic_mr_ctx, iova) == 0, "rnic_mr_ctx.iova");
+_Static_assert(offsetof(struct rnic_mr_ctx, length) == 8, "rnic_mr_ctx.length");
+_Static_assert(offsetof(struct rnic_mr_ctx, pd) == 16, "rnic_mr_ctx.pd");
+_Static_assert(offsetof(struct rnic_mr_ctx, mtt_offset) == 20, "rnic_mr_ctx.mtt_offset");
+_Static_assert(offsetof(struct rnic_mr_ctx, npages) == 24, "rnic_mr_ctx.npages");
+_Static_assert(offsetof(struct rnic_mr_ctx, access) == 28, "rnic_mr_ctx.access");
+_Static_assert(offsetof(struct rnic_mr_ctx, key) == 29, "rnic_mr_ctx.key");
+_Static_assert(offsetof(struct rnic_mr_ctx, page_shift) == 30, "rnic_mr_ctx.page_shift");
+_Static_assert(offsetof(struct rnic_mr_ctx, rsvd0) == 31, "rnic_mr_ctx.rsvd0");
 
 #endif /* _UAPI_RNIC_EMU_REGS_H */

@@ -1,0 +1,66 @@
+//! Device statistics: 64-bit counters the engine bumps and BAR0 exposes read-only at
+//! `STATS_BASE + 8 * index` (and the host reads through the server). Counters start at 0
+//! and are cleared by device reset.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $name:ident, $doc:literal; )*) => {
+        /// A statistics counter; its discriminant is its index at STATS_BASE.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Counter { $( #[doc = $doc] $name, )* }
+        /// (name, doc) of every counter, by index.
+        pub const COUNTERS: &[(&str, &str)] = &[ $( (stringify!($name), $doc) ),* ];
+    };
+}
+
+counters! {
+    SendWqes, "send-queue WQEs executed (any outcome)";
+    RecvWqes, "receive WQEs consumed by incoming SEND/WRITE_IMM";
+    Cqes, "CQEs written";
+    ErrorCqes, "CQEs written with a status other than success (flushes included)";
+    BytesWritten, "payload bytes of RDMA WRITE / WRITE_IMM placed at the responder";
+    BytesRead, "payload bytes of RDMA READ returned to the requester";
+    BytesSent, "payload bytes of SEND / SEND_IMM placed at the responder";
+    Doorbells, "SQ and RQ doorbell writes";
+    Interrupts, "completion interrupts raised";
+    RnrRetries, "receiver-not-ready retries";
+    Commands, "commands executed through RNIC_REG_CMD";
+    CommandErrors, "commands that failed";
+    DmaErrors, "DMA accesses refused (address not in mapped guest memory)";
+    QpErrors, "QPs that entered ERROR";
+}
+
+#[derive(Default)]
+pub struct Stats {
+    values: [AtomicU64; COUNTERS.len()],
+}
+
+impl Stats {
+    pub fn add(&self, c: Counter, n: u64) {
+        self.values[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn inc(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values[c as usize].load(Ordering::Relaxed)
+    }
+
+    /// The counter at `index` (BAR0 reads), if there is one.
+    pub fn by_index(&self, index: usize) -> Option<u64> {
+        self.values.get(index).map(|v| v.load(Ordering::Relaxed))
+    }
+
+    pub fn reset(&self) {
+        self.values.iter().for_each(|v| v.store(0, Ordering::Relaxed));
+    }
+
+    /// (name, value) pairs, for the host side.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        COUNTERS.iter().zip(&self.values).map(|((n, _), v)| (*n, v.load(Ordering::Relaxed))).collect()
+    }
+}
