@@ -148,6 +148,8 @@ static irqreturn_t rnic_irq_handler(int irq, void *data)
 	struct rnic_vec *vec = data;
 
 	atomic64_inc(&vec->count);
+	if (vec->rd->vec_event)
+		vec->rd->vec_event(vec->rd, vec->index);
 	wake_up(&vec->rd->irq_wq);
 	return IRQ_HANDLED;
 }

@@ -59,6 +59,8 @@ struct rnic_dev {
 	unsigned int nvec;		/* MSI-X vectors allocated and requested */
 	struct rnic_vec *vecs;		/* nvec entries */
 	wait_queue_head_t irq_wq;	/* woken by every interrupt */
+	/* Optional, set before rnic_irq_setup(): runs in hard-irq context for each vector. */
+	void (*vec_event)(struct rnic_dev *rd, unsigned int vec);
 	struct mutex irq_test_lock;	/* one interrupt self-test at a time */
 };
 

@@ -7,6 +7,7 @@ use crate::msix::Interrupts;
 use crate::pci::config::ConfigSpace;
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use std::os::fd::RawFd;
+use std::sync::RwLock;
 
 /// A BAR as the transport offers it.
 #[derive(Clone, Copy, Debug)]
@@ -27,8 +28,9 @@ pub trait PciFunction: Send {
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]);
     /// Writes BAR `bar`; the caller has checked `offset + data.len()` against the BAR size.
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]);
-    fn interrupts(&mut self) -> &mut Interrupts;
-    fn dma(&mut self) -> &mut DmaMaps;
+    fn interrupts(&self) -> &Interrupts;
+    /// The client's DMA maps, shared with whatever DMAs on the function's behalf.
+    fn dma(&self) -> &RwLock<DmaMaps>;
     /// Function-level reset: registers to reset values, queues forgotten. DMA maps and
     /// interrupt eventfds belong to the client connection and survive it.
     fn reset(&mut self);

@@ -15,6 +15,7 @@ use crate::regs::gpu::*;
 use crate::regs::pci_ids::{self, GPU_BAR0_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
+use std::sync::RwLock;
 
 /// Index of the memory aperture BAR.
 pub const MEM_BAR: usize = 1;
@@ -24,7 +25,7 @@ pub struct Gpu {
     config: ConfigSpace,
     regs: RegisterFile,
     irqs: Interrupts,
-    dma: DmaMaps,
+    dma: RwLock<DmaMaps>,
     mem: SharedMemory,
 }
 
@@ -53,7 +54,7 @@ impl Gpu {
             config: ConfigSpace::new(id, &bars, &caps)?,
             regs: RegisterFile::new(REGS),
             irqs: Interrupts::new(vectors),
-            dma: DmaMaps::default(),
+            dma: RwLock::default(),
             mem,
         };
         gpu.reset();
@@ -130,12 +131,12 @@ impl PciFunction for Gpu {
         }
     }
 
-    fn interrupts(&mut self) -> &mut Interrupts {
-        &mut self.irqs
+    fn interrupts(&self) -> &Interrupts {
+        &self.irqs
     }
 
-    fn dma(&mut self) -> &mut DmaMaps {
-        &mut self.dma
+    fn dma(&self) -> &RwLock<DmaMaps> {
+        &self.dma
     }
 
     fn reset(&mut self) {

@@ -10,6 +10,8 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
@@ -27,33 +29,41 @@ pub enum IrqError {
     Flags(u32),
 }
 
+/// The eventfds of a function's MSI-X vectors; shared by the socket thread (SET_IRQS) and
+/// whoever raises interrupts (register self-test, the verbs engine), behind a narrow lock.
 pub struct Interrupts {
-    vectors: Vec<Option<File>>,
-    raised: u64,
+    count: usize,
+    vectors: Mutex<Vec<Option<File>>>,
+    raised: AtomicU64,
 }
 
 impl Interrupts {
     pub fn new(count: u16) -> Self {
-        Interrupts { vectors: (0..count).map(|_| None).collect(), raised: 0 }
+        Interrupts { count: usize::from(count), vectors: Mutex::new((0..count).map(|_| None).collect()), raised: AtomicU64::new(0) }
     }
 
     pub fn count(&self) -> usize {
-        self.vectors.len()
+        self.count
     }
 
     /// Interrupts raised since the last reset.
     pub fn raised(&self) -> u64 {
-        self.raised
+        self.raised.load(Ordering::Relaxed)
     }
 
-    /// Forgets every eventfd (device reset, client disconnect).
-    pub fn reset(&mut self) {
-        self.vectors.iter_mut().for_each(|v| *v = None);
-        self.raised = 0;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<File>>> {
+        self.vectors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets every eventfd (client disconnect).
+    pub fn reset(&self) {
+        self.lock().iter_mut().for_each(|v| *v = None);
+        self.raised.store(0, Ordering::Relaxed);
     }
 
     /// Applies a SET_IRQS request for the MSI-X index.
-    pub fn set(&mut self, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), IrqError> {
+    pub fn set(&self, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), IrqError> {
+        let mut vectors = self.lock();
         let action = flags & VFIO_IRQ_SET_ACTION_TYPE_MASK;
         let data = flags & VFIO_IRQ_SET_DATA_TYPE_MASK;
         if action == VFIO_IRQ_SET_ACTION_MASK || action == VFIO_IRQ_SET_ACTION_UNMASK {
@@ -62,23 +72,24 @@ impl Interrupts {
         if action != VFIO_IRQ_SET_ACTION_TRIGGER {
             return Err(IrqError::Flags(flags));
         }
-        let range_err = IrqError::Range { start, count, max: self.vectors.len() };
+        let range_err = IrqError::Range { start, count, max: vectors.len() };
         let end = start.checked_add(count).ok_or(range_err.clone())? as usize;
         match data {
             VFIO_IRQ_SET_DATA_NONE if count == 0 => {
-                self.vectors.iter_mut().for_each(|v| *v = None);
+                vectors.iter_mut().for_each(|v| *v = None);
                 Ok(())
             }
             VFIO_IRQ_SET_DATA_NONE => {
-                (end <= self.vectors.len()).then_some(()).ok_or(range_err)?;
+                (end <= vectors.len()).then_some(()).ok_or(range_err)?;
+                drop(vectors);
                 for v in start as usize..end {
                     self.trigger(v);
                 }
                 Ok(())
             }
             VFIO_IRQ_SET_DATA_EVENTFD => {
-                (end <= self.vectors.len()).then_some(()).ok_or(range_err)?;
-                let slots = &mut self.vectors[start as usize..end];
+                (end <= vectors.len()).then_some(()).ok_or(range_err)?;
+                let slots = &mut vectors[start as usize..end];
                 if fds.is_empty() {
                     slots.iter_mut().for_each(|v| *v = None);
                     return Ok(());
@@ -96,13 +107,14 @@ impl Interrupts {
     }
 
     /// Raises `vector`; returns false when it has no eventfd (not enabled) or is out of range.
-    pub fn trigger(&mut self, vector: usize) -> bool {
-        let Some(Some(fd)) = self.vectors.get_mut(vector) else {
+    pub fn trigger(&self, vector: usize) -> bool {
+        let mut vectors = self.lock();
+        let Some(Some(fd)) = vectors.get_mut(vector) else {
             return false;
         };
         match fd.write_all(&1u64.to_ne_bytes()) {
             Ok(()) => {
-                self.raised += 1;
+                self.raised.fetch_add(1, Ordering::Relaxed);
                 true
             }
             Err(e) => {
@@ -131,7 +143,7 @@ mod tests {
 
     #[test]
     fn eventfd_delivery() {
-        let mut irqs = Interrupts::new(4);
+        let irqs = Interrupts::new(4);
         let fd = eventfd();
         let mut reader = fd.try_clone().unwrap();
         irqs.set(TRIGGER_FD, 2, 1, vec![fd]).unwrap();
@@ -147,7 +159,7 @@ mod tests {
 
     #[test]
     fn hostile_requests_are_refused() {
-        let mut irqs = Interrupts::new(4);
+        let irqs = Interrupts::new(4);
         assert!(matches!(irqs.set(TRIGGER_FD, 3, 2, vec![eventfd(), eventfd()]), Err(IrqError::Range { .. })));
         assert!(matches!(irqs.set(TRIGGER_FD, u32::MAX, 2, vec![]), Err(IrqError::Range { .. })));
         assert!(matches!(irqs.set(TRIGGER_FD, 0, 2, vec![eventfd()]), Err(IrqError::FdCount { .. })));

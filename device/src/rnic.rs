@@ -1,8 +1,9 @@
 //! The RNIC function: PCI identity, BAR0 register block (seed §3.1, `regs::rnic`), MSI-X.
 //!
-//! This scope: registers with their reset values and access rules, device reset
-//! (register, FLR, vfio-user reset), the interrupt self-test. The doorbells are recorded;
-//! the verbs engine that acts on them (QPs, CQs, MRs, DMA) is the next issue's.
+//! Registers with their reset values and access rules, device reset (register, FLR,
+//! vfio-user reset), the interrupt self-test, statistics, and the verbs engine behind the
+//! doorbells and commands (docs/verbs.md), which runs on its own thread: this socket-side
+//! model only forwards doorbells and waits for command results.
 
 use crate::dma::DmaMaps;
 use crate::function::{in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
@@ -13,17 +14,30 @@ use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, RNIC_BAR0_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
+use crate::verbs::engine::{Shared, Tables};
+use crate::verbs::stats::{Stats, COUNTERS};
+use crate::verbs::worker::{EngineHandle, Event};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 pub struct Rnic {
     name: String,
     config: ConfigSpace,
     regs: RegisterFile,
-    irqs: Interrupts,
-    dma: DmaMaps,
+    irqs: Arc<Interrupts>,
+    dma: Arc<RwLock<DmaMaps>>,
+    stats: Arc<Stats>,
+    last_error: Arc<AtomicU64>,
+    engine: EngineHandle,
+}
+
+/// Byte range of the statistics counters in BAR0.
+fn stats_range() -> std::ops::Range<u64> {
+    STATS_BASE..STATS_BASE + 8 * COUNTERS.len() as u64
 }
 
 impl Rnic {
-    pub fn new(name: String, dev: &Device) -> Result<Self, LayoutError> {
+    pub fn new(name: String, dev: &Device) -> anyhow::Result<Self> {
         let vectors = dev.msix_vectors();
         let id = Identity {
             vendor_id: dev.vendor_id(),
@@ -39,13 +53,14 @@ impl Rnic {
             caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
             caps::pcie_endpoint(),
         ];
-        let mut rnic = Rnic {
-            name,
-            config: ConfigSpace::new(id, &bars, &caps)?,
-            regs: RegisterFile::new(REGS),
-            irqs: Interrupts::new(vectors),
-            dma: DmaMaps::default(),
-        };
+        let irqs = Arc::new(Interrupts::new(vectors));
+        let dma = Arc::new(RwLock::new(DmaMaps::default()));
+        let stats = Arc::new(Stats::default());
+        let last_error = Arc::new(AtomicU64::new(0));
+        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone() };
+        let engine = EngineHandle::spawn(name.clone(), dma.clone(), shared)?;
+        let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
+        let mut rnic = Rnic { name, config: config?, regs: RegisterFile::new(REGS), irqs, dma, stats, last_error, engine };
         rnic.reset();
         Ok(rnic)
     }
@@ -61,7 +76,48 @@ impl Rnic {
         if self.regs.get(DMA_CTRL) & DMA_CTRL_ENABLE != 0 {
             status |= STATUS_DMA_ENABLED;
         }
+        if self.last_error.load(Ordering::SeqCst) != 0 {
+            status |= STATUS_ERROR;
+        }
         self.regs.set(RNIC_REG_STATUS, status);
+    }
+
+    fn tables(&self) -> Tables {
+        Tables {
+            qp_ctx: self.regs.get(QP_CTX_BASE),
+            cq_ctx: self.regs.get(CQ_CTX_BASE),
+            mr_ctx: self.regs.get(MR_CTX_BASE),
+            mtt: self.regs.get(MTT_BASE),
+            mtt_entries: self.regs.get(MTT_ENTRIES),
+        }
+    }
+
+    /// The device's statistics, for the host side.
+    pub fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.stats.snapshot()
+    }
+
+    /// Reads that are not plain register-file reads: statistics, the read-to-clear error
+    /// latch and the live status. None: an ordinary register.
+    fn special_read(&mut self, offset: u64, len: usize) -> Option<u64> {
+        if stats_range().contains(&offset) {
+            let rel = offset - STATS_BASE;
+            let value = self.stats.by_index((rel / 8) as usize)?;
+            return match (len, rel % 8) {
+                (8, 0) => Some(value),
+                (4, 0) => Some(value & 0xffff_ffff),
+                (4, 4) => Some(value >> 32),
+                _ => None,
+            };
+        }
+        match (offset, len) {
+            (RNIC_REG_LAST_ERROR, 4) => Some(self.last_error.swap(0, Ordering::SeqCst)),
+            (RNIC_REG_STATUS, 4) => {
+                self.update_status();
+                Some(self.regs.get(RNIC_REG_STATUS))
+            }
+            _ => None,
+        }
     }
 
     fn on_register_write(&mut self, reg: u64, value: u64) {
@@ -78,8 +134,25 @@ impl Rnic {
                 }
                 self.regs.set(RNIC_REG_INT_COUNT, self.irqs.raised() & 0xffff_ffff);
             }
-            DMA_CTRL => self.update_status(),
-            WQE_DB_IDX | CQE_CONS_IDX => log::debug!("{}: index register {reg:#x} = {value:#x}", self.name),
+            DMA_CTRL => {
+                self.update_status();
+                let (enabled, int_enabled) = (value & DMA_CTRL_ENABLE != 0, value & DMA_CTRL_INT_ENABLE != 0);
+                self.engine.send(Event::DmaCtrl { enabled, int_enabled });
+            }
+            WQE_DB_IDX | RQ_DB_IDX | CQE_CONS_IDX | CQ_ARM => {
+                let (object, index) = ((value >> DB_OBJECT_SHIFT) as u32, (value & DB_INDEX_MASK) as u16);
+                self.engine.send(match reg {
+                    WQE_DB_IDX => Event::SqDoorbell { qpn: object, pi: index },
+                    RQ_DB_IDX => Event::RqDoorbell { qpn: object, pi: index },
+                    CQE_CONS_IDX => Event::CqConsumed { cqn: object, ci: index },
+                    _ => Event::CqArm { cqn: object },
+                });
+            }
+            RNIC_REG_CMD => {
+                let (op, index) = ((value >> CMD_OP_SHIFT) as u32, (value & CMD_INDEX_MASK) as u32);
+                let status = self.engine.command(op, index, self.tables());
+                self.regs.set(RNIC_REG_CMD_STATUS, u64::from(status));
+            }
             _ => {}
         }
     }
@@ -107,6 +180,14 @@ impl PciFunction for Rnic {
             data.fill(0);
             return;
         }
+        if let Some(v) = self.special_read(offset, data.len()) {
+            data.copy_from_slice(&v.to_le_bytes()[..data.len()]);
+            return;
+        }
+        if stats_range().contains(&offset) {
+            invalid_read(&self.name, bar, offset, data, &"statistics take aligned 4- or 8-byte reads");
+            return;
+        }
         if let Err(e) = self.regs.read(offset, data) {
             invalid_read(&self.name, bar, offset, data, &e);
         }
@@ -123,15 +204,16 @@ impl PciFunction for Rnic {
         }
     }
 
-    fn interrupts(&mut self) -> &mut Interrupts {
-        &mut self.irqs
+    fn interrupts(&self) -> &Interrupts {
+        &self.irqs
     }
 
-    fn dma(&mut self) -> &mut DmaMaps {
-        &mut self.dma
+    fn dma(&self) -> &RwLock<DmaMaps> {
+        &self.dma
     }
 
     fn reset(&mut self) {
+        self.engine.reset();
         self.reset_registers();
     }
 }
@@ -172,6 +254,7 @@ mod tests {
         assert_eq!(rd(&mut r, RNIC_REG_NUM_VECTORS), 4);
         assert_eq!(rd(&mut r, DMA_CTRL), 1);
         assert_eq!(u64::from(rd(&mut r, RNIC_REG_STATUS)), STATUS_READY | STATUS_DMA_ENABLED);
+        assert_eq!(rd(&mut r, STATS_BASE), 0, "statistics start at zero");
     }
 
     #[test]

@@ -58,8 +58,8 @@ impl NodeDevices {
         let mut servers = Vec::new();
         for (path, f) in self.functions {
             let (regions, irqs) = {
-                let mut guard = vfio::lock(&f);
-                (vfio::regions(&*guard), vfio::irqs(&mut *guard))
+                let guard = vfio::lock(&f);
+                (vfio::regions(&*guard), vfio::irqs(&*guard))
             };
             let server = Server::new(&path, true, irqs, regions)
                 .with_context(|| format!("binding vfio-user socket {}", path.display()))?;

@@ -60,7 +60,7 @@ pub fn regions(f: &dyn PciFunction) -> Vec<ServerRegion> {
 }
 
 /// The interrupt table: MSI-X only (no INTx, MSI, error or request interrupts).
-pub fn irqs(f: &mut dyn PciFunction) -> Vec<IrqInfo> {
+pub fn irqs(f: &dyn PciFunction) -> Vec<IrqInfo> {
     let vectors = f.interrupts().count() as u32;
     (0..VFIO_PCI_NUM_IRQS)
         .map(|index| match index {
@@ -105,7 +105,7 @@ impl Backend {
         f.reset();
         f.config_mut().reset();
         f.interrupts().reset();
-        f.dma().clear();
+        f.dma().write().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }
 
@@ -144,20 +144,22 @@ impl ServerBackend for Backend {
     }
 
     fn dma_map(&mut self, flags: DmaMapFlags, offset: u64, address: u64, size: u64, fd: Option<File>) -> Result<(), Error> {
-        let mut f = lock(&self.f);
+        let f = lock(&self.f);
         let has_fd = fd.is_some();
         log::debug!("{}: DMA_MAP iova {address:#x} size {size:#x} fd {has_fd} flags {flags:?}", f.name());
         let name = f.name().to_string();
-        f.dma().map(address, size, fd, offset).map_err(|e| invalid(format!("{name}: {e}")))
+        let mut maps = f.dma().write().unwrap_or_else(|p| p.into_inner());
+        maps.map(address, size, fd, offset).map_err(|e| invalid(format!("{name}: {e}")))
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), Error> {
-        let mut f = lock(&self.f);
+        let f = lock(&self.f);
         log::debug!("{}: DMA_UNMAP iova {address:#x} size {size:#x} flags {flags:?}", f.name());
+        let mut maps = f.dma().write().unwrap_or_else(|p| p.into_inner());
         if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
-            f.dma().clear();
+            maps.clear();
         } else {
-            f.dma().unmap(address, size);
+            maps.unmap(address, size);
         }
         Ok(())
     }
@@ -170,7 +172,7 @@ impl ServerBackend for Backend {
     }
 
     fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) -> Result<(), Error> {
-        let mut f = lock(&self.f);
+        let f = lock(&self.f);
         let name = f.name().to_string();
         match index {
             VFIO_PCI_MSIX_IRQ_INDEX => {

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rnic-emu guest driver: memory regions over user memory and the MTT (docs/verbs.md §6).
+ *
+ * REG_MR pins the user pages, maps them for the RNIC with dma_map_sgtable(), and writes
+ * the bus address of every PAGE_SIZE page into a range of MTT entries taken from a simple
+ * first-fit bitmap allocator. The MR's iova is the user address, so the first MTT entry
+ * is the page holding it. Keys are index << 8 | generation: the generation byte of an
+ * index changes on every reuse, so keys of a deregistered MR fail at the device.
+ *
+ * Not handled yet: P2PDMA pages (GPU BAR memory) cannot be pinned with FOLL_LONGTERM on
+ * this kernel; rnic_mr_gup_flags() is the one place to change for that.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/mm.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+
+#include "rnic_verbs.h"
+
+static_assert(PAGE_SHIFT == RNIC_MR_PAGE_SHIFT);
+
+int rnic_mtt_init(struct rnic_nic *nic)
+{
+	mutex_init(&nic->mtt_lock);
+	nic->mtt_map = bitmap_zalloc(RNIC_MTT_ENTRIES, GFP_KERNEL);
+	if (!nic->mtt_map)
+		goto err;
+	nic->mtt = dma_alloc_coherent(nic_dev(nic), RNIC_MTT_ENTRIES * sizeof(*nic->mtt),
+				      &nic->mtt_dma, GFP_KERNEL);
+	if (!nic->mtt) {
+		bitmap_free(nic->mtt_map);
+		goto err;
+	}
+	return 0;
+
+err:
+	dev_err(nic_dev(nic), "cannot allocate the MTT (%u entries)\n", RNIC_MTT_ENTRIES);
+	mutex_destroy(&nic->mtt_lock);
+	return -ENOMEM;
+}
+
+void rnic_mtt_fini(struct rnic_nic *nic)
+{
+	dma_free_coherent(nic_dev(nic), RNIC_MTT_ENTRIES * sizeof(*nic->mtt), nic->mtt,
+			  nic->mtt_dma);
+	bitmap_free(nic->mtt_map);
+	mutex_destroy(&nic->mtt_lock);
+}
+
+static int rnic_mtt_alloc(struct rnic_nic *nic, u32 n, u32 *offset)
+{
+	unsigned long start;
+
+	mutex_lock(&nic->mtt_lock);
+	start = bitmap_find_next_zero_area(nic->mtt_map, RNIC_MTT_ENTRIES, 0, n, 0);
+	if (start >= RNIC_MTT_ENTRIES) {
+		mutex_unlock(&nic->mtt_lock);
+		return -ENOMEM;
+	}
+	bitmap_set(nic->mtt_map, start, n);
+	mutex_unlock(&nic->mtt_lock);
+	*offset = start;
+	return 0;
+}
+
+static void rnic_mtt_free(struct rnic_nic *nic, u32 offset, u32 n)
+{
+	mutex_lock(&nic->mtt_lock);
+	bitmap_clear(nic->mtt_map, offset, n);
+	mutex_unlock(&nic->mtt_lock);
+}
+
+/* Whether the device may write the pages. */
+static bool rnic_mr_writable(u32 access)
+{
+	return access & (RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE);
+}
+
+/*
+ * gup flags for an MR's pages. FOLL_LONGTERM is right for ordinary memory; P2PDMA pages
+ * need FOLL_PCI_P2PDMA and cannot be pinned long-term (ENVIRONMENT.md), which is the
+ * change to make here when MRs over GPU memory are supported.
+ */
+static unsigned int rnic_mr_gup_flags(u32 access)
+{
+	unsigned int flags = FOLL_LONGTERM;
+
+	if (rnic_mr_writable(access))
+		flags |= FOLL_WRITE;
+	return flags;
+}
+
+/* Charges @npages to the caller's pinned_vm, within RLIMIT_MEMLOCK unless CAP_IPC_LOCK. */
+static int rnic_mr_account(struct rnic_mr *mr)
+{
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	s64 pinned;
+
+	mr->mm = current->mm;
+	mmgrab(mr->mm);
+	pinned = atomic64_add_return(mr->npages, &mr->mm->pinned_vm);
+	if (pinned > limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(mr->npages, &mr->mm->pinned_vm);
+		mmdrop(mr->mm);
+		mr->mm = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void rnic_mr_unaccount(struct rnic_mr *mr)
+{
+	atomic64_sub(mr->npages, &mr->mm->pinned_vm);
+	mmdrop(mr->mm);
+}
+
+static int rnic_mr_pin(struct rnic_mr *mr, unsigned long start, u32 *pinned)
+{
+	unsigned int flags = rnic_mr_gup_flags(mr->access);
+	int ret;
+
+	*pinned = 0;
+	while (*pinned < mr->npages) {
+		ret = pin_user_pages_fast(start + ((unsigned long)*pinned << PAGE_SHIFT),
+					  mr->npages - *pinned, flags, mr->pages + *pinned);
+		if (ret <= 0)
+			return ret ? ret : -EFAULT;
+		*pinned += ret;
+	}
+	return 0;
+}
+
+/* Writes the bus address of each page of the mapped table into the MR's MTT range. */
+static int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
+{
+	struct sg_dma_page_iter iter;
+	u32 i = 0;
+
+	for_each_sgtable_dma_page(&mr->sgt, &iter, 0) {
+		if (i >= mr->npages)
+			return -EIO;
+		nic->mtt[mr->mtt_offset + i] = cpu_to_le64(sg_page_iter_dma_address(&iter));
+		i++;
+	}
+	return i == mr->npages ? 0 : -EIO;
+}
+
+int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
+{
+	struct rnic_nic *nic = uc->nic;
+	struct device *dev = nic_dev(nic);
+	unsigned long start, end;
+	struct rnic_mr_ctx *ctx;
+	struct rnic_pd *pd;
+	struct rnic_mr *mr;
+	const char *why;
+	u32 pinned = 0, npages;
+	u64 last;
+	int id, ret;
+
+	if (req->pad || req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
+					RNIC_ACCESS_REMOTE_READ)) {
+		dev_warn_ratelimited(dev, "REG_MR: access 0x%x has unknown bits, or padding is set\n",
+				     req->access);
+		return -EINVAL;
+	}
+	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
+	    check_add_overflow(req->addr, req->length - 1, &last) || last > TASK_SIZE_MAX) {
+		dev_warn_ratelimited(dev, "REG_MR: range 0x%llx + %llu is empty, over %llu bytes, or outside user space\n",
+				     req->addr, req->length, RNIC_UAPI_MAX_MR_SIZE);
+		return -EINVAL;
+	}
+	pd = xa_load(&uc->pds, req->pd);
+	if (!pd)
+		return -ENOENT;
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return -ENOMEM;
+	mr->access = req->access;
+	mr->iova = req->addr;
+	mr->length = req->length;
+	mr->pd = pd;
+	start = req->addr & PAGE_MASK;
+	end = PAGE_ALIGN(last + 1);
+	mr->npages = (end - start) >> PAGE_SHIFT;
+	npages = mr->npages;
+
+	why = "pinned-memory limit (RLIMIT_MEMLOCK)";
+	ret = rnic_mr_account(mr);
+	if (ret)
+		goto err_free;
+
+	why = "page array";
+	ret = -ENOMEM;
+	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages), GFP_KERNEL);
+	if (!mr->pages)
+		goto err_unaccount;
+
+	why = "pinning the user pages";
+	ret = rnic_mr_pin(mr, start, &pinned);
+	if (ret)
+		goto err_unpin;
+
+	why = "building the scatter list";
+	ret = sg_alloc_table_from_pages(&mr->sgt, mr->pages, mr->npages, 0,
+					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
+	if (ret)
+		goto err_unpin;
+
+	why = "DMA-mapping the pages";
+	ret = dma_map_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret)
+		goto err_sgt;
+
+	why = "MTT space";
+	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
+	if (ret)
+		goto err_unmap;
+
+	why = "filling the MTT";
+	ret = rnic_mr_fill_mtt(nic, mr);
+	if (ret)
+		goto err_mtt;
+
+	why = "MR index";
+	/* Index 0 is never used, so lkey/rkey 0 never names an MR. */
+	id = ida_alloc_range(&nic->mr_ida, 1, nic->max_mr - 1, GFP_KERNEL);
+	if (id < 0) {
+		ret = id == -ENOSPC ? -ENOMEM : id;
+		goto err_mtt;
+	}
+	mr->index = id;
+	mr->key = mr->index << 8 | ++nic->mr_gen[mr->index];	/* the IDA makes it ours */
+
+	why = "object table";
+	ret = xa_insert(&uc->mrs, mr->index, mr, GFP_KERNEL);
+	if (ret)
+		goto err_ida;
+
+	why = "the device's REG_MR command";
+	mutex_lock(&nic->cmd_lock);
+	ctx = &nic->mr_ctx[mr->index];
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->iova = mr->iova;
+	ctx->length = mr->length;
+	ctx->pd = pd->pdn;
+	ctx->mtt_offset = mr->mtt_offset;
+	ctx->npages = mr->npages;
+	ctx->access = mr->access;
+	ctx->key = mr->key & 0xff;
+	ctx->page_shift = RNIC_MR_PAGE_SHIFT;
+	ret = rnic_cmd(nic, RNIC_CMD_REG_MR, mr->index);
+	mutex_unlock(&nic->cmd_lock);
+	if (ret)
+		goto err_xa;
+
+	pd->users++;
+	atomic64_add(mr->npages, &nic->stats.mr_pinned_pages);
+	req->lkey = mr->key;
+	req->rkey = mr->key;
+	req->index = mr->index;
+	return 0;
+
+err_xa:
+	xa_erase(&uc->mrs, mr->index);
+err_ida:
+	ida_free(&nic->mr_ida, mr->index);
+err_mtt:
+	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
+err_unmap:
+	dma_unmap_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
+err_sgt:
+	sg_free_table(&mr->sgt);
+err_unpin:
+	unpin_user_pages(mr->pages, pinned);
+	kvfree(mr->pages);
+err_unaccount:
+	rnic_mr_unaccount(mr);
+err_free:
+	kfree(mr);
+	atomic64_inc(&nic->stats.mr_reg_failures);
+	dev_warn_ratelimited(dev, "REG_MR 0x%llx + %llu (%u pages, access 0x%x) failed at %s: %d\n",
+			     req->addr, req->length, npages, req->access, why, ret);
+	return ret;
+}
+
+/* Deregisters at the device, then unmaps and unpins. The caller removed it from its file. */
+void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr)
+{
+	mutex_lock(&nic->cmd_lock);
+	/* On failure (logged) the device is gone or already forgot it: unpin anyway. */
+	rnic_cmd(nic, RNIC_CMD_DEREG_MR, mr->index);
+	mutex_unlock(&nic->cmd_lock);
+
+	ida_free(&nic->mr_ida, mr->index);
+	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
+	dma_unmap_sgtable(nic_dev(nic), &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	sg_free_table(&mr->sgt);
+	unpin_user_pages_dirty_lock(mr->pages, mr->npages, rnic_mr_writable(mr->access));
+	kvfree(mr->pages);
+	rnic_mr_unaccount(mr);
+	atomic64_sub(mr->npages, &nic->stats.mr_pinned_pages);
+	mr->pd->users--;
+	kfree(mr);
+}
+
+int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index)
+{
+	struct rnic_mr *mr = xa_load(&uc->mrs, index);
+
+	if (!mr)
+		return -ENOENT;
+	xa_erase(&uc->mrs, index);
+	rnic_mr_destroy(uc->nic, mr);
+	return 0;
+}
