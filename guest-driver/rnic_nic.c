@@ -2,18 +2,25 @@
 /*
  * rnic-emu guest driver: the RNIC function (PCI driver "rnic_emu").
  *
- * Probes the emulated RDMA NIC: BAR0 register block, contract checks, and one MSI-X
- * vector per vector the device reports in RNIC_REG_NUM_VECTORS. Not implemented yet:
- * the verbs engine behind QP_CTX_BASE / WQE_DB_IDX / CQE_CONS_IDX / MTT_BASE.
+ * Probe: BAR0 register block and contract checks (rnic_common.c), the verbs capability
+ * and limits, a device reset, one MSI-X vector per vector the device reports (vector 0:
+ * asynchronous errors, the others: CQs), the verbs engine's tables (rnic_verbs.c,
+ * rnic_mr.c) and the character device /dev/rnic_emuN (rnic_cdev.c). sysfs adds `stats`
+ * (the device's counters) and `driver_stats` (the driver's own).
  */
+#include <linux/io.h>
 #include <linux/module.h>
 #include <linux/pci.h>
 #include <linux/slab.h>
 
-#include "rnic_common.h"
+#include "rnic_verbs.h"
 
 /* Largest MSI-X table a PCI function can have (Table Size field + 1). */
 #define RNIC_MSIX_MAX_VECTORS	(PCI_MSIX_FLAGS_QSIZE + 1)
+/* QP and CQ numbers travel in the 16-bit object field of the doorbells. */
+#define RNIC_MAX_DB_OBJECTS	65536
+/* MR index << 8 | key must fit a 32-bit key. */
+#define RNIC_MAX_MR_INDEX	(1U << 24)
 
 static const struct rnic_hw_desc rnic_nic_hw = {
 	.label		= "RNIC",
@@ -25,20 +32,69 @@ static const struct rnic_hw_desc rnic_nic_hw = {
 	.reg_int_trigger = RNIC_REG_INT_TRIGGER,
 };
 
+static void rnic_nic_release(struct kref *ref)
+{
+	struct rnic_nic *nic = container_of(ref, struct rnic_nic, ref);
+
+	kfree(nic->vec_seq);
+	kfree(nic);
+}
+
+void rnic_nic_put(struct rnic_nic *nic)
+{
+	kref_put(&nic->ref, rnic_nic_release);
+}
+
+/* docs/verbs.md §1.1: verbs capability and limits. */
+static int rnic_nic_read_limits(struct rnic_nic *nic)
+{
+	void __iomem *bar0 = nic->rd.bar0;
+	struct device *dev = nic_dev(nic);
+	u32 caps = ioread32(bar0 + RNIC_REG_CAPS);
+
+	if (!(caps & RNIC_CAP_VERBS)) {
+		dev_err(dev, "RNIC has no verbs engine (CAPS 0x%x lacks RNIC_CAP_VERBS)\n", caps);
+		return -ENODEV;
+	}
+	nic->max_qp = ioread32(bar0 + RNIC_REG_MAX_QP);
+	nic->max_cq = ioread32(bar0 + RNIC_REG_MAX_CQ);
+	nic->max_mr = ioread32(bar0 + RNIC_REG_MAX_MR);
+	nic->max_ring_log2 = ioread32(bar0 + RNIC_REG_MAX_RING_LOG2);
+	if (!nic->max_qp || nic->max_qp > RNIC_MAX_DB_OBJECTS ||
+	    !nic->max_cq || nic->max_cq > RNIC_MAX_DB_OBJECTS ||
+	    nic->max_mr < 2 || nic->max_mr > RNIC_MAX_MR_INDEX || nic->max_ring_log2 > 15) {
+		dev_err(dev, "RNIC limits out of range: %u QPs, %u CQs (1..%u), %u MRs (2..%u), ring log2 %u (max 15)\n",
+			nic->max_qp, nic->max_cq, RNIC_MAX_DB_OBJECTS, nic->max_mr,
+			RNIC_MAX_MR_INDEX, nic->max_ring_log2);
+		return -ENODEV;
+	}
+	return 0;
+}
+
 static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct device *dev = &pdev->dev;
+	struct rnic_nic *nic;
 	struct rnic_dev *rd;
 	u32 nvec;
 	int ret;
 
-	rd = kzalloc(sizeof(*rd), GFP_KERNEL);
-	if (!rd)
+	nic = kzalloc(sizeof(*nic), GFP_KERNEL);
+	if (!nic)
 		return -ENOMEM;
+	kref_init(&nic->ref);
+	rd = &nic->rd;
 
 	ret = rnic_dev_setup(rd, pdev, &rnic_nic_hw, RNIC_EMU_NIC_DRV_NAME);
 	if (ret)
 		goto err_free;
+
+	/* Forget whatever an earlier driver left in the engine (tables it has freed). */
+	iowrite32(RNIC_RESET_MAGIC, rd->bar0 + RNIC_REG_RESET);
+
+	ret = rnic_nic_read_limits(nic);
+	if (ret)
+		goto err_teardown;
 
 	nvec = ioread32(rd->bar0 + RNIC_REG_NUM_VECTORS);
 	if (nvec == 0 || nvec > RNIC_MSIX_MAX_VECTORS) {
@@ -48,32 +104,115 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_teardown;
 	}
 
+	nic->vec_seq = kcalloc(nvec, sizeof(*nic->vec_seq), GFP_KERNEL);
+	if (!nic->vec_seq) {
+		ret = -ENOMEM;
+		goto err_teardown;
+	}
+	rd->vec_event = rnic_nic_vec_event;
+
 	ret = rnic_irq_setup(rd, nvec, RNIC_EMU_NIC_DRV_NAME);
 	if (ret)
 		goto err_teardown;
 
+	ret = rnic_verbs_init(nic);
+	if (ret)
+		goto err_irq;
+
 	pci_set_drvdata(pdev, rd);
 
-	dev_info(dev, "rnic-emu RNIC: id 0x%08x version %u.%u, %u MSI-X vectors, BAR0 %pR\n",
+	ret = rnic_cdev_register(nic);
+	if (ret)
+		goto err_verbs;
+
+	dev_info(dev, "rnic-emu RNIC: id 0x%08x version %u.%u, %u MSI-X vectors, BAR0 %pR, %u QPs %u CQs %u MRs, /dev/%s\n",
 		 rd->id, rnic_version_major(rd->version), rnic_version_minor(rd->version),
-		 rd->nvec, &pdev->resource[0]);
+		 rd->nvec, &pdev->resource[0], nic->max_qp, nic->max_cq, nic->max_mr,
+		 nic->misc_name);
 	return 0;
 
+err_verbs:
+	pci_set_drvdata(pdev, NULL);
+	rnic_verbs_fini(nic);
+err_irq:
+	rnic_irq_teardown(rd);
 err_teardown:
 	rnic_dev_teardown(rd);
 err_free:
-	kfree(rd);
+	rnic_nic_put(nic);
 	return ret;
 }
 
 static void rnic_nic_remove(struct pci_dev *pdev)
 {
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
+	struct rnic_nic *nic = to_nic(rd);
 
+	rnic_cdev_unregister(nic);
+	rnic_verbs_fini(nic);
 	rnic_irq_teardown(rd);
 	rnic_dev_teardown(rd);
-	kfree(rd);
+	rnic_nic_put(nic);	/* files still open hold their own references */
 }
+
+/* sysfs `stats`: every device counter (docs/verbs.md §7), "name value" per line. */
+static const char *const rnic_stat_names[RNIC_STAT_COUNT] = {
+	[RNIC_STAT_SEND_WQES]		= "send_wqes",
+	[RNIC_STAT_RECV_WQES]		= "recv_wqes",
+	[RNIC_STAT_CQES]		= "cqes",
+	[RNIC_STAT_ERROR_CQES]		= "error_cqes",
+	[RNIC_STAT_BYTES_WRITTEN]	= "bytes_written",
+	[RNIC_STAT_BYTES_READ]		= "bytes_read",
+	[RNIC_STAT_BYTES_SENT]		= "bytes_sent",
+	[RNIC_STAT_DOORBELLS]		= "doorbells",
+	[RNIC_STAT_INTERRUPTS]		= "interrupts",
+	[RNIC_STAT_RNR_RETRIES]		= "rnr_retries",
+	[RNIC_STAT_COMMANDS]		= "commands",
+	[RNIC_STAT_COMMAND_ERRORS]	= "command_errors",
+	[RNIC_STAT_DMA_ERRORS]		= "dma_errors",
+	[RNIC_STAT_QP_ERRORS]		= "qp_errors",
+};
+
+static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct rnic_dev *rd = dev_get_drvdata(dev);
+	unsigned int i;
+	int len = 0;
+
+	for (i = 0; i < RNIC_STAT_COUNT; i++)
+		len += sysfs_emit_at(buf, len, "%s %llu\n",
+				     rnic_stat_names[i] ? rnic_stat_names[i] : "unknown",
+				     (unsigned long long)readq(rd->bar0 + RNIC_STATS_BASE + 8 * i));
+	return len;
+}
+static DEVICE_ATTR_RO(stats);
+
+/* sysfs `driver_stats`: what the driver counts itself. */
+static ssize_t driver_stats_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct rnic_nic *nic = to_nic(dev_get_drvdata(dev));
+	struct rnic_drv_stats *s = &nic->stats;
+
+	return sysfs_emit(buf,
+			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\n",
+			  (long long)atomic64_read(&s->cmd_errors),
+			  (long long)atomic64_read(&s->mr_reg_failures),
+			  (long long)atomic64_read(&s->mr_pinned_pages),
+			  (long long)atomic64_read(&s->post_ring_full),
+			  (long long)atomic64_read(&s->stale_cqes),
+			  (long long)atomic64_read(&s->async_errors));
+}
+static DEVICE_ATTR_RO(driver_stats);
+
+static struct attribute *rnic_nic_stats_attrs[] = {
+	&dev_attr_stats.attr,
+	&dev_attr_driver_stats.attr,
+	NULL
+};
+
+const struct attribute_group rnic_nic_stats_group = {
+	.attrs = rnic_nic_stats_attrs,
+};
 
 static const struct pci_device_id rnic_nic_ids[] = {
 	{ PCI_DEVICE(RNIC_EMU_VENDOR_ID, RNIC_EMU_RNIC_DEVICE_ID) },
@@ -83,6 +222,7 @@ MODULE_DEVICE_TABLE(pci, rnic_nic_ids);
 
 static const struct attribute_group *rnic_nic_groups[] = {
 	&rnic_common_attr_group,
+	&rnic_nic_stats_group,
 	NULL
 };
 

@@ -69,8 +69,8 @@ struct rnic_nic {
 	u32 *qp_gen;			/* max_qp generations, tags wr_ids of a QP */
 
 	char misc_name[32];
+	int misc_id;
 	struct miscdevice misc;
-	bool misc_registered;
 
 	struct mutex files_lock;
 	struct list_head files;
