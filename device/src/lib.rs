@@ -11,6 +11,8 @@
 pub mod contract;
 pub mod dma;
 pub mod function;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gpu;
 pub mod image;
 pub mod msix;
