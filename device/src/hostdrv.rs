@@ -1,0 +1,239 @@
+//! A minimal driver for the RNIC that runs on the host, over a vfio-user client, with a
+//! memfd standing in for guest RAM (handed to the server with DMA_MAP). It follows
+//! docs/verbs.md the way the guest driver does, for host-level tests and benchmarks that
+//! need no QEMU. Not a general driver: no teardown, no ring-space accounting beyond what
+//! its callers do.
+
+use crate::dma::test_ram;
+use crate::regs::rnic::*;
+use crate::shm::SharedMemory;
+use crate::verbs::abi::*;
+use anyhow::{bail, Context};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use vfio_user::Client;
+use vm_memory::ByteValued;
+
+/// Bus address at which the RAM memfd is mapped.
+pub const IOVA: u64 = 0x4000_0000;
+/// Virtual addresses used with MR keys are RAM offsets plus this.
+pub const VA: u64 = 0x7f00_0000_0000;
+const MTT_ENTRIES_HOST: u32 = 1 << 16;
+
+struct QpRings {
+    sq: u64,
+    rq: u64,
+    log_size: u8,
+    sq_pi: u16,
+    rq_pi: u16,
+}
+
+struct CqRing {
+    ring: u64,
+    log_size: u8,
+    ci: u16,
+}
+
+pub struct HostDriver {
+    pub client: Client,
+    pub ram: SharedMemory,
+    _fd: File,
+    next_free: u64,
+    tables: [u64; 4],
+    mtt_next: u32,
+    qps: Vec<Option<QpRings>>,
+    cqs: Vec<Option<CqRing>>,
+}
+
+impl HostDriver {
+    /// Connects to an RNIC socket, maps `ram_size` bytes of RAM and brings the device up.
+    pub fn connect(sock: &Path, ram_size: u64) -> anyhow::Result<HostDriver> {
+        let mut client = Client::new(sock).with_context(|| format!("connecting to {}", sock.display()))?;
+        let (ram, fd) = test_ram(ram_size)?;
+        client.dma_map(0, IOVA, ram_size, fd.as_raw_fd())?;
+        let mut d = HostDriver {
+            client,
+            ram,
+            _fd: fd,
+            next_free: 0,
+            tables: [0; 4],
+            mtt_next: 0,
+            qps: (0..MAX_QP).map(|_| None).collect(),
+            cqs: (0..MAX_CQ).map(|_| None).collect(),
+        };
+        let sizes = [MAX_QP * 64, MAX_CQ * 32, MAX_MR * 32, u64::from(MTT_ENTRIES_HOST) * 8];
+        for (slot, size) in d.tables.iter_mut().zip(sizes) {
+            *slot = Self::bump(&mut d.next_free, size, 4096);
+        }
+        for (reg, off) in [(QP_CTX_BASE, d.tables[0]), (CQ_CTX_BASE, d.tables[1]), (MR_CTX_BASE, d.tables[2]), (MTT_BASE, d.tables[3])] {
+            d.w64(reg, IOVA + off)?;
+        }
+        d.w32(MTT_ENTRIES, MTT_ENTRIES_HOST)?;
+        d.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32)?;
+        Ok(d)
+    }
+
+    fn bump(next: &mut u64, size: u64, align: u64) -> u64 {
+        let at = next.div_ceil(align) * align;
+        *next = at + size;
+        at
+    }
+
+    /// Reserves `size` bytes of RAM (offset), aligned to `align`.
+    pub fn alloc(&mut self, size: u64, align: u64) -> u64 {
+        Self::bump(&mut self.next_free, size, align)
+    }
+
+    pub fn w32(&mut self, reg: u64, v: u32) -> anyhow::Result<()> {
+        Ok(self.client.region_write(0, reg, &v.to_le_bytes())?)
+    }
+
+    pub fn w64(&mut self, reg: u64, v: u64) -> anyhow::Result<()> {
+        Ok(self.client.region_write(0, reg, &v.to_le_bytes())?)
+    }
+
+    pub fn r32(&mut self, reg: u64) -> anyhow::Result<u32> {
+        let mut b = [0u8; 4];
+        self.client.region_read(0, reg, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    pub fn r64(&mut self, reg: u64) -> anyhow::Result<u64> {
+        let mut b = [0u8; 8];
+        self.client.region_read(0, reg, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    pub fn put<T: ByteValued>(&self, off: u64, v: &T) -> anyhow::Result<()> {
+        Ok(self.ram.write(off, v.as_slice())?)
+    }
+
+    /// Runs a command; returns its status.
+    pub fn cmd(&mut self, op: u32, index: u32) -> anyhow::Result<u32> {
+        self.w32(RNIC_REG_CMD, op << 24 | index)?;
+        self.r32(RNIC_REG_CMD_STATUS)
+    }
+
+    fn cmd_ok(&mut self, op: u32, index: u32) -> anyhow::Result<()> {
+        match self.cmd(op, index)? {
+            CMD_OK => Ok(()),
+            e => bail!("command {op} on {index} failed: {e}"),
+        }
+    }
+
+    pub fn create_cq(&mut self, cqn: u32, log_size: u8, vector: u16) -> anyhow::Result<()> {
+        let ring = self.alloc(32 << log_size, 4096);
+        self.put(self.tables[1] + u64::from(cqn) * 32, &CqCtx { ring_addr: IOVA + ring, log_size, msix_vector: vector, ..Default::default() })?;
+        self.cmd_ok(CMD_CREATE_CQ, cqn)?;
+        self.cqs[cqn as usize] = Some(CqRing { ring, log_size, ci: 0 });
+        Ok(())
+    }
+
+    fn qp_ctx_off(&self, qpn: u32) -> u64 {
+        self.tables[0] + u64::from(qpn) * 64
+    }
+
+    /// A QP in INIT whose send and receive completions go to CQ `cqn`; 64-byte WQEs (2 SGEs).
+    pub fn create_qp(&mut self, qpn: u32, pd: u32, cqn: u32, log_size: u8, access: u8) -> anyhow::Result<()> {
+        let (sq, rq) = (self.alloc(64 << log_size, 4096), self.alloc(64 << log_size, 4096));
+        let ctx = QpCtx {
+            state: QPS_INIT,
+            sq_log_size: log_size,
+            rq_log_size: log_size,
+            sq_log_stride: 6,
+            rq_log_stride: 6,
+            access,
+            rnr_retry: 7,
+            pd,
+            send_cqn: cqn,
+            recv_cqn: cqn,
+            sq_addr: IOVA + sq,
+            rq_addr: IOVA + rq,
+            ..Default::default()
+        };
+        self.put(self.qp_ctx_off(qpn), &ctx)?;
+        self.cmd_ok(CMD_MODIFY_QP, qpn)?;
+        self.qps[qpn as usize] = Some(QpRings { sq, rq, log_size, sq_pi: 0, rq_pi: 0 });
+        Ok(())
+    }
+
+    /// Moves QP `qpn` (in INIT) through RTR to RTS, talking to `dest`.
+    pub fn connect_qp(&mut self, qpn: u32, dest: u32) -> anyhow::Result<()> {
+        let off = self.qp_ctx_off(qpn);
+        for state in [QPS_RTR, QPS_RTS] {
+            let mut ctx = QpCtx::default();
+            self.ram.read(off, ctx.as_mut_slice())?;
+            ctx.state = state;
+            ctx.dest_qpn = dest;
+            self.put(off, &ctx)?;
+            self.cmd_ok(CMD_MODIFY_QP, qpn)?;
+        }
+        Ok(())
+    }
+
+    /// Registers RAM [off, off + len) as MR `index`; returns its key (lkey = rkey).
+    pub fn reg_mr(&mut self, index: u32, pd: u32, access: u8, off: u64, len: u64) -> anyhow::Result<u32> {
+        let first = off & !0xfff;
+        let npages = (off + len - first).div_ceil(4096) as u32;
+        for i in 0..npages {
+            let entry = self.tables[3] + u64::from(self.mtt_next + i) * 8;
+            self.ram.write(entry, &(IOVA + first + u64::from(i) * 4096).to_le_bytes())?;
+        }
+        let key = 0x5a;
+        let ctx = MrCtx { iova: VA + off, length: len, pd, mtt_offset: self.mtt_next, npages, access, key, page_shift: 12, rsvd0: 0 };
+        self.put(self.tables[2] + u64::from(index) * 32, &ctx)?;
+        self.cmd_ok(CMD_REG_MR, index)?;
+        self.mtt_next += npages;
+        Ok(index << 8 | u32::from(key))
+    }
+
+    /// Writes WQEs into the SQ (or RQ) and rings the doorbell once for all of them.
+    pub fn post(&mut self, qpn: u32, send: bool, wqes: &[(WqeHeader, Vec<Sge>)]) -> anyhow::Result<()> {
+        let Some(q) = self.qps[qpn as usize].as_mut() else { bail!("QP {qpn} not created") };
+        let (base, pi) = if send { (q.sq, &mut q.sq_pi) } else { (q.rq, &mut q.rq_pi) };
+        let mask = (1u16 << q.log_size) - 1;
+        let mut buf = [0u8; 64];
+        for (hdr, sges) in wqes {
+            buf.fill(0);
+            buf[..32].copy_from_slice(hdr.as_slice());
+            for (i, s) in sges.iter().take(2).enumerate() {
+                buf[32 + 16 * i..48 + 16 * i].copy_from_slice(s.as_slice());
+            }
+            self.ram.write(base + u64::from(*pi & mask) * 64, &buf)?;
+            *pi = pi.wrapping_add(1);
+        }
+        let (reg, value) = (if send { WQE_DB_IDX } else { RQ_DB_IDX }, qpn << 16 | u32::from(*pi));
+        self.w32(reg, value)
+    }
+
+    /// The next CQE of `cqn`, if one is there (consumer index reported right away).
+    pub fn poll(&mut self, cqn: u32) -> anyhow::Result<Option<Cqe>> {
+        let Some(cq) = self.cqs[cqn as usize].as_mut() else { bail!("CQ {cqn} not created") };
+        let mut c = Cqe::default();
+        let slot = u64::from(cq.ci & ((1 << cq.log_size) - 1));
+        self.ram.read(cq.ring + slot * 32, c.as_mut_slice())?;
+        if c.owner != (((cq.ci >> cq.log_size) & 1) ^ 1) as u8 {
+            return Ok(None);
+        }
+        cq.ci = cq.ci.wrapping_add(1);
+        let ci = cq.ci;
+        self.w32(CQE_CONS_IDX, cqn << 16 | u32::from(ci))?;
+        Ok(Some(c))
+    }
+
+    /// Waits (polling RAM, no register traffic) for the next CQE of `cqn`.
+    pub fn wait(&mut self, cqn: u32, timeout: Duration) -> anyhow::Result<Cqe> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(c) = self.poll(cqn)? {
+                return Ok(c);
+            }
+            if Instant::now() > deadline {
+                bail!("no completion on CQ {cqn} within {timeout:?}");
+            }
+            std::hint::spin_loop();
+        }
+    }
+}

@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rnic-verbs-check: error-semantics scenarios on one rnic-emu RNIC (loopback: QP A is the
+ * requester, QP B the responder, both on /dev/rnic_emuN). Each scenario prints
+ * "key: value" lines for a test harness, which judges the values; the exit status is 0
+ * when the scenario ran, 1 when it could not run (setup failed, a completion that must
+ * come never came), 2 for bad usage.
+ *
+ *   rnic-verbs-check [-d DEV] SCENARIO|all
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "rnic_tool_verbs.h"
+
+#define CHK_BUF		65536
+#define CHK_LEN		4096
+#define CHK_TIMEOUT_MS	5000
+#define ACC_ALL		(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ)
+#define QP_ACC		(RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ)
+
+struct chk {
+	int fd;
+	struct rnic_query_device q;
+	uint32_t pd, cq_a, cq_b, qp_a, qp_b;
+	uint8_t *src, *dst;
+	struct rv_mr src_mr, dst_mr;
+};
+
+/* Fresh file, PD, CQs, MRs (dst with dst_access), QPs connected with rnr_retry. */
+static int setup(struct chk *c, const char *dev, uint32_t dst_access, uint32_t rnr_retry)
+{
+	struct rnic_create_qp qp;
+
+	memset(c, 0, sizeof(*c));
+	c->fd = rv_open(dev, &c->q);
+	if (c->fd < 0)
+		return -1;
+	c->src = rv_alloc_buf(CHK_BUF);
+	c->dst = rv_alloc_buf(CHK_BUF);
+	if (!c->src || !c->dst)
+		return -1;
+	rv_pattern_fill(c->src, CHK_BUF, 7);
+	if (rv_alloc_pd(c->fd, &c->pd) ||
+	    rv_create_cq(c->fd, 64, &c->cq_a) || rv_create_cq(c->fd, 64, &c->cq_b) ||
+	    rv_reg_mr(c->fd, c->pd, c->src, CHK_BUF, ACC_ALL, &c->src_mr) ||
+	    rv_reg_mr(c->fd, c->pd, c->dst, CHK_BUF, dst_access, &c->dst_mr))
+		return -1;
+
+	memset(&qp, 0, sizeof(qp));
+	qp.pd = c->pd;
+	qp.max_send_wr = 16;
+	qp.max_recv_wr = 16;
+	qp.max_send_sge = 2;
+	qp.max_recv_sge = 2;
+	qp.send_cqn = qp.recv_cqn = c->cq_a;
+	if (rv_create_qp(c->fd, &qp))
+		return -1;
+	c->qp_a = qp.qpn;
+	qp.send_cqn = qp.recv_cqn = c->cq_b;
+	if (rv_create_qp(c->fd, &qp))
+		return -1;
+	c->qp_b = qp.qpn;
+	if (rv_connect_qp(c->fd, c->qp_a, c->qp_b, QP_ACC, rnr_retry, 100) ||
+	    rv_connect_qp(c->fd, c->qp_b, c->qp_a, QP_ACC, 7, 100))
+		return -1;
+	return 0;
+}
+
+static void teardown(struct chk *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);	/* the driver destroys every object of the file */
+	if (c->src)
+		munmap(c->src, CHK_BUF);
+	if (c->dst)
+		munmap(c->dst, CHK_BUF);
+}
+
+/* One completion from cqn, or an error line and -1. */
+static int poll_one(struct chk *c, uint32_t cqn, struct rnic_wc *wc, const char *what)
+{
+	int n = rv_poll_cq(c->fd, cqn, wc, 1, CHK_TIMEOUT_MS);
+
+	if (n < 0)
+		return -1;
+	if (n == 0) {
+		printf("error: no completion for %s within %u ms\n", what, CHK_TIMEOUT_MS);
+		return -1;
+	}
+	return 0;
+}
+
+static void print_wc(const char *prefix, const struct rnic_wc *wc)
+{
+	printf("%sstatus: %s\n", prefix, rv_wc_status_name(wc->status));
+	printf("%sstatus_code: %u\n", prefix, wc->status);
+	printf("%ssyndrome: %s\n", prefix, rv_qp_err_name(wc->syndrome));
+	printf("%ssyndrome_code: %u\n", prefix, wc->syndrome);
+	printf("%swr_id: %llu\n", prefix, (unsigned long long)wc->wr_id);
+	printf("%sopcode: %s\n", prefix, rv_cqe_op_name(wc->opcode));
+}
+
+static int print_qp(struct chk *c, const char *prefix, uint32_t qpn)
+{
+	struct rnic_query_qp q;
+
+	if (rv_query_qp(c->fd, qpn, &q))
+		return -1;
+	printf("%sqp_state: %s\n", prefix, rv_qp_state_name(q.qp_state));
+	printf("%serr_reason: %s\n", prefix, rv_qp_err_name(q.err_reason));
+	return 0;
+}
+
+static void write_wr(struct chk *c, struct rnic_send_wr *wr, uint64_t id, uint32_t opcode,
+		     uint32_t len, uint64_t remote, uint32_t rkey, uint32_t lkey)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = id;
+	wr->opcode = (uint8_t)opcode;
+	wr->flags = RNIC_WQE_FLAG_SIGNALED;
+	wr->remote_addr = remote;
+	wr->rkey = rkey;
+	wr->num_sge = 1;
+	wr->sge[0].addr = (uintptr_t)c->src;
+	wr->sge[0].length = len;
+	wr->sge[0].lkey = lkey;
+}
+
+static int post_recv(struct chk *c, uint32_t qpn, uint64_t id, void *buf, uint32_t len,
+		     uint32_t lkey)
+{
+	struct rnic_recv_wr r;
+
+	memset(&r, 0, sizeof(r));
+	r.wr_id = id;
+	r.num_sge = 1;
+	r.sge[0].addr = (uintptr_t)buf;
+	r.sge[0].length = len;
+	r.sge[0].lkey = lkey;
+	return rv_post_recv(c->fd, qpn, &r, 1);
+}
+
+/* Posts wr on QP A and prints its completion and QP A's state; *wc gets the completion. */
+static int post_and_report(struct chk *c, struct rnic_send_wr *wr, struct rnic_wc *wc)
+{
+	if (rv_post_send(c->fd, c->qp_a, wr, 1) || poll_one(c, c->cq_a, wc, "the work request"))
+		return -1;
+	print_wc("", wc);
+	return print_qp(c, "", c->qp_a);
+}
+
+/* After an error: a further WR on QP A must complete with WR_FLUSH_ERR. */
+static int show_flush(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+
+	write_wr(c, &wr, 2, RNIC_WQE_OP_RDMA_WRITE, 64, (uintptr_t)c->dst, c->dst_mr.rkey,
+		 c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_a, &wr, 1) || poll_one(c, c->cq_a, &wc, "the flushed WR"))
+		return -1;
+	printf("next_status: %s\n", rv_wc_status_name(wc.status));
+	printf("next_wr_id: %llu\n", (unsigned long long)wc.wr_id);
+	printf("flushed: %d\n", wc.status == RNIC_WC_WR_FLUSH_ERR && wc.wr_id == 2);
+	return 0;
+}
+
+static int sc_rkey_error(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+	/* Same MR index, another generation byte: a stale key. */
+	uint32_t bad = (c->dst_mr.rkey & ~0xffu) | ((c->dst_mr.rkey + 1) & 0xffu);
+
+	printf("rkey: 0x%x\n", bad);
+	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst, bad,
+		 c->src_mr.lkey);
+	if (post_and_report(c, &wr, &wc))
+		return -1;
+	return show_flush(c);
+}
+
+static int sc_access_error(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+
+	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst, c->dst_mr.rkey,
+		 c->src_mr.lkey);
+	if (post_and_report(c, &wr, &wc))
+		return -1;
+	printf("dst_untouched: %d\n", c->dst[0] == 0 && c->dst[CHK_LEN - 1] == 0);
+	return 0;
+}
+
+static int sc_range_error(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+
+	/* Starts inside the MR, ends 100 bytes past it. */
+	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN,
+		 (uintptr_t)c->dst + CHK_BUF - CHK_LEN + 100, c->dst_mr.rkey, c->src_mr.lkey);
+	if (post_and_report(c, &wr, &wc))
+		return -1;
+	printf("dst_untouched: %d\n", c->dst[CHK_BUF - CHK_LEN + 100] == 0);
+	return 0;
+}
+
+static int sc_lkey_error(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+	uint32_t bad = (c->src_mr.lkey & ~0xffu) | ((c->src_mr.lkey + 1) & 0xffu);
+
+	printf("lkey: 0x%x\n", bad);
+	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst, c->dst_mr.rkey,
+		 bad);
+	return post_and_report(c, &wr, &wc);
+}
+
+static int sc_rnr(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+	uint64_t t0 = rv_now_ns();
+
+	write_wr(c, &wr, 1, RNIC_WQE_OP_SEND, 64, 0, 0, c->src_mr.lkey);
+	if (post_and_report(c, &wr, &wc))
+		return -1;
+	printf("elapsed_us: %llu\n", (unsigned long long)((rv_now_ns() - t0) / 1000));
+	return 0;
+}
+
+static int sc_send_too_long(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+
+	if (post_recv(c, c->qp_b, 50, c->dst, 64, c->dst_mr.lkey))
+		return -1;
+	write_wr(c, &wr, 1, RNIC_WQE_OP_SEND, CHK_LEN, 0, 0, c->src_mr.lkey);
+	if (post_and_report(c, &wr, &wc))
+		return -1;
+	if (poll_one(c, c->cq_b, &wc, "the responder's RECV"))
+		return -1;
+	print_wc("recv_", &wc);
+	return print_qp(c, "recv_", c->qp_b);
+}
+
+static int sc_flush(struct chk *c)
+{
+	struct rnic_wc wcs[8];
+	uint32_t got = 0, i, ok = 1;
+	int n;
+
+	for (i = 0; i < 5; i++)
+		if (post_recv(c, c->qp_b, 100 + i, c->dst + i * 1024, 1024, c->dst_mr.lkey))
+			return -1;
+	if (rv_modify_qp(c->fd, c->qp_b, RNIC_QPS_ERR, 0, 0, 0, 0, 0))
+		return -1;
+	while (got < 5) {
+		n = rv_poll_cq(c->fd, c->cq_b, wcs + got, 8 - got, CHK_TIMEOUT_MS);
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += (uint32_t)n;
+	}
+	/* Anything more would be a spurious completion. */
+	n = rv_poll_cq(c->fd, c->cq_b, wcs + got, 8 - got, 100);
+	if (n > 0)
+		got += (uint32_t)n;
+	printf("completions: %u\n", got);
+	printf("wr_ids:");
+	for (i = 0; i < got; i++) {
+		printf(" %llu", (unsigned long long)wcs[i].wr_id);
+		if (wcs[i].status != RNIC_WC_WR_FLUSH_ERR || wcs[i].wr_id != 100 + i)
+			ok = 0;
+	}
+	printf("\nstatuses:");
+	for (i = 0; i < got; i++)
+		printf(" %s", rv_wc_status_name(wcs[i].status));
+	printf("\n");
+	for (i = 0; i < got && wcs[i].status == RNIC_WC_WR_FLUSH_ERR; i++)
+		;
+	printf("flushed: %u\n", i);
+	printf("flush_ok: %u\n", ok && got == 5);
+	return print_qp(c, "", c->qp_b);
+}
+
+static int sc_write_imm(struct chk *c)
+{
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+
+	if (post_recv(c, c->qp_b, 60, c->dst + CHK_BUF / 2, 64, c->dst_mr.lkey))
+		return -1;
+	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE_IMM, CHK_LEN, (uintptr_t)c->dst,
+		 c->dst_mr.rkey, c->src_mr.lkey);
+	wr.imm_data = 0x12345678;
+	if (post_and_report(c, &wr, &wc))
+		return -1;
+	if (poll_one(c, c->cq_b, &wc, "the responder's RECV"))
+		return -1;
+	print_wc("recv_", &wc);
+	printf("recv_imm: 0x%08x\n", wc.imm_data);
+	printf("recv_imm_flag: %d\n", !!(wc.flags & RNIC_CQE_FLAG_IMM));
+	printf("recv_byte_len: %u\n", wc.byte_len);
+	printf("recv_src_qp_ok: %d\n", wc.src_qp == c->qp_a);
+	printf("data_ok: %d\n", memcmp(c->dst, c->src, CHK_LEN) == 0);
+	return 0;
+}
+
+struct scenario {
+	const char *name;
+	int (*run)(struct chk *c);
+	uint32_t dst_access;
+	uint32_t rnr_retry;
+	const char *help;
+};
+
+static const struct scenario scenarios[] = {
+	{ "rkey-error", sc_rkey_error, ACC_ALL, 7,
+	  "WRITE with a stale rkey: REM_ACCESS_ERR, QP ERR, next WR flushed" },
+	{ "access-error", sc_access_error, RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_READ, 7,
+	  "WRITE to an MR without REMOTE_WRITE: REM_ACCESS_ERR" },
+	{ "range-error", sc_range_error, ACC_ALL, 7,
+	  "WRITE past the end of the remote MR: REM_ACCESS_ERR" },
+	{ "lkey-error", sc_lkey_error, ACC_ALL, 7, "WRITE with a bad lkey: LOC_PROT_ERR" },
+	{ "rnr", sc_rnr, ACC_ALL, 1, "SEND with no RECV, rnr_retry 1: RNR_RETRY_EXC_ERR" },
+	{ "send-too-long", sc_send_too_long, ACC_ALL, 7,
+	  "SEND longer than the RECV: REM_INV_REQ_ERR / LOC_LEN_ERR" },
+	{ "flush", sc_flush, ACC_ALL, 7, "5 RECVs, QP to ERR: 5 x WR_FLUSH_ERR in order" },
+	{ "write-imm", sc_write_imm, ACC_ALL, 7,
+	  "WRITE_WITH_IMM 0x12345678: RECV_RDMA_WITH_IMM, imm, byte_len, data" },
+};
+
+static void usage(FILE *f)
+{
+	size_t i;
+
+	fprintf(f, "usage: rnic-verbs-check [-d DEV] SCENARIO|all\n");
+	for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+		fprintf(f, "  %-14s %s\n", scenarios[i].name, scenarios[i].help);
+	fprintf(f, "Exit status: 0 the scenario ran (judge the printed values), 1 it could not run, 2 usage.\n");
+}
+
+static int run_one(const struct scenario *s, const char *dev)
+{
+	struct chk c;
+	int ret;
+
+	printf("scenario: %s\n", s->name);
+	ret = setup(&c, dev, s->dst_access, s->rnr_retry);
+	if (!ret)
+		ret = s->run(&c);
+	teardown(&c);
+	printf("ran: %d\n", ret == 0);
+	fflush(stdout);
+	return ret ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *dev = RV_DEFAULT_DEV, *name;
+	int argi = 1, ret = 0;
+	size_t i;
+
+	if (argc >= 3 && !strcmp(argv[1], "-d")) {
+		dev = argv[2];
+		argi = 3;
+	}
+	if (argi != argc - 1) {
+		usage(stderr);
+		return 2;
+	}
+	name = argv[argi];
+	if (!strcmp(name, "help") || !strcmp(name, "-h") || !strcmp(name, "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+		if (!strcmp(name, "all")) {
+			ret |= run_one(&scenarios[i], dev);
+			printf("\n");
+		} else if (!strcmp(name, scenarios[i].name)) {
+			return run_one(&scenarios[i], dev);
+		}
+	}
+	if (strcmp(name, "all")) {
+		fprintf(stderr, "rnic-verbs-check: unknown scenario '%s'\n", name);
+		usage(stderr);
+		return 2;
+	}
+	return ret;
+}

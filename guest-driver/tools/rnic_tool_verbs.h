@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Small user-space helpers over /dev/rnic_emuN (include/uapi/rnic_emu_uapi.h), shared by
+ * rnic-perf and rnic-verbs-check. Header-only so each tool stays one static binary.
+ * Every helper prints what failed (to stderr) and returns -1; success is 0.
+ */
+#ifndef RNIC_TOOL_VERBS_H
+#define RNIC_TOOL_VERBS_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "uapi/rnic_emu_regs.h"
+#include "uapi/rnic_emu_uapi.h"
+
+#define RV_DEFAULT_DEV "/dev/rnic_emu0"
+
+static inline int rv_ioctl(int fd, unsigned long req, void *arg, const char *what)
+{
+	if (ioctl(fd, req, arg) == 0)
+		return 0;
+	fprintf(stderr, "error: %s: %s\n", what, strerror(errno));
+	return -1;
+}
+
+static inline const char *rv_wc_status_name(unsigned int s)
+{
+	switch (s) {
+	case RNIC_WC_SUCCESS:		return "SUCCESS";
+	case RNIC_WC_LOC_LEN_ERR:	return "LOC_LEN_ERR";
+	case RNIC_WC_LOC_QP_OP_ERR:	return "LOC_QP_OP_ERR";
+	case RNIC_WC_LOC_PROT_ERR:	return "LOC_PROT_ERR";
+	case RNIC_WC_WR_FLUSH_ERR:	return "WR_FLUSH_ERR";
+	case RNIC_WC_REM_INV_REQ_ERR:	return "REM_INV_REQ_ERR";
+	case RNIC_WC_REM_ACCESS_ERR:	return "REM_ACCESS_ERR";
+	case RNIC_WC_REM_OP_ERR:	return "REM_OP_ERR";
+	case RNIC_WC_RNR_RETRY_EXC_ERR:	return "RNR_RETRY_EXC_ERR";
+	case RNIC_WC_FATAL_ERR:		return "FATAL_ERR";
+	default:			return "UNKNOWN";
+	}
+}
+
+static inline const char *rv_qp_state_name(unsigned int s)
+{
+	switch (s) {
+	case RNIC_QPS_RESET:	return "RESET";
+	case RNIC_QPS_INIT:	return "INIT";
+	case RNIC_QPS_RTR:	return "RTR";
+	case RNIC_QPS_RTS:	return "RTS";
+	case RNIC_QPS_ERR:	return "ERR";
+	default:		return "UNKNOWN";
+	}
+}
+
+static inline const char *rv_cqe_op_name(unsigned int op)
+{
+	switch (op) {
+	case RNIC_CQE_OP_RDMA_WRITE:	return "RDMA_WRITE";
+	case RNIC_CQE_OP_RDMA_READ:	return "RDMA_READ";
+	case RNIC_CQE_OP_SEND:		return "SEND";
+	case RNIC_CQE_OP_RECV:		return "RECV";
+	case RNIC_CQE_OP_RECV_RDMA_IMM:	return "RECV_RDMA_WITH_IMM";
+	default:			return "UNKNOWN";
+	}
+}
+
+static inline const char *rv_qp_err_name(unsigned int r)
+{
+	switch (r) {
+	case RNIC_QP_ERR_NONE:		return "NONE";
+	case RNIC_QP_ERR_MODIFY:	return "MODIFY";
+	case RNIC_QP_ERR_BAD_WQE:	return "BAD_WQE";
+	case RNIC_QP_ERR_LOCAL_ACCESS:	return "LOCAL_ACCESS";
+	case RNIC_QP_ERR_REMOTE_ACCESS:	return "REMOTE_ACCESS";
+	case RNIC_QP_ERR_RNR:		return "RNR";
+	case RNIC_QP_ERR_REMOTE_INVALID: return "REMOTE_INVALID";
+	case RNIC_QP_ERR_DMA:		return "DMA";
+	case RNIC_QP_ERR_CQ:		return "CQ";
+	case RNIC_QP_ERR_LENGTH:	return "LENGTH";
+	default:			return "UNKNOWN";
+	}
+}
+
+static inline int rv_open(const char *path, struct rnic_query_device *q)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "error: open %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	memset(q, 0, sizeof(*q));
+	if (rv_ioctl(fd, RNIC_IOCTL_QUERY_DEVICE, q, "QUERY_DEVICE")) {
+		close(fd);
+		return -1;
+	}
+	if (q->uapi_version != RNIC_UAPI_VERSION) {
+		fprintf(stderr, "error: %s speaks uAPI version %u, this tool %u\n", path,
+			q->uapi_version, RNIC_UAPI_VERSION);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static inline int rv_alloc_pd(int fd, uint32_t *pd)
+{
+	struct rnic_alloc_pd a = { 0 };
+
+	if (rv_ioctl(fd, RNIC_IOCTL_ALLOC_PD, &a, "ALLOC_PD"))
+		return -1;
+	*pd = a.pd;
+	return 0;
+}
+
+static inline int rv_create_cq(int fd, uint32_t entries, uint32_t *cqn)
+{
+	struct rnic_create_cq c = { .entries = entries };
+
+	if (rv_ioctl(fd, RNIC_IOCTL_CREATE_CQ, &c, "CREATE_CQ"))
+		return -1;
+	*cqn = c.cqn;
+	return 0;
+}
+
+/* Creates a QP; *c is in/out (see struct rnic_create_qp). */
+static inline int rv_create_qp(int fd, struct rnic_create_qp *c)
+{
+	return rv_ioctl(fd, RNIC_IOCTL_CREATE_QP, c, "CREATE_QP");
+}
+
+static inline int rv_modify_qp(int fd, uint32_t qpn, uint32_t state, uint32_t mask, uint32_t dest,
+			uint32_t access, uint32_t rnr_retry, uint32_t rnr_timer_us)
+{
+	struct rnic_modify_qp m = {
+		.qpn = qpn, .attr_mask = mask, .qp_state = state, .dest_qpn = dest,
+		.access = access, .rnr_retry = rnr_retry, .rnr_timer_us = rnr_timer_us,
+	};
+	char what[64];
+
+	snprintf(what, sizeof(what), "MODIFY_QP %u to %s", qpn, rv_qp_state_name(state));
+	return rv_ioctl(fd, RNIC_IOCTL_MODIFY_QP, &m, what);
+}
+
+/* RESET -> INIT -> RTR -> RTS, talking to dest. */
+static inline int rv_connect_qp(int fd, uint32_t qpn, uint32_t dest, uint32_t access,
+			 uint32_t rnr_retry, uint32_t rnr_timer_us)
+{
+	if (rv_modify_qp(fd, qpn, RNIC_QPS_INIT, RNIC_QP_ATTR_ACCESS, 0, access, 0, 0) ||
+	    rv_modify_qp(fd, qpn, RNIC_QPS_RTR, RNIC_QP_ATTR_DEST_QPN, dest, 0, 0, 0) ||
+	    rv_modify_qp(fd, qpn, RNIC_QPS_RTS, RNIC_QP_ATTR_RNR, 0, 0, rnr_retry, rnr_timer_us))
+		return -1;
+	return 0;
+}
+
+static inline int rv_query_qp(int fd, uint32_t qpn, struct rnic_query_qp *q)
+{
+	memset(q, 0, sizeof(*q));
+	q->qpn = qpn;
+	return rv_ioctl(fd, RNIC_IOCTL_QUERY_QP, q, "QUERY_QP");
+}
+
+struct rv_mr {
+	void *addr;
+	uint64_t length;
+	uint32_t lkey, rkey, index;
+};
+
+static inline int rv_reg_mr(int fd, uint32_t pd, void *addr, uint64_t length, uint32_t access,
+		     struct rv_mr *mr)
+{
+	struct rnic_reg_mr r = {
+		.addr = (uintptr_t)addr, .length = length, .access = access, .pd = pd,
+	};
+
+	if (rv_ioctl(fd, RNIC_IOCTL_REG_MR, &r, "REG_MR"))
+		return -1;
+	mr->addr = addr;
+	mr->length = length;
+	mr->lkey = r.lkey;
+	mr->rkey = r.rkey;
+	mr->index = r.index;
+	return 0;
+}
+
+/* Page-aligned, zeroed, already faulted-in anonymous memory. */
+static inline void *rv_alloc_buf(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "error: mmap %zu bytes: %s\n", len, strerror(errno));
+		return NULL;
+	}
+	memset(p, 0, len);
+	return p;
+}
+
+static inline int rv_post_send(int fd, uint32_t qpn, struct rnic_send_wr *wrs, uint32_t n)
+{
+	struct rnic_post p = { .qpn = qpn, .num_wr = n, .wrs = (uintptr_t)wrs };
+
+	if (ioctl(fd, RNIC_IOCTL_POST_SEND, &p) == 0)
+		return 0;
+	fprintf(stderr, "error: POST_SEND QP %u: %s (%u of %u posted)\n", qpn, strerror(errno),
+		p.num_posted, n);
+	return -1;
+}
+
+static inline int rv_post_recv(int fd, uint32_t qpn, struct rnic_recv_wr *wrs, uint32_t n)
+{
+	struct rnic_post p = { .qpn = qpn, .num_wr = n, .wrs = (uintptr_t)wrs };
+
+	if (ioctl(fd, RNIC_IOCTL_POST_RECV, &p) == 0)
+		return 0;
+	fprintf(stderr, "error: POST_RECV QP %u: %s (%u of %u posted)\n", qpn, strerror(errno),
+		p.num_posted, n);
+	return -1;
+}
+
+/* Returns the number of completions (0: none within timeout_ms), -1 on error. */
+static inline int rv_poll_cq(int fd, uint32_t cqn, struct rnic_wc *wcs, uint32_t n, uint32_t timeout_ms)
+{
+	struct rnic_poll_cq p = {
+		.cqn = cqn, .num_entries = n, .wcs = (uintptr_t)wcs, .timeout_ms = timeout_ms,
+	};
+
+	if (rv_ioctl(fd, RNIC_IOCTL_POLL_CQ, &p, "POLL_CQ"))
+		return -1;
+	return (int)p.num_polled;
+}
+
+static inline uint64_t rv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The byte at offset i of a buffer filled for seed: the rnic-bar pattern. */
+static inline uint8_t rv_pattern_byte(uint32_t i, uint32_t seed)
+{
+	return (uint8_t)((i * 0x9E3779B1u + seed * 0x85EBCA77u) >> 24);
+}
+
+static inline void rv_pattern_fill(uint8_t *p, size_t len, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		p[i] = rv_pattern_byte((uint32_t)i, seed);
+}
+
+/* Index of the first byte that differs from the pattern, or len. */
+static inline size_t rv_pattern_check(const uint8_t *p, size_t len, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (p[i] != rv_pattern_byte((uint32_t)i, seed))
+			return i;
+	return len;
+}
+
+#endif /* RNIC_TOOL_VERBS_H */
