@@ -98,6 +98,17 @@ impl DmaMaps {
         Ok(())
     }
 
+    /// Copies `len` bytes between two guest addresses with one memcpy, each side inside
+    /// one mapping.
+    pub fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
+        let (sr, so) = self.locate(src, len)?;
+        let (dr, doff) = self.locate(dst, len)?;
+        let from = sr.get_slice(so, len).map_err(|e| DmaError::Mmap(e.to_string()))?;
+        let to = dr.get_slice(doff, len).map_err(|e| DmaError::Mmap(e.to_string()))?;
+        from.copy_to_volatile_slice(to);
+        Ok(())
+    }
+
     pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError> {
         let (region, off) = self.locate(addr, buf.len())?;
         let slice = region.get_slice(off, buf.len()).map_err(|e| DmaError::Mmap(e.to_string()))?;

@@ -1,6 +1,6 @@
 //! Moving bytes between a source (guest memory segments or inline WQE data) and
-//! destination segments through a bounded bounce buffer, every access going through the
-//! DMA maps' bounds checks.
+//! destination segments, piece by piece, every access going through the DMA maps' bounds
+//! checks: memory to memory with one memcpy per piece, inline data written directly.
 
 use super::mr::Segment;
 use crate::dma::{DmaError, DmaMaps};
@@ -9,6 +9,18 @@ use crate::dma::{DmaError, DmaMaps};
 pub trait GuestMem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError>;
+    /// Copies between two guest addresses; the default goes through a small buffer.
+    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
+        let mut buf = [0u8; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len());
+            self.read(src + done as u64, &mut buf[..n])?;
+            self.write(dst + done as u64, &buf[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 impl GuestMem for DmaMaps {
@@ -18,6 +30,10 @@ impl GuestMem for DmaMaps {
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError> {
         DmaMaps::write(self, addr, buf)
+    }
+
+    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
+        DmaMaps::copy(self, src, dst, len)
     }
 }
 
@@ -54,43 +70,42 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Copies `len` bytes from `src` into `dst` (which must hold at least `len` bytes).
-pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64, bounce: &mut Vec<u8>) -> Result<(), DmaError> {
-    const CHUNK: usize = 256 << 10;
-    if bounce.len() < CHUNK {
-        bounce.resize(CHUNK, 0);
+/// Copies `len` bytes from `src` into `dst` (which must hold at least `len` bytes):
+/// memory to memory piece by piece, inline data written directly.
+pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64) -> Result<(), DmaError> {
+    if let Source::Segments(segs) = src {
+        let (mut s, mut d) = (Cursor::new(segs), Cursor::new(dst));
+        let (mut pending_s, mut pending_d) = (None, None);
+        let mut done = 0u64;
+        while done < len {
+            let (sa, sn) = match pending_s.take() {
+                Some(p) => p,
+                None => s.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
+            };
+            let (da, dn) = match pending_d.take() {
+                Some(p) => p,
+                None => d.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
+            };
+            let n = sn.min(dn);
+            mem.copy(sa, da, n as usize)?;
+            if sn > n {
+                pending_s = Some((sa + n, sn - n));
+            }
+            if dn > n {
+                pending_d = Some((da + n, dn - n));
+            }
+            done += n;
+        }
+        return Ok(());
     }
+    let Source::Inline(data) = src else { unreachable!("memory sources returned above") };
+    let data = data.get(..len as usize).ok_or(DmaError::Unmapped { addr: 0, len: len as usize })?;
     let mut d = Cursor::new(dst);
-    let mut done = 0u64;
-    let mut s = match src {
-        Source::Segments(segs) => Some(Cursor::new(segs)),
-        Source::Inline(_) => None,
-    };
-    while done < len {
-        let chunk = (len - done).min(CHUNK as u64) as usize;
-        let buf = &mut bounce[..chunk];
-        match (&mut s, src) {
-            (Some(cur), _) => {
-                let mut filled = 0usize;
-                while filled < chunk {
-                    let (addr, n) = cur.take((chunk - filled) as u64).ok_or(DmaError::Unmapped { addr: 0, len: chunk })?;
-                    mem.read(addr, &mut buf[filled..filled + n as usize])?;
-                    filled += n as usize;
-                }
-            }
-            (None, Source::Inline(data)) => {
-                let piece = data.get(done as usize..done as usize + chunk).ok_or(DmaError::Unmapped { addr: 0, len: chunk })?;
-                buf.copy_from_slice(piece);
-            }
-            (None, Source::Segments(_)) => unreachable!("segment sources always have a cursor"),
-        }
-        let mut drained = 0usize;
-        while drained < chunk {
-            let (addr, n) = d.take((chunk - drained) as u64).ok_or(DmaError::Unmapped { addr: 0, len: chunk })?;
-            mem.write(addr, &buf[drained..drained + n as usize])?;
-            drained += n as usize;
-        }
-        done += chunk as u64;
+    let mut done = 0usize;
+    while done < data.len() {
+        let (addr, n) = d.take((data.len() - done) as u64).ok_or(DmaError::Unmapped { addr: 0, len: data.len() })?;
+        mem.write(addr, &data[done..done + n as usize])?;
+        done += n as usize;
     }
     Ok(())
 }
@@ -110,15 +125,14 @@ mod tests {
         ram.write(0x9000, &data[3000..]).unwrap();
         let src = [Segment { addr: 0x1000, len: 3000 }, Segment { addr: 0x9000, len: 7000 }];
         let dst = [Segment { addr: 0x40000, len: 1 }, Segment { addr: 0x50000, len: 9999 }];
-        let mut bounce = Vec::new();
-        copy(&mem, &Source::Segments(&src), &dst, 10_000, &mut bounce).unwrap();
+        copy(&mem, &Source::Segments(&src), &dst, 10_000).unwrap();
         let mut out = vec![0u8; 10_000];
         ram.read(0x40000, &mut out[..1]).unwrap();
         ram.read(0x50000, &mut out[1..]).unwrap();
         assert_eq!(out, data);
         let short = [Segment { addr: 0x60000, len: 10 }];
-        assert!(copy(&mem, &Source::Inline(&data[..20]), &short, 20, &mut bounce).is_err(), "destination too small");
+        assert!(copy(&mem, &Source::Inline(&data[..20]), &short, 20).is_err(), "destination too small");
         let outside = [Segment { addr: 1 << 20, len: 10 }];
-        assert!(copy(&mem, &Source::Inline(&data[..10]), &outside, 10, &mut bounce).is_err(), "unmapped");
+        assert!(copy(&mem, &Source::Inline(&data[..10]), &outside, 10).is_err(), "unmapped");
     }
 }

@@ -47,7 +47,6 @@ pub struct Engine {
     pub(super) enabled: bool,
     pub(super) int_enabled: bool,
     pub(super) shared: Shared,
-    pub(super) bounce: Vec<u8>,
     /// Round-robin start for fairness between QPs.
     pub(super) next_qp: usize,
 }
@@ -69,7 +68,6 @@ impl Engine {
             enabled: true,
             int_enabled: false,
             shared,
-            bounce: Vec::new(),
             next_qp: 0,
         }
     }

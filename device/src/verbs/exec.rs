@@ -301,7 +301,7 @@ impl Engine {
                 } else {
                     None
                 };
-                if copy(mem, &src, &remote, len, &mut self.bounce).is_err() {
+                if copy(mem, &src, &remote, len).is_err() {
                     return self.dma_failure(qpn);
                 }
                 self.shared.stats.add(Counter::BytesWritten, len);
@@ -316,7 +316,7 @@ impl Engine {
                     Ok(r) => r,
                     Err(f) => return Outcome::Failed(f),
                 };
-                if copy(mem, &Source::Segments(&remote), &local, len, &mut self.bounce).is_err() {
+                if copy(mem, &Source::Segments(&remote), &local, len).is_err() {
                     return self.dma_failure(qpn);
                 }
                 self.shared.stats.add(Counter::BytesRead, len);
@@ -333,7 +333,7 @@ impl Engine {
                     let f = Failure { status: WC_REM_INV_REQ_ERR, reason: QP_ERR_REMOTE_INVALID, responder: Some((WC_LOC_LEN_ERR, QP_ERR_LENGTH)) };
                     return self.fail_with_responder(mem, qpn, dest, Some(recv.wr_id), f);
                 }
-                if copy(mem, &src, &recv.segs, len, &mut self.bounce).is_err() {
+                if copy(mem, &src, &recv.segs, len).is_err() {
                     return self.dma_failure(qpn);
                 }
                 self.shared.stats.add(Counter::BytesSent, len);
