@@ -4,7 +4,10 @@
 
 use crate::dma::DmaMaps;
 use crate::msix::Interrupts;
-use crate::pci::config::ConfigSpace;
+use crate::pci::caps::{self, Capability};
+use crate::pci::config::{ConfigSpace, Identity};
+use crate::regs::pci_ids;
+use crate::topology::Device;
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use std::os::fd::RawFd;
 use std::sync::RwLock;
@@ -50,4 +53,26 @@ pub fn invalid_read(who: &str, bar: usize, offset: u64, data: &mut [u8], why: &d
 
 pub fn invalid_write(who: &str, bar: usize, offset: u64, len: usize, why: &dyn std::fmt::Display) {
     log::warn!("{who}: BAR{bar} write of {len} bytes at {offset:#x} dropped: {why}");
+}
+
+/// A function's PCI identity from its node description, with the documented defaults.
+pub fn identity(dev: &Device, class_code: u32) -> Identity {
+    Identity {
+        vendor_id: dev.vendor_id(),
+        device_id: dev.device_id(),
+        subsystem_vendor_id: dev.subsystem_vendor_id.unwrap_or(pci_ids::SUBSYS_VENDOR_ID),
+        subsystem_id: dev.subsystem_id.unwrap_or(pci_ids::SUBSYS_ID),
+        class_code,
+        revision: 1,
+    }
+}
+
+/// The capability list both functions carry: power management, MSI-X with table and PBA
+/// in BAR0, PCI Express endpoint.
+pub fn capabilities(vectors: u16) -> [Capability; 3] {
+    [
+        caps::power_management(),
+        caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
+        caps::pcie_endpoint(),
+    ]
 }

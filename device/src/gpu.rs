@@ -6,13 +6,12 @@
 //! Reset leaves BAR1 contents alone, as GPU memory survives a function reset.
 
 use crate::dma::DmaMaps;
-use crate::function::{in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
-use crate::pci::caps;
-use crate::pci::config::{BarDef, ConfigSpace, Identity};
+use crate::pci::config::{BarDef, ConfigSpace};
 use crate::regfile::RegisterFile;
 use crate::regs::gpu::*;
-use crate::regs::pci_ids::{self, GPU_BAR0_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
+use crate::regs::pci_ids::{self, GPU_BAR0_SIZE};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
 use std::sync::RwLock;
@@ -31,24 +30,13 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn new(name: String, dev: &Device, mem: SharedMemory) -> anyhow::Result<Self> {
-        let id = Identity {
-            vendor_id: dev.vendor_id(),
-            device_id: dev.device_id(),
-            subsystem_vendor_id: dev.subsystem_vendor_id.unwrap_or(pci_ids::SUBSYS_VENDOR_ID),
-            subsystem_id: dev.subsystem_id.unwrap_or(pci_ids::SUBSYS_ID),
-            class_code: pci_ids::GPU_CLASS,
-            revision: 1,
-        };
+        let id = identity(dev, pci_ids::GPU_CLASS);
         let bars = [
             BarDef { index: 0, size: GPU_BAR0_SIZE, is_64bit: false, prefetchable: false },
             BarDef { index: MEM_BAR, size: mem.size(), is_64bit: true, prefetchable: true },
         ];
         let vectors = dev.msix_vectors();
-        let caps = [
-            caps::power_management(),
-            caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
-            caps::pcie_endpoint(),
-        ];
+        let caps = capabilities(vectors);
         let mut gpu = Gpu {
             name,
             config: ConfigSpace::new(id, &bars, &caps)?,

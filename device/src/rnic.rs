@@ -6,12 +6,11 @@
 //! model only forwards doorbells and waits for command results.
 
 use crate::dma::DmaMaps;
-use crate::function::{in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
-use crate::pci::caps;
-use crate::pci::config::{BarDef, ConfigSpace, Identity, LayoutError};
+use crate::pci::config::{BarDef, ConfigSpace, LayoutError};
 use crate::regfile::RegisterFile;
-use crate::regs::pci_ids::{self, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, RNIC_BAR0_SIZE};
+use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
 use crate::verbs::engine::{Shared, Tables};
@@ -39,20 +38,9 @@ fn stats_range() -> std::ops::Range<u64> {
 impl Rnic {
     pub fn new(name: String, dev: &Device) -> anyhow::Result<Self> {
         let vectors = dev.msix_vectors();
-        let id = Identity {
-            vendor_id: dev.vendor_id(),
-            device_id: dev.device_id(),
-            subsystem_vendor_id: dev.subsystem_vendor_id.unwrap_or(pci_ids::SUBSYS_VENDOR_ID),
-            subsystem_id: dev.subsystem_id.unwrap_or(pci_ids::SUBSYS_ID),
-            class_code: pci_ids::RNIC_CLASS,
-            revision: 1,
-        };
+        let id = identity(dev, pci_ids::RNIC_CLASS);
         let bars = [BarDef { index: 0, size: RNIC_BAR0_SIZE, is_64bit: true, prefetchable: false }];
-        let caps = [
-            caps::power_management(),
-            caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
-            caps::pcie_endpoint(),
-        ];
+        let caps = capabilities(vectors);
         let irqs = Arc::new(Interrupts::new(vectors));
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());
