@@ -270,7 +270,7 @@ mod tests {
         assert_eq!(rd(&mut r, 0x7000), 0xffff_ffff);
         r.bar_write(0, DMA_CTRL, &[0u8; 2]);
         assert_eq!(rd(&mut r, DMA_CTRL), 1);
-        assert_eq!(rd(&mut r, MSIX_TABLE_OFFSET), 0);
+        assert_eq!(rd(&mut r, pci_ids::MSIX_TABLE_OFFSET), 0);
     }
 
     #[test]
