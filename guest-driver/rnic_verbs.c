@@ -385,7 +385,7 @@ int rnic_destroy_cq(struct rnic_ucontext *uc, u32 cqn)
 	if (!cq)
 		return -ENOENT;
 	if (cq->users) {
-		dev_warn_ratelimited(nic_dev(uc->nic), "DESTROY_CQ %u: still used by %u QPs\n",
+		dev_warn_ratelimited(nic_dev(uc->nic), "DESTROY_CQ %u: still used by QPs (%u send/receive queues)\n",
 				     cqn, cq->users);
 		return -EBUSY;
 	}
@@ -761,7 +761,8 @@ static bool rnic_wq_full(const struct rnic_wq *wq)
 	return (u16)(wq->pi - wq->ci) >= (1U << wq->log_size);
 }
 
-static int rnic_copy_sges(struct rnic_nic *nic, u8 *dst, const struct rnic_usge *src, u32 n)
+/* uAPI SGEs (ours) to device SGEs (the generated contract), field by field. */
+static void rnic_copy_sges(u8 *dst, const struct rnic_usge *src, u32 n)
 {
 	struct rnic_sge sge;
 	u32 i;
@@ -772,7 +773,6 @@ static int rnic_copy_sges(struct rnic_nic *nic, u8 *dst, const struct rnic_usge 
 		sge.lkey = src[i].lkey;
 		memcpy(dst + i * sizeof(sge), &sge, sizeof(sge));
 	}
-	return 0;
 }
 
 static int rnic_check_send_wr(struct rnic_nic *nic, const struct rnic_qp *qp,
@@ -847,7 +847,7 @@ static int rnic_post_send_one(struct rnic_nic *nic, struct rnic_qp *qp,
 		len += wr->inline_len;
 	} else {
 		hdr->num_sge = wr->num_sge;
-		rnic_copy_sges(nic, buf + len, wr->sge, wr->num_sge);
+		rnic_copy_sges(buf + len, wr->sge, wr->num_sge);
 		len += wr->num_sge * sizeof(struct rnic_sge);
 	}
 
@@ -882,7 +882,7 @@ static int rnic_post_recv_one(struct rnic_nic *nic, struct rnic_qp *qp,
 	hdr->opcode = RNIC_WQE_OP_RECV;
 	hdr->num_sge = wr->num_sge;
 	hdr->wr_id = rnic_hw_wrid(qp, true, qp->rq.pi);
-	rnic_copy_sges(nic, buf + len, wr->sge, wr->num_sge);
+	rnic_copy_sges(buf + len, wr->sge, wr->num_sge);
 	len += wr->num_sge * sizeof(struct rnic_sge);
 
 	slot = qp->rq.pi & ((1U << qp->rq.log_size) - 1);

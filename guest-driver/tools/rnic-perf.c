@@ -35,7 +35,7 @@ struct perf_opts {
 	const char *test;
 	uint64_t size;
 	uint32_t iters;
-	bool all, verify, json, use_inline;
+	bool all, verify, json, use_inline, event;
 };
 
 struct perf {
@@ -59,6 +59,7 @@ static void usage(FILE *f)
 		"      --verify       pattern-fill the source, check every byte at the destination\n"
 		"      --json         one JSON object per result line\n"
 		"      --inline       inline data when the size fits (write, send)\n"
+		"      --event        sleep for completions (POLL_CQ timeout: arm + MSI-X) instead of busy polling\n"
 		"  -d, --dev PATH     device (default " RV_DEFAULT_DEV ")\n"
 		"Exit status: 0 ok; 1 an error completion, lost/duplicate completion, mismatch or\n"
 		"device error; 2 bad usage.\n", PERF_DEFAULT_ITERS);
@@ -254,7 +255,9 @@ static int run_bw(struct perf *p, uint64_t size)
 			posted += batch;
 		}
 
-		n = rv_poll_cq(p->fd, p->cq_a, wcs, 64, 0);
+		/* --event: sleep (arm + MSI-X) when a completion is due; send sleeps on the RECV side. */
+		n = rv_poll_cq(p->fd, p->cq_a, wcs, 64,
+			       p->o.event && !send && done < posted ? 1000 : 0);
 		if (n < 0)
 			goto out;
 		for (i = 0; i < n; i++) {
@@ -268,7 +271,8 @@ static int run_bw(struct perf *p, uint64_t size)
 		}
 
 		if (send) {
-			n = rv_poll_cq(p->fd, p->cq_b, wcs, 64, 0);
+			n = rv_poll_cq(p->fd, p->cq_b, wcs, 64,
+				       p->o.event && rdone < posted ? 1000 : 0);
 			if (n < 0)
 				goto out;
 			for (i = 0; i < n; i++) {
@@ -343,7 +347,7 @@ static int wait_one(struct perf *p, uint32_t cqn, uint64_t id, uint64_t size, bo
 	int n;
 
 	for (;;) {
-		n = rv_poll_cq(p->fd, cqn, &wc, 1, 0);
+		n = rv_poll_cq(p->fd, cqn, &wc, 1, p->o.event ? 1000 : 0);
 		if (n < 0)
 			return -1;
 		if (n == 1)
@@ -504,6 +508,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "inline", no_argument, NULL, 'I' },
 		{ "dev", required_argument, NULL, 'd' },
+		{ "event", no_argument, NULL, 'E' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -558,6 +563,7 @@ int main(int argc, char **argv)
 		case 'V': p.o.verify = true; break;
 		case 'j': p.o.json = true; break;
 		case 'I': p.o.use_inline = true; break;
+		case 'E': p.o.event = true; break;
 		case 'd': p.o.dev = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

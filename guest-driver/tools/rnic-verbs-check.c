@@ -313,6 +313,155 @@ static int sc_write_imm(struct chk *c)
 	return 0;
 }
 
+static const char *errno_name(int ok, int e)
+{
+	if (ok)
+		return "OK";
+	switch (e) {
+	case EINVAL:	return "EINVAL";
+	case ENOENT:	return "ENOENT";
+	case EBUSY:	return "EBUSY";
+	case ENOMEM:	return "ENOMEM";
+	case EFAULT:	return "EFAULT";
+	case EIO:	return "EIO";
+	default:	return strerror(e);
+	}
+}
+
+/* Runs one ioctl expected to fail; prints "key: ERRNO". */
+static void expect(const char *key, int fd, unsigned long req, void *arg)
+{
+	int ok = ioctl(fd, req, arg) == 0;
+
+	printf("%s: %s\n", key, errno_name(ok, errno));
+}
+
+/* Driver-side validation (the uAPI's errors), QP recycling and stale keys. */
+static int sc_driver_checks(struct chk *c)
+{
+	struct rnic_send_wr wrs[17];
+	struct rnic_post post = { .qpn = c->qp_a, .num_wr = 1, .wrs = (uintptr_t)wrs };
+	struct rnic_create_qp qp;
+	struct rnic_alloc_pd pd = { .pd = c->pd };
+	struct rnic_create_cq cq = { .cqn = c->cq_a };
+	struct rnic_reg_mr mr;
+	struct rnic_wc wc;
+	uint32_t i, old_rkey;
+	int n;
+
+	/* A QP in INIT cannot send. */
+	memset(&qp, 0, sizeof(qp));
+	qp.pd = c->pd;
+	qp.max_send_wr = 4;
+	qp.max_recv_wr = 4;
+	qp.max_send_sge = 1;
+	qp.max_recv_sge = 1;
+	qp.send_cqn = qp.recv_cqn = c->cq_a;
+	if (rv_create_qp(c->fd, &qp) ||
+	    rv_modify_qp(c->fd, qp.qpn, RNIC_QPS_INIT, 0, 0, 0, 0, 0))
+		return -1;
+	write_wr(c, &wrs[0], 1, RNIC_WQE_OP_RDMA_WRITE, 64, (uintptr_t)c->dst, c->dst_mr.rkey,
+		 c->src_mr.lkey);
+	post.qpn = qp.qpn;
+	expect("post_send_in_init", c->fd, RNIC_IOCTL_POST_SEND, &post);
+	expect("illegal_init_to_rts", c->fd, RNIC_IOCTL_MODIFY_QP,
+	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_RTS });
+	expect("rtr_without_dest", c->fd, RNIC_IOCTL_MODIFY_QP,
+	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_RTR });
+	expect("bad_qp_access", c->fd, RNIC_IOCTL_MODIFY_QP,
+	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_INIT,
+					 .attr_mask = RNIC_QP_ATTR_ACCESS, .access = 0x80 });
+
+	/* Objects in use. */
+	expect("dealloc_pd_in_use", c->fd, RNIC_IOCTL_DEALLOC_PD, &pd);
+	expect("destroy_cq_in_use", c->fd, RNIC_IOCTL_DESTROY_CQ, &cq);
+	expect("destroy_unknown_qp", c->fd, RNIC_IOCTL_DESTROY_QP,
+	       &(struct rnic_create_qp){ .qpn = 12345 });
+
+	/* Malformed WRs on an RTS QP (c->qp_a has max_send_sge 2, 16 slots, inline 0..). */
+	post.qpn = c->qp_a;
+	wrs[0].num_sge = RNIC_UAPI_MAX_SGE;
+	expect("too_many_sges", c->fd, RNIC_IOCTL_POST_SEND, &post);
+	wrs[0].num_sge = 1;
+	wrs[0].opcode = 0x9;
+	expect("bad_opcode", c->fd, RNIC_IOCTL_POST_SEND, &post);
+	wrs[0].opcode = RNIC_WQE_OP_RDMA_WRITE;
+	wrs[0].flags |= RNIC_WQE_FLAG_INLINE;
+	wrs[0].num_sge = 0;
+	wrs[0].inline_len = RNIC_UAPI_MAX_INLINE + 1;
+	wrs[0].inline_data = (uintptr_t)c->src;
+	expect("inline_too_long", c->fd, RNIC_IOCTL_POST_SEND, &post);
+	expect("bad_poll_count", c->fd, RNIC_IOCTL_POLL_CQ,
+	       &(struct rnic_poll_cq){ .cqn = c->cq_a, .num_entries = 0 });
+	memset(&mr, 0, sizeof(mr));
+	mr.addr = (uintptr_t)c->src;
+	mr.length = RNIC_UAPI_MAX_MR_SIZE + 1;
+	mr.pd = c->pd;
+	expect("reg_mr_too_big", c->fd, RNIC_IOCTL_REG_MR, &mr);
+
+	/* A full send queue: 17 unsignaled WRITEs into 16 slots. */
+	for (i = 0; i < 17; i++) {
+		write_wr(c, &wrs[i], 10 + i, RNIC_WQE_OP_RDMA_WRITE, 64, (uintptr_t)c->dst,
+			 c->dst_mr.rkey, c->src_mr.lkey);
+		wrs[i].flags = i == 15 ? RNIC_WQE_FLAG_SIGNALED : 0;
+	}
+	post.num_wr = 17;
+	expect("post_17_into_16", c->fd, RNIC_IOCTL_POST_SEND, &post);
+	printf("num_posted: %u\n", post.num_posted);
+	n = rv_poll_cq(c->fd, c->cq_a, &wc, 1, CHK_TIMEOUT_MS);
+	printf("ring_drained: %d\n", n == 1 && wc.wr_id == 25 && wc.status == RNIC_WC_SUCCESS);
+	post.num_wr = 1;
+	wrs[0].flags = RNIC_WQE_FLAG_SIGNALED;
+	n = rv_post_send(c->fd, c->qp_a, wrs, 1) == 0 &&
+	    rv_poll_cq(c->fd, c->cq_a, &wc, 1, CHK_TIMEOUT_MS) == 1 &&
+	    wc.status == RNIC_WC_SUCCESS;
+	printf("post_after_drain: %d\n", n);
+
+	/* Stale rkey after DEREG + REG of the same index: the generation differs. */
+	old_rkey = c->dst_mr.rkey;
+	expect("dereg_mr", c->fd, RNIC_IOCTL_DEREG_MR,
+	       &(struct rnic_reg_mr){ .index = c->dst_mr.index });
+	if (rv_reg_mr(c->fd, c->pd, c->dst, CHK_BUF, ACC_ALL, &c->dst_mr))
+		return -1;
+	printf("same_index: %d\n", (old_rkey >> 8) == (c->dst_mr.rkey >> 8));
+	printf("new_key_differs: %d\n", old_rkey != c->dst_mr.rkey);
+	write_wr(c, &wrs[0], 40, RNIC_WQE_OP_RDMA_WRITE, 64, (uintptr_t)c->dst, old_rkey,
+		 c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_a, wrs, 1) || poll_one(c, c->cq_a, &wc, "stale rkey"))
+		return -1;
+	printf("stale_rkey_status: %s\n", rv_wc_status_name(wc.status));
+
+	/* Recycle the errored QP: ERR -> RESET -> INIT -> RTR -> RTS, then a WRITE works. */
+	memset(c->dst, 0, CHK_LEN);
+	if (rv_modify_qp(c->fd, c->qp_a, RNIC_QPS_RESET, 0, 0, 0, 0, 0) ||
+	    rv_connect_qp(c->fd, c->qp_a, c->qp_b, QP_ACC, 7, 100))
+		return -1;
+	write_wr(c, &wrs[0], 41, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst,
+		 c->dst_mr.rkey, c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_a, wrs, 1) || poll_one(c, c->cq_a, &wc, "after recycle"))
+		return -1;
+	printf("recycled_status: %s\n", rv_wc_status_name(wc.status));
+	printf("recycled_wr_id_ok: %d\n", wc.wr_id == 41);
+	printf("recycled_data_ok: %d\n", memcmp(c->dst, c->src, CHK_LEN) == 0);
+	n = rv_poll_cq(c->fd, c->cq_a, &wc, 1, 0);
+	printf("extra_completions: %d\n", n);
+	return print_qp(c, "", c->qp_a);
+}
+
+/* POLL_CQ with a timeout and nothing to complete: sleeps, then returns no completion. */
+static int sc_wait_timeout(struct chk *c)
+{
+	struct rnic_wc wc;
+	uint64_t t0 = rv_now_ns();
+	int n = rv_poll_cq(c->fd, c->cq_a, &wc, 1, 3000);
+
+	if (n < 0)
+		return -1;
+	printf("completions: %d\n", n);
+	printf("elapsed_ms: %llu\n", (unsigned long long)((rv_now_ns() - t0) / 1000000));
+	return 0;
+}
+
 struct scenario {
 	const char *name;
 	int (*run)(struct chk *c);
@@ -335,6 +484,10 @@ static const struct scenario scenarios[] = {
 	{ "flush", sc_flush, ACC_ALL, 7, "5 RECVs, QP to ERR: 5 x WR_FLUSH_ERR in order" },
 	{ "write-imm", sc_write_imm, ACC_ALL, 7,
 	  "WRITE_WITH_IMM 0x12345678: RECV_RDMA_WITH_IMM, imm, byte_len, data" },
+	{ "driver-checks", sc_driver_checks, ACC_ALL, 7,
+	  "driver-side errors (-EINVAL/-EBUSY/-ENOMEM), stale keys, QP recycling" },
+	{ "wait-timeout", sc_wait_timeout, ACC_ALL, 7,
+	  "POLL_CQ with timeout_ms 3000 on an idle CQ: 0 completions after ~3 s" },
 };
 
 static void usage(FILE *f)

@@ -347,10 +347,22 @@ impl Engine {
         }
     }
 
+    /// Arms a CQ. If it already holds completions software has not consumed (per the last
+    /// CQE_CONS_IDX), the vector is raised at once instead: a completion that landed
+    /// between the driver's last poll and its arm must not go unnoticed.
     pub fn cq_arm(&mut self, cqn: u32) {
-        match self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) {
-            Some(cq) => cq.armed = true,
-            None => log::warn!("{}: arm of CQ {cqn}, which does not exist", self.name),
+        let Some(cq) = self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) else {
+            log::warn!("{}: arm of CQ {cqn}, which does not exist", self.name);
+            return;
+        };
+        if cq.used() == 0 {
+            cq.armed = true;
+            return;
+        }
+        cq.armed = false;
+        let vector = usize::from(cq.vector);
+        if self.int_enabled && self.shared.irqs.trigger(vector) {
+            self.shared.stats.inc(Counter::Interrupts);
         }
     }
 

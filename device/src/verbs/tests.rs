@@ -538,3 +538,29 @@ fn unmapped_rings_and_buffers_are_fatal_errors_not_crashes() {
     d.e.sq_doorbell(1, 0x8000);
     assert_eq!(d.e.qp(1).unwrap().state, super::qp::QpState::Err);
 }
+
+#[test]
+fn arming_a_cq_with_unconsumed_completions_interrupts_at_once() {
+    use std::io::Read;
+    let mut d = Dev::pair(RW);
+    // SAFETY: eventfd returns a new descriptor or -1 (checked); we own it.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(fd >= 0);
+    // SAFETY: fd is valid and owned.
+    let mut efd = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let flags = vfio_bindings::bindings::vfio::VFIO_IRQ_SET_DATA_EVENTFD | vfio_bindings::bindings::vfio::VFIO_IRQ_SET_ACTION_TRIGGER;
+    d.e.shared.irqs.set(flags, 1, 1, vec![efd.try_clone().unwrap()]).unwrap();
+    let lk = d.reg_mr(1, 7, RW, SRC, 64);
+    let rk = d.reg_mr(2, 7, RW, DST, 64);
+    d.send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 8, lk)], VA + DST, rk);
+    d.run(); // the CQE lands before the driver arms
+    d.e.cq_arm(1);
+    let mut n = [0u8; 8];
+    assert!(efd.read(&mut n).is_ok(), "armed with an unconsumed CQE: interrupt at once");
+    assert_eq!(d.poll(1).len(), 1);
+    d.e.cq_arm(1); // now empty: armed, no interrupt yet
+    assert!(efd.read(&mut n).is_err());
+    d.send(1, WQE_OP_RDMA_WRITE, 2, &[sge(SRC, 8, lk)], VA + DST, rk);
+    d.run();
+    assert!(efd.read(&mut n).is_ok(), "the next completion interrupts");
+}
