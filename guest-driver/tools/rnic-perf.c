@@ -3,7 +3,7 @@
  * rnic-perf: perftest-style bandwidth and latency over one rnic-emu RNIC, in loopback:
  * two QPs of /dev/rnic_emuN connected to each other. Static, libc only.
  *
- *   rnic-perf write|read|send|write-lat|read-lat|send-lat [options]
+ *   rnic-perf write|read|send|write-imm|write-lat|read-lat|send-lat|write-imm-lat [options]
  *
  * Data always flows from the "source" buffer to the "destination" buffer: WRITE and SEND
  * move QP A's source to QP B's destination, READ has QP A fetch B's source into its
@@ -26,7 +26,10 @@
 #define PERF_STALL_NS		(10ull * 1000000000ull)	/* no completion for this long: error */
 #define PERF_CQ_ENTRIES		256
 
-enum perf_op { OP_WRITE, OP_READ, OP_SEND };
+enum perf_op { OP_WRITE, OP_READ, OP_SEND, OP_WRITE_IMM };
+
+/* Operations that consume a RECV at the responder (and complete there). */
+#define NEEDS_RECV(op) ((op) == OP_SEND || (op) == OP_WRITE_IMM)
 
 struct perf_opts {
 	const char *dev;
@@ -52,7 +55,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: rnic-perf TEST [options]\n"
-		"  TEST: write | read | send (bandwidth), write-lat | read-lat | send-lat (latency)\n"
+		"  TEST: write | read | send | write-imm (bandwidth),\n"
+		"        write-lat | read-lat | send-lat | write-imm-lat (latency)\n"
 		"  -s, --size BYTES   message size (K/M suffixes; default 64K; the top of -a)\n"
 		"  -n, --iters N      operations per size (default %u)\n"
 		"  -a, --all          sweep sizes 1 B .. 1 MiB (or -s) by powers of two\n"
@@ -166,7 +170,10 @@ static void build_wr(struct perf *p, struct rnic_send_wr *wr, uint64_t id, uint3
 	switch (p->o.op) {
 	case OP_WRITE:
 	case OP_SEND:
-		wr->opcode = p->o.op == OP_WRITE ? RNIC_WQE_OP_RDMA_WRITE : RNIC_WQE_OP_SEND;
+	case OP_WRITE_IMM:
+		wr->opcode = p->o.op == OP_WRITE ? RNIC_WQE_OP_RDMA_WRITE :
+			     p->o.op == OP_SEND ? RNIC_WQE_OP_SEND : RNIC_WQE_OP_RDMA_WRITE_IMM;
+		wr->imm_data = (uint32_t)id;
 		wr->remote_addr = (uintptr_t)p->dst + off;
 		wr->rkey = p->dst_mr.rkey;
 		if (p->o.use_inline && size <= p->max_inline) {
@@ -217,7 +224,7 @@ static uint32_t slots_for(struct perf *p, uint64_t size, uint32_t cap)
 static int run_bw(struct perf *p, uint64_t size)
 {
 	uint32_t iters = p->o.iters, slots = slots_for(p, size, PERF_WINDOW);
-	bool send = p->o.op == OP_SEND;
+	bool send = NEEDS_RECV(p->o.op);
 	uint8_t *seen = calloc(iters, 1), *rseen = calloc(iters, 1);
 	struct rnic_send_wr wrs[PERF_POST_BATCH];
 	struct rnic_wc wcs[64];
@@ -278,6 +285,14 @@ static int run_bw(struct perf *p, uint64_t size)
 			for (i = 0; i < n; i++) {
 				if (check_wc(p, &wcs[i], rseen, iters, "responder"))
 					goto out;
+				if (p->o.op == OP_WRITE_IMM &&
+				    (!(wcs[i].flags & RNIC_CQE_FLAG_IMM) ||
+				     wcs[i].imm_data != (uint32_t)wcs[i].wr_id)) {
+					printf("completion error: test %s responder wr_id %llu imm 0x%x flags 0x%x, expected imm 0x%x\n",
+					       p->o.test, (unsigned long long)wcs[i].wr_id, wcs[i].imm_data,
+					       wcs[i].flags, (uint32_t)wcs[i].wr_id);
+					goto out;
+				}
 				if (wcs[i].byte_len != size) {
 					printf("completion error: test %s responder wr_id %llu byte_len %u, expected %llu\n",
 					       p->o.test, (unsigned long long)wcs[i].wr_id,
@@ -383,7 +398,7 @@ static int wait_one(struct perf *p, uint32_t cqn, uint64_t id, uint64_t size, bo
 static int run_lat(struct perf *p, uint64_t size)
 {
 	uint32_t iters = p->o.iters, i;
-	bool send = p->o.op == OP_SEND;
+	bool send = NEEDS_RECV(p->o.op);
 	uint64_t *lat = calloc(iters, sizeof(*lat)), t0, sum = 0;
 	struct rnic_send_wr wr;
 	int ret = 1;
@@ -534,6 +549,8 @@ int main(int argc, char **argv)
 		p.o.op = OP_READ;
 	else if (!strcmp(p.o.test, "send") || !strcmp(p.o.test, "send-lat"))
 		p.o.op = OP_SEND;
+	else if (!strcmp(p.o.test, "write-imm") || !strcmp(p.o.test, "write-imm-lat"))
+		p.o.op = OP_WRITE_IMM;
 	else {
 		fprintf(stderr, "rnic-perf: unknown test '%s'\n", p.o.test);
 		usage(stderr);
