@@ -19,18 +19,25 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Which node of which topology, and where its sockets live.
+#[derive(clap::Args)]
+struct NodeArgs {
+    #[arg(long)]
+    topology: PathBuf,
+    /// Node name or index.
+    #[arg(long, default_value = "0")]
+    node: String,
+    /// Directory for the sockets (<node>-<device>.sock).
+    #[arg(long)]
+    socket_dir: PathBuf,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve one node of a topology: one vfio-user socket per PCI function.
     Serve {
-        #[arg(long)]
-        topology: PathBuf,
-        /// Node name or index.
-        #[arg(long, default_value = "0")]
-        node: String,
-        /// Directory for the sockets (<node>-<device>.sock).
-        #[arg(long)]
-        socket_dir: PathBuf,
+        #[command(flatten)]
+        at: NodeArgs,
         /// Back GPU memory with files <dir>/<node>-<gpu>.bar1 (inspectable) instead of memfds.
         #[arg(long)]
         gpu_mem_dir: Option<PathBuf>,
@@ -63,12 +70,8 @@ enum Cmd {
     },
     /// Print the QEMU arguments of a topology node (for your own QEMU command line).
     QemuArgs {
-        #[arg(long)]
-        topology: PathBuf,
-        #[arg(long, default_value = "0")]
-        node: String,
-        #[arg(long)]
-        socket_dir: PathBuf,
+        #[command(flatten)]
+        at: NodeArgs,
     },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
@@ -97,9 +100,9 @@ fn main() -> ExitCode {
 
 fn real_main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
-        Cmd::Serve { topology, node, socket_dir, gpu_mem_dir } => {
-            let (topo, i) = load_node(&topology, &node)?;
-            serve::run_node(&topo.nodes[i], &serve::ServeOptions { socket_dir, gpu_mem_dir })?;
+        Cmd::Serve { at, gpu_mem_dir } => {
+            let (topo, i) = load_node(&at.topology, &at.node)?;
+            serve::run_node(&topo.nodes[i], &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir })?;
         }
         Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, command } => {
             ctrlc::set_handler(|| run::INTERRUPTED.store(true, Ordering::SeqCst))?;
@@ -133,9 +136,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(255)));
         }
-        Cmd::QemuArgs { topology, node, socket_dir } => {
-            let (topo, i) = load_node(&topology, &node)?;
-            for a in qemu::device_args(&topo.nodes[i], &socket_dir) {
+        Cmd::QemuArgs { at } => {
+            let (topo, i) = load_node(&at.topology, &at.node)?;
+            for a in qemu::device_args(&topo.nodes[i], &at.socket_dir) {
                 println!("{a}");
             }
         }

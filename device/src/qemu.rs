@@ -111,19 +111,7 @@ mod tests {
 
     #[test]
     fn switch_topology_arguments() {
-        let t = Topology::parse(
-            r#"name = "t"
-            [[node]]
-            name = "node0"
-            port = [ { id = "rp0", kind = "root-port" },
-                     { id = "up", kind = "switch-upstream", parent = "rp0" },
-                     { id = "dn0", kind = "switch-downstream", parent = "up" },
-                     { id = "dn1", kind = "switch-downstream", parent = "up" } ]
-            device = [ { id = "rnic0", kind = "rnic", port = "dn0" },
-                       { id = "gpu0", kind = "gpu", port = "dn1" } ]"#,
-            "t",
-        )
-        .unwrap();
+        let t = Topology::parse(crate::topology::tests::SWITCH, "t").unwrap();
         let args = device_args(&t.nodes[0], Path::new("/s"));
         assert_eq!(args[1], "pcie-root-port,id=rp0,bus=pcie.0,addr=0x3.0,chassis=1,slot=0");
         assert_eq!(args[3], "x3130-upstream,id=up,bus=rp0");

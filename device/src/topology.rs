@@ -270,10 +270,11 @@ fn is_ident(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const SWITCH: &str = r#"
+    /// A single-switch node shared by the tests of the modules built on topologies.
+    pub(crate) const SWITCH: &str = r#"
         name = "t"
         [[node]]
         name = "node0"
