@@ -87,6 +87,17 @@ pub fn c_header() -> String {
     c_define(&mut o, "RNIC_DB_OBJECT_SHIFT", regs::rnic::DB_OBJECT_SHIFT.to_string(), "doorbells/CQ_ARM: object [31:16]");
     c_define(&mut o, "RNIC_CMD_OP_SHIFT", regs::rnic::CMD_OP_SHIFT.to_string(), "RNIC_REG_CMD: op [31:24], index [23:0]");
     c_define(&mut o, "RNIC_STATS_BASE", format!("{:#x}", regs::rnic::STATS_BASE), "64-bit RO counters");
+    c_define(&mut o, "RNIC_APERTURE_SLOTS", regs::rnic::APERTURE_SLOTS.to_string(), "BAR1_APERTURE + 8 * slot");
+    let g = |n: &str, v: u64, d: &str, o: &mut String| c_define(o, n, format!("{v:#x}"), d);
+    g("GPU_ENG_OP_FILL32", regs::gpu::ENG_OP_FILL32, "GPU_ENG_LAUNCH: fill with VALUE", &mut o);
+    g("GPU_ENG_OP_COPY", regs::gpu::ENG_OP_COPY, "GPU_ENG_LAUNCH: copy SRC -> DST", &mut o);
+    g("GPU_ENG_OP_REDUCE_SUM_F32", regs::gpu::ENG_OP_REDUCE_SUM_F32, "GPU_ENG_LAUNCH: DST = SRC + SRC2 (f32)", &mut o);
+    g("GPU_ENG_STATUS_BUSY", regs::gpu::ENG_STATUS_BUSY, "GPU_ENG_STATUS bit 0", &mut o);
+    g("GPU_ENG_OK", regs::gpu::ENG_OK, "GPU_ENG_STATUS [15:8]", &mut o);
+    g("GPU_ENG_ERR_BAD_OP", regs::gpu::ENG_ERR_BAD_OP, "GPU_ENG_STATUS [15:8]", &mut o);
+    g("GPU_ENG_ERR_RANGE", regs::gpu::ENG_ERR_RANGE, "GPU_ENG_STATUS [15:8]: outside BAR1", &mut o);
+    g("GPU_ENG_ERR_ALIGN", regs::gpu::ENG_ERR_ALIGN, "GPU_ENG_STATUS [15:8]: length/offset not a multiple of 4", &mut o);
+    g("GPU_ENG_ERR_BUSY", regs::gpu::ENG_ERR_BUSY, "GPU_ENG_STATUS [15:8]: launched while busy", &mut o);
     o.push_str("\n/* Statistics counters: offset STATS_BASE + 8 * index */\n");
     for (i, (name, doc)) in COUNTERS.iter().enumerate() {
         c_define(&mut o, &format!("RNIC_STAT_{}", snake_upper(name)), i.to_string(), doc);

@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0001;
+pub const CONTRACT_VERSION: u32 = 0x0001_0002;
 
 /// PCI identity and BAR layout shared with the guest driver.
 pub mod pci_ids {
@@ -138,12 +138,14 @@ pub mod rnic {
     pub const MAX_RING_LOG2: u64 = 15;
     /// Statistics counters: 64-bit, read-only, from `STATS_BASE`, indexed by `stats::Counter`.
     pub const STATS_BASE: u64 = 0x4000;
+    /// BAR1_APERTURE slots (0x2000 + 8 * i).
+    pub const APERTURE_SLOTS: usize = 4;
 
     register_map!(REGS {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010001, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010002, writable 0x0;
         /// Capability bits (CAP_*).
         RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7, writable 0x0;
         /// Device status (STATUS_*).
@@ -166,6 +168,8 @@ pub mod rnic {
         RNIC_REG_MAX_MR = 0x0030, 4, Ro, reset 0x1000, writable 0x0;
         /// log2 of the largest SQ/RQ/CQ ring in entries.
         RNIC_REG_MAX_RING_LOG2 = 0x0034, 4, Ro, reset 0xf, writable 0x0;
+        /// Number of GPUs on this node whose BAR1 the RNIC can reach peer-to-peer.
+        RNIC_REG_NUM_GPUS = 0x0038, 4, Ro, reset 0x0, writable 0x0;
         /// Command: write op << 24 | object index; executes before the next register access.
         RNIC_REG_CMD = 0x0040, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Result of the last command: 0 or an error code (CMD_ERR_*).
@@ -184,8 +188,14 @@ pub mod rnic {
         CQ_ARM = 0x1014, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Base address of the CQ context table (MAX_CQ x 32-byte rnic_cq_ctx).
         CQ_CTX_BASE = 0x1018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
-        /// Seed §3.1: bus address of the local GPU's BAR1, used for peer-to-peer DMA.
+        /// Seed §3.1: bus address of a local GPU's BAR1 the driver allows peer-to-peer DMA to.
         BAR1_APERTURE = 0x2000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Aperture slot 1 (a second GPU); same meaning as BAR1_APERTURE.
+        BAR1_APERTURE_1 = 0x2008, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Aperture slot 2.
+        BAR1_APERTURE_2 = 0x2010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Aperture slot 3.
+        BAR1_APERTURE_3 = 0x2018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine.
         DMA_CTRL = 0x3000, 4, Rw, reset 0x1, writable 0xff;
         /// Seed §3.1: base address of the memory translation table (64-bit page addresses).
@@ -206,7 +216,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010001, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010002, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.
@@ -215,7 +225,44 @@ pub mod gpu {
         GPU_REG_INT_TRIGGER = 0x0014, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Count of interrupts the device has raised since reset.
         GPU_REG_INT_COUNT = 0x0018, 4, Ro, reset 0x0, writable 0x0;
+        /// Engine: source offset in BAR1 (COPY, REDUCE), bytes.
+        GPU_ENG_SRC = 0x0100, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Engine: second source offset in BAR1 (REDUCE).
+        GPU_ENG_SRC2 = 0x0108, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Engine: destination offset in BAR1.
+        GPU_ENG_DST = 0x0110, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Engine: length in bytes (FILL32 and REDUCE: a multiple of 4).
+        GPU_ENG_LEN = 0x0118, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Engine: 32-bit fill value (FILL32).
+        GPU_ENG_VALUE = 0x0120, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Engine: MSI-X vector raised when an operation ends.
+        GPU_ENG_VECTOR = 0x0124, 4, Rw, reset 0x0, writable 0xffff;
+        /// Engine: write ENG_OP_* to launch with the registers above (like a kernel launch).
+        GPU_ENG_LAUNCH = 0x0128, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Engine status: bit 0 busy; [15:8] result of the last operation (ENG_ERR_*).
+        GPU_ENG_STATUS = 0x012c, 4, Ro, reset 0x0, writable 0x0;
+        /// Engine: operations completed since reset (successful or not).
+        GPU_ENG_DONE = 0x0130, 4, Ro, reset 0x0, writable 0x0;
+        /// Statistics: operations that completed successfully.
+        GPU_STAT_OPS = 0x0200, 8, Ro, reset 0x0, writable 0x0;
+        /// Statistics: bytes the engine wrote.
+        GPU_STAT_BYTES = 0x0208, 8, Ro, reset 0x0, writable 0x0;
     });
+
+    /// GPU_ENG_LAUNCH: fill [DST, DST+LEN) with the 32-bit VALUE.
+    pub const ENG_OP_FILL32: u64 = 1;
+    /// GPU_ENG_LAUNCH: copy LEN bytes from SRC to DST (overlap allowed).
+    pub const ENG_OP_COPY: u64 = 2;
+    /// GPU_ENG_LAUNCH: DST[i] = SRC[i] + SRC2[i] over LEN/4 little-endian f32 elements.
+    pub const ENG_OP_REDUCE_SUM_F32: u64 = 3;
+    /// GPU_ENG_STATUS bit 0.
+    pub const ENG_STATUS_BUSY: u64 = 1;
+    /// Result codes in GPU_ENG_STATUS [15:8].
+    pub const ENG_OK: u64 = 0;
+    pub const ENG_ERR_BAD_OP: u64 = 1;
+    pub const ENG_ERR_RANGE: u64 = 2;
+    pub const ENG_ERR_ALIGN: u64 = 3;
+    pub const ENG_ERR_BUSY: u64 = 4;
 }
 
 #[cfg(test)]

@@ -317,11 +317,13 @@ abi_consts!(QP_ERRORS: u8 {
     QP_ERR_DMA = 7, "a ring or buffer address is not mapped guest memory";
     QP_ERR_CQ = 8, "the completion queue overflowed or is gone";
     QP_ERR_LENGTH = 9, "local length error";
+    QP_ERR_APERTURE = 10, "DMA to a GPU BAR1 that no BAR1_APERTURE slot names";
 });
 
 abi_consts!(ASYNC_ERRORS: u32 {
     ASYNC_ERR_CQ_OVERFLOW = 1, "RNIC_REG_LAST_ERROR code: CQ overflow";
     ASYNC_ERR_QP = 2, "RNIC_REG_LAST_ERROR code: a QP entered ERROR";
+    ASYNC_ERR_APERTURE = 3, "RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1";
 });
 
 /// Every constant group, in header order.

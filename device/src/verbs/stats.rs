@@ -30,6 +30,10 @@ counters! {
     CommandErrors, "commands that failed";
     DmaErrors, "DMA accesses refused (address not in mapped guest memory)";
     QpErrors, "QPs that entered ERROR";
+    DmaHostBytes, "bytes the RNIC read or wrote in host memory (guest RAM)";
+    DmaP2pSwitchBytes, "bytes the RNIC read or wrote in a GPU BAR1 through a shared PCIe switch";
+    DmaP2pRootComplexBytes, "bytes the RNIC read or wrote in a GPU BAR1 through the root complex";
+    ApertureErrors, "DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot";
 }
 
 #[derive(Default)]

@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010001   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010002   /* major << 16 | minor */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
 #define RNIC_EMU_GPU_DEVICE_ID       0x52e2       /* default GPU device ID */
@@ -35,7 +35,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10001: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10002: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*). */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -47,6 +47,7 @@
 #define RNIC_REG_MAX_CQ              0x002c       /* RO 32-bit, reset 0x100: Number of CQ contexts. */
 #define RNIC_REG_MAX_MR              0x0030       /* RO 32-bit, reset 0x1000: Number of MR contexts (key index range). */
 #define RNIC_REG_MAX_RING_LOG2       0x0034       /* RO 32-bit, reset 0xf: log2 of the largest SQ/RQ/CQ ring in entries. */
+#define RNIC_REG_NUM_GPUS            0x0038       /* RO 32-bit, reset 0x0: Number of GPUs on this node whose BAR1 the RNIC can reach peer-to-peer. */
 #define RNIC_REG_CMD                 0x0040       /* WO 32-bit, reset 0x0: Command: write op << 24 | object index; executes before the next register access. */
 #define RNIC_REG_CMD_STATUS          0x0044       /* RO 32-bit, reset 0x0: Result of the last command: 0 or an error code (CMD_ERR_*). */
 #define RNIC_REG_LAST_ERROR          0x0048       /* RO 32-bit, reset 0x0: Last asynchronous error: code << 24 | object index (0: none); cleared by reading. */
@@ -56,7 +57,10 @@
 #define RQ_DB_IDX                    0x1010       /* RW 32-bit, reset 0x0: Receive-queue doorbell: QPN [31:16], new RQ producer index [15:0]. */
 #define CQ_ARM                       0x1014       /* WO 32-bit, reset 0x0: Arm a CQ: CQN [31:16]; its next completion raises the CQ's MSI-X vector once. */
 #define CQ_CTX_BASE                  0x1018       /* RW 64-bit, reset 0x0: Base address of the CQ context table (MAX_CQ x 32-byte rnic_cq_ctx). */
-#define BAR1_APERTURE                0x2000       /* RW 64-bit, reset 0x0: Seed §3.1: bus address of the local GPU's BAR1, used for peer-to-peer DMA. */
+#define BAR1_APERTURE                0x2000       /* RW 64-bit, reset 0x0: Seed §3.1: bus address of a local GPU's BAR1 the driver allows peer-to-peer DMA to. */
+#define BAR1_APERTURE_1              0x2008       /* RW 64-bit, reset 0x0: Aperture slot 1 (a second GPU); same meaning as BAR1_APERTURE. */
+#define BAR1_APERTURE_2              0x2010       /* RW 64-bit, reset 0x0: Aperture slot 2. */
+#define BAR1_APERTURE_3              0x2018       /* RW 64-bit, reset 0x0: Aperture slot 3. */
 #define DMA_CTRL                     0x3000       /* RW 32-bit, reset 0x1: Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine. */
 #define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the memory translation table (64-bit page addresses). */
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
@@ -64,17 +68,38 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10001: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10002: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
 #define GPU_REG_INT_COUNT            0x0018       /* RO 32-bit, reset 0x0: Count of interrupts the device has raised since reset. */
+#define GPU_ENG_SRC                  0x0100       /* RW 64-bit, reset 0x0: Engine: source offset in BAR1 (COPY, REDUCE), bytes. */
+#define GPU_ENG_SRC2                 0x0108       /* RW 64-bit, reset 0x0: Engine: second source offset in BAR1 (REDUCE). */
+#define GPU_ENG_DST                  0x0110       /* RW 64-bit, reset 0x0: Engine: destination offset in BAR1. */
+#define GPU_ENG_LEN                  0x0118       /* RW 64-bit, reset 0x0: Engine: length in bytes (FILL32 and REDUCE: a multiple of 4). */
+#define GPU_ENG_VALUE                0x0120       /* RW 32-bit, reset 0x0: Engine: 32-bit fill value (FILL32). */
+#define GPU_ENG_VECTOR               0x0124       /* RW 32-bit, reset 0x0: Engine: MSI-X vector raised when an operation ends. */
+#define GPU_ENG_LAUNCH               0x0128       /* WO 32-bit, reset 0x0: Engine: write ENG_OP_* to launch with the registers above (like a kernel launch). */
+#define GPU_ENG_STATUS               0x012c       /* RO 32-bit, reset 0x0: Engine status: bit 0 busy; [15:8] result of the last operation (ENG_ERR_*). */
+#define GPU_ENG_DONE                 0x0130       /* RO 32-bit, reset 0x0: Engine: operations completed since reset (successful or not). */
+#define GPU_STAT_OPS                 0x0200       /* RO 64-bit, reset 0x0: Statistics: operations that completed successfully. */
+#define GPU_STAT_BYTES               0x0208       /* RO 64-bit, reset 0x0: Statistics: bytes the engine wrote. */
 #define RNIC_DMA_CTRL_INT_ENABLE     0x2          /* DMA_CTRL bit */
 #define RNIC_CAP_VERBS               0x4          /* RNIC_REG_CAPS bit */
 #define RNIC_STATUS_ERROR            0x4          /* RNIC_REG_STATUS bit */
 #define RNIC_DB_OBJECT_SHIFT         16           /* doorbells/CQ_ARM: object [31:16] */
 #define RNIC_CMD_OP_SHIFT            24           /* RNIC_REG_CMD: op [31:24], index [23:0] */
 #define RNIC_STATS_BASE              0x4000       /* 64-bit RO counters */
+#define RNIC_APERTURE_SLOTS          4            /* BAR1_APERTURE + 8 * slot */
+#define GPU_ENG_OP_FILL32            0x1          /* GPU_ENG_LAUNCH: fill with VALUE */
+#define GPU_ENG_OP_COPY              0x2          /* GPU_ENG_LAUNCH: copy SRC -> DST */
+#define GPU_ENG_OP_REDUCE_SUM_F32    0x3          /* GPU_ENG_LAUNCH: DST = SRC + SRC2 (f32) */
+#define GPU_ENG_STATUS_BUSY          0x1          /* GPU_ENG_STATUS bit 0 */
+#define GPU_ENG_OK                   0x0          /* GPU_ENG_STATUS [15:8] */
+#define GPU_ENG_ERR_BAD_OP           0x1          /* GPU_ENG_STATUS [15:8] */
+#define GPU_ENG_ERR_RANGE            0x2          /* GPU_ENG_STATUS [15:8]: outside BAR1 */
+#define GPU_ENG_ERR_ALIGN            0x3          /* GPU_ENG_STATUS [15:8]: length/offset not a multiple of 4 */
+#define GPU_ENG_ERR_BUSY             0x4          /* GPU_ENG_STATUS [15:8]: launched while busy */
 
 /* Statistics counters: offset STATS_BASE + 8 * index */
 #define RNIC_STAT_SEND_WQES          0            /* send-queue WQEs executed (any outcome) */
@@ -91,7 +116,11 @@
 #define RNIC_STAT_COMMAND_ERRORS     11           /* commands that failed */
 #define RNIC_STAT_DMA_ERRORS         12           /* DMA accesses refused (address not in mapped guest memory) */
 #define RNIC_STAT_QP_ERRORS          13           /* QPs that entered ERROR */
-#define RNIC_STAT_COUNT              14           /* number of counters */
+#define RNIC_STAT_DMA_HOST_BYTES     14           /* bytes the RNIC read or wrote in host memory (guest RAM) */
+#define RNIC_STAT_DMA_P2P_SWITCH_BYTES 15           /* bytes the RNIC read or wrote in a GPU BAR1 through a shared PCIe switch */
+#define RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES 16           /* bytes the RNIC read or wrote in a GPU BAR1 through the root complex */
+#define RNIC_STAT_APERTURE_ERRORS    17           /* DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot */
+#define RNIC_STAT_COUNT              18           /* number of counters */
 
 /* Descriptor constants */
 #define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */
@@ -153,8 +182,10 @@
 #define RNIC_QP_ERR_DMA              0x7          /* a ring or buffer address is not mapped guest memory */
 #define RNIC_QP_ERR_CQ               0x8          /* the completion queue overflowed or is gone */
 #define RNIC_QP_ERR_LENGTH           0x9          /* local length error */
+#define RNIC_QP_ERR_APERTURE         0xa          /* DMA to a GPU BAR1 that no BAR1_APERTURE slot names */
 #define RNIC_ASYNC_ERR_CQ_OVERFLOW   0x1          /* RNIC_REG_LAST_ERROR code: CQ overflow */
 #define RNIC_ASYNC_ERR_QP            0x2          /* RNIC_REG_LAST_ERROR code: a QP entered ERROR */
+#define RNIC_ASYNC_ERR_APERTURE      0x3          /* RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1 */
 
 /* Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the queue's stride (64, 128 or 256 bytes). */
 struct rnic_wqe {
