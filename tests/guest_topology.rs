@@ -25,7 +25,7 @@ fn check_functions(stdout: &str, bar1_size: u64) -> ((String, String), (String, 
     assert_eq!(value(gpu, "driver"), "rnic_emu_gpu");
     assert_eq!(value(rnic, "hw_id"), "0x524e4943", "RNIC_REG_ID as the driver read it");
     assert_eq!(value(gpu, "hw_id"), "0x52475055");
-    assert_eq!(value(rnic, "hw_version"), "1.1");
+    assert_eq!(value(rnic, "hw_version"), contract_version());
     assert_eq!(value(gpu, "mem_size"), bar1_size.to_string());
     assert_eq!(value(rnic, "irq_counts_after_self_test"), "1 1 1 1 1 1 1 1", "every MSI-X vector fired once");
     assert_eq!(value(gpu, "irq_counts_after_self_test"), "1 1");
@@ -44,6 +44,12 @@ fn port_ids(section: &str, port: &str) -> String {
         .unwrap_or_default()
 }
 
+/// "major.minor" of the register contract, as the driver prints it.
+fn contract_version() -> String {
+    let v = rnic_emu::regs::CONTRACT_VERSION;
+    format!("{}.{}", v >> 16, v & 0xffff)
+}
+
 const XIO3130_DOWNSTREAM: &str = "0x104c:0x8233";
 const XIO3130_UPSTREAM: &str = "0x104c:0x8232";
 const QEMU_ROOT_PORT: &str = "0x1b36:0x000c";
@@ -59,10 +65,11 @@ fn single_switch_topology_driver_bar1_and_reloads() {
     f.write_all_at(&pattern(HOST_SEED, MIB, MIB as usize), MIB).unwrap();
     drop(f);
 
+    let ver = contract_version();
     let script = format!(
         "rnic-status; echo status_rc: $?
-         echo dmesg_rnic_id_logged: $(dmesg | grep -c 'rnic-emu RNIC: id 0x524e4943 version 1.1, 8 MSI-X vectors')
-         echo dmesg_gpu_id_logged: $(dmesg | grep -c 'rnic-emu GPU: id 0x52475055 version 1.1, 2 MSI-X vectors')
+         echo dmesg_rnic_id_logged: $(dmesg | grep -c 'rnic-emu RNIC: id 0x524e4943 version {ver}, 8 MSI-X vectors')
+         echo dmesg_gpu_id_logged: $(dmesg | grep -c 'rnic-emu GPU: id 0x52475055 version {ver}, 2 MSI-X vectors')
          gpu=$(rnic-bar find gpu)
          set -- $(sed -n 2p /sys/bus/pci/devices/$gpu/resource)
          echo bar1_resource_size: $(( $2 - $1 + 1 ))

@@ -24,6 +24,8 @@ pub enum DmaError {
     Mmap(String),
     #[error("DMA of {len} bytes at {addr:#x} is not inside one mapped guest RAM range")]
     Unmapped { addr: u64, len: usize },
+    #[error("DMA at {addr:#x} targets a GPU BAR1 that no BAR1_APERTURE slot names")]
+    Aperture { addr: u64 },
 }
 
 struct Mapping {
@@ -89,6 +91,12 @@ impl DmaMaps {
             .ok_or(err.clone())?;
         let region = m.map.as_ref().ok_or(err)?;
         Ok((region, (addr - m.iova) as usize))
+    }
+
+    /// The server's view of [addr, addr+len), which must lie inside one fd-backed map.
+    pub fn slice(&self, addr: u64, len: usize) -> Result<vm_memory::VolatileSlice<'_, ()>, DmaError> {
+        let (region, off) = self.locate(addr, len)?;
+        region.get_slice(off, len).map_err(|e| DmaError::Mmap(e.to_string()))
     }
 
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {

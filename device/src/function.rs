@@ -37,6 +37,9 @@ pub trait PciFunction: Send {
     /// Function-level reset: registers to reset values, queues forgotten. DMA maps and
     /// interrupt eventfds belong to the client connection and survive it.
     fn reset(&mut self);
+    /// Called after every configuration-space change (write, FLR, reset), so a function
+    /// can publish where its BARs now decode.
+    fn config_written(&mut self) {}
 }
 
 /// Whether a BAR0 access falls in the MSI-X table or PBA, which QEMU's vfio-user client

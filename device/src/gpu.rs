@@ -14,7 +14,8 @@ use crate::regs::gpu::*;
 use crate::regs::pci_ids::{self, GPU_BAR0_SIZE};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
-use std::sync::RwLock;
+use crate::router::PeerWindow;
+use std::sync::{Arc, RwLock};
 
 /// Index of the memory aperture BAR.
 pub const MEM_BAR: usize = 1;
@@ -25,11 +26,14 @@ pub struct Gpu {
     regs: RegisterFile,
     irqs: Interrupts,
     dma: RwLock<DmaMaps>,
-    mem: SharedMemory,
+    mem: Arc<SharedMemory>,
+    /// Where BAR1 decodes now, for the node's RNIC (DMA router).
+    window: Arc<PeerWindow>,
 }
 
 impl Gpu {
     pub fn new(name: String, dev: &Device, mem: SharedMemory) -> anyhow::Result<Self> {
+        let mem = Arc::new(mem);
         let id = identity(dev, pci_ids::GPU_CLASS);
         let bars = [
             BarDef { index: 0, size: GPU_BAR0_SIZE, is_64bit: false, prefetchable: false },
@@ -43,6 +47,7 @@ impl Gpu {
             regs: RegisterFile::new(REGS),
             irqs: Interrupts::new(vectors),
             dma: RwLock::default(),
+            window: Arc::new(PeerWindow::new(mem.clone())),
             mem,
         };
         gpu.reset();
@@ -52,6 +57,11 @@ impl Gpu {
     /// The BAR1 memory, for the host side (statistics, inspection, peer DMA).
     pub fn memory(&self) -> &SharedMemory {
         &self.mem
+    }
+
+    /// BAR1 as the RNIC's DMA router sees it.
+    pub fn window(&self) -> Arc<PeerWindow> {
+        self.window.clone()
     }
 
     fn on_register_write(&mut self, reg: u64, value: u64) {
@@ -130,5 +140,9 @@ impl PciFunction for Gpu {
     fn reset(&mut self) {
         self.regs.reset();
         self.regs.set(GPU_REG_MEM_SIZE, self.mem.size());
+    }
+
+    fn config_written(&mut self) {
+        self.window.set(self.config.bar_window(MEM_BAR).map(|(addr, _)| addr));
     }
 }

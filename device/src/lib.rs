@@ -22,6 +22,7 @@ pub mod qemu;
 pub mod regfile;
 pub mod regs;
 pub mod rnic;
+pub mod router;
 pub mod run;
 pub mod serve;
 pub mod shm;

@@ -13,6 +13,8 @@ use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
+use crate::router::{Peer, Router};
+use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Shared, Tables};
 use crate::verbs::stats::{Stats, COUNTERS};
 use crate::verbs::worker::{EngineHandle, Event};
@@ -28,6 +30,7 @@ pub struct Rnic {
     stats: Arc<Stats>,
     last_error: Arc<AtomicU64>,
     engine: EngineHandle,
+    router: Arc<Router>,
 }
 
 /// Byte range of the statistics counters in BAR0.
@@ -36,7 +39,8 @@ fn stats_range() -> std::ops::Range<u64> {
 }
 
 impl Rnic {
-    pub fn new(name: String, dev: &Device) -> anyhow::Result<Self> {
+    /// An RNIC whose DMA can reach `peers` (the node's GPUs) besides guest RAM.
+    pub fn new(name: String, dev: &Device, peers: Vec<Peer>) -> anyhow::Result<Self> {
         let vectors = dev.msix_vectors();
         let id = identity(dev, pci_ids::RNIC_CLASS);
         let bars = [BarDef { index: 0, size: RNIC_BAR0_SIZE, is_64bit: true, prefetchable: false }];
@@ -45,10 +49,12 @@ impl Rnic {
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
+        let router = Arc::new(Router::new(dma.clone(), peers, stats.clone()));
         let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone() };
-        let engine = EngineHandle::spawn(name.clone(), dma.clone(), shared)?;
+        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared)?;
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
-        let mut rnic = Rnic { name, config: config?, regs: RegisterFile::new(REGS), irqs, dma, stats, last_error, engine };
+        let regs = RegisterFile::new(REGS);
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router };
         rnic.reset();
         Ok(rnic)
     }
@@ -56,6 +62,8 @@ impl Rnic {
     fn reset_registers(&mut self) {
         self.regs.reset();
         self.regs.set(RNIC_REG_NUM_VECTORS, self.irqs.count() as u64);
+        self.regs.set(RNIC_REG_NUM_GPUS, self.router.peers.len() as u64);
+        self.router.apertures.iter().for_each(|a| a.store(0, Ordering::SeqCst));
         self.update_status();
     }
 
@@ -135,6 +143,16 @@ impl Rnic {
                     CQE_CONS_IDX => Event::CqConsumed { cqn: object, ci: index },
                     _ => Event::CqArm { cqn: object },
                 });
+            }
+            BAR1_APERTURE | BAR1_APERTURE_1 | BAR1_APERTURE_2 | BAR1_APERTURE_3 => {
+                let slot = ((reg - BAR1_APERTURE) / 8) as usize;
+                if let Some(a) = self.router.apertures.get(slot) {
+                    a.store(value, Ordering::SeqCst);
+                }
+                if value != 0 && !self.router.is_gpu_bar(value) {
+                    log::warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
+                    self.last_error.store(u64::from(ASYNC_ERR_APERTURE) << 24 | slot as u64, Ordering::SeqCst);
+                }
             }
             RNIC_REG_CMD => {
                 let (op, index) = ((value >> CMD_OP_SHIFT) as u32, (value & CMD_INDEX_MASK) as u32);
@@ -221,7 +239,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        Rnic::new("t".into(), &t.nodes[0].devices[0]).unwrap()
+        Rnic::new("t".into(), &t.nodes[0].devices[0], Vec::new()).unwrap()
     }
 
     fn rd(r: &mut Rnic, off: u64) -> u32 {

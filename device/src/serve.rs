@@ -7,6 +7,7 @@
 
 use crate::gpu::Gpu;
 use crate::rnic::Rnic;
+use crate::router::Peer;
 use crate::shm::SharedMemory;
 use crate::topology::{DeviceKind, Node};
 use crate::vfio::{self, Backend, SharedFunction};
@@ -33,21 +34,25 @@ pub struct NodeDevices {
 }
 
 impl NodeDevices {
+    /// Builds the node's functions: GPUs first, so that each RNIC's DMA router knows every
+    /// GPU's BAR1 window and the PCIe path to it (from the topology).
     pub fn build(node: &Node, opts: &ServeOptions) -> anyhow::Result<NodeDevices> {
         let mut functions = Vec::new();
-        for dev in &node.devices {
+        let mut gpus = Vec::new();
+        for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
             let name = format!("{}-{}", node.name, dev.id);
-            let f: SharedFunction = match dev.kind {
-                DeviceKind::Rnic => Arc::new(Mutex::new(Rnic::new(name.clone(), dev)?)),
-                DeviceKind::Gpu => {
-                    let mem = match &opts.gpu_mem_dir {
-                        Some(dir) => SharedMemory::file(&dir.join(format!("{name}.bar1")), dev.bar1_size())?,
-                        None => SharedMemory::memfd(&format!("rnic-emu-{name}-bar1"), dev.bar1_size())?,
-                    };
-                    Arc::new(Mutex::new(Gpu::new(name.clone(), dev, mem)?))
-                }
+            let mem = match &opts.gpu_mem_dir {
+                Some(dir) => SharedMemory::file(&dir.join(format!("{name}.bar1")), dev.bar1_size())?,
+                None => SharedMemory::memfd(&format!("rnic-emu-{name}-bar1"), dev.bar1_size())?,
             };
-            functions.push((opts.socket_dir.join(node.socket_name(dev)), f));
+            let gpu = Gpu::new(name, dev, mem)?;
+            gpus.push((dev, gpu.window()));
+            functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(gpu)) as SharedFunction));
+        }
+        for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Rnic) {
+            let peers = gpus.iter().map(|(g, w)| Peer { window: w.clone(), path: node.p2p_path(dev, g) }).collect();
+            let rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers)?;
+            functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
         Ok(NodeDevices { functions })
     }

@@ -76,6 +76,12 @@ impl SharedMemory {
         }
     }
 
+    /// The server's view of [offset, offset+len).
+    pub fn slice(&self, offset: u64, len: usize) -> Result<vm_memory::VolatileSlice<'_, ()>, ShmError> {
+        let off = self.check(offset, len)?;
+        self.map.get_slice(off, len).map_err(|e| ShmError::Map(e.to_string()))
+    }
+
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ShmError> {
         let off = self.check(offset, buf.len())?;
         let slice = self.map.get_slice(off, buf.len()).map_err(|e| ShmError::Map(e.to_string()))?;

@@ -81,6 +81,15 @@ pub struct Port {
     pub parent: Option<String>,
 }
 
+/// How RNIC traffic reaches a peer GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum P2pPath {
+    /// The lowest common port is a PCIe switch port.
+    Switch,
+    /// The lowest common port is a root port, or there is none (host bridge).
+    RootComplex,
+}
+
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceKind {
@@ -259,6 +268,18 @@ impl Node {
         path
     }
 
+    /// How peer-to-peer traffic between two functions of this node travels: through a PCIe
+    /// switch when their lowest common port is a switch port, otherwise (a root port, or
+    /// only the host bridge in common) through the root complex.
+    pub fn p2p_path(&self, a: &Device, b: &Device) -> P2pPath {
+        let up_a: Vec<&str> = self.path_to_root(a).iter().map(|p| p.id.as_str()).collect();
+        let common = self.path_to_root(b).into_iter().find(|p| up_a.contains(&p.id.as_str()));
+        match common.map(|p| p.kind) {
+            Some(PortKind::SwitchUpstream | PortKind::SwitchDownstream) => P2pPath::Switch,
+            _ => P2pPath::RootComplex,
+        }
+    }
+
     /// The socket file name of a device's vfio-user server.
     pub fn socket_name(&self, dev: &Device) -> String {
         format!("{}-{}.sock", self.name, dev.id)
@@ -296,6 +317,29 @@ pub(crate) mod tests {
         let path: Vec<&str> = n.path_to_root(gpu).iter().map(|p| p.id.as_str()).collect();
         assert_eq!(path, ["dn1", "up", "rp0"]);
         assert!(t.node("0").is_some() && t.node("1").is_none());
+        assert_eq!(n.p2p_path(&n.devices[0], gpu), P2pPath::Switch);
+    }
+
+    #[test]
+    fn p2p_paths_follow_the_lowest_common_port() {
+        let roots = Topology::parse(&SWITCH.replace("port = \"dn1\"", "port = \"rp1\"").replace(
+            "{ id = \"dn1\", kind = \"switch-downstream\", parent = \"up\" } ]",
+            "{ id = \"dn1\", kind = \"switch-downstream\", parent = \"up\" }, { id = \"rp1\", kind = \"root-port\" } ]",
+        ), "t").unwrap();
+        let n = &roots.nodes[0];
+        assert_eq!(n.p2p_path(&n.devices[0], &n.devices[1]), P2pPath::RootComplex, "separate root ports");
+        let mf = Topology::parse(
+            r#"name = "t"
+            [[node]]
+            name = "n"
+            port = [ { id = "rp0", kind = "root-port" } ]
+            device = [ { id = "g", kind = "gpu", port = "rp0", function = 0 },
+                       { id = "r", kind = "rnic", port = "rp0", function = 1 } ]"#,
+            "t",
+        )
+        .unwrap();
+        let n = &mf.nodes[0];
+        assert_eq!(n.p2p_path(&n.devices[1], &n.devices[0]), P2pPath::RootComplex, "one slot below a root port");
     }
 
     fn rejects(text: &str, what: &str) {

@@ -104,6 +104,7 @@ impl Backend {
         let mut f = lock(&self.f);
         f.reset();
         f.config_mut().reset();
+        f.config_written();
         f.interrupts().reset();
         f.dma().write().unwrap_or_else(|p| p.into_inner()).clear();
     }
@@ -137,6 +138,7 @@ impl ServerBackend for Backend {
                     let windows: Vec<_> = cfg.bars().iter().map(|b| (b.index, cfg.bar_window(b.index))).collect();
                     log::debug!("{}: decoding changed, BAR windows {windows:x?}", f.name());
                 }
+                f.config_written();
             }
             Some(bar) => f.bar_write(bar, offset, data),
         }

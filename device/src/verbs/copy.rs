@@ -9,6 +9,9 @@ use crate::dma::{DmaError, DmaMaps};
 pub trait GuestMem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError>;
+    /// Counts `len` payload bytes at `addr` by the path they take (the router does).
+    fn count_payload(&self, _addr: u64, _len: u64) {}
+
     /// Copies between two guest addresses; the default goes through a small buffer.
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
         let mut buf = [0u8; 4096];
@@ -88,6 +91,8 @@ pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64) -> Resu
             };
             let n = sn.min(dn);
             mem.copy(sa, da, n as usize)?;
+            mem.count_payload(sa, n);
+            mem.count_payload(da, n);
             if sn > n {
                 pending_s = Some((sa + n, sn - n));
             }
@@ -105,6 +110,7 @@ pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64) -> Resu
     while done < data.len() {
         let (addr, n) = d.take((data.len() - done) as u64).ok_or(DmaError::Unmapped { addr: 0, len: data.len() })?;
         mem.write(addr, &data[done..done + n as usize])?;
+        mem.count_payload(addr, n);
         done += n as usize;
     }
     Ok(())

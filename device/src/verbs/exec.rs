@@ -9,6 +9,7 @@ use super::engine::{send_cqe_opcode, Engine};
 use super::mr::{KeyError, Segment};
 use super::qp::{QpState, RnrWait};
 use super::stats::Counter;
+use crate::dma::DmaError;
 use std::time::{Duration, Instant};
 use vm_memory::ByteValued;
 
@@ -301,8 +302,8 @@ impl Engine {
                 } else {
                     None
                 };
-                if copy(mem, &src, &remote, len).is_err() {
-                    return self.dma_failure(qpn);
+                if let Err(e) = copy(mem, &src, &remote, len) {
+                    return self.dma_failure(qpn, &e);
                 }
                 self.shared.stats.add(Counter::BytesWritten, len);
                 if let Some(r) = recv {
@@ -316,8 +317,8 @@ impl Engine {
                     Ok(r) => r,
                     Err(f) => return Outcome::Failed(f),
                 };
-                if copy(mem, &Source::Segments(&remote), &local, len).is_err() {
-                    return self.dma_failure(qpn);
+                if let Err(e) = copy(mem, &Source::Segments(&remote), &local, len) {
+                    return self.dma_failure(qpn, &e);
                 }
                 self.shared.stats.add(Counter::BytesRead, len);
                 Ok(len)
@@ -333,8 +334,8 @@ impl Engine {
                     let f = Failure { status: WC_REM_INV_REQ_ERR, reason: QP_ERR_REMOTE_INVALID, responder: Some((WC_LOC_LEN_ERR, QP_ERR_LENGTH)) };
                     return self.fail_with_responder(mem, qpn, dest, Some(recv.wr_id), f);
                 }
-                if copy(mem, &src, &recv.segs, len).is_err() {
-                    return self.dma_failure(qpn);
+                if let Err(e) = copy(mem, &src, &recv.segs, len) {
+                    return self.dma_failure(qpn, &e);
                 }
                 self.shared.stats.add(Counter::BytesSent, len);
                 let mut cqe = Cqe { opcode: CQE_OP_RECV, byte_len: len as u32, ..Default::default() };
@@ -371,9 +372,12 @@ impl Engine {
         }
     }
 
-    fn dma_failure(&mut self, qpn: u32) -> Outcome {
+    fn dma_failure(&mut self, qpn: u32, e: &DmaError) -> Outcome {
+        log::warn!("{}: QP {qpn}: {e}", self.name);
+        if matches!(e, DmaError::Aperture { .. }) {
+            return Outcome::Failed(fail(WC_FATAL_ERR, QP_ERR_APERTURE));
+        }
         self.shared.stats.inc(Counter::DmaErrors);
-        log::warn!("{}: QP {qpn}: a data buffer is not mapped guest memory", self.name);
         Outcome::Failed(fail(WC_FATAL_ERR, QP_ERR_DMA))
     }
 }

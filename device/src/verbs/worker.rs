@@ -1,13 +1,13 @@
 //! The engine thread (STYLE §3: work off the MMIO path). The socket thread only records
 //! doorbells and forwards them here as events; commands wait for the engine's answer, so a
-//! register read after RNIC_REG_CMD sees its status. Guest memory is reached through the
-//! DMA maps under a read lock, taken per pass and never across waiting.
+//! register read after RNIC_REG_CMD sees its status. Memory is reached through the DMA
+//! router, whose view holds the DMA maps' read lock per pass, never across waiting.
 
 use super::copy::GuestMem;
 use super::engine::{Engine, Shared, Tables};
-use crate::dma::DmaMaps;
+use crate::router::Router;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub enum Event {
@@ -30,10 +30,10 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    pub fn spawn(name: String, dma: Arc<RwLock<DmaMaps>>, shared: Shared) -> std::io::Result<EngineHandle> {
+    pub fn spawn(name: String, router: Arc<Router>, shared: Shared) -> std::io::Result<EngineHandle> {
         let (tx, rx) = mpsc::channel();
         let engine = Engine::new(name.clone(), shared);
-        std::thread::Builder::new().name(format!("{name}-engine")).spawn(move || run(engine, &dma, &rx))?;
+        std::thread::Builder::new().name(format!("{name}-engine")).spawn(move || run(engine, &router, &rx))?;
         Ok(EngineHandle { tx })
     }
 
@@ -75,7 +75,7 @@ fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
     }
 }
 
-fn run(mut engine: Engine, dma: &RwLock<DmaMaps>, rx: &Receiver<Event>) {
+fn run(mut engine: Engine, router: &Router, rx: &Receiver<Event>) {
     loop {
         let first = match engine.next_deadline() {
             Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
@@ -90,15 +90,15 @@ fn run(mut engine: Engine, dma: &RwLock<DmaMaps>, rx: &Receiver<Event>) {
         };
         let mut pending = first;
         loop {
-            let maps = dma.read().unwrap_or_else(|p| p.into_inner());
+            let view = router.view();
             if let Some(ev) = pending.take() {
-                handle(&mut engine, &*maps, ev);
+                handle(&mut engine, &view, ev);
             }
             while let Ok(ev) = rx.try_recv() {
-                handle(&mut engine, &*maps, ev);
+                handle(&mut engine, &view, ev);
             }
-            let progress = engine.run(&*maps, BUDGET);
-            drop(maps);
+            let progress = engine.run(&view, BUDGET);
+            drop(view);
             if !progress {
                 break;
             }
