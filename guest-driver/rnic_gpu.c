@@ -5,23 +5,285 @@
  * Probes the emulated GPU: BAR0 control registers, contract checks, two MSI-X vectors,
  * and reports its BAR1 memory aperture (size, bus address) in sysfs. BAR1 is deliberately
  * not requested: user space maps it through /sys/bus/pci/devices/<bdf>/resource1, which
- * CONFIG_IO_STRICT_DEVMEM forbids for regions a driver has claimed. Not implemented yet:
- * the copy/fill/reduce engine and publishing BAR1 as P2PDMA memory.
+ * CONFIG_IO_STRICT_DEVMEM forbids for regions a driver has claimed.
+ *
+ * GPUDirect (docs/gpudirect.md): BAR1 is registered and published as PCI P2PDMA memory, so
+ * user space allocates GPU memory by mmapping /sys/bus/pci/devices/<bdf>/p2pmem/allocate
+ * and the RNIC driver can pin and DMA-map it. The GPU joins the module-wide registry
+ * (rnic_p2p.c) that programs the RNICs' BAR1_APERTURE slots. /dev/rnic_gpuN
+ * (include/uapi/rnic_emu_gpu_uapi.h) drives the copy/fill/reduce engine; the engine
+ * signals the end of an operation on MSI-X vector RNIC_GPU_ENG_VECTOR.
  */
+#include <linux/fs.h>
+#include <linux/idr.h>
 #include <linux/io-64-nonatomic-lo-hi.h>
+#include <linux/jiffies.h>
+#include <linux/memremap.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
 #include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
 
 #include "rnic_common.h"
+#include "rnic_p2p.h"
+#include "uapi/rnic_emu_gpu_uapi.h"
 
 /* MSI-X vectors of the GPU function (fixed by the device model). */
 #define RNIC_GPU_NUM_VECTORS	2
+#define RNIC_GPU_LAUNCH_TIMEOUT_MS	10000
 
 struct rnic_gpu {
 	struct rnic_dev common;		/* drvdata points here */
 	u64 reg_mem_size;		/* GPU_REG_MEM_SIZE as read at probe */
+	bool p2p;			/* BAR1 is published P2PDMA memory */
+	struct rnic_p2p_gpu reg;	/* in the module-wide GPU registry */
+
+	struct kref ref;		/* probe + one per open file of /dev/rnic_gpuN */
+	struct rw_semaphore dead_lock;	/* ioctls (read) vs remove (write) */
+	bool dead;			/* remove() ran: BAR0 is gone */
+	struct mutex launch_lock;	/* one engine operation at a time */
+
+	int misc_id;
+	char misc_name[32];
+	struct miscdevice misc;
 };
+
+/* Numbers the misc devices rnic_gpu0, rnic_gpu1, ... across GPUs. */
+static DEFINE_IDA(rnic_gpu_ida);
+
+static void rnic_gpu_release_ref(struct kref *ref)
+{
+	kfree(container_of(ref, struct rnic_gpu, ref));
+}
+
+static struct rnic_gpu *rnic_file_gpu(struct file *file)
+{
+	return file->private_data;
+}
+
+/* misc_open() runs under the misc lock, so the device cannot be deregistered meanwhile. */
+static int rnic_gpu_open(struct inode *inode, struct file *file)
+{
+	struct rnic_gpu *gpu = container_of(file->private_data, struct rnic_gpu, misc);
+
+	kref_get(&gpu->ref);
+	file->private_data = gpu;
+	return nonseekable_open(inode, file);
+}
+
+static int rnic_gpu_release(struct inode *inode, struct file *file)
+{
+	struct rnic_gpu *gpu = rnic_file_gpu(file);
+
+	kref_put(&gpu->ref, rnic_gpu_release_ref);
+	return 0;
+}
+
+static void rnic_gpu_query(struct rnic_gpu *gpu, struct rnic_gpu_query *q)
+{
+	struct pci_dev *pdev = gpu->common.pdev;
+
+	memset(q, 0, sizeof(*q));
+	q->uapi_version = RNIC_GPU_UAPI_VERSION;
+	q->gpu_index = gpu->misc_id;
+	q->hw_version = gpu->common.version;
+	q->p2p = gpu->p2p;
+	q->bar1_size = gpu->reg.size;
+	q->bar1_bus_addr = gpu->reg.bus_addr;
+	q->pci_domain = pci_domain_nr(pdev->bus);
+	q->pci_bus = pdev->bus->number;
+	q->pci_devfn = pdev->devfn;
+}
+
+/* Pins the page under @va (P2PDMA pages allowed), checks it is this GPU's BAR1. */
+static int rnic_gpu_va_to_offset(struct rnic_gpu *gpu, struct rnic_gpu_va_to_offset *req)
+{
+	struct device *dev = &gpu->common.pdev->dev;
+	struct page *page;
+	phys_addr_t phys;
+	int ret;
+
+	if (req->va > TASK_SIZE_MAX)
+		return -EINVAL;
+	ret = pin_user_pages_fast(req->va & PAGE_MASK, 1, FOLL_PCI_P2PDMA, &page);
+	if (ret != 1) {
+		dev_dbg(dev, "GPU_VA_TO_OFFSET 0x%llx: cannot pin: %d\n", req->va, ret);
+		return ret < 0 && ret != -EFAULT ? -EINVAL : -EFAULT;
+	}
+	phys = page_to_phys(page);
+	unpin_user_page(page);
+	if (!is_pci_p2pdma_page(page) || phys < gpu->reg.phys ||
+	    phys - gpu->reg.phys >= gpu->reg.size) {
+		dev_dbg(dev, "GPU_VA_TO_OFFSET 0x%llx: not memory of this GPU (phys %pa)\n",
+			req->va, &phys);
+		return -EINVAL;
+	}
+	req->offset = phys - gpu->reg.phys + (req->va & ~PAGE_MASK);
+	return 0;
+}
+
+static int rnic_gpu_eng_errno(u32 result)
+{
+	switch (result) {
+	case GPU_ENG_OK:
+		return 0;
+	case GPU_ENG_ERR_BUSY:
+		return -EBUSY;
+	case GPU_ENG_ERR_RANGE:
+	case GPU_ENG_ERR_ALIGN:
+	case GPU_ENG_ERR_BAD_OP:
+	default:
+		return -EINVAL;
+	}
+}
+
+/*
+ * One engine operation: program the registers, launch, wait for the engine's MSI-X vector
+ * with GPU_ENG_DONE advanced (10 s), read the result from GPU_ENG_STATUS.
+ */
+static int rnic_gpu_launch(struct rnic_gpu *gpu, struct rnic_gpu_launch *req)
+{
+	struct rnic_dev *rd = &gpu->common;
+	void __iomem *bar0 = rd->bar0;
+	struct device *dev = &rd->pdev->dev;
+	struct rnic_vec *vec;
+	u32 done0, status;
+	s64 irq0;
+	long left;
+	int ret;
+
+	if (req->pad)
+		return -EINVAL;
+	if (rd->nvec <= RNIC_GPU_ENG_VECTOR) {
+		dev_warn_ratelimited(dev, "GPU_LAUNCH: no MSI-X vector %u for the engine\n",
+				     RNIC_GPU_ENG_VECTOR);
+		return -ENODEV;
+	}
+	vec = &rd->vecs[RNIC_GPU_ENG_VECTOR];
+
+	ret = mutex_lock_interruptible(&gpu->launch_lock);
+	if (ret)
+		return ret;
+	writeq(req->src, bar0 + GPU_ENG_SRC);
+	writeq(req->src2, bar0 + GPU_ENG_SRC2);
+	writeq(req->dst, bar0 + GPU_ENG_DST);
+	writeq(req->len, bar0 + GPU_ENG_LEN);
+	iowrite32(req->value, bar0 + GPU_ENG_VALUE);
+	iowrite32(RNIC_GPU_ENG_VECTOR, bar0 + GPU_ENG_VECTOR);
+	done0 = ioread32(bar0 + GPU_ENG_DONE);
+	irq0 = atomic64_read(&vec->count);
+	iowrite32(req->op, bar0 + GPU_ENG_LAUNCH);
+
+	left = wait_event_timeout(rd->irq_wq,
+				  atomic64_read(&vec->count) != irq0 &&
+				  ioread32(bar0 + GPU_ENG_DONE) != done0,
+				  msecs_to_jiffies(RNIC_GPU_LAUNCH_TIMEOUT_MS));
+	status = ioread32(bar0 + GPU_ENG_STATUS);
+	if (!left) {
+		dev_warn(dev, "GPU_LAUNCH op %u: no completion within %u ms (MSI-X vector %u %s, GPU_ENG_DONE %u -> %u, GPU_ENG_STATUS 0x%x)\n",
+			 req->op, RNIC_GPU_LAUNCH_TIMEOUT_MS, RNIC_GPU_ENG_VECTOR,
+			 atomic64_read(&vec->count) != irq0 ? "fired" : "did not fire",
+			 done0, ioread32(bar0 + GPU_ENG_DONE), status);
+		ret = -ETIMEDOUT;
+		goto out;
+	}
+	req->result = (status >> 8) & 0xff;
+	ret = rnic_gpu_eng_errno(req->result);
+	if (ret)
+		dev_dbg(dev, "GPU_LAUNCH op %u src 0x%llx src2 0x%llx dst 0x%llx len %llu: engine result %u\n",
+			req->op, req->src, req->src2, req->dst, req->len, req->result);
+out:
+	mutex_unlock(&gpu->launch_lock);
+	return ret;
+}
+
+union rnic_gpu_ioctl_arg {
+	struct rnic_gpu_query query;
+	struct rnic_gpu_va_to_offset va;
+	struct rnic_gpu_launch launch;
+};
+
+static long rnic_gpu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct rnic_gpu *gpu = rnic_file_gpu(file);
+	void __user *uarg = (void __user *)arg;
+	union rnic_gpu_ioctl_arg u;
+	size_t size = _IOC_SIZE(cmd);
+	bool copy_back_on_error = false;
+	int ret;
+
+	switch (cmd) {
+	case RNIC_GPU_IOCTL_QUERY:
+	case RNIC_GPU_IOCTL_VA_TO_OFFSET:
+		break;
+	case RNIC_GPU_IOCTL_LAUNCH:
+		copy_back_on_error = true;	/* result says what the engine reported */
+		break;
+	default:
+		return -ENOTTY;
+	}
+	if (WARN_ON_ONCE(size > sizeof(u)))
+		return -EINVAL;
+	if (copy_from_user(&u, uarg, size))
+		return -EFAULT;
+
+	down_read(&gpu->dead_lock);
+	if (gpu->dead) {
+		up_read(&gpu->dead_lock);
+		return -ENODEV;
+	}
+	switch (cmd) {
+	case RNIC_GPU_IOCTL_QUERY:
+		rnic_gpu_query(gpu, &u.query);
+		ret = 0;
+		break;
+	case RNIC_GPU_IOCTL_VA_TO_OFFSET:
+		ret = rnic_gpu_va_to_offset(gpu, &u.va);
+		break;
+	case RNIC_GPU_IOCTL_LAUNCH:
+		u.launch.result = 0;
+		ret = rnic_gpu_launch(gpu, &u.launch);
+		break;
+	default:
+		ret = -ENOTTY;
+	}
+	up_read(&gpu->dead_lock);
+	if ((!ret || copy_back_on_error) && copy_to_user(uarg, &u, size))
+		return -EFAULT;
+	return ret;
+}
+
+/*
+ * An open file holds a reference to the struct rnic_gpu; after remove() its ioctls fail
+ * with -ENODEV (dead, checked under dead_lock, which remove() takes for writing).
+ */
+static const struct file_operations rnic_gpu_fops = {
+	.owner		= THIS_MODULE,
+	.open		= rnic_gpu_open,
+	.release	= rnic_gpu_release,
+	.unlocked_ioctl	= rnic_gpu_ioctl,
+	.compat_ioctl	= compat_ptr_ioctl,
+};
+
+/* Registers BAR1 as P2PDMA memory; failure only disables GPUDirect. */
+static void rnic_gpu_p2p_setup(struct rnic_gpu *gpu)
+{
+	struct pci_dev *pdev = gpu->common.pdev;
+	int ret;
+
+	ret = pci_p2pdma_add_resource(pdev, RNIC_EMU_GPU_MEM_BAR, 0, 0);
+	if (ret) {
+		dev_warn(&pdev->dev, "cannot register BAR%d as P2PDMA memory (%d): no GPUDirect RDMA to this GPU\n",
+			 RNIC_EMU_GPU_MEM_BAR, ret);
+		return;
+	}
+	pci_p2pmem_publish(pdev, true);
+	gpu->p2p = true;
+}
 
 static const struct rnic_hw_desc rnic_gpu_hw = {
 	.label		= "GPU",
@@ -44,6 +306,8 @@ static int rnic_gpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	gpu = kzalloc(sizeof(*gpu), GFP_KERNEL);
 	if (!gpu)
 		return -ENOMEM;
+	kref_init(&gpu->ref);
+	init_rwsem(&gpu->dead_lock);
 
 	ret = rnic_dev_setup(&gpu->common, pdev, &rnic_gpu_hw, RNIC_EMU_GPU_DRV_NAME);
 	if (ret)
@@ -67,14 +331,50 @@ static int rnic_gpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_teardown;
 
 	pci_set_drvdata(pdev, &gpu->common);
+	mutex_init(&gpu->launch_lock);
+
+	rnic_gpu_p2p_setup(gpu);
+
+	ret = ida_alloc(&rnic_gpu_ida, GFP_KERNEL);
+	if (ret < 0) {
+		dev_err(dev, "no free rnic_gpu device number: %d\n", ret);
+		goto err_irq;
+	}
+	gpu->misc_id = ret;
+	snprintf(gpu->misc_name, sizeof(gpu->misc_name), "rnic_gpu%d", gpu->misc_id);
+	gpu->misc.minor = MISC_DYNAMIC_MINOR;
+	gpu->misc.name = gpu->misc_name;
+	gpu->misc.fops = &rnic_gpu_fops;
+	gpu->misc.parent = dev;
+	gpu->misc.mode = 0600;
+	ret = misc_register(&gpu->misc);
+	if (ret) {
+		dev_err(dev, "cannot register /dev/%s: %d\n", gpu->misc_name, ret);
+		goto err_ida;
+	}
+
+	gpu->reg.pdev = pdev;
+	gpu->reg.bus_addr = pci_bus_address(pdev, mem_bar);
+	gpu->reg.phys = pci_resource_start(pdev, mem_bar);
+	gpu->reg.size = mem_len;
+	rnic_p2p_gpu_add(&gpu->reg);
 
 	dev_info(dev, "rnic-emu GPU: id 0x%08x version %u.%u, %u MSI-X vectors, BAR0 %pR, BAR%d %pR (%llu bytes), GPU_REG_MEM_SIZE %llu\n",
 		 gpu->common.id, rnic_version_major(gpu->common.version),
 		 rnic_version_minor(gpu->common.version), gpu->common.nvec,
 		 &pdev->resource[0], mem_bar, &pdev->resource[mem_bar],
 		 (unsigned long long)mem_len, gpu->reg_mem_size);
+	dev_info(dev, "rnic-emu GPU: /dev/%s, BAR%d bus address 0x%llx, P2PDMA memory %s\n",
+		 gpu->misc_name, mem_bar, gpu->reg.bus_addr,
+		 gpu->p2p ? "published" : "not available");
 	return 0;
 
+err_ida:
+	ida_free(&rnic_gpu_ida, gpu->misc_id);
+err_irq:
+	mutex_destroy(&gpu->launch_lock);
+	pci_set_drvdata(pdev, NULL);
+	rnic_irq_teardown(&gpu->common);
 err_teardown:
 	rnic_dev_teardown(&gpu->common);
 err_free:
@@ -87,9 +387,15 @@ static void rnic_gpu_remove(struct pci_dev *pdev)
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
 	struct rnic_gpu *gpu = container_of(rd, struct rnic_gpu, common);
 
+	rnic_p2p_gpu_remove(&gpu->reg);
+	misc_deregister(&gpu->misc);
+	ida_free(&rnic_gpu_ida, gpu->misc_id);
+	down_write(&gpu->dead_lock);	/* waits for ioctls in progress (a launch: <= 10 s) */
+	gpu->dead = true;
+	up_write(&gpu->dead_lock);
 	rnic_irq_teardown(rd);
 	rnic_dev_teardown(rd);
-	kfree(gpu);
+	kref_put(&gpu->ref, rnic_gpu_release_ref);	/* open files keep it until closed */
 }
 
 static ssize_t mem_size_show(struct device *dev, struct device_attribute *attr, char *buf)

@@ -36,6 +36,11 @@ fn snake_upper(camel: &str) -> String {
     out
 }
 
+/// `SendWqes` -> `send_wqes` (the names the driver and the host tools print).
+pub fn snake_lower(camel: &str) -> String {
+    snake_upper(camel).to_ascii_lowercase()
+}
+
 fn c_struct(out: &mut String, st: &AbiStruct) {
     let _ = writeln!(out, "\n/* {} */", st.doc.trim());
     let _ = writeln!(out, "struct {} {{", st.c_name);

@@ -37,9 +37,19 @@ pub trait PciFunction: Send {
     /// Function-level reset: registers to reset values, queues forgotten. DMA maps and
     /// interrupt eventfds belong to the client connection and survive it.
     fn reset(&mut self);
+    /// The client went away: like [`PciFunction::reset`], but statistics survive so that
+    /// the host can still read what the last client did (the next client's reset clears
+    /// them).
+    fn disconnect(&mut self) {
+        self.reset();
+    }
     /// Called after every configuration-space change (write, FLR, reset), so a function
     /// can publish where its BARs now decode.
     fn config_written(&mut self) {}
+    /// The function's statistics counters (name, value), for the host side.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Whether a BAR0 access falls in the MSI-X table or PBA, which QEMU's vfio-user client

@@ -14,7 +14,9 @@ use crate::regs::gpu::*;
 use crate::regs::pci_ids::{self, GPU_BAR0_SIZE};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
+use crate::gpu_engine::{GpuEngine, Launch};
 use crate::router::PeerWindow;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 /// Index of the memory aperture BAR.
@@ -24,8 +26,9 @@ pub struct Gpu {
     name: String,
     config: ConfigSpace,
     regs: RegisterFile,
-    irqs: Interrupts,
+    irqs: Arc<Interrupts>,
     dma: RwLock<DmaMaps>,
+    engine: GpuEngine,
     mem: Arc<SharedMemory>,
     /// Where BAR1 decodes now, for the node's RNIC (DMA router).
     window: Arc<PeerWindow>,
@@ -41,12 +44,15 @@ impl Gpu {
         ];
         let vectors = dev.msix_vectors();
         let caps = capabilities(vectors);
+        let irqs = Arc::new(Interrupts::new(vectors));
+        let engine = GpuEngine::spawn(&name, mem.clone(), irqs.clone())?;
         let mut gpu = Gpu {
             name,
             config: ConfigSpace::new(id, &bars, &caps)?,
             regs: RegisterFile::new(REGS),
-            irqs: Interrupts::new(vectors),
+            irqs,
             dma: RwLock::default(),
+            engine,
             window: Arc::new(PeerWindow::new(mem.clone())),
             mem,
         };
@@ -64,7 +70,30 @@ impl Gpu {
         self.window.clone()
     }
 
+    /// Refreshes the registers the engine owns before a read.
+    fn sync_engine_registers(&mut self) {
+        let st = &self.engine.state;
+        self.regs.set(GPU_ENG_STATUS, st.status.load(Ordering::SeqCst));
+        self.regs.set(GPU_ENG_DONE, st.done.load(Ordering::SeqCst) & 0xffff_ffff);
+        self.regs.set(GPU_STAT_OPS, st.ops.load(Ordering::SeqCst));
+        self.regs.set(GPU_STAT_BYTES, st.bytes.load(Ordering::SeqCst));
+    }
+
     fn on_register_write(&mut self, reg: u64, value: u64) {
+        if reg == GPU_ENG_LAUNCH {
+            let r = |reg| self.regs.get(reg);
+            let l = Launch {
+                op: value,
+                src: r(GPU_ENG_SRC),
+                src2: r(GPU_ENG_SRC2),
+                dst: r(GPU_ENG_DST),
+                len: r(GPU_ENG_LEN),
+                value: r(GPU_ENG_VALUE) as u32,
+                vector: r(GPU_ENG_VECTOR) as usize,
+            };
+            self.engine.launch(l);
+            return;
+        }
         if reg == GPU_REG_INT_TRIGGER {
             let raised = usize::try_from(value).is_ok_and(|v| self.irqs.trigger(v));
             if !raised {
@@ -99,6 +128,7 @@ impl PciFunction for Gpu {
         match bar {
             0 if in_msix_area(offset) => data.fill(0),
             0 => {
+                self.sync_engine_registers();
                 if let Err(e) = self.regs.read(offset, data) {
                     invalid_read(&self.name, bar, offset, data, &e);
                 }
@@ -138,8 +168,22 @@ impl PciFunction for Gpu {
     }
 
     fn reset(&mut self) {
+        self.disconnect();
+        self.engine.state.reset();
+    }
+
+    fn disconnect(&mut self) {
         self.regs.reset();
         self.regs.set(GPU_REG_MEM_SIZE, self.mem.size());
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let st = &self.engine.state;
+        vec![
+            ("engine_ops", st.ops.load(Ordering::SeqCst)),
+            ("engine_bytes", st.bytes.load(Ordering::SeqCst)),
+            ("engine_done", st.done.load(Ordering::SeqCst)),
+        ]
     }
 
     fn config_written(&mut self) {

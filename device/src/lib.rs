@@ -14,6 +14,7 @@ pub mod function;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gpu;
+pub mod gpu_engine;
 pub mod hostdrv;
 pub mod image;
 pub mod msix;

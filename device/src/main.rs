@@ -64,6 +64,9 @@ enum Cmd {
         /// Keep the working directory (logs, console, QEMU command line) on success too.
         #[arg(long)]
         keep: bool,
+        /// After the command, write the device counters as the server saw them (JSON) here.
+        #[arg(long)]
+        stats: Option<PathBuf>,
         /// The guest command (joined with spaces, run by sh).
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -72,6 +75,15 @@ enum Cmd {
     QemuArgs {
         #[command(flatten)]
         at: NodeArgs,
+    },
+    /// Print the counters of a running node server (JSON), per function.
+    Stats {
+        /// The server's --socket-dir.
+        #[arg(long)]
+        socket_dir: PathBuf,
+        /// Node name.
+        #[arg(long, default_value = "node0")]
+        node: String,
     },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
@@ -104,7 +116,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             let (topo, i) = load_node(&at.topology, &at.node)?;
             serve::run_node(&topo.nodes[i], &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir })?;
         }
-        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, command } => {
+        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, command } => {
             ctrlc::set_handler(|| run::INTERRUPTED.store(true, Ordering::SeqCst))?;
             let default_file;
             let topology = match topology {
@@ -125,6 +137,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 gpu_mem_dir,
                 load_driver: !no_driver,
                 keep_workdir: keep,
+                stats_file: stats,
             };
             let mut stdout = std::io::stdout();
             let outcome = run::run(&opts, &img, &mut |b| {
@@ -141,6 +154,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
             for a in qemu::device_args(&topo.nodes[i], &at.socket_dir) {
                 println!("{a}");
             }
+        }
+        Cmd::Stats { socket_dir, node } => {
+            println!("{}", serde_json::to_string_pretty(&serve::query_stats(&socket_dir, &node)?)?);
         }
         Cmd::Image => image::build()?,
         Cmd::GenHeader => print!("{}", contract::c_header()),

@@ -88,11 +88,6 @@ impl Rnic {
         }
     }
 
-    /// The device's statistics, for the host side.
-    pub fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.stats.snapshot()
-    }
-
     /// Reads that are not plain register-file reads: statistics, the read-to-clear error
     /// latch and the live status. None: an ordinary register.
     fn special_read(&mut self, offset: u64, len: usize) -> Option<u64> {
@@ -219,8 +214,17 @@ impl PciFunction for Rnic {
     }
 
     fn reset(&mut self) {
+        self.disconnect();
+        self.stats.reset();
+    }
+
+    fn disconnect(&mut self) {
         self.engine.reset();
         self.reset_registers();
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.stats.snapshot()
     }
 }
 

@@ -36,6 +36,8 @@ pub struct RunOptions {
     pub load_driver: bool,
     /// Keep the working directory (logs, sockets) even on success.
     pub keep_workdir: bool,
+    /// Write the node server's counters (JSON) here once the guest command has finished.
+    pub stats_file: Option<PathBuf>,
 }
 
 pub struct RunOutcome {
@@ -252,6 +254,10 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
         std::thread::sleep(Duration::from_millis(50));
     };
     drop(qemu);
+    if let (None, Some(file)) = (&failure, &opts.stats_file) {
+        let stats = crate::serve::query_stats(&sockets, &node.name)?;
+        std::fs::write(file, serde_json::to_string_pretty(&stats)?)?;
+    }
     drop(server);
     let keep = failure.is_some() || opts.keep_workdir;
     let workdir_path = keep.then(|| workdir.keep());

@@ -105,12 +105,67 @@ pub fn remove_stale_sockets(functions: &[(PathBuf, SharedFunction)]) {
     }
 }
 
+/// The control socket of a node: `<socket_dir>/<node>.ctl`.
+pub fn control_path(socket_dir: &Path, node: &str) -> PathBuf {
+    socket_dir.join(format!("{node}.ctl"))
+}
+
+/// Asks a running node server for its counters (`rnic-emu stats`).
+pub fn query_stats(socket_dir: &Path, node: &str) -> anyhow::Result<serde_json::Value> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = control_path(socket_dir, node);
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| format!("connecting to {}", path.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(b"stats\n")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    Ok(serde_json::from_str(&line)?)
+}
+
+/// Every function's counters as JSON: {"<function>": {"<counter>": value, ...}, ...}.
+pub fn stats_json(functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value {
+    let mut all = serde_json::Map::new();
+    for (_, f) in functions {
+        let f = vfio::lock(f);
+        let counters: serde_json::Map<String, serde_json::Value> =
+            f.stats().into_iter().map(|(k, v)| (crate::contract::snake_lower(k), v.into())).collect();
+        all.insert(f.name().to_string(), counters.into());
+    }
+    all.into()
+}
+
+/// Answers `stats` requests on the control socket (one JSON line per request line).
+fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>) {
+    use std::io::{BufRead, BufReader, Write};
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let Ok(mut out) = conn.try_clone() else { continue };
+        for line in BufReader::new(conn).lines().take(64) {
+            let Ok(line) = line else { break };
+            let reply = match line.trim() {
+                "stats" => stats_json(&functions).to_string(),
+                other => serde_json::json!({ "error": format!("unknown request '{}'", other.chars().take(64).collect::<String>()) }).to_string(),
+            };
+            if writeln!(out, "{reply}").is_err() {
+                break;
+            }
+        }
+    }
+}
+
 /// Serves a node until SIGINT/SIGTERM, then removes its sockets.
 pub fn run_node(node: &Node, opts: &ServeOptions) -> anyhow::Result<()> {
     std::fs::create_dir_all(&opts.socket_dir)?;
     let devices = NodeDevices::build(node, opts)?;
     remove_stale_sockets(&devices.functions);
-    let paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
+    let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
+    let ctl = control_path(&opts.socket_dir, &node.name);
+    let _ = std::fs::remove_file(&ctl);
+    let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
+    let functions = devices.functions.clone();
+    std::thread::spawn(move || serve_control(listener, functions));
+    paths.push(ctl);
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());

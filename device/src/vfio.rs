@@ -102,7 +102,7 @@ impl Backend {
     /// Called when a client goes away: the next client starts from a freshly reset device.
     pub fn disconnected(&mut self) {
         let mut f = lock(&self.f);
-        f.reset();
+        f.disconnect();
         f.config_mut().reset();
         f.config_written();
         f.interrupts().reset();

@@ -72,7 +72,7 @@ impl Engine {
         }
     }
 
-    /// Forgets every object (device reset).
+    /// Forgets every object (device reset; the statistics are the caller's to clear).
     pub fn reset(&mut self) {
         self.qps.iter_mut().for_each(|q| *q = Qp::new());
         self.cqs.iter_mut().for_each(|c| *c = None);
@@ -80,7 +80,6 @@ impl Engine {
         self.tables = Tables::default();
         self.enabled = true;
         self.int_enabled = false;
-        self.shared.stats.reset();
         self.shared.last_error.store(0, Ordering::SeqCst);
     }
 

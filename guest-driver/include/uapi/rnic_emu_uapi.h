@@ -19,8 +19,11 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-/* Bumped on any incompatible change of the structs or semantics below. */
-#define RNIC_UAPI_VERSION		1
+/*
+ * Bumped on any incompatible change of the structs or semantics below.
+ * 2: REG_MR takes flags and reports the MR's path (GPU memory, P2P, bounce); MR_SYNC.
+ */
+#define RNIC_UAPI_VERSION		2
 
 #define RNIC_UAPI_MAX_SGE		14	/* (256 - 32) / 16: the largest WQE stride */
 #define RNIC_UAPI_MAX_INLINE		224	/* 256 - 32 */
@@ -127,6 +130,29 @@ struct rnic_query_qp {
 	__u16 rq_ci;
 };
 
+/* flags of struct rnic_reg_mr */
+#define RNIC_MR_FLAG_STRICT_P2P		0x1	/* GPU memory: fail instead of bouncing */
+
+/*
+ * path of struct rnic_reg_mr: how the RNIC reaches the MR's memory.
+ *   HOST             ordinary (guest RAM) pages
+ *   P2P_SWITCH       GPU memory (p2pmem), peer-to-peer below a shared PCIe switch
+ *   P2P_HOST_BRIDGE  GPU memory, peer-to-peer through a root port or the host bridge
+ *   BOUNCE           GPU memory that the RNIC cannot reach peer-to-peer: the device uses
+ *                    a host bounce buffer, synchronised with MR_SYNC
+ */
+#define RNIC_MR_PATH_HOST		0
+#define RNIC_MR_PATH_P2P_SWITCH		1
+#define RNIC_MR_PATH_P2P_HOST_BRIDGE	2
+#define RNIC_MR_PATH_BOUNCE		3
+
+/*
+ * REG_MR over GPU memory (a mapping of /sys/bus/pci/devices/<gpu>/p2pmem/allocate): every
+ * page must be GPU memory of one GPU (mixing with ordinary pages: -EINVAL). When Linux
+ * refuses peer-to-peer DMA between the RNIC and that GPU (for example -EREMOTEIO), the
+ * driver falls back to a bounce buffer, or with RNIC_MR_FLAG_STRICT_P2P fails with that
+ * errno.
+ */
 struct rnic_reg_mr {
 	__aligned_u64 addr;		/* in: user virtual address = the MR's iova */
 	__aligned_u64 length;		/* in: 1..RNIC_UAPI_MAX_MR_SIZE */
@@ -135,7 +161,25 @@ struct rnic_reg_mr {
 	__u32 lkey;			/* out */
 	__u32 rkey;			/* out */
 	__u32 index;			/* out (REG_MR) / in (DEREG_MR) */
+	__u32 flags;			/* in: RNIC_MR_FLAG_* */
+	__u32 path;			/* out: RNIC_MR_PATH_* */
 	__u32 pad;
+};
+
+/* direction of struct rnic_mr_sync */
+#define RNIC_MR_SYNC_TO_BOUNCE		1	/* GPU memory -> bounce, before the device reads */
+#define RNIC_MR_SYNC_FROM_BOUNCE	2	/* bounce -> GPU memory, after the device wrote */
+
+/*
+ * MR_SYNC: copies [offset, offset + length) of the MR (offset 0 = its iova) between the
+ * GPU memory and the bounce buffer. A no-op (0) for MRs whose path is not BOUNCE. The
+ * range must lie inside the MR (-EINVAL otherwise).
+ */
+struct rnic_mr_sync {
+	__u32 index;			/* in: the MR (struct rnic_reg_mr index) */
+	__u32 direction;		/* in: RNIC_MR_SYNC_* */
+	__aligned_u64 offset;		/* in: bytes from the MR's iova */
+	__aligned_u64 length;		/* in: bytes */
 };
 
 struct rnic_usge {
@@ -219,5 +263,6 @@ struct rnic_poll_cq {
 #define RNIC_IOCTL_POST_SEND	_IOWR('R', 0x1b, struct rnic_post)
 #define RNIC_IOCTL_POST_RECV	_IOWR('R', 0x1c, struct rnic_post)
 #define RNIC_IOCTL_POLL_CQ	_IOWR('R', 0x1d, struct rnic_poll_cq)
+#define RNIC_IOCTL_MR_SYNC	_IOWR('R', 0x1e, struct rnic_mr_sync)
 
 #endif /* _UAPI_RNIC_EMU_UAPI_H */
