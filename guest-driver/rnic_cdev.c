@@ -109,6 +109,7 @@ union rnic_ioctl_arg {
 	struct rnic_reg_mr mr;
 	struct rnic_post post;
 	struct rnic_poll_cq poll;
+	struct rnic_mr_sync mr_sync;
 };
 
 static long rnic_cdev_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -133,6 +134,7 @@ static long rnic_cdev_ioctl(struct file *file, unsigned int cmd, unsigned long a
 	case RNIC_IOCTL_REG_MR:
 	case RNIC_IOCTL_DEREG_MR:
 	case RNIC_IOCTL_POLL_CQ:
+	case RNIC_IOCTL_MR_SYNC:
 		break;
 	case RNIC_IOCTL_POST_SEND:
 	case RNIC_IOCTL_POST_RECV:
@@ -197,6 +199,9 @@ static long rnic_cdev_ioctl(struct file *file, unsigned int cmd, unsigned long a
 		break;
 	case RNIC_IOCTL_POLL_CQ:
 		ret = rnic_poll_cq(uc, &u.poll);
+		break;
+	case RNIC_IOCTL_MR_SYNC:
+		ret = rnic_mr_sync(uc, &u.mr_sync);
 		break;
 	}
 

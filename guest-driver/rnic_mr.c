@@ -8,11 +8,21 @@
  * is the page holding it. Keys are index << 8 | generation: the generation byte of an
  * index changes on every reuse, so keys of a deregistered MR fail at the device.
  *
- * Not handled yet: P2PDMA pages (GPU BAR memory) cannot be pinned with FOLL_LONGTERM on
- * this kernel; rnic_mr_gup_flags() is the one place to change for that.
+ * GPU memory (docs/gpudirect.md): P2PDMA pages (a mapping of a GPU's p2pmem/allocate)
+ * cannot be pinned with FOLL_LONGTERM on this kernel, and without FOLL_PCI_P2PDMA gup
+ * refuses them. So an MR is pinned long-term first, and when that fails the range is
+ * pinned again with FOLL_PCI_P2PDMA (short-term semantics; the pin still lasts until
+ * DEREG_MR): if every page is P2PDMA memory of one registered GPU, the MR is GPU memory.
+ * dma_map_sgtable() on the RNIC then decides from the real topology and ACS state: bus
+ * addresses through a switch, or a mapping through the host bridge, or refusal
+ * (-EREMOTEIO). On refusal the MR falls back to a host bounce buffer (path BOUNCE, synced
+ * by MR_SYNC), or with RNIC_MR_FLAG_STRICT_P2P the registration fails.
  */
 #include <linux/dma-mapping.h>
+#include <linux/highmem.h>
+#include <linux/memremap.h>
 #include <linux/mm.h>
+#include <linux/pci-p2pdma.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
@@ -80,12 +90,11 @@ static bool rnic_mr_writable(u32 access)
 
 /*
  * gup flags for an MR's pages. FOLL_LONGTERM is right for ordinary memory; P2PDMA pages
- * need FOLL_PCI_P2PDMA and cannot be pinned long-term (ENVIRONMENT.md), which is the
- * change to make here when MRs over GPU memory are supported.
+ * need FOLL_PCI_P2PDMA and cannot be pinned long-term on this kernel (-EINVAL).
  */
-static unsigned int rnic_mr_gup_flags(u32 access)
+static unsigned int rnic_mr_gup_flags(u32 access, bool p2p)
 {
-	unsigned int flags = FOLL_LONGTERM;
+	unsigned int flags = p2p ? FOLL_PCI_P2PDMA : FOLL_LONGTERM;
 
 	if (rnic_mr_writable(access))
 		flags |= FOLL_WRITE;
@@ -116,9 +125,9 @@ static void rnic_mr_unaccount(struct rnic_mr *mr)
 	mmdrop(mr->mm);
 }
 
-static int rnic_mr_pin(struct rnic_mr *mr, unsigned long start, u32 *pinned)
+static int rnic_mr_pin(struct rnic_mr *mr, unsigned long start, u32 *pinned, bool p2p)
 {
-	unsigned int flags = rnic_mr_gup_flags(mr->access);
+	unsigned int flags = rnic_mr_gup_flags(mr->access, p2p);
 	int ret;
 
 	*pinned = 0;
@@ -130,6 +139,201 @@ static int rnic_mr_pin(struct rnic_mr *mr, unsigned long start, u32 *pinned)
 		*pinned += ret;
 	}
 	return 0;
+}
+
+/*
+ * After a long-term pin failed with @err: pins the range again allowing P2PDMA pages and
+ * keeps that pin only if every page is P2PDMA memory of one registered GPU (mr->provider).
+ * Mixed P2PDMA and ordinary pages: -EINVAL. Otherwise the range was not GPU memory and
+ * @err stands.
+ */
+static int rnic_mr_pin_p2p(struct rnic_nic *nic, struct rnic_mr *mr, unsigned long start,
+			   u32 *pinned, int err, const char **why)
+{
+	struct device *dev = nic_dev(nic);
+	struct pci_dev *provider = NULL, *p;
+	u32 i, n_p2p = 0;
+	int ret;
+
+	ret = rnic_mr_pin(mr, start, pinned, true);
+	if (ret) {
+		unpin_user_pages(mr->pages, *pinned);
+		*pinned = 0;
+		return err;
+	}
+	for (i = 0; i < mr->npages; i++)
+		n_p2p += is_pci_p2pdma_page(mr->pages[i]);
+	if (n_p2p == 0) {
+		ret = err;
+		goto err_unpin;
+	}
+	if (n_p2p != mr->npages) {
+		*why = "checking the pages (GPU memory mixed with ordinary memory)";
+		ret = -EINVAL;
+		goto err_unpin;
+	}
+
+	*why = "finding the GPU that provides the memory";
+	for (i = 0; i < mr->npages; i++) {
+		phys_addr_t phys = page_to_phys(mr->pages[i]);
+
+		if (provider && phys >= pci_resource_start(provider, RNIC_EMU_GPU_MEM_BAR) &&
+		    phys <= pci_resource_end(provider, RNIC_EMU_GPU_MEM_BAR))
+			continue;
+		p = rnic_p2p_find_provider(phys);
+		if (!p || (provider && p != provider)) {
+			dev_warn_ratelimited(dev, "REG_MR: page %u (phys %pa) is %s\n", i, &phys,
+					     p ? "memory of a second GPU" :
+					     "P2PDMA memory of no rnic-emu GPU");
+			pci_dev_put(p);
+			ret = -EINVAL;
+			goto err_unpin;
+		}
+		provider = p;
+	}
+	mr->provider = provider;
+	return 0;
+
+err_unpin:
+	pci_dev_put(provider);
+	unpin_user_pages(mr->pages, *pinned);
+	*pinned = 0;
+	return ret;
+}
+
+/* Copies [off, off + len) of the MR (from its iova) between GPU memory and bounce pages. */
+static void rnic_mr_bounce_copy(struct rnic_mr *mr, u64 off, u64 len, bool to_bounce)
+{
+	u64 pos = (mr->iova & ~PAGE_MASK) + off;
+
+	while (len) {
+		u32 i = pos >> PAGE_SHIFT;
+		size_t in = pos & ~PAGE_MASK;
+		size_t chunk = min_t(u64, PAGE_SIZE - in, len);
+		/* P2PDMA pages are ZONE_DEVICE memory in the kernel's linear map. */
+		u8 *gpu = page_address(mr->pages[i]) + in;
+		u8 *host = kmap_local_page(mr->bounce[i]);
+
+		if (to_bounce)
+			memcpy(host + in, gpu, chunk);
+		else
+			memcpy(gpu, host + in, chunk);
+		kunmap_local(host);
+		pos += chunk;
+		len -= chunk;
+		if (!(i & 255))
+			cond_resched();
+	}
+}
+
+static void rnic_mr_bounce_free(struct rnic_nic *nic, struct rnic_mr *mr)
+{
+	u32 i;
+
+	for (i = 0; i < mr->npages && mr->bounce[i]; i++)
+		__free_page(mr->bounce[i]);
+	atomic64_sub(i, &nic->stats.mr_bounce_pages);
+	kvfree(mr->bounce);
+	mr->bounce = NULL;
+}
+
+/*
+ * The fallback when the RNIC cannot reach the GPU memory peer-to-peer: host pages of the
+ * MR's size, filled from the GPU memory, DMA-mapped into mr->sgt.
+ */
+static int rnic_mr_bounce_setup(struct rnic_nic *nic, struct rnic_mr *mr)
+{
+	struct device *dev = nic_dev(nic);
+	u32 i;
+	int ret;
+
+	mr->bounce = kvcalloc(mr->npages, sizeof(*mr->bounce), GFP_KERNEL);
+	if (!mr->bounce)
+		return -ENOMEM;
+	for (i = 0; i < mr->npages; i++) {
+		mr->bounce[i] = alloc_page(GFP_KERNEL);
+		if (!mr->bounce[i]) {
+			ret = -ENOMEM;
+			goto err_free;
+		}
+		atomic64_inc(&nic->stats.mr_bounce_pages);
+	}
+	rnic_mr_bounce_copy(mr, 0, mr->length, true);
+
+	ret = sg_alloc_table_from_pages(&mr->sgt, mr->bounce, mr->npages, 0,
+					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
+	if (ret)
+		goto err_free;
+	ret = dma_map_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret) {
+		sg_free_table(&mr->sgt);
+		goto err_free;
+	}
+	return 0;
+
+err_free:
+	rnic_mr_bounce_free(nic, mr);
+	return ret;
+}
+
+/*
+ * Builds and maps mr->sgt over the pinned pages. GPU memory that Linux will not map for
+ * the RNIC falls back to a bounce buffer unless @strict.
+ */
+static int rnic_mr_map(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, const char **why)
+{
+	struct device *dev = nic_dev(nic);
+	int ret;
+
+	*why = "building the scatter list";
+	ret = sg_alloc_table_from_pages(&mr->sgt, mr->pages, mr->npages, 0,
+					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
+	if (ret)
+		return ret;
+
+	*why = "DMA-mapping the pages";
+	ret = dma_map_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	if (!ret) {
+		mr->path = mr->provider ? rnic_p2p_path(nic->rd.pdev, mr->provider) :
+			   RNIC_MR_PATH_HOST;
+		return 0;
+	}
+	sg_free_table(&mr->sgt);
+	if (!mr->provider)
+		return ret;
+
+	if (strict) {
+		dev_err(dev, "REG_MR (strict P2P): RNIC %s cannot DMA to GPU %s memory peer-to-peer: %d\n",
+			pci_name(nic->rd.pdev), pci_name(mr->provider), ret);
+		*why = "peer-to-peer DMA-mapping the GPU memory (strict)";
+		return ret;
+	}
+	dev_warn_ratelimited(dev, "REG_MR: RNIC %s cannot DMA to GPU %s memory peer-to-peer (%d): using a host bounce buffer of %u pages\n",
+			     pci_name(nic->rd.pdev), pci_name(mr->provider), ret, mr->npages);
+	atomic64_inc(&nic->stats.p2p_fallbacks);
+	*why = "the host bounce buffer";
+	ret = rnic_mr_bounce_setup(nic, mr);
+	if (ret)
+		return ret;
+	mr->path = RNIC_MR_PATH_BOUNCE;
+	return 0;
+}
+
+static void rnic_mr_unmap(struct rnic_nic *nic, struct rnic_mr *mr)
+{
+	dma_unmap_sgtable(nic_dev(nic), &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	sg_free_table(&mr->sgt);
+	if (mr->bounce)
+		rnic_mr_bounce_free(nic, mr);
+}
+
+static void rnic_mr_unpin(struct rnic_mr *mr)
+{
+	/* Device memory is not file-backed: nothing to mark dirty. */
+	unpin_user_pages_dirty_lock(mr->pages, mr->npages,
+				    !mr->provider && rnic_mr_writable(mr->access));
+	pci_dev_put(mr->provider);
+	mr->provider = NULL;
 }
 
 /* Writes the bus address of each page of the mapped table into the MR's MTT range. */
@@ -160,10 +364,11 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 	u64 last;
 	int id, ret;
 
-	if (req->pad || req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
-					RNIC_ACCESS_REMOTE_READ)) {
-		dev_warn_ratelimited(dev, "REG_MR: access 0x%x has unknown bits, or padding is set\n",
-				     req->access);
+	if (req->pad || req->flags & ~RNIC_MR_FLAG_STRICT_P2P ||
+	    req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
+			    RNIC_ACCESS_REMOTE_READ)) {
+		dev_warn_ratelimited(dev, "REG_MR: access 0x%x or flags 0x%x have unknown bits, or padding is set\n",
+				     req->access, req->flags);
 		return -EINVAL;
 	}
 	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
@@ -200,20 +405,19 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 		goto err_unaccount;
 
 	why = "pinning the user pages";
-	ret = rnic_mr_pin(mr, start, &pinned);
+	ret = rnic_mr_pin(mr, start, &pinned, false);
+	if (ret) {
+		/* Maybe GPU memory, which gup refuses without FOLL_PCI_P2PDMA. */
+		unpin_user_pages(mr->pages, pinned);
+		pinned = 0;
+		ret = rnic_mr_pin_p2p(nic, mr, start, &pinned, ret, &why);
+		if (ret)
+			goto err_unpin;
+	}
+
+	ret = rnic_mr_map(nic, mr, req->flags & RNIC_MR_FLAG_STRICT_P2P, &why);
 	if (ret)
 		goto err_unpin;
-
-	why = "building the scatter list";
-	ret = sg_alloc_table_from_pages(&mr->sgt, mr->pages, mr->npages, 0,
-					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
-	if (ret)
-		goto err_unpin;
-
-	why = "DMA-mapping the pages";
-	ret = dma_map_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
-	if (ret)
-		goto err_sgt;
 
 	why = "MTT space";
 	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
@@ -262,6 +466,7 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 	req->lkey = mr->key;
 	req->rkey = mr->key;
 	req->index = mr->index;
+	req->path = mr->path;
 	return 0;
 
 err_xa:
@@ -271,11 +476,10 @@ err_ida:
 err_mtt:
 	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
 err_unmap:
-	dma_unmap_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
-err_sgt:
-	sg_free_table(&mr->sgt);
+	rnic_mr_unmap(nic, mr);
 err_unpin:
 	unpin_user_pages(mr->pages, pinned);
+	pci_dev_put(mr->provider);
 	kvfree(mr->pages);
 err_unaccount:
 	rnic_mr_unaccount(mr);
@@ -297,9 +501,8 @@ void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr)
 
 	ida_free(&nic->mr_ida, mr->index);
 	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
-	dma_unmap_sgtable(nic_dev(nic), &mr->sgt, DMA_BIDIRECTIONAL, 0);
-	sg_free_table(&mr->sgt);
-	unpin_user_pages_dirty_lock(mr->pages, mr->npages, rnic_mr_writable(mr->access));
+	rnic_mr_unmap(nic, mr);
+	rnic_mr_unpin(mr);
 	kvfree(mr->pages);
 	rnic_mr_unaccount(mr);
 	atomic64_sub(mr->npages, &nic->stats.mr_pinned_pages);
@@ -315,5 +518,26 @@ int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index)
 		return -ENOENT;
 	xa_erase(&uc->mrs, index);
 	rnic_mr_destroy(uc->nic, mr);
+	return 0;
+}
+
+int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req)
+{
+	struct rnic_mr *mr = xa_load(&uc->mrs, req->index);
+	u64 end;
+
+	if (!mr)
+		return -ENOENT;
+	if ((req->direction != RNIC_MR_SYNC_TO_BOUNCE &&
+	     req->direction != RNIC_MR_SYNC_FROM_BOUNCE) ||
+	    check_add_overflow(req->offset, req->length, &end) || end > mr->length) {
+		dev_warn_ratelimited(nic_dev(uc->nic), "MR_SYNC MR %u: direction %u, range %llu + %llu outside the MR (%llu bytes)\n",
+				     mr->index, req->direction, req->offset, req->length, mr->length);
+		return -EINVAL;
+	}
+	if (mr->path != RNIC_MR_PATH_BOUNCE || !req->length)
+		return 0;
+	rnic_mr_bounce_copy(mr, req->offset, req->length,
+			    req->direction == RNIC_MR_SYNC_TO_BOUNCE);
 	return 0;
 }

@@ -125,6 +125,9 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_verbs;
 
+	/* BAR1_APERTURE slots for every GPU bound now; later GPUs reprogram them. */
+	rnic_p2p_nic_add(nic);
+
 	dev_info(dev, "rnic-emu RNIC: id 0x%08x version %u.%u, %u MSI-X vectors, BAR0 %pR, %u QPs %u CQs %u MRs, /dev/%s\n",
 		 rd->id, rnic_version_major(rd->version), rnic_version_minor(rd->version),
 		 rd->nvec, &pdev->resource[0], nic->max_qp, nic->max_cq, nic->max_mr,
@@ -148,6 +151,7 @@ static void rnic_nic_remove(struct pci_dev *pdev)
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
 	struct rnic_nic *nic = to_nic(rd);
 
+	rnic_p2p_nic_remove(nic);
 	rnic_cdev_unregister(nic);
 	rnic_verbs_fini(nic);
 	rnic_irq_teardown(rd);
@@ -171,6 +175,10 @@ static const char *const rnic_stat_names[RNIC_STAT_COUNT] = {
 	[RNIC_STAT_COMMAND_ERRORS]	= "command_errors",
 	[RNIC_STAT_DMA_ERRORS]		= "dma_errors",
 	[RNIC_STAT_QP_ERRORS]		= "qp_errors",
+	[RNIC_STAT_DMA_HOST_BYTES]	= "dma_host_bytes",
+	[RNIC_STAT_DMA_P2P_SWITCH_BYTES] = "dma_p2p_switch_bytes",
+	[RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES] = "dma_p2p_root_complex_bytes",
+	[RNIC_STAT_APERTURE_ERRORS]	= "aperture_errors",
 };
 
 static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -194,19 +202,57 @@ static ssize_t driver_stats_show(struct device *dev, struct device_attribute *at
 	struct rnic_drv_stats *s = &nic->stats;
 
 	return sysfs_emit(buf,
-			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\n",
+			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\np2p_fallbacks %lld\nmr_bounce_pages %lld\n",
 			  (long long)atomic64_read(&s->cmd_errors),
 			  (long long)atomic64_read(&s->mr_reg_failures),
 			  (long long)atomic64_read(&s->mr_pinned_pages),
 			  (long long)atomic64_read(&s->post_ring_full),
 			  (long long)atomic64_read(&s->stale_cqes),
-			  (long long)atomic64_read(&s->async_errors));
+			  (long long)atomic64_read(&s->async_errors),
+			  (long long)atomic64_read(&s->p2p_fallbacks),
+			  (long long)atomic64_read(&s->mr_bounce_pages));
 }
 static DEVICE_ATTR_RO(driver_stats);
+
+/*
+ * sysfs `bar1_aperture` (debug): reading shows RNIC_REG_NUM_GPUS and every
+ * BAR1_APERTURE slot; writing "SLOT ADDR" sets one slot (root only). The driver rewrites
+ * all slots whenever a GPU or an RNIC binds or unbinds.
+ */
+static ssize_t bar1_aperture_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct rnic_dev *rd = dev_get_drvdata(dev);
+	unsigned int i;
+	int len;
+
+	len = sysfs_emit(buf, "num_gpus %u\n", ioread32(rd->bar0 + RNIC_REG_NUM_GPUS));
+	for (i = 0; i < RNIC_APERTURE_SLOTS; i++)
+		len += sysfs_emit_at(buf, len, "slot%u 0x%llx\n", i,
+				     (unsigned long long)readq(rd->bar0 + BAR1_APERTURE + 8 * i));
+	return len;
+}
+
+static ssize_t bar1_aperture_store(struct device *dev, struct device_attribute *attr,
+				   const char *buf, size_t count)
+{
+	struct rnic_dev *rd = dev_get_drvdata(dev);
+	unsigned int slot;
+	u64 addr;
+
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	if (sscanf(buf, "%u %llx", &slot, &addr) != 2 || slot >= RNIC_APERTURE_SLOTS)
+		return -EINVAL;
+	dev_info(dev, "bar1_aperture: slot %u set to 0x%llx by user space\n", slot, addr);
+	writeq(addr, rd->bar0 + BAR1_APERTURE + 8 * slot);
+	return count;
+}
+static DEVICE_ATTR_ADMIN_RW(bar1_aperture);
 
 static struct attribute *rnic_nic_stats_attrs[] = {
 	&dev_attr_stats.attr,
 	&dev_attr_driver_stats.attr,
+	&dev_attr_bar1_aperture.attr,
 	NULL
 };
 

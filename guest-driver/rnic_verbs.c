@@ -113,7 +113,9 @@ void rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 	atomic64_inc(&nic->stats.async_errors);
 	dev_warn_ratelimited(&rd->pdev->dev, "asynchronous error: %s, object %u\n",
 			     err >> 24 == RNIC_ASYNC_ERR_CQ_OVERFLOW ? "CQ overflow" :
-			     err >> 24 == RNIC_ASYNC_ERR_QP ? "QP entered ERROR" : "unknown code",
+			     err >> 24 == RNIC_ASYNC_ERR_QP ? "QP entered ERROR" :
+			     err >> 24 == RNIC_ASYNC_ERR_APERTURE ?
+			     "BAR1_APERTURE slot names no GPU BAR1" : "unknown code",
 			     err & 0xffffff);
 }
 

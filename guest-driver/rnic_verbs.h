@@ -24,6 +24,7 @@
 #include <linux/xarray.h>
 
 #include "rnic_common.h"
+#include "rnic_p2p.h"
 #include "uapi/rnic_emu_uapi.h"
 
 #define RNIC_MTT_ENTRIES	262144		/* 2 MiB of 64-bit page addresses */
@@ -40,6 +41,8 @@ struct rnic_drv_stats {
 	atomic64_t post_ring_full;
 	atomic64_t stale_cqes;
 	atomic64_t async_errors;
+	atomic64_t p2p_fallbacks;	/* GPU MRs that fell back to a bounce buffer */
+	atomic64_t mr_bounce_pages;	/* bounce pages allocated now */
 };
 
 struct rnic_nic {
@@ -76,6 +79,8 @@ struct rnic_nic {
 	struct list_head files;
 
 	struct rnic_drv_stats stats;
+
+	struct list_head p2p_node;	/* in the GPUDirect registry (rnic_p2p.c) */
 };
 
 static inline struct rnic_nic *to_nic(struct rnic_dev *rd)
@@ -149,9 +154,12 @@ struct rnic_mr {
 	u64 iova, length;
 	u32 npages;
 	u32 mtt_offset;
-	struct page **pages;
-	struct sg_table sgt;
+	struct page **pages;		/* the pinned user pages */
+	struct sg_table sgt;		/* what the device uses (the bounce pages for BOUNCE) */
 	struct mm_struct *mm;		/* pinned_vm accounting */
+	u32 path;			/* RNIC_MR_PATH_* */
+	struct pci_dev *provider;	/* GPU memory: the GPU (a reference) */
+	struct page **bounce;		/* BOUNCE: npages host pages, page i mirrors pages[i] */
 };
 
 /* rnic_verbs.c */
@@ -179,6 +187,7 @@ int rnic_mtt_init(struct rnic_nic *nic);
 void rnic_mtt_fini(struct rnic_nic *nic);
 int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req);
 int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index);
+int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);
 
 /* rnic_cdev.c */

@@ -173,16 +173,24 @@ impl HostDriver {
         Ok(())
     }
 
-    /// Registers RAM [off, off + len) as MR `index`; returns its key (lkey = rkey).
+    /// Registers RAM [off, off + len) as MR `index` at virtual address VA + off; returns
+    /// its key (lkey = rkey).
     pub fn reg_mr(&mut self, index: u32, pd: u32, access: u8, off: u64, len: u64) -> anyhow::Result<u32> {
         let first = off & !0xfff;
-        let npages = (off + len - first).div_ceil(4096) as u32;
-        for i in 0..npages {
-            let entry = self.tables[3] + u64::from(self.mtt_next + i) * 8;
-            self.ram.write(entry, &(IOVA + first + u64::from(i) * 4096).to_le_bytes())?;
+        let pages: Vec<u64> = (0..(off + len - first).div_ceil(4096)).map(|i| IOVA + first + i * 4096).collect();
+        self.reg_mr_pages(index, pd, access, VA + off, len, &pages)
+    }
+
+    /// Registers an MR at virtual address `iova` over 4 KiB pages at the given bus
+    /// addresses (guest RAM, or a GPU's BAR1 for peer-to-peer); returns its key.
+    pub fn reg_mr_pages(&mut self, index: u32, pd: u32, access: u8, iova: u64, len: u64, pages: &[u64]) -> anyhow::Result<u32> {
+        let npages = pages.len() as u32;
+        for (i, page) in pages.iter().enumerate() {
+            let entry = self.tables[3] + (u64::from(self.mtt_next) + i as u64) * 8;
+            self.ram.write(entry, &page.to_le_bytes())?;
         }
         let key = 0x5a;
-        let ctx = MrCtx { iova: VA + off, length: len, pd, mtt_offset: self.mtt_next, npages, access, key, page_shift: 12, rsvd0: 0 };
+        let ctx = MrCtx { iova, length: len, pd, mtt_offset: self.mtt_next, npages, access, key, page_shift: 12, rsvd0: 0 };
         self.put(self.tables[2] + u64::from(index) * 32, &ctx)?;
         self.cmd_ok(CMD_REG_MR, index)?;
         self.mtt_next += npages;
