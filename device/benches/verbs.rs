@@ -7,38 +7,18 @@
 //!   of one vfio-user register round trip.
 //! Prints a table; the ratios are what to compare between runs (machines are noisy).
 
-use rnic_emu::hostdrv::{HostDriver, VA};
+use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
+use std::path::Path;
 use rnic_emu::regs::rnic::RNIC_REG_SCRATCH;
 use rnic_emu::verbs::abi::*;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let topo = concat!(env!("CARGO_MANIFEST_DIR"), "/../qemu-configs/single-switch.toml");
-    let child = Command::new(env!("CARGO_BIN_EXE_rnic-emu"))
-        .args(["serve", "--topology", topo, "--socket-dir"])
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let _server = Server(child);
-    let sock = dir.path().join("node0-rnic0.sock");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !sock.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let topo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/single-switch.toml");
+    let server = ServerProcess::start(Path::new(env!("CARGO_BIN_EXE_rnic-emu")), &topo, dir.path(), None)?;
     let max = 4u64 << 20;
-    let mut h = HostDriver::connect(&sock, 64 << 20)?;
+    let mut h = HostDriver::connect(&server.socket("rnic0"), 64 << 20)?;
     let access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
     for n in [1, 2] {
         h.create_cq(n, 10, 1)?;

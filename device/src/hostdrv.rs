@@ -11,7 +11,8 @@ use crate::verbs::abi::*;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vfio_user::Client;
 use vm_memory::ByteValued;
@@ -244,4 +245,54 @@ impl HostDriver {
             std::hint::spin_loop();
         }
     }
+}
+
+/// A `rnic-emu serve` child process, killed (by pid) when dropped.
+pub struct ServerProcess {
+    child: Child,
+    pub socket_dir: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts node 0 of `topology` and waits (10 s at most) for its sockets.
+    pub fn start(bin: &Path, topology: &Path, socket_dir: &Path, gpu_mem_dir: Option<&Path>) -> anyhow::Result<ServerProcess> {
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve").arg("--topology").arg(topology).arg("--socket-dir").arg(socket_dir);
+        if let Some(dir) = gpu_mem_dir {
+            cmd.arg("--gpu-mem-dir").arg(dir);
+        }
+        let child = cmd.stdin(Stdio::null()).stderr(Stdio::null()).spawn()?;
+        let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf() };
+        let ctl = socket_dir.join("node0.ctl");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ctl.exists() {
+            if Instant::now() > deadline {
+                bail!("the node server did not come up");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(server)
+    }
+
+    pub fn socket(&self, device: &str) -> PathBuf {
+        self.socket_dir.join(format!("node0-{device}.sock"))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connects to a GPU and does what firmware and Linux do to its BAR1: place it at bus
+/// address `addr` and turn memory decoding on. Keep the client: dropping it disconnects.
+pub fn place_gpu_bar1(sock: &Path, addr: u64) -> anyhow::Result<Client> {
+    let mut g = Client::new(sock)?;
+    let cfg = vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
+    g.region_write(cfg, 0x14, &(addr as u32).to_le_bytes())?;
+    g.region_write(cfg, 0x18, &((addr >> 32) as u32).to_le_bytes())?;
+    g.region_write(cfg, 0x04, &0x6u16.to_le_bytes())?;
+    Ok(g)
 }

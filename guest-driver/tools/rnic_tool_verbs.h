@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "uapi/rnic_emu_gpu_uapi.h"
 #include "uapi/rnic_emu_regs.h"
 #include "uapi/rnic_emu_uapi.h"
 
@@ -84,6 +85,7 @@ static inline const char *rv_qp_err_name(unsigned int r)
 	case RNIC_QP_ERR_DMA:		return "DMA";
 	case RNIC_QP_ERR_CQ:		return "CQ";
 	case RNIC_QP_ERR_LENGTH:	return "LENGTH";
+	case RNIC_QP_ERR_APERTURE:	return "APERTURE";
 	default:			return "UNKNOWN";
 	}
 }
@@ -171,13 +173,16 @@ struct rv_mr {
 	void *addr;
 	uint64_t length;
 	uint32_t lkey, rkey, index;
+	uint32_t path;			/* RNIC_MR_PATH_* */
 };
 
-static inline int rv_reg_mr(int fd, uint32_t pd, void *addr, uint64_t length, uint32_t access,
-		     struct rv_mr *mr)
+/* REG_MR with RNIC_MR_FLAG_* flags; mr->path says how the RNIC reaches the memory. */
+static inline int rv_reg_mr_flags(int fd, uint32_t pd, void *addr, uint64_t length,
+				  uint32_t access, uint32_t flags, struct rv_mr *mr)
 {
 	struct rnic_reg_mr r = {
 		.addr = (uintptr_t)addr, .length = length, .access = access, .pd = pd,
+		.flags = flags,
 	};
 
 	if (rv_ioctl(fd, RNIC_IOCTL_REG_MR, &r, "REG_MR"))
@@ -187,7 +192,134 @@ static inline int rv_reg_mr(int fd, uint32_t pd, void *addr, uint64_t length, ui
 	mr->lkey = r.lkey;
 	mr->rkey = r.rkey;
 	mr->index = r.index;
+	mr->path = r.path;
 	return 0;
+}
+
+static inline int rv_reg_mr(int fd, uint32_t pd, void *addr, uint64_t length, uint32_t access,
+		     struct rv_mr *mr)
+{
+	return rv_reg_mr_flags(fd, pd, addr, length, access, 0, mr);
+}
+
+static inline const char *rv_mr_path_name(uint32_t path)
+{
+	switch (path) {
+	case RNIC_MR_PATH_HOST:			return "host";
+	case RNIC_MR_PATH_P2P_SWITCH:		return "p2p-switch";
+	case RNIC_MR_PATH_P2P_HOST_BRIDGE:	return "p2p-host-bridge";
+	case RNIC_MR_PATH_BOUNCE:		return "bounce";
+	default:				return "unknown";
+	}
+}
+
+/* MR_SYNC (a no-op for MRs that are not bounced). */
+static inline int rv_mr_sync(int fd, const struct rv_mr *mr, uint64_t offset, uint64_t length,
+			     uint32_t direction)
+{
+	struct rnic_mr_sync s = {
+		.index = mr->index, .direction = direction, .offset = offset, .length = length,
+	};
+
+	return rv_ioctl(fd, RNIC_IOCTL_MR_SYNC, &s, "MR_SYNC");
+}
+
+/* ---- GPUs: /dev/rnic_gpuN and p2pmem buffers ---- */
+
+struct rv_gpu {
+	int fd;
+	struct rnic_gpu_query q;
+	char pci[32];			/* dddd:bb:dd.f */
+};
+
+/* Opens /dev/rnic_gpuN and queries it; 0 or -1 (printed). */
+static inline int rv_gpu_open(unsigned int n, struct rv_gpu *g)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/dev/rnic_gpu%u", n);
+	g->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (g->fd < 0) {
+		fprintf(stderr, "error: open %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	memset(&g->q, 0, sizeof(g->q));
+	if (rv_ioctl(g->fd, RNIC_GPU_IOCTL_QUERY, &g->q, "GPU_QUERY")) {
+		close(g->fd);
+		return -1;
+	}
+	if (g->q.uapi_version != RNIC_GPU_UAPI_VERSION) {
+		fprintf(stderr, "error: %s speaks GPU uAPI version %u, this tool %u\n", path,
+			g->q.uapi_version, RNIC_GPU_UAPI_VERSION);
+		close(g->fd);
+		return -1;
+	}
+	snprintf(g->pci, sizeof(g->pci), "%04x:%02x:%02x.%x", g->q.pci_domain, g->q.pci_bus,
+		 g->q.pci_devfn >> 3, g->q.pci_devfn & 7);
+	return 0;
+}
+
+/* len bytes (rounded up to pages) of the GPU's memory: a mapping of p2pmem/allocate. */
+static inline void *rv_gpu_alloc(const struct rv_gpu *g, size_t len)
+{
+	char path[128];
+	void *p;
+	int fd;
+
+	len = (len + 4095) & ~(size_t)4095;
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/p2pmem/allocate", g->pci);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "error: open %s: %s (is BAR1 published as P2PDMA memory?)\n",
+			path, strerror(errno));
+		return NULL;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "error: mmap %zu bytes of %s: %s\n", len, path, strerror(errno));
+		return NULL;
+	}
+	return p;
+}
+
+/* Offset in the GPU's BAR1 of a virtual address inside its p2pmem mapping. */
+static inline int rv_gpu_offset(const struct rv_gpu *g, const void *va, uint64_t *off)
+{
+	struct rnic_gpu_va_to_offset v = { .va = (uintptr_t)va };
+
+	if (rv_ioctl(g->fd, RNIC_GPU_IOCTL_VA_TO_OFFSET, &v, "GPU_VA_TO_OFFSET"))
+		return -1;
+	*off = v.offset;
+	return 0;
+}
+
+/* One line "name value" of a sysfs statistics file; 0 or -1. */
+static inline int rv_read_stat(const char *file, const char *name, unsigned long long *val)
+{
+	char line[128], key[64];
+	unsigned long long v;
+	FILE *f = fopen(file, "r");
+	int ret = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %llu", key, &v) == 2 && !strcmp(key, name)) {
+			*val = v;
+			ret = 0;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/* sysfs directory of the PCI function behind /dev/rnic_emuN: /sys/class/misc/<name>/device. */
+static inline void rv_dev_sysfs(const char *dev, char *buf, size_t len)
+{
+	const char *base = strrchr(dev, '/');
+
+	snprintf(buf, len, "/sys/class/misc/%s/device", base ? base + 1 : dev);
 }
 
 /* Page-aligned, zeroed, already faulted-in anonymous memory. */
