@@ -10,6 +10,13 @@
  * destination. With --verify, the source slots hold a deterministic pattern, every
  * destination slot is poisoned (inverted pattern) before it is used, and checked after
  * each operation's completion, so every byte of every operation is verified.
+ *
+ * GPUDirect: --src gpu / --dst gpu put the source / destination buffer in GPU memory (a
+ * mapping of /sys/bus/pci/devices/<gpu>/p2pmem/allocate of /dev/rnic_gpuN). The driver
+ * reports each MR's path (host, p2p-switch, p2p-host-bridge, or bounce when Linux refuses
+ * peer-to-peer DMA); bounce MRs are synchronised with MR_SYNC (TO_BOUNCE on the source
+ * before posting, FROM_BOUNCE on the destination after the completion, before --verify).
+ * The RNIC's per-path DMA counters (sysfs `stats`) are read before and after each run.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -39,7 +46,15 @@ struct perf_opts {
 	uint64_t size;
 	uint32_t iters;
 	bool all, verify, json, use_inline, event;
+	bool src_gpu, dst_gpu, strict;
+	unsigned int src_gpu_n, dst_gpu_n;
 };
+
+/* The RNIC's DMA counters by path (sysfs stats), in this order. */
+static const char *const perf_path_stats[] = {
+	"dma_host_bytes", "dma_p2p_switch_bytes", "dma_p2p_root_complex_bytes",
+};
+#define PERF_NSTATS	3
 
 struct perf {
 	struct perf_opts o;
@@ -49,6 +64,10 @@ struct perf {
 	uint8_t *src, *dst;
 	size_t buf_len;
 	struct rv_mr src_mr, dst_mr;
+	struct rv_gpu src_gpu, dst_gpu;
+	bool src_bounce, dst_bounce;
+	char stats_path[160];
+	unsigned long long stats0[PERF_NSTATS], delta[PERF_NSTATS];
 };
 
 static void usage(FILE *f)
@@ -65,6 +84,10 @@ static void usage(FILE *f)
 		"      --inline       inline data when the size fits (write, send)\n"
 		"      --event        sleep for completions (POLL_CQ timeout: arm + MSI-X) instead of busy polling\n"
 		"  -d, --dev PATH     device (default " RV_DEFAULT_DEV ")\n"
+		"      --src host|gpu where the data comes from (default host)\n"
+		"      --dst host|gpu where the data lands (default host)\n"
+		"      --src-gpu N, --dst-gpu N  which GPU (/dev/rnic_gpuN, default 0)\n"
+		"      --strict-p2p   GPU memory: fail instead of falling back to a bounce buffer\n"
 		"Exit status: 0 ok; 1 an error completion, lost/duplicate completion, mismatch or\n"
 		"device error; 2 bad usage.\n", PERF_DEFAULT_ITERS);
 }
@@ -126,6 +149,74 @@ static void report_lost(struct perf *p, const uint8_t *seen, uint32_t iters, con
 	       p->o.test, (unsigned long long)p->o.size, side, lost, iters, first,
 	       PERF_STALL_NS / 1000000000ull);
 }
+
+/* Before the device reads source slot `slot`: a bounced source gets the GPU's bytes. */
+static int src_ready(struct perf *p, uint32_t slot, uint64_t size)
+{
+	if (!p->src_bounce)
+		return 0;
+	return rv_mr_sync(p->fd, &p->src_mr, (uint64_t)slot * size, size, RNIC_MR_SYNC_TO_BOUNCE);
+}
+
+static int verify_slot(struct perf *p, uint32_t slot, uint64_t size, uint64_t iter);
+
+/* After the device wrote destination slot `slot`: copy a bounce back, then --verify. */
+static int dst_done(struct perf *p, uint32_t slot, uint64_t size, uint64_t iter)
+{
+	if (p->dst_bounce &&
+	    rv_mr_sync(p->fd, &p->dst_mr, (uint64_t)slot * size, size, RNIC_MR_SYNC_FROM_BOUNCE))
+		return -1;
+	return p->o.verify ? verify_slot(p, slot, size, iter) : 0;
+}
+
+static void stats_read(struct perf *p, unsigned long long *v)
+{
+	int i;
+
+	for (i = 0; i < PERF_NSTATS; i++)
+		if (rv_read_stat(p->stats_path, perf_path_stats[i], &v[i]))
+			v[i] = 0;
+}
+
+static void stats_begin(struct perf *p)
+{
+	stats_read(p, p->stats0);
+}
+
+static void stats_end(struct perf *p)
+{
+	unsigned long long now[PERF_NSTATS];
+	int i;
+
+	stats_read(p, now);
+	for (i = 0; i < PERF_NSTATS; i++)
+		p->delta[i] = now[i] - p->stats0[i];
+}
+
+static bool perf_fallback(const struct perf *p)
+{
+	return p->src_mr.path == RNIC_MR_PATH_BOUNCE || p->dst_mr.path == RNIC_MR_PATH_BOUNCE;
+}
+
+/* The placement and path fields that end every JSON object (without the closing brace). */
+static void print_json_paths(const struct perf *p)
+{
+	printf(",\"src\":\"%s\",\"dst\":\"%s\",\"src_path\":\"%s\",\"dst_path\":\"%s\",\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"p2p_fallback\":%s}\n",
+	       p->o.src_gpu ? "gpu" : "host", p->o.dst_gpu ? "gpu" : "host",
+	       rv_mr_path_name(p->src_mr.path), rv_mr_path_name(p->dst_mr.path),
+	       p->delta[0], p->delta[1], p->delta[2], perf_fallback(p) ? "true" : "false");
+}
+
+static void print_human_paths(const struct perf *p)
+{
+	printf(" %4s %4s %15s %15s %12llu %12llu %12llu %8s\n",
+	       p->o.src_gpu ? "gpu" : "host", p->o.dst_gpu ? "gpu" : "host",
+	       rv_mr_path_name(p->src_mr.path), rv_mr_path_name(p->dst_mr.path),
+	       p->delta[0], p->delta[1], p->delta[2], perf_fallback(p) ? "yes" : "no");
+}
+
+#define HUMAN_PATH_HEADER " %4s %4s %15s %15s %12s %12s %12s %8s\n", "src", "dst", "src_path", \
+	"dst_path", "bytes_host", "bytes_p2p_sw", "bytes_p2p_rc", "fallback"
 
 /* Verifies destination slot `slot` (expects seed slot), then poisons it for reuse. */
 static int verify_slot(struct perf *p, uint32_t slot, uint64_t size, uint64_t iter)
@@ -239,6 +330,7 @@ static int run_bw(struct perf *p, uint64_t size)
 	if (p->o.verify)
 		prepare_slots(p, slots, size);
 
+	stats_begin(p);
 	t0 = rv_now_ns();
 	last = t0;
 	if (send)
@@ -254,6 +346,8 @@ static int run_bw(struct perf *p, uint64_t size)
 			uint64_t id = posted + batch;
 
 			build_wr(p, &wrs[batch], id, (uint32_t)(id % slots), size);
+			if (src_ready(p, (uint32_t)(id % slots), size))
+				goto out;
 			batch++;
 		}
 		if (batch) {
@@ -270,8 +364,7 @@ static int run_bw(struct perf *p, uint64_t size)
 		for (i = 0; i < n; i++) {
 			if (check_wc(p, &wcs[i], seen, iters, "requester"))
 				goto out;
-			if (p->o.verify && !send &&
-			    verify_slot(p, (uint32_t)(wcs[i].wr_id % slots), size, wcs[i].wr_id))
+			if (!send && dst_done(p, (uint32_t)(wcs[i].wr_id % slots), size, wcs[i].wr_id))
 				goto out;
 			done++;
 			last = rv_now_ns();
@@ -299,8 +392,7 @@ static int run_bw(struct perf *p, uint64_t size)
 					       wcs[i].byte_len, (unsigned long long)size);
 					goto out;
 				}
-				if (p->o.verify &&
-				    verify_slot(p, (uint32_t)(wcs[i].wr_id % slots), size, wcs[i].wr_id))
+				if (dst_done(p, (uint32_t)(wcs[i].wr_id % slots), size, wcs[i].wr_id))
 					goto out;
 				rdone++;
 				last = rv_now_ns();
@@ -319,18 +411,23 @@ static int run_bw(struct perf *p, uint64_t size)
 		}
 	}
 	t1 = rv_now_ns();
+	stats_end(p);
 
 	secs = (double)(t1 - t0) / 1e9;
 	gbps = (double)size * iters * 8 / 1e9 / secs;
 	mops = iters / secs / 1e6;
 	if (p->o.json)
-		printf("{\"test\":\"%s\",\"size\":%llu,\"iterations\":%u,\"bytes_verified\":%llu,\"gbps\":%.3f,\"msg_rate_mops\":%.4f}\n",
+		printf("{\"test\":\"%s\",\"size\":%llu,\"iterations\":%u,\"bytes_verified\":%llu,\"gbps\":%.3f,\"msg_rate_mops\":%.4f",
 		       p->o.test, (unsigned long long)size, iters,
 		       p->o.verify ? (unsigned long long)size * iters : 0ull, gbps, mops);
 	else
-		printf("%-10s %10llu %10u %16llu %10.3f %12.4f\n", p->o.test,
+		printf("%-10s %10llu %10u %16llu %10.3f %12.4f", p->o.test,
 		       (unsigned long long)size, iters,
 		       p->o.verify ? (unsigned long long)size * iters : 0ull, gbps, mops);
+	if (p->o.json)
+		print_json_paths(p);
+	else
+		print_human_paths(p);
 	ret = 0;
 out:
 	free(seen);
@@ -410,10 +507,13 @@ static int run_lat(struct perf *p, uint64_t size)
 	if (p->o.verify)
 		prepare_slots(p, 1, size);
 
+	stats_begin(p);
 	for (i = 0; i < iters; i++) {
 		if (send && post_recv_slot(p, i, 0, size))
 			goto out;
 		build_wr(p, &wr, i, 0, size);
+		if (src_ready(p, 0, size))
+			goto out;
 		t0 = rv_now_ns();
 		if (rv_post_send(p->fd, p->qp_a, &wr, 1))
 			goto out;
@@ -429,23 +529,28 @@ static int run_lat(struct perf *p, uint64_t size)
 			lat[i] = rv_now_ns() - t0;
 		}
 		sum += lat[i];
-		if (p->o.verify && verify_slot(p, 0, size, i))
+		if (dst_done(p, 0, size, i))
 			goto out;
 	}
+	stats_end(p);
 
 	qsort(lat, iters, sizeof(*lat), cmp_u64);
 	if (p->o.json)
-		printf("{\"test\":\"%s\",\"size\":%llu,\"iterations\":%u,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"avg_us\":%.2f,\"bytes_verified\":%llu}\n",
+		printf("{\"test\":\"%s\",\"size\":%llu,\"iterations\":%u,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"avg_us\":%.2f,\"bytes_verified\":%llu",
 		       p->o.test, (unsigned long long)size, iters, pct_us(lat, iters, 500),
 		       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
 		       (double)sum / iters / 1000.0,
 		       p->o.verify ? (unsigned long long)size * iters : 0ull);
 	else
-		printf("%-10s %10llu %10u %10.2f %10.2f %10.2f %10.2f %16llu\n", p->o.test,
+		printf("%-10s %10llu %10u %10.2f %10.2f %10.2f %10.2f %16llu", p->o.test,
 		       (unsigned long long)size, iters, pct_us(lat, iters, 500),
 		       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
 		       (double)sum / iters / 1000.0,
 		       p->o.verify ? (unsigned long long)size * iters : 0ull);
+	if (p->o.json)
+		print_json_paths(p);
+	else
+		print_human_paths(p);
 	ret = 0;
 out:
 	free(lat);
@@ -473,16 +578,31 @@ static int setup(struct perf *p, uint64_t max_size)
 			(unsigned long long)max_size);
 		return -1;
 	}
-	p->src = rv_alloc_buf(p->buf_len);
-	p->dst = rv_alloc_buf(p->buf_len);
+	rv_dev_sysfs(p->o.dev, p->stats_path, sizeof(p->stats_path) - 8);
+	strcat(p->stats_path, "/stats");
+	if ((p->o.src_gpu && rv_gpu_open(p->o.src_gpu_n, &p->src_gpu)) ||
+	    (p->o.dst_gpu && rv_gpu_open(p->o.dst_gpu_n, &p->dst_gpu)))
+		return -1;
+	p->src = p->o.src_gpu ? rv_gpu_alloc(&p->src_gpu, p->buf_len) : rv_alloc_buf(p->buf_len);
+	p->dst = p->o.dst_gpu ? rv_gpu_alloc(&p->dst_gpu, p->buf_len) : rv_alloc_buf(p->buf_len);
 	if (!p->src || !p->dst)
 		return -1;
 	if (rv_alloc_pd(p->fd, &p->pd) ||
 	    rv_create_cq(p->fd, PERF_CQ_ENTRIES, &p->cq_a) ||
 	    rv_create_cq(p->fd, PERF_CQ_ENTRIES, &p->cq_b) ||
-	    rv_reg_mr(p->fd, p->pd, p->src, p->buf_len, access, &p->src_mr) ||
-	    rv_reg_mr(p->fd, p->pd, p->dst, p->buf_len, access, &p->dst_mr))
+	    rv_reg_mr_flags(p->fd, p->pd, p->src, p->buf_len, access,
+			    p->o.strict ? RNIC_MR_FLAG_STRICT_P2P : 0, &p->src_mr) ||
+	    rv_reg_mr_flags(p->fd, p->pd, p->dst, p->buf_len, access,
+			    p->o.strict ? RNIC_MR_FLAG_STRICT_P2P : 0, &p->dst_mr))
 		return -1;
+	p->src_bounce = p->src_mr.path == RNIC_MR_PATH_BOUNCE;
+	p->dst_bounce = p->dst_mr.path == RNIC_MR_PATH_BOUNCE;
+	if (!p->o.json && (p->o.src_gpu || p->o.dst_gpu))
+		printf("# src %s%s%s path %s; dst %s%s%s path %s\n",
+		       p->o.src_gpu ? "gpu " : "host", p->o.src_gpu ? p->src_gpu.pci : "",
+		       p->o.src_gpu ? "" : "", rv_mr_path_name(p->src_mr.path),
+		       p->o.dst_gpu ? "gpu " : "host", p->o.dst_gpu ? p->dst_gpu.pci : "",
+		       p->o.dst_gpu ? "" : "", rv_mr_path_name(p->dst_mr.path));
 
 	memset(&c, 0, sizeof(c));
 	c.pd = p->pd;
@@ -524,6 +644,11 @@ int main(int argc, char **argv)
 		{ "inline", no_argument, NULL, 'I' },
 		{ "dev", required_argument, NULL, 'd' },
 		{ "event", no_argument, NULL, 'E' },
+		{ "src", required_argument, NULL, 1000 },
+		{ "dst", required_argument, NULL, 1001 },
+		{ "src-gpu", required_argument, NULL, 1002 },
+		{ "dst-gpu", required_argument, NULL, 1003 },
+		{ "strict-p2p", no_argument, NULL, 1004 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -582,6 +707,24 @@ int main(int argc, char **argv)
 		case 'I': p.o.use_inline = true; break;
 		case 'E': p.o.event = true; break;
 		case 'd': p.o.dev = optarg; break;
+		case 1000:
+		case 1001:
+			if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+				fprintf(stderr, "rnic-perf: --%s takes host or gpu\n",
+					c == 1000 ? "src" : "dst");
+				return 2;
+			}
+			*(c == 1000 ? &p.o.src_gpu : &p.o.dst_gpu) = !strcmp(optarg, "gpu");
+			break;
+		case 1002:
+		case 1003:
+			if (parse_size(optarg, &v) || v > 255) {
+				fprintf(stderr, "rnic-perf: bad GPU number '%s'\n", optarg);
+				return 2;
+			}
+			*(c == 1002 ? &p.o.src_gpu_n : &p.o.dst_gpu_n) = (unsigned int)v;
+			break;
+		case 1004: p.o.strict = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -597,11 +740,12 @@ int main(int argc, char **argv)
 
 	if (!p.o.json) {
 		if (p.o.lat)
-			printf("%-10s %10s %10s %10s %10s %10s %10s %16s\n", "test", "size", "iters",
+			printf("%-10s %10s %10s %10s %10s %10s %10s %16s", "test", "size", "iters",
 			       "p50_us", "p99_us", "p999_us", "avg_us", "bytes_verified");
 		else
-			printf("%-10s %10s %10s %16s %10s %12s\n", "test", "size", "iters",
+			printf("%-10s %10s %10s %16s %10s %12s", "test", "size", "iters",
 			       "bytes_verified", "Gb/s", "Mmsg/s");
+		printf(HUMAN_PATH_HEADER);
 	}
 	for (size = p.o.all ? 1 : top; size <= top; size *= 2) {
 		p.o.size = size;

@@ -20,6 +20,7 @@
 #define QP_ACC		(RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ)
 
 struct chk {
+	const char *dev;
 	int fd;
 	struct rnic_query_device q;
 	uint32_t pd, cq_a, cq_b, qp_a, qp_b;
@@ -33,6 +34,7 @@ static int setup(struct chk *c, const char *dev, uint32_t dst_access, uint32_t r
 	struct rnic_create_qp qp;
 
 	memset(c, 0, sizeof(*c));
+	c->dev = dev;
 	c->fd = rv_open(dev, &c->q);
 	if (c->fd < 0)
 		return -1;
@@ -462,32 +464,144 @@ static int sc_wait_timeout(struct chk *c)
 	return 0;
 }
 
+/* Writes "slot addr" to the RNIC's debug attribute bar1_aperture; 0 or -1. */
+static int set_aperture(struct chk *c, unsigned int slot, unsigned long long addr)
+{
+	char path[160];
+	FILE *f;
+	int ret;
+
+	rv_dev_sysfs(c->dev, path, sizeof(path) - 16);
+	strcat(path, "/bar1_aperture");
+	f = fopen(path, "w");
+	if (!f) {
+		printf("error: open %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	ret = fprintf(f, "%u 0x%llx\n", slot, addr) < 0;
+	ret |= fclose(f) != 0;
+	if (ret)
+		printf("error: write %s: %s\n", path, strerror(errno));
+	return ret ? -1 : 0;
+}
+
+/* The slot holding addr (from bar1_aperture), or -1. */
+static int find_aperture(struct chk *c, unsigned long long addr)
+{
+	char path[160], line[96];
+	unsigned long long v;
+	unsigned int slot;
+	int found = -1;
+	FILE *f;
+
+	rv_dev_sysfs(c->dev, path, sizeof(path) - 16);
+	strcat(path, "/bar1_aperture");
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "slot%u %llx", &slot, &v) == 2 && v == addr && found < 0)
+			found = (int)slot;
+	fclose(f);
+	return found;
+}
+
+/*
+ * A WRITE into GPU memory through its P2P MR works while the GPU's BAR1 is in a
+ * BAR1_APERTURE slot, and fails (FATAL_ERR / APERTURE) once the slot is cleared.
+ */
+static int sc_aperture(struct chk *c)
+{
+	char stats[160];
+	unsigned long long err0 = 0, err1 = 0;
+	struct rnic_send_wr wr;
+	struct rv_mr gmr;
+	struct rnic_wc wc;
+	struct rv_gpu g;
+	uint8_t *gbuf;
+	int slot, ret = -1;
+
+	if (rv_gpu_open(0, &g))
+		return -1;
+	gbuf = rv_gpu_alloc(&g, CHK_BUF);
+	if (!gbuf || rv_reg_mr(c->fd, c->pd, gbuf, CHK_BUF, ACC_ALL, &gmr))
+		goto out;
+	printf("gpu: %s\n", g.pci);
+	printf("gpu_mr_path: %s\n", rv_mr_path_name(gmr.path));
+	slot = find_aperture(c, g.q.bar1_bus_addr);
+	printf("slot: %d\n", slot);
+	if (slot < 0) {
+		printf("error: GPU BAR1 0x%llx is in no BAR1_APERTURE slot\n",
+		       (unsigned long long)g.q.bar1_bus_addr);
+		goto out;
+	}
+
+	/* With the slot in place. */
+	memset(gbuf, 0, CHK_LEN);
+	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)gbuf, gmr.rkey,
+		 c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_a, &wr, 1) || poll_one(c, c->cq_a, &wc, "WRITE to GPU"))
+		goto out;
+	rv_mr_sync(c->fd, &gmr, 0, CHK_LEN, RNIC_MR_SYNC_FROM_BOUNCE);
+	printf("before_status: %s\n", rv_wc_status_name(wc.status));
+	printf("before_data_ok: %d\n", memcmp(gbuf, c->src, CHK_LEN) == 0);
+
+	/* Slot cleared: the device must refuse the peer-to-peer DMA. */
+	rv_dev_sysfs(c->dev, stats, sizeof(stats) - 8);
+	strcat(stats, "/stats");
+	rv_read_stat(stats, "aperture_errors", &err0);
+	if (set_aperture(c, (unsigned int)slot, 0))
+		goto out;
+	memset(gbuf, 0, CHK_LEN);
+	write_wr(c, &wr, 2, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)gbuf, gmr.rkey,
+		 c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_a, &wr, 1) || poll_one(c, c->cq_a, &wc, "WRITE without aperture"))
+		goto restore;
+	print_wc("", &wc);
+	rv_read_stat(stats, "aperture_errors", &err1);
+	printf("aperture_errors: %llu\n", err1 - err0);
+	printf("gpu_untouched: %d\n", gbuf[0] == 0 && !memcmp(gbuf, gbuf + 1, CHK_LEN - 1));
+	ret = print_qp(c, "", c->qp_a);
+restore:
+	if (set_aperture(c, (unsigned int)slot, g.q.bar1_bus_addr))
+		ret = -1;
+	else
+		printf("restored: %d\n", find_aperture(c, g.q.bar1_bus_addr) == slot);
+out:
+	close(g.fd);
+	return ret;
+}
+
 struct scenario {
 	const char *name;
 	int (*run)(struct chk *c);
 	uint32_t dst_access;
 	uint32_t rnr_retry;
 	const char *help;
+	bool not_in_all;		/* needs a GPU: only by name */
 };
 
 static const struct scenario scenarios[] = {
 	{ "rkey-error", sc_rkey_error, ACC_ALL, 7,
-	  "WRITE with a stale rkey: REM_ACCESS_ERR, QP ERR, next WR flushed" },
+	  "WRITE with a stale rkey: REM_ACCESS_ERR, QP ERR, next WR flushed", false },
 	{ "access-error", sc_access_error, RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_READ, 7,
-	  "WRITE to an MR without REMOTE_WRITE: REM_ACCESS_ERR" },
+	  "WRITE to an MR without REMOTE_WRITE: REM_ACCESS_ERR", false },
 	{ "range-error", sc_range_error, ACC_ALL, 7,
-	  "WRITE past the end of the remote MR: REM_ACCESS_ERR" },
-	{ "lkey-error", sc_lkey_error, ACC_ALL, 7, "WRITE with a bad lkey: LOC_PROT_ERR" },
-	{ "rnr", sc_rnr, ACC_ALL, 1, "SEND with no RECV, rnr_retry 1: RNR_RETRY_EXC_ERR" },
+	  "WRITE past the end of the remote MR: REM_ACCESS_ERR", false },
+	{ "lkey-error", sc_lkey_error, ACC_ALL, 7, "WRITE with a bad lkey: LOC_PROT_ERR", false },
+	{ "rnr", sc_rnr, ACC_ALL, 1, "SEND with no RECV, rnr_retry 1: RNR_RETRY_EXC_ERR", false },
 	{ "send-too-long", sc_send_too_long, ACC_ALL, 7,
-	  "SEND longer than the RECV: REM_INV_REQ_ERR / LOC_LEN_ERR" },
-	{ "flush", sc_flush, ACC_ALL, 7, "5 RECVs, QP to ERR: 5 x WR_FLUSH_ERR in order" },
+	  "SEND longer than the RECV: REM_INV_REQ_ERR / LOC_LEN_ERR", false },
+	{ "flush", sc_flush, ACC_ALL, 7, "5 RECVs, QP to ERR: 5 x WR_FLUSH_ERR in order", false },
 	{ "write-imm", sc_write_imm, ACC_ALL, 7,
-	  "WRITE_WITH_IMM 0x12345678: RECV_RDMA_WITH_IMM, imm, byte_len, data" },
+	  "WRITE_WITH_IMM 0x12345678: RECV_RDMA_WITH_IMM, imm, byte_len, data", false },
 	{ "driver-checks", sc_driver_checks, ACC_ALL, 7,
-	  "driver-side errors (-EINVAL/-EBUSY/-ENOMEM), stale keys, QP recycling" },
+	  "driver-side errors (-EINVAL/-EBUSY/-ENOMEM), stale keys, QP recycling", false },
 	{ "wait-timeout", sc_wait_timeout, ACC_ALL, 7,
-	  "POLL_CQ with timeout_ms 3000 on an idle CQ: 0 completions after ~3 s" },
+	  "POLL_CQ with timeout_ms 3000 on an idle CQ: 0 completions after ~3 s", false },
+	{ "aperture", sc_aperture, ACC_ALL, 7,
+	  "WRITE into GPU 0 memory, then with its BAR1_APERTURE slot cleared: FATAL_ERR / APERTURE (not in all)",
+	  true },
 };
 
 static void usage(FILE *f)
@@ -536,6 +650,8 @@ int main(int argc, char **argv)
 	}
 	for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
 		if (!strcmp(name, "all")) {
+			if (scenarios[i].not_in_all)
+				continue;
 			ret |= run_one(&scenarios[i], dev);
 			printf("\n");
 		} else if (!strcmp(name, scenarios[i].name)) {

@@ -1,0 +1,375 @@
+//! RoCEv2 packets (InfiniBand Architecture vol. 1 ch. 9 transport headers over UDP port
+//! 4791, annex A17): BTH, RETH, AETH and immediate data, payload with pad, and the
+//! invariant CRC. Encoding and decoding of the UDP payload; the IPv4/UDP headers come from
+//! the sockets (and are synthesized identically for the ICRC and for pcap captures).
+//! Decoding trusts nothing: length, opcode, header presence, pad and ICRC are checked.
+//!
+//! Only the Reliable Connection opcodes the engine uses are known; anything else is an
+//! error (`UnknownOpcode`), as are atomics and UD.
+
+use std::net::Ipv4Addr;
+use thiserror::Error;
+
+pub const ROCE_UDP_PORT: u16 = 4791;
+pub const BTH_LEN: usize = 12;
+pub const RETH_LEN: usize = 16;
+pub const AETH_LEN: usize = 4;
+pub const IMM_LEN: usize = 4;
+pub const ICRC_LEN: usize = 4;
+/// PSNs are 24-bit.
+pub const PSN_MASK: u32 = 0x00ff_ffff;
+
+/// RC opcodes (IBA table 38).
+pub mod op {
+    pub const SEND_FIRST: u8 = 0x00;
+    pub const SEND_MIDDLE: u8 = 0x01;
+    pub const SEND_LAST: u8 = 0x02;
+    pub const SEND_LAST_IMM: u8 = 0x03;
+    pub const SEND_ONLY: u8 = 0x04;
+    pub const SEND_ONLY_IMM: u8 = 0x05;
+    pub const WRITE_FIRST: u8 = 0x06;
+    pub const WRITE_MIDDLE: u8 = 0x07;
+    pub const WRITE_LAST: u8 = 0x08;
+    pub const WRITE_LAST_IMM: u8 = 0x09;
+    pub const WRITE_ONLY: u8 = 0x0a;
+    pub const WRITE_ONLY_IMM: u8 = 0x0b;
+    pub const READ_REQUEST: u8 = 0x0c;
+    pub const READ_RESPONSE_FIRST: u8 = 0x0d;
+    pub const READ_RESPONSE_MIDDLE: u8 = 0x0e;
+    pub const READ_RESPONSE_LAST: u8 = 0x0f;
+    pub const READ_RESPONSE_ONLY: u8 = 0x10;
+    pub const ACK: u8 = 0x11;
+}
+
+/// Which extension headers and payload an opcode carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub reth: bool,
+    pub aeth: bool,
+    pub imm: bool,
+    pub payload: bool,
+}
+
+pub fn layout(opcode: u8) -> Option<Layout> {
+    use op::*;
+    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload });
+    match opcode {
+        SEND_FIRST | SEND_MIDDLE | SEND_LAST | SEND_ONLY | WRITE_MIDDLE | WRITE_LAST => l(false, false, false, true),
+        SEND_LAST_IMM | SEND_ONLY_IMM | WRITE_LAST_IMM => l(false, false, true, true),
+        WRITE_FIRST | WRITE_ONLY => l(true, false, false, true),
+        WRITE_ONLY_IMM => l(true, false, true, true),
+        READ_REQUEST => l(true, false, false, false),
+        READ_RESPONSE_FIRST | READ_RESPONSE_LAST | READ_RESPONSE_ONLY => l(false, true, false, true),
+        READ_RESPONSE_MIDDLE => l(false, false, false, true),
+        ACK => l(false, true, false, false),
+        _ => None,
+    }
+}
+
+/// Base transport header (IBA 9.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bth {
+    pub opcode: u8,
+    pub solicited: bool,
+    pub pad: u8,
+    pub pkey: u16,
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    pub psn: u32,
+}
+
+/// RDMA extended transport header (IBA 9.3.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reth {
+    pub va: u64,
+    pub rkey: u32,
+    pub len: u32,
+}
+
+/// ACK extended transport header (IBA 9.3.5): syndrome and message sequence number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Aeth {
+    pub syndrome: u8,
+    pub msn: u32,
+}
+
+/// AETH syndromes (IBA 9.7.5.2.2 table 42).
+pub mod syndrome {
+    /// ACK; low 5 bits: credit count (0x1f: invalid/unlimited).
+    pub const ACK: u8 = 0x1f;
+    /// RNR NAK; low 5 bits: the RNR timer code.
+    pub const RNR_NAK: u8 = 0x20;
+    pub const NAK_SEQ_ERR: u8 = 0x60;
+    pub const NAK_INV_REQ: u8 = 0x61;
+    pub const NAK_REM_ACCESS: u8 = 0x62;
+    pub const NAK_REM_OP: u8 = 0x63;
+    pub const KIND_MASK: u8 = 0xe0;
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Packet {
+    pub bth: Bth,
+    pub reth: Option<Reth>,
+    pub aeth: Option<Aeth>,
+    pub imm: Option<u32>,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PacketError {
+    #[error("{0} bytes: shorter than the headers its opcode needs")]
+    Short(usize),
+    #[error("unknown or unsupported opcode {0:#04x}")]
+    UnknownOpcode(u8),
+    #[error("transport header version {0} is not 0")]
+    Version(u8),
+    #[error("pad count {pad} exceeds the {len}-byte payload, or pads a packet without payload")]
+    Pad { pad: u8, len: usize },
+    #[error("ICRC mismatch: carried {carried:#010x}, computed {computed:#010x}")]
+    Icrc { carried: u32, computed: u32 },
+}
+
+/// The addresses a packet travels between (for the ICRC and pcap headers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoints {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub src_port: u16,
+}
+
+/// A synthesized IPv4 header for a UDP datagram of `udp_len` bytes (ID 0, DF, TTL 64).
+pub fn ipv4_header(ep: &Endpoints, udp_len: usize) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+    h[6] = 0x40; // don't fragment
+    h[8] = 64;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&ep.src.octets());
+    h[16..20].copy_from_slice(&ep.dst.octets());
+    let mut sum: u32 = h.chunks_exact(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    h
+}
+
+/// The UDP header of a RoCEv2 datagram (checksum 0: not used over IPv4).
+pub fn udp_header(ep: &Endpoints, udp_payload_len: usize) -> [u8; 8] {
+    let mut h = [0u8; 8];
+    h[0..2].copy_from_slice(&ep.src_port.to_be_bytes());
+    h[2..4].copy_from_slice(&ROCE_UDP_PORT.to_be_bytes());
+    h[4..6].copy_from_slice(&((8 + udp_payload_len) as u16).to_be_bytes());
+    h
+}
+
+const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+
+/// The invariant CRC of a RoCEv2 packet over IPv4 (annex A17.3.3): CRC-32 over 8 bytes of
+/// ones, the IPv4 header with TOS, TTL and checksum set to ones, the UDP header with its
+/// checksum set to ones, the BTH with its reserved byte (FECN/BECN/resv) set to ones, and
+/// the rest of the packet up to the ICRC. `body` is the UDP payload without the ICRC.
+pub fn icrc(ep: &Endpoints, body: &[u8]) -> u32 {
+    let mut ip = ipv4_header(ep, 8 + body.len() + ICRC_LEN);
+    ip[1] = 0xff;
+    ip[8] = 0xff;
+    ip[10] = 0xff;
+    ip[11] = 0xff;
+    let mut udp = udp_header(ep, body.len() + ICRC_LEN);
+    udp[6] = 0xff;
+    udp[7] = 0xff;
+    let mut digest = CRC32.digest();
+    digest.update(&[0xff; 8]);
+    digest.update(&ip);
+    digest.update(&udp);
+    if body.len() >= BTH_LEN {
+        let mut bth = [0u8; BTH_LEN];
+        bth.copy_from_slice(&body[..BTH_LEN]);
+        bth[4] = 0xff;
+        digest.update(&bth);
+        digest.update(&body[BTH_LEN..]);
+    } else {
+        digest.update(body);
+    }
+    digest.finalize()
+}
+
+impl Packet {
+    /// The UDP payload: headers, payload, pad to 4 bytes, ICRC (little-endian).
+    pub fn encode(&self, ep: &Endpoints) -> Vec<u8> {
+        let pad = (4 - self.payload.len() % 4) % 4;
+        let mut b = Vec::with_capacity(BTH_LEN + RETH_LEN + 8 + self.payload.len() + pad + ICRC_LEN);
+        let h = &self.bth;
+        b.push(h.opcode);
+        b.push(u8::from(h.solicited) << 7 | (pad as u8) << 4); // MigReq 0, TVer 0
+        b.extend_from_slice(&h.pkey.to_be_bytes());
+        b.extend_from_slice(&(h.dest_qp & PSN_MASK).to_be_bytes()); // resv8 = 0
+        b.extend_from_slice(&((u32::from(h.ack_req) << 31) | (h.psn & PSN_MASK)).to_be_bytes());
+        if let Some(r) = &self.reth {
+            b.extend_from_slice(&r.va.to_be_bytes());
+            b.extend_from_slice(&r.rkey.to_be_bytes());
+            b.extend_from_slice(&r.len.to_be_bytes());
+        }
+        if let Some(a) = &self.aeth {
+            b.extend_from_slice(&(u32::from(a.syndrome) << 24 | (a.msn & PSN_MASK)).to_be_bytes());
+        }
+        if let Some(imm) = self.imm {
+            b.extend_from_slice(&imm.to_be_bytes());
+        }
+        b.extend_from_slice(&self.payload);
+        b.resize(b.len() + pad, 0);
+        let crc = icrc(ep, &b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses and checks a received UDP payload.
+    pub fn decode(data: &[u8], ep: &Endpoints) -> Result<Packet, PacketError> {
+        let short = PacketError::Short(data.len());
+        if data.len() < BTH_LEN + ICRC_LEN {
+            return Err(short);
+        }
+        let (body, crc_bytes) = data.split_at(data.len() - ICRC_LEN);
+        let opcode = body[0];
+        let l = layout(opcode).ok_or(PacketError::UnknownOpcode(opcode))?;
+        let tver = body[1] & 0x0f;
+        if tver != 0 {
+            return Err(PacketError::Version(tver));
+        }
+        let be32 = |at: usize| u32::from_be_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+        let bth = Bth {
+            opcode,
+            solicited: body[1] & 0x80 != 0,
+            pad: (body[1] >> 4) & 3,
+            pkey: u16::from_be_bytes([body[2], body[3]]),
+            dest_qp: be32(4) & PSN_MASK,
+            ack_req: body[8] & 0x80 != 0,
+            psn: be32(8) & PSN_MASK,
+        };
+        let need = BTH_LEN + if l.reth { RETH_LEN } else { 0 } + if l.aeth { AETH_LEN } else { 0 } + if l.imm { IMM_LEN } else { 0 };
+        if body.len() < need {
+            return Err(short);
+        }
+        let carried = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+        let computed = icrc(ep, body);
+        if carried != computed {
+            return Err(PacketError::Icrc { carried, computed });
+        }
+        let mut at = BTH_LEN;
+        let mut pkt = Packet { bth, ..Default::default() };
+        if l.reth {
+            let va = u64::from_be_bytes(body[at..at + 8].try_into().map_err(|_| PacketError::Short(data.len()))?);
+            pkt.reth = Some(Reth { va, rkey: be32(at + 8), len: be32(at + 12) });
+            at += RETH_LEN;
+        }
+        if l.aeth {
+            let v = be32(at);
+            pkt.aeth = Some(Aeth { syndrome: (v >> 24) as u8, msn: v & PSN_MASK });
+            at += AETH_LEN;
+        }
+        if l.imm {
+            pkt.imm = Some(be32(at));
+            at += IMM_LEN;
+        }
+        let rest = &body[at..];
+        let pad = usize::from(bth.pad);
+        if pad > rest.len() || (!l.payload && !rest.is_empty()) {
+            return Err(PacketError::Pad { pad: bth.pad, len: rest.len() });
+        }
+        pkt.payload = rest[..rest.len() - pad].to_vec();
+        Ok(pkt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep() -> Endpoints {
+        Endpoints { src: Ipv4Addr::new(127, 0, 0, 10), dst: Ipv4Addr::new(127, 0, 0, 11), src_port: 49152 }
+    }
+
+    fn write_first() -> Packet {
+        Packet {
+            bth: Bth { opcode: op::WRITE_FIRST, pkey: 0xffff, dest_qp: 0x12, psn: 0x00ab_cdef, ack_req: false, ..Default::default() },
+            reth: Some(Reth { va: 0x7f00_0000_1000, rkey: 0x0102, len: 9000 }),
+            payload: (0..4095u32).map(|i| i as u8).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn round_trip_with_pad_and_every_header() {
+        let p = write_first();
+        let wire = p.encode(&ep());
+        assert_eq!(wire.len(), 12 + 16 + 4096 + 4, "payload padded to 4 bytes");
+        assert_eq!(wire[1] >> 4 & 3, 1, "pad count");
+        let mut expect = p.clone();
+        expect.bth.pad = 1;
+        assert!(Packet::decode(&wire, &ep()) == Ok(expect));
+        let ack = Packet { bth: Bth { opcode: op::ACK, dest_qp: 7, psn: 5, ..Default::default() }, aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 3 }), ..Default::default() };
+        assert_eq!(Packet::decode(&ack.encode(&ep()), &ep()), Ok(ack));
+        let imm = Packet { bth: Bth { opcode: op::SEND_ONLY_IMM, solicited: true, psn: PSN_MASK, ..Default::default() }, imm: Some(0xdead_beef), payload: vec![1, 2, 3], ..Default::default() };
+        assert_eq!(Packet::decode(&imm.encode(&ep()), &ep()), Ok(imm));
+    }
+
+    #[test]
+    fn header_bytes_follow_iba() {
+        let wire = write_first().encode(&ep());
+        assert_eq!(&wire[..12], &[0x06, 0x10, 0xff, 0xff, 0, 0, 0, 0x12, 0, 0xab, 0xcd, 0xef]);
+        assert_eq!(&wire[12..20], &0x7f00_0000_1000u64.to_be_bytes(), "RETH VA big-endian");
+    }
+
+    #[test]
+    fn icrc_covers_headers_and_masks_variant_fields() {
+        let p = write_first();
+        let wire = p.encode(&ep());
+        // FECN/BECN (BTH byte 4) are variant: flipping them keeps the ICRC valid.
+        let mut fecn = wire.clone();
+        fecn[4] = 0xc0;
+        assert!(Packet::decode(&fecn, &ep()).is_ok());
+        // Anything invariant breaks it: a payload bit, the PSN, or the addresses.
+        let mut bad = wire.clone();
+        bad[200] ^= 1;
+        assert!(matches!(Packet::decode(&bad, &ep()), Err(PacketError::Icrc { .. })));
+        let mut bad = wire.clone();
+        bad[11] ^= 1;
+        assert!(matches!(Packet::decode(&bad, &ep()), Err(PacketError::Icrc { .. })));
+        let other = Endpoints { src_port: 49153, ..ep() };
+        assert!(matches!(Packet::decode(&wire, &other), Err(PacketError::Icrc { .. })));
+    }
+
+    #[test]
+    fn hostile_packets_are_rejected() {
+        let e = ep();
+        assert_eq!(Packet::decode(&[], &e), Err(PacketError::Short(0)));
+        assert_eq!(Packet::decode(&[0u8; 15], &e), Err(PacketError::Short(15)));
+        let mut unknown = vec![0x64u8; 16]; // UD SEND ONLY
+        unknown[1] = 0;
+        assert_eq!(Packet::decode(&unknown, &e), Err(PacketError::UnknownOpcode(0x64)));
+        // READ REQUEST truncated inside its RETH.
+        let rr = Packet { bth: Bth { opcode: op::READ_REQUEST, ..Default::default() }, reth: Some(Reth::default()), ..Default::default() };
+        let wire = rr.encode(&e);
+        let mut cut = wire[..20].to_vec();
+        cut.extend_from_slice(&icrc(&e, &wire[..16]).to_le_bytes());
+        assert!(matches!(Packet::decode(&cut, &e), Err(PacketError::Short(_))));
+        // A pad count larger than the payload, with a valid ICRC.
+        let mut body = Packet { bth: Bth { opcode: op::SEND_ONLY, ..Default::default() }, payload: vec![9; 4], ..Default::default() }.encode(&e);
+        body.truncate(body.len() - 4 - 4);
+        body[1] |= 3 << 4;
+        let crc = icrc(&e, &body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        assert!(matches!(Packet::decode(&body, &e), Err(PacketError::Pad { .. })));
+    }
+
+    #[test]
+    fn ipv4_header_checksum_verifies() {
+        let h = ipv4_header(&ep(), 100);
+        let mut sum: u32 = h.chunks_exact(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+    }
+}
