@@ -310,7 +310,7 @@ mod tests {
         assert!(Packet::decode(&wire, &ep()) == Ok(expect));
         let ack = Packet { bth: Bth { opcode: op::ACK, dest_qp: 7, psn: 5, ..Default::default() }, aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 3 }), ..Default::default() };
         assert_eq!(Packet::decode(&ack.encode(&ep()), &ep()), Ok(ack));
-        let imm = Packet { bth: Bth { opcode: op::SEND_ONLY_IMM, solicited: true, psn: PSN_MASK, ..Default::default() }, imm: Some(0xdead_beef), payload: vec![1, 2, 3], ..Default::default() };
+        let imm = Packet { bth: Bth { opcode: op::SEND_ONLY_IMM, solicited: true, psn: PSN_MASK, pad: 1, ..Default::default() }, imm: Some(0xdead_beef), payload: vec![1, 2, 3], ..Default::default() };
         assert_eq!(Packet::decode(&imm.encode(&ep()), &ep()), Ok(imm));
     }
 
