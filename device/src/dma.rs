@@ -11,6 +11,7 @@
 //! does not support them); dirty-page tracking.
 
 use crate::shm::{SharedMemory, ShmError};
+use std::collections::BTreeMap;
 use std::fs::File;
 use thiserror::Error;
 use vm_memory::mmap::MmapRegion;
@@ -29,22 +30,28 @@ pub enum DmaError {
 }
 
 struct Mapping {
-    iova: u64,
     size: u64,
     /// The server's view of the range, when the client passed an fd.
     map: Option<MmapRegion>,
 }
 
+/// The client's DMA maps, keyed by IOVA. With an IOMMU, QEMU maps guest pages one by one,
+/// so an access may span several adjacent maps: it is split into pieces, each inside one
+/// fd-backed map, and refused whole if any byte is not covered.
 #[derive(Default)]
 pub struct DmaMaps {
-    maps: Vec<Mapping>,
+    maps: BTreeMap<u64, Mapping>,
 }
+
+/// A piece of an access: `len` bytes at `offset` of one mapping.
+type Piece<'a> = (&'a MmapRegion, usize, usize);
 
 impl DmaMaps {
     pub fn map(&mut self, iova: u64, size: u64, fd: Option<File>, fd_offset: u64) -> Result<(), DmaError> {
         let bad = DmaError::BadMap { iova, size };
         let end = iova.checked_add(size).filter(|_| size > 0).ok_or(bad.clone())?;
-        if self.maps.iter().any(|m| iova < m.iova + m.size && m.iova < end) {
+        let before = self.maps.range(..end).next_back();
+        if before.is_some_and(|(&start, m)| start + m.size > iova) {
             return Err(bad);
         }
         let map = match fd {
@@ -56,16 +63,18 @@ impl DmaMaps {
             }
             None => None,
         };
-        self.maps.push(Mapping { iova, size, map });
+        self.maps.insert(iova, Mapping { size, map });
         Ok(())
     }
 
     /// Removes every mapping inside `[iova, iova + size)`; returns how many went away.
     pub fn unmap(&mut self, iova: u64, size: u64) -> usize {
         let end = iova.saturating_add(size);
-        let before = self.maps.len();
-        self.maps.retain(|m| !(m.iova >= iova && m.iova + m.size <= end));
-        before - self.maps.len()
+        let doomed: Vec<u64> = self.maps.range(iova..end).filter(|(&s, m)| s + m.size <= end).map(|(&s, _)| s).collect();
+        for s in &doomed {
+            self.maps.remove(s);
+        }
+        doomed.len()
     }
 
     pub fn clear(&mut self) {
@@ -80,48 +89,73 @@ impl DmaMaps {
         self.maps.is_empty()
     }
 
-    /// Whether `[addr, addr+len)` lies inside a fd-backed (accessible) mapping.
-    fn locate(&self, addr: u64, len: usize) -> Result<(&MmapRegion, usize), DmaError> {
+    /// Splits [addr, addr+len) into pieces, each inside one fd-backed mapping.
+    fn pieces(&self, addr: u64, len: usize) -> Result<Vec<Piece<'_>>, DmaError> {
         let err = DmaError::Unmapped { addr, len };
         let end = addr.checked_add(len as u64).ok_or(err.clone())?;
-        let m = self
-            .maps
-            .iter()
-            .find(|m| addr >= m.iova && end <= m.iova + m.size)
-            .ok_or(err.clone())?;
-        let region = m.map.as_ref().ok_or(err)?;
-        Ok((region, (addr - m.iova) as usize))
+        let mut out = Vec::new();
+        let mut at = addr;
+        while at < end {
+            let (&start, m) = self.maps.range(..=at).next_back().ok_or(err.clone())?;
+            let region = m.map.as_ref().filter(|_| at - start < m.size).ok_or(err.clone())?;
+            let n = (start + m.size).min(end) - at;
+            out.push((region, (at - start) as usize, n as usize));
+            at += n;
+        }
+        Ok(out)
     }
 
-    /// The server's view of [addr, addr+len), which must lie inside one fd-backed map.
-    pub fn slice(&self, addr: u64, len: usize) -> Result<vm_memory::VolatileSlice<'_, ()>, DmaError> {
-        let (region, off) = self.locate(addr, len)?;
-        region.get_slice(off, len).map_err(|e| DmaError::Mmap(e.to_string()))
+    /// The server's view of [addr, addr+len), as one slice per mapping it spans.
+    pub fn slices(&self, addr: u64, len: usize) -> Result<Vec<vm_memory::VolatileSlice<'_, ()>>, DmaError> {
+        self.pieces(addr, len)?
+            .into_iter()
+            .map(|(r, off, n)| r.get_slice(off, n).map_err(|e| DmaError::Mmap(e.to_string())))
+            .collect()
     }
 
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        let (region, off) = self.locate(addr, buf.len())?;
-        let slice = region.get_slice(off, buf.len()).map_err(|e| DmaError::Mmap(e.to_string()))?;
-        slice.copy_to(buf);
-        Ok(())
-    }
-
-    /// Copies `len` bytes between two guest addresses with one memcpy, each side inside
-    /// one mapping.
-    pub fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
-        let (sr, so) = self.locate(src, len)?;
-        let (dr, doff) = self.locate(dst, len)?;
-        let from = sr.get_slice(so, len).map_err(|e| DmaError::Mmap(e.to_string()))?;
-        let to = dr.get_slice(doff, len).map_err(|e| DmaError::Mmap(e.to_string()))?;
-        from.copy_to_volatile_slice(to);
+        let mut done = 0;
+        for s in self.slices(addr, buf.len())? {
+            s.copy_to(&mut buf[done..done + s.len()]);
+            done += s.len();
+        }
         Ok(())
     }
 
     pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError> {
-        let (region, off) = self.locate(addr, buf.len())?;
-        let slice = region.get_slice(off, buf.len()).map_err(|e| DmaError::Mmap(e.to_string()))?;
-        slice.copy_from(buf);
+        let mut done = 0;
+        for s in self.slices(addr, buf.len())? {
+            s.copy_from(&buf[done..done + s.len()]);
+            done += s.len();
+        }
         Ok(())
+    }
+
+    /// Copies `len` bytes between two guest addresses, one memcpy per pair of pieces.
+    pub fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
+        copy_slices(&self.slices(src, len)?, &self.slices(dst, len)?);
+        Ok(())
+    }
+}
+
+/// Copies between two lists of slices covering the same number of bytes.
+pub fn copy_slices(from: &[vm_memory::VolatileSlice<'_, ()>], to: &[vm_memory::VolatileSlice<'_, ()>]) {
+    let (mut i, mut io, mut j, mut jo) = (0, 0, 0, 0);
+    while i < from.len() && j < to.len() {
+        let n = (from[i].len() - io).min(to[j].len() - jo);
+        if let (Ok(a), Ok(b)) = (from[i].subslice(io, n), to[j].subslice(jo, n)) {
+            a.copy_to_volatile_slice(b);
+        }
+        io += n;
+        jo += n;
+        if io == from[i].len() {
+            i += 1;
+            io = 0;
+        }
+        if jo == to[j].len() {
+            j += 1;
+            jo = 0;
+        }
     }
 }
 
@@ -146,6 +180,28 @@ pub fn test_ram(size: u64) -> Result<(SharedMemory, File), DmaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accesses_span_adjacent_page_maps_like_an_iommu_makes() {
+        let (ram, fd) = test_ram(1 << 20).unwrap();
+        let mut dma = DmaMaps::default();
+        // Three pages of IOVA space backed by scattered RAM pages, as an IOMMU maps them.
+        for (i, page) in [5u64, 2, 9].iter().enumerate() {
+            let f = fd.try_clone().unwrap();
+            dma.map(0xffb0_0000 + i as u64 * 0x1000, 0x1000, Some(f), page * 0x1000).unwrap();
+        }
+        let data: Vec<u8> = (0..0x2000u32).map(|i| (i % 253) as u8).collect();
+        dma.write(0xffb0_0800, &data).unwrap();
+        let mut back = vec![0u8; 0x2000];
+        dma.read(0xffb0_0800, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut page2 = vec![0u8; 0x800];
+        ram.read(2 * 0x1000, &mut page2).unwrap();
+        assert_eq!(page2, data[0x800..0x1000], "the second IOVA page lands in RAM page 2");
+        dma.copy(0xffb0_0800, 0xffb0_0000, 0x1000).unwrap();
+        assert!(dma.read(0xffb0_2800, &mut back).is_err(), "runs past the last map");
+        assert!(dma.read(0xffaf_f800, &mut back[..0x1000]).is_err(), "starts before the first map");
+    }
 
     #[test]
     fn map_access_unmap() {
@@ -174,5 +230,7 @@ mod tests {
         assert!(dma.map(0x1000, 0, None, 0).is_err(), "empty");
         dma.map(0x8000_0000, 0x1000, None, 0).unwrap();
         assert!(dma.write(0x8000_0000, &b).is_err(), "fd-less peer range is not accessible");
+        assert_eq!(dma.unmap(0x8000_0000, 0x1000), 1);
+        assert!(dma.map(0x10_0000 - 0x1000, 0x1001, None, 0).is_err(), "overlaps the start of a map");
     }
 }

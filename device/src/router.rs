@@ -112,28 +112,36 @@ pub struct RouterView<'a> {
 }
 
 impl RouterView<'_> {
-    fn slice(&self, addr: u64, len: usize) -> Result<VolatileSlice<'_, ()>, DmaError> {
+    /// The slices [addr, addr+len) lands in: one in a GPU's BAR1, or one per DMA map.
+    fn slices(&self, addr: u64, len: usize) -> Result<Vec<VolatileSlice<'_, ()>>, DmaError> {
         match self.router.target(addr, len)? {
-            Target::Host => self.maps.slice(addr, len),
-            Target::Peer(p, off) => p.window.mem.slice(off, len).map_err(|_| DmaError::Unmapped { addr, len }),
+            Target::Host => self.maps.slices(addr, len),
+            Target::Peer(p, off) => Ok(vec![p.window.mem.slice(off, len).map_err(|_| DmaError::Unmapped { addr, len })?]),
         }
     }
 }
 
 impl GuestMem for RouterView<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        self.slice(addr, buf.len())?.copy_to(buf);
+        let mut done = 0;
+        for s in self.slices(addr, buf.len())? {
+            s.copy_to(&mut buf[done..done + s.len()]);
+            done += s.len();
+        }
         Ok(())
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), DmaError> {
-        self.slice(addr, buf.len())?.copy_from(buf);
+        let mut done = 0;
+        for s in self.slices(addr, buf.len())? {
+            s.copy_from(&buf[done..done + s.len()]);
+            done += s.len();
+        }
         Ok(())
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(), DmaError> {
-        let (from, to) = (self.slice(src, len)?, self.slice(dst, len)?);
-        from.copy_to_volatile_slice(to);
+        crate::dma::copy_slices(&self.slices(src, len)?, &self.slices(dst, len)?);
         Ok(())
     }
 
