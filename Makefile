@@ -2,7 +2,8 @@
 # (host packages through apt-get, the cached guest image through images/build.sh, crates
 # through cargo).
 #
-#   make demo   boot the default topology (embedded single-switch) and show what the guest sees
+#   make demo   boot the default topology (embedded single-switch), show what the guest sees,
+#               and run a GPUDirect RDMA WRITE into GPU memory with the path it took
 #   make test   unit, host-level (vfio-user client) and guest-level (QEMU) tests
 CARGO ?= cargo
 
@@ -11,7 +12,10 @@ image:
 	bash images/build.sh
 
 demo: image
-	$(CARGO) run --release -q -p rnic-emu -- run --no-build -- rnic-status
+	$(CARGO) run --release -q -p rnic-emu -- run --no-build -- \
+		'rnic-status && echo "== GPUDirect RDMA WRITE, host memory -> GPU memory, then GPU -> GPU" && \
+		 rnic-perf write -s 4M -n 16 --src host --dst gpu --verify && \
+		 rnic-perf write -s 4M -n 16 --src gpu --dst gpu --verify' 
 
 test: image
 	$(CARGO) test --workspace
