@@ -48,6 +48,7 @@ fn single_switch_p2p_through_the_switch_and_the_gpu_engine() {
         script += &format!("rnic-perf read -s {s} -n {n} --src host --dst gpu --verify --json || echo failed\n");
     }
     script += "for op in fill copy reduce; do rnic-gpu $op -s 16M || echo failed; done\n";
+    script += "rnic-gpu errors\nrnic-verbs-check aperture\n";
     let run = run_guest(&topology("single-switch"), &["--stats", stats.path().to_str().unwrap()], &script);
     assert_eq!(run.code, Some(0));
     assert!(!run.stdout.contains("failed"), "a guest command failed");
@@ -76,9 +77,20 @@ fn single_switch_p2p_through_the_switch_and_the_gpu_engine() {
         let block = run.stdout.split(&format!("op: {op}")).nth(1).unwrap_or_else(|| panic!("no rnic-gpu {op} output"));
         assert!(block.lines().take(6).any(|l| l.trim() == "verified: 1"), "rnic-gpu {op} verified");
     }
+    // Hostile engine launches are refused with the device's reason; the engine still works.
+    let out = &run.stdout;
+    assert_eq!((value(out, "range_result"), value(out, "align_result"), value(out, "bad_op_result")), ("RANGE", "ALIGN", "BAD_OP"));
+    assert_eq!(value(out, "after_verified"), "1");
+    // A GPU BAR1 the driver removed from the aperture slots is unreachable: error CQE,
+    // GPU memory untouched; P2P works again once the slot is restored.
+    let ap = out.split("scenario: aperture").nth(1).expect("aperture scenario output");
+    assert_eq!((value(ap, "before_status"), value(ap, "status"), value(ap, "syndrome")), ("SUCCESS", "FATAL_ERR", "APERTURE"));
+    assert_eq!((value(ap, "gpu_untouched"), value(ap, "restored")), ("1", "1"));
     // The host side saw the same P2P bytes (server counters after the run).
     let js: Value = serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
-    assert_eq!(js["node0-rnic0"]["dma_p2p_switch_bytes"].as_u64(), Some(moved_p2p));
+    // (+ the aperture scenario's one successful 4 KiB GPU write before the slot was cleared)
+    let aperture_ok = 4096;
+    assert_eq!(js["node0-rnic0"]["dma_p2p_switch_bytes"].as_u64(), Some(moved_p2p + aperture_ok));
     assert_eq!(js["node0-rnic0"]["dma_p2p_root_complex_bytes"].as_u64(), Some(0));
     assert!(js["node0-gpu0"]["engine_ops"].as_u64() >= Some(3));
 }

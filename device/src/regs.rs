@@ -52,13 +52,13 @@ pub struct RegDef {
 /// Declares register offsets as `pub const` and a table describing them, from one list.
 macro_rules! register_map {
     ($table:ident { $(
-        #[doc = $doc:literal]
+        $(#[doc = $doc:literal])+
         $name:ident = $off:literal, $width:literal, $access:ident, reset $reset:literal, writable $mask:literal;
     )* }) => {
-        $( #[doc = $doc] pub const $name: u64 = $off; )*
+        $( $(#[doc = $doc])+ pub const $name: u64 = $off; )*
         pub const $table: &[$crate::regs::RegDef] = &[ $( $crate::regs::RegDef {
             name: stringify!($name), offset: $off, width: $width,
-            access: $crate::regs::Access::$access, reset: $reset, writable: $mask, doc: $doc,
+            access: $crate::regs::Access::$access, reset: $reset, writable: $mask, doc: concat!($($doc),+),
         } ),* ];
     };
 }
@@ -170,6 +170,9 @@ pub mod rnic {
         RNIC_REG_MAX_RING_LOG2 = 0x0034, 4, Ro, reset 0xf, writable 0x0;
         /// Number of GPUs on this node whose BAR1 the RNIC can reach peer-to-peer.
         RNIC_REG_NUM_GPUS = 0x0038, 4, Ro, reset 0x0, writable 0x0;
+        /// This RNIC's IPv4 address on the fabric (a << 24 | b << 16 | c << 8 | d), 0: none.
+        /// Its GID is the IPv4-mapped IPv6 address ::ffff:a.b.c.d; UDP port 4791.
+        RNIC_REG_IPV4 = 0x003c, 4, Ro, reset 0x0, writable 0x0;
         /// Command: write op << 24 | object index; executes before the next register access.
         RNIC_REG_CMD = 0x0040, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Result of the last command: 0 or an error code (CMD_ERR_*).

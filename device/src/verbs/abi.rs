@@ -35,12 +35,12 @@ macro_rules! c_type {
 
 macro_rules! abi_struct {
     ($(#[doc = $doc:literal])+ $name:ident, $c_name:literal, $size:literal {
-        $( #[doc = $fdoc:literal] $field:ident : $ty:ident, )*
+        $( $(#[doc = $fdoc:literal])+ $field:ident : $ty:ident, )*
     }) => {
         $(#[doc = $doc])+
         #[repr(C)]
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct $name { $( #[doc = $fdoc] pub $field: $ty, )* }
+        pub struct $name { $( $(#[doc = $fdoc])+ pub $field: $ty, )* }
         const _: () = assert!(std::mem::size_of::<$name>() == $size);
         // SAFETY: a repr(C) struct of plain integers whose size equals the sum of its
         // fields (asserted above through the explicit reserved fields): no padding, and
@@ -55,7 +55,7 @@ macro_rules! abi_struct {
                     name: stringify!($field),
                     c_type: c_type!($ty),
                     offset: std::mem::offset_of!($name, $field),
-                    doc: $fdoc,
+                    doc: concat!($($fdoc),+),
                 }, )* ],
             };
         }
@@ -157,8 +157,9 @@ abi_struct!(
         dest_qpn: u32,
         /// Minimum RNR delay in microseconds before a retry.
         rnr_timer_us: u32,
-        /// Reserved, 0.
-        rsvd0: u32,
+        /// IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR;
+        /// 0: the destination QP is on this RNIC (loopback, no wire).
+        dest_ip: u32,
         /// Bus address of the SQ ring.
         sq_addr: u64,
         /// Bus address of the RQ ring.
@@ -167,10 +168,18 @@ abi_struct!(
         sq_ci: u16,
         /// RQ consumer index (device writeback).
         rq_ci: u16,
+        /// First PSN this QP sends (24 bits), taken at RTS.
+        sq_psn: u32,
+        /// First PSN this QP expects to receive (24 bits), taken at RTR.
+        rq_psn: u32,
+        /// Path MTU as log2 of bytes: 8..=12 (256..4096); 0 means 4096. Taken at RTR.
+        path_mtu: u8,
+        /// Transport retries after a timeout or sequence NAK (0..=7), taken at RTS.
+        retry_cnt: u8,
+        /// Local ACK timeout exponent: 4.096 us * 2^timeout (1..=31); 0: never. At RTS.
+        timeout: u8,
         /// Reserved, 0.
-        rsvd1: u32,
-        /// Reserved, 0.
-        rsvd2: u64,
+        rsvd0: u8,
     }
 );
 

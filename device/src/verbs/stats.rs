@@ -34,6 +34,12 @@ counters! {
     DmaP2pSwitchBytes, "bytes the RNIC read or wrote in a GPU BAR1 through a shared PCIe switch";
     DmaP2pRootComplexBytes, "bytes the RNIC read or wrote in a GPU BAR1 through the root complex";
     ApertureErrors, "DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot";
+    PktsSent, "RoCEv2 packets sent on the fabric";
+    PktsReceived, "RoCEv2 packets received and accepted";
+    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP";
+    Retransmits, "packets sent again after a timeout or a sequence NAK";
+    AcksSent, "ACK packets sent";
+    NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
 }
 
 #[derive(Default)]

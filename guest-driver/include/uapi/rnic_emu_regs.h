@@ -48,6 +48,7 @@
 #define RNIC_REG_MAX_MR              0x0030       /* RO 32-bit, reset 0x1000: Number of MR contexts (key index range). */
 #define RNIC_REG_MAX_RING_LOG2       0x0034       /* RO 32-bit, reset 0xf: log2 of the largest SQ/RQ/CQ ring in entries. */
 #define RNIC_REG_NUM_GPUS            0x0038       /* RO 32-bit, reset 0x0: Number of GPUs on this node whose BAR1 the RNIC can reach peer-to-peer. */
+#define RNIC_REG_IPV4                0x003c       /* RO 32-bit, reset 0x0: This RNIC's IPv4 address on the fabric (a << 24 | b << 16 | c << 8 | d), 0: none. Its GID is the IPv4-mapped IPv6 address ::ffff:a.b.c.d; UDP port 4791. */
 #define RNIC_REG_CMD                 0x0040       /* WO 32-bit, reset 0x0: Command: write op << 24 | object index; executes before the next register access. */
 #define RNIC_REG_CMD_STATUS          0x0044       /* RO 32-bit, reset 0x0: Result of the last command: 0 or an error code (CMD_ERR_*). */
 #define RNIC_REG_LAST_ERROR          0x0048       /* RO 32-bit, reset 0x0: Last asynchronous error: code << 24 | object index (0: none); cleared by reading. */
@@ -120,7 +121,13 @@
 #define RNIC_STAT_DMA_P2P_SWITCH_BYTES 15           /* bytes the RNIC read or wrote in a GPU BAR1 through a shared PCIe switch */
 #define RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES 16           /* bytes the RNIC read or wrote in a GPU BAR1 through the root complex */
 #define RNIC_STAT_APERTURE_ERRORS    17           /* DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot */
-#define RNIC_STAT_COUNT              18           /* number of counters */
+#define RNIC_STAT_PKTS_SENT          18           /* RoCEv2 packets sent on the fabric */
+#define RNIC_STAT_PKTS_RECEIVED      19           /* RoCEv2 packets received and accepted */
+#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP */
+#define RNIC_STAT_RETRANSMITS        21           /* packets sent again after a timeout or a sequence NAK */
+#define RNIC_STAT_ACKS_SENT          22           /* ACK packets sent */
+#define RNIC_STAT_NAKS_SENT          23           /* NAK packets sent (sequence, RNR, access, invalid request) */
+#define RNIC_STAT_COUNT              24           /* number of counters */
 
 /* Descriptor constants */
 #define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */
@@ -261,13 +268,17 @@ struct rnic_qp_ctx {
 	__u32 recv_cqn; /* 0x10: CQ for receive completions. */
 	__u32 dest_qpn; /* 0x14: Destination QP (set for RTR): on one node, another QP of this RNIC. */
 	__u32 rnr_timer_us; /* 0x18: Minimum RNR delay in microseconds before a retry. */
-	__u32 rsvd0; /* 0x1c: Reserved, 0. */
+	__u32 dest_ip; /* 0x1c: IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR; 0: the destination QP is on this RNIC (loopback, no wire). */
 	__u64 sq_addr; /* 0x20: Bus address of the SQ ring. */
 	__u64 rq_addr; /* 0x28: Bus address of the RQ ring. */
 	__u16 sq_ci; /* 0x30: SQ consumer index (device writeback). */
 	__u16 rq_ci; /* 0x32: RQ consumer index (device writeback). */
-	__u32 rsvd1; /* 0x34: Reserved, 0. */
-	__u64 rsvd2; /* 0x38: Reserved, 0. */
+	__u32 sq_psn; /* 0x34: First PSN this QP sends (24 bits), taken at RTS. */
+	__u32 rq_psn; /* 0x38: First PSN this QP expects to receive (24 bits), taken at RTR. */
+	__u8 path_mtu; /* 0x3c: Path MTU as log2 of bytes: 8..=12 (256..4096); 0 means 4096. Taken at RTR. */
+	__u8 retry_cnt; /* 0x3d: Transport retries after a timeout or sequence NAK (0..=7), taken at RTS. */
+	__u8 timeout; /* 0x3e: Local ACK timeout exponent: 4.096 us * 2^timeout (1..=31); 0: never. At RTS. */
+	__u8 rsvd0; /* 0x3f: Reserved, 0. */
 };
 _Static_assert(sizeof(struct rnic_qp_ctx) == 64, "rnic_qp_ctx size");
 _Static_assert(offsetof(struct rnic_qp_ctx, state) == 0, "rnic_qp_ctx.state");
@@ -283,13 +294,17 @@ _Static_assert(offsetof(struct rnic_qp_ctx, send_cqn) == 12, "rnic_qp_ctx.send_c
 _Static_assert(offsetof(struct rnic_qp_ctx, recv_cqn) == 16, "rnic_qp_ctx.recv_cqn");
 _Static_assert(offsetof(struct rnic_qp_ctx, dest_qpn) == 20, "rnic_qp_ctx.dest_qpn");
 _Static_assert(offsetof(struct rnic_qp_ctx, rnr_timer_us) == 24, "rnic_qp_ctx.rnr_timer_us");
-_Static_assert(offsetof(struct rnic_qp_ctx, rsvd0) == 28, "rnic_qp_ctx.rsvd0");
+_Static_assert(offsetof(struct rnic_qp_ctx, dest_ip) == 28, "rnic_qp_ctx.dest_ip");
 _Static_assert(offsetof(struct rnic_qp_ctx, sq_addr) == 32, "rnic_qp_ctx.sq_addr");
 _Static_assert(offsetof(struct rnic_qp_ctx, rq_addr) == 40, "rnic_qp_ctx.rq_addr");
 _Static_assert(offsetof(struct rnic_qp_ctx, sq_ci) == 48, "rnic_qp_ctx.sq_ci");
 _Static_assert(offsetof(struct rnic_qp_ctx, rq_ci) == 50, "rnic_qp_ctx.rq_ci");
-_Static_assert(offsetof(struct rnic_qp_ctx, rsvd1) == 52, "rnic_qp_ctx.rsvd1");
-_Static_assert(offsetof(struct rnic_qp_ctx, rsvd2) == 56, "rnic_qp_ctx.rsvd2");
+_Static_assert(offsetof(struct rnic_qp_ctx, sq_psn) == 52, "rnic_qp_ctx.sq_psn");
+_Static_assert(offsetof(struct rnic_qp_ctx, rq_psn) == 56, "rnic_qp_ctx.rq_psn");
+_Static_assert(offsetof(struct rnic_qp_ctx, path_mtu) == 60, "rnic_qp_ctx.path_mtu");
+_Static_assert(offsetof(struct rnic_qp_ctx, retry_cnt) == 61, "rnic_qp_ctx.retry_cnt");
+_Static_assert(offsetof(struct rnic_qp_ctx, timeout) == 62, "rnic_qp_ctx.timeout");
+_Static_assert(offsetof(struct rnic_qp_ctx, rsvd0) == 63, "rnic_qp_ctx.rsvd0");
 
 /* CQ context at CQ_CTX_BASE + cqn * 32, read by CMD_CREATE_CQ. */
 struct rnic_cq_ctx {
