@@ -9,6 +9,7 @@
  */
 #include <linux/fs.h>
 #include <linux/idr.h>
+#include <linux/io.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -97,6 +98,8 @@ static void rnic_query_device(struct rnic_nic *nic, struct rnic_query_device *q)
 	q->mtt_entries = RNIC_MTT_ENTRIES;
 	q->num_vectors = nic->rd.nvec;
 	q->max_mr_size = RNIC_UAPI_MAX_MR_SIZE;
+	q->ipv4 = ioread32(nic->rd.bar0 + RNIC_REG_IPV4);
+	q->node = rnic_node >= 0 ? rnic_node : RNIC_NODE_UNKNOWN;
 }
 
 union rnic_ioctl_arg {

@@ -9,11 +9,25 @@
 #include <linux/pci.h>
 
 #include "rnic_common.h"
+#include "rnic_verbs.h"
+
+/*
+ * The node index of this guest in a multi-node topology (docs/fabric.md): `rnic-emu run`
+ * puts rnic_emu.node=N on the kernel command line, which modprobe passes here. QUERY_DEVICE
+ * reports it; -1 (the default) means unknown.
+ */
+int rnic_node = -1;
+module_param_named(node, rnic_node, int, 0444);
+MODULE_PARM_DESC(node, "node index of this guest in the topology (-1: unknown)");
 
 static int __init rnic_emu_init(void)
 {
 	int ret;
 
+	if (rnic_node < -1) {
+		pr_warn("rnic_emu: node=%d is not a node index, ignored\n", rnic_node);
+		rnic_node = -1;
+	}
 	ret = pci_register_driver(&rnic_nic_driver);
 	if (ret)
 		return ret;

@@ -179,6 +179,12 @@ static const char *const rnic_stat_names[RNIC_STAT_COUNT] = {
 	[RNIC_STAT_DMA_P2P_SWITCH_BYTES] = "dma_p2p_switch_bytes",
 	[RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES] = "dma_p2p_root_complex_bytes",
 	[RNIC_STAT_APERTURE_ERRORS]	= "aperture_errors",
+	[RNIC_STAT_PKTS_SENT]		= "pkts_sent",
+	[RNIC_STAT_PKTS_RECEIVED]	= "pkts_received",
+	[RNIC_STAT_PKTS_DROPPED]	= "pkts_dropped",
+	[RNIC_STAT_RETRANSMITS]		= "retransmits",
+	[RNIC_STAT_ACKS_SENT]		= "acks_sent",
+	[RNIC_STAT_NAKS_SENT]		= "naks_sent",
 };
 
 static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
@@ -249,8 +255,19 @@ static ssize_t bar1_aperture_store(struct device *dev, struct device_attribute *
 }
 static DEVICE_ATTR_ADMIN_RW(bar1_aperture);
 
+/* sysfs `ipv4`: the RNIC's fabric address (RNIC_REG_IPV4), dotted; 0.0.0.0: no fabric. */
+static ssize_t ipv4_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct rnic_dev *rd = dev_get_drvdata(dev);
+	u32 ip = ioread32(rd->bar0 + RNIC_REG_IPV4);
+
+	return sysfs_emit(buf, "%pI4h\n", &ip);
+}
+static DEVICE_ATTR_RO(ipv4);
+
 static struct attribute *rnic_nic_stats_attrs[] = {
 	&dev_attr_stats.attr,
+	&dev_attr_ipv4.attr,
 	&dev_attr_driver_stats.attr,
 	&dev_attr_bar1_aperture.attr,
 	NULL

@@ -512,6 +512,9 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 				 ((1U << qp->rq.log_stride) - RNIC_WQE_HDR_SIZE) / sizeof(struct rnic_sge));
 	qp->rnr_retry = 7;
 	qp->rnr_timer_us = 10;
+	qp->path_mtu_log2 = RNIC_PATH_MTU_MAX_LOG2;
+	qp->retry_cnt = RNIC_QP_DEFAULT_RETRY_CNT;
+	qp->timeout = RNIC_QP_DEFAULT_TIMEOUT;
 
 	ret = xa_insert(&uc->qps, qp->qpn, qp, GFP_KERNEL);
 	if (ret)
@@ -588,19 +591,59 @@ static bool rnic_qp_edge(u32 cur, u32 next, u32 *allowed, u32 *required)
 		return true;
 	}
 	if (cur == RNIC_QPS_INIT && next == RNIC_QPS_RTR) {
-		*allowed = RNIC_QP_ATTR_DEST_QPN;
+		*allowed = RNIC_QP_ATTR_DEST_QPN | RNIC_QP_ATTR_DEST_IP | RNIC_QP_ATTR_RQ_PSN |
+			   RNIC_QP_ATTR_PATH_MTU;
 		*required = RNIC_QP_ATTR_DEST_QPN;
 		return true;
 	}
 	if (cur == RNIC_QPS_RTR && next == RNIC_QPS_RTS) {
-		*allowed = RNIC_QP_ATTR_RNR;
+		*allowed = RNIC_QP_ATTR_RNR | RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_RETRY_CNT |
+			   RNIC_QP_ATTR_TIMEOUT;
 		return true;
 	}
 	return false;
 }
 
+/* The attributes MODIFY_QP writes into the QP context (the driver's copy, or the new one). */
+struct rnic_qp_attrs {
+	u8 access, rnr_retry;
+	u32 rnr_timer_us;
+	u32 dest_qpn;
+	u32 dest_ip;
+	u32 rq_psn, sq_psn;
+	u8 path_mtu_log2, retry_cnt, timeout;
+};
+
+static void rnic_qp_get_attrs(const struct rnic_qp *qp, struct rnic_qp_attrs *a)
+{
+	a->access = qp->access;
+	a->rnr_retry = qp->rnr_retry;
+	a->rnr_timer_us = qp->rnr_timer_us;
+	a->dest_qpn = qp->dest_qpn;
+	a->dest_ip = qp->dest_ip;
+	a->rq_psn = qp->rq_psn;
+	a->sq_psn = qp->sq_psn;
+	a->path_mtu_log2 = qp->path_mtu_log2;
+	a->retry_cnt = qp->retry_cnt;
+	a->timeout = qp->timeout;
+}
+
+static void rnic_qp_set_attrs(struct rnic_qp *qp, const struct rnic_qp_attrs *a)
+{
+	qp->access = a->access;
+	qp->rnr_retry = a->rnr_retry;
+	qp->rnr_timer_us = a->rnr_timer_us;
+	qp->dest_qpn = a->dest_qpn;
+	qp->dest_ip = a->dest_ip;
+	qp->rq_psn = a->rq_psn;
+	qp->sq_psn = a->sq_psn;
+	qp->path_mtu_log2 = a->path_mtu_log2;
+	qp->retry_cnt = a->retry_cnt;
+	qp->timeout = a->timeout;
+}
+
 static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 state,
-			     u8 access, u8 rnr_retry, u32 rnr_timer_us, u32 dest_qpn)
+			     const struct rnic_qp_attrs *a)
 {
 	memset(ctx, 0, sizeof(*ctx));
 	ctx->state = state;
@@ -608,24 +651,98 @@ static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 st
 	ctx->rq_log_size = qp->rq.log_size;
 	ctx->sq_log_stride = qp->sq.log_stride;
 	ctx->rq_log_stride = qp->rq.log_stride;
-	ctx->access = access;
-	ctx->rnr_retry = rnr_retry;
+	ctx->access = a->access;
+	ctx->rnr_retry = a->rnr_retry;
 	ctx->pd = qp->pd->pdn;
 	ctx->send_cqn = qp->send_cq->cqn;
 	ctx->recv_cqn = qp->recv_cq->cqn;
-	ctx->dest_qpn = dest_qpn;
-	ctx->rnr_timer_us = rnr_timer_us;
+	ctx->dest_qpn = a->dest_qpn;
+	ctx->rnr_timer_us = a->rnr_timer_us;
+	ctx->dest_ip = a->dest_ip;
 	ctx->sq_addr = qp->sq.ring_dma;
 	ctx->rq_addr = qp->rq.ring_dma;
+	ctx->sq_psn = a->sq_psn;
+	ctx->rq_psn = a->rq_psn;
+	ctx->path_mtu = a->path_mtu_log2;
+	ctx->retry_cnt = a->retry_cnt;
+	ctx->timeout = a->timeout;
+}
+
+/*
+ * A unicast IPv4 destination, or 0 (loopback): not 0.0.0.0/8 otherwise, not multicast
+ * (224.0.0.0/4) or class E and broadcast (240.0.0.0/4).
+ */
+static bool rnic_dest_ip_valid(u32 ip)
+{
+	return !ip || ((ip >> 24) != 0 && (ip >> 28) < 0xe);
+}
+
+/* Checks the remote attributes a modify names (docs/fabric.md) into *a; -EINVAL if bad. */
+static int rnic_qp_check_remote(struct rnic_nic *nic, const struct rnic_qp *qp,
+				const struct rnic_modify_qp *req, struct rnic_qp_attrs *a)
+{
+	struct device *dev = nic_dev(nic);
+
+	if (req->attr_mask & RNIC_QP_ATTR_DEST_IP) {
+		if (!rnic_dest_ip_valid(req->dest_ip)) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: dest_ip %pI4h is not a unicast IPv4 address (or 0 for loopback)\n",
+					     qp->qpn, &req->dest_ip);
+			return -EINVAL;
+		}
+		a->dest_ip = req->dest_ip;
+	}
+	if (req->attr_mask & RNIC_QP_ATTR_RQ_PSN) {
+		if (req->rq_psn & ~RNIC_PSN_MASK) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: rq_psn 0x%x is not a 24-bit PSN\n",
+					     qp->qpn, req->rq_psn);
+			return -EINVAL;
+		}
+		a->rq_psn = req->rq_psn;
+	}
+	if (req->attr_mask & RNIC_QP_ATTR_PATH_MTU) {
+		if (!is_power_of_2(req->path_mtu) ||
+		    req->path_mtu < (1U << RNIC_PATH_MTU_MIN_LOG2) ||
+		    req->path_mtu > (1U << RNIC_PATH_MTU_MAX_LOG2)) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: path_mtu %u (256, 512, 1024, 2048 or 4096)\n",
+					     qp->qpn, req->path_mtu);
+			return -EINVAL;
+		}
+		a->path_mtu_log2 = ilog2(req->path_mtu);
+	}
+	if (req->attr_mask & RNIC_QP_ATTR_SQ_PSN) {
+		if (req->sq_psn & ~RNIC_PSN_MASK) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: sq_psn 0x%x is not a 24-bit PSN\n",
+					     qp->qpn, req->sq_psn);
+			return -EINVAL;
+		}
+		a->sq_psn = req->sq_psn;
+	}
+	if (req->attr_mask & RNIC_QP_ATTR_RETRY_CNT) {
+		if (req->retry_cnt > RNIC_QP_MAX_RETRY_CNT) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: retry_cnt %u (0..%u)\n",
+					     qp->qpn, req->retry_cnt, RNIC_QP_MAX_RETRY_CNT);
+			return -EINVAL;
+		}
+		a->retry_cnt = req->retry_cnt;
+	}
+	if (req->attr_mask & RNIC_QP_ATTR_TIMEOUT) {
+		if (req->timeout > RNIC_QP_MAX_TIMEOUT) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: timeout %u (0..%u)\n",
+					     qp->qpn, req->timeout, RNIC_QP_MAX_TIMEOUT);
+			return -EINVAL;
+		}
+		a->timeout = req->timeout;
+	}
+	return 0;
 }
 
 int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 {
 	struct rnic_nic *nic = uc->nic;
 	struct device *dev = nic_dev(nic);
-	u32 allowed, required, dest_qpn, rnr_timer_us, hw_state;
+	u32 allowed, required, hw_state;
+	struct rnic_qp_attrs a;
 	struct rnic_qp_ctx *ctx;
-	u8 access, rnr_retry;
 	struct rnic_qp *qp;
 	int ret;
 
@@ -651,17 +768,14 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 	}
 
 	/* Validate everything, then commit (STYLE.md item 10). */
-	access = qp->access;
-	rnr_retry = qp->rnr_retry;
-	rnr_timer_us = qp->rnr_timer_us;
-	dest_qpn = qp->dest_qpn;
+	rnic_qp_get_attrs(qp, &a);
 	if (req->attr_mask & RNIC_QP_ATTR_ACCESS) {
 		if (req->access & ~(RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ)) {
 			dev_warn_ratelimited(dev, "MODIFY_QP %u: access 0x%x (QPs take REMOTE_WRITE|REMOTE_READ)\n",
 					     qp->qpn, req->access);
 			return -EINVAL;
 		}
-		access = req->access;
+		a.access = req->access;
 	}
 	if (req->attr_mask & RNIC_QP_ATTR_RNR) {
 		if (req->rnr_retry > 7 || req->rnr_timer_us > RNIC_RNR_TIMER_MAX_US) {
@@ -670,8 +784,8 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 					     RNIC_RNR_TIMER_MAX_US);
 			return -EINVAL;
 		}
-		rnr_retry = req->rnr_retry;
-		rnr_timer_us = req->rnr_timer_us;
+		a.rnr_retry = req->rnr_retry;
+		a.rnr_timer_us = req->rnr_timer_us;
 	}
 	if (req->attr_mask & RNIC_QP_ATTR_DEST_QPN) {
 		if (req->dest_qpn >= nic->max_qp) {
@@ -679,8 +793,11 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 					     qp->qpn, req->dest_qpn, nic->max_qp - 1);
 			return -EINVAL;
 		}
-		dest_qpn = req->dest_qpn;
+		a.dest_qpn = req->dest_qpn;
 	}
+	ret = rnic_qp_check_remote(nic, qp, req, &a);
+	if (ret)
+		return ret;
 
 	/* Leaving RESET: the device starts at index 0 of empty rings. */
 	if (qp->state == RNIC_QPS_RESET && req->qp_state == RNIC_QPS_INIT) {
@@ -690,7 +807,7 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 
 	mutex_lock(&nic->cmd_lock);
 	ctx = &nic->qp_ctx[qp->qpn];
-	rnic_qp_fill_ctx(qp, ctx, req->qp_state, access, rnr_retry, rnr_timer_us, dest_qpn);
+	rnic_qp_fill_ctx(qp, ctx, req->qp_state, &a);
 	ret = rnic_cmd(nic, RNIC_CMD_MODIFY_QP, qp->qpn);
 	hw_state = READ_ONCE(ctx->state);
 	mutex_unlock(&nic->cmd_lock);
@@ -702,10 +819,7 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 		return ret;
 	}
 
-	qp->access = access;
-	qp->rnr_retry = rnr_retry;
-	qp->rnr_timer_us = rnr_timer_us;
-	qp->dest_qpn = dest_qpn;
+	rnic_qp_set_attrs(qp, &a);
 	qp->state = req->qp_state;
 	if (req->qp_state == RNIC_QPS_RESET) {
 		/* Completions still queued for the old incarnation must not match. */

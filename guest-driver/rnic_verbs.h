@@ -32,6 +32,10 @@
 #define RNIC_MAX_PD		65536
 #define RNIC_POLL_MAX_TIMEOUT_MS	60000
 #define RNIC_RNR_TIMER_MAX_US	1000000
+#define RNIC_PATH_MTU_MIN_LOG2	8		/* 256 bytes */
+#define RNIC_PATH_MTU_MAX_LOG2	12		/* 4096 bytes */
+#define RNIC_QP_DEFAULT_RETRY_CNT	7
+#define RNIC_QP_DEFAULT_TIMEOUT	14		/* 4.096 us * 2^14 = 67 ms */
 
 /* Driver-side counters, shown in the driver_stats sysfs attribute. */
 struct rnic_drv_stats {
@@ -82,6 +86,9 @@ struct rnic_nic {
 
 	struct list_head p2p_node;	/* in the GPUDirect registry (rnic_p2p.c) */
 };
+
+/* rnic_main.c: the node index from rnic_emu.node=N, or -1 */
+extern int rnic_node;
 
 static inline struct rnic_nic *to_nic(struct rnic_dev *rd)
 {
@@ -143,6 +150,11 @@ struct rnic_qp {
 	u32 rnr_timer_us;
 	u32 dest_qpn;
 	bool dest_valid;
+	/* remote attributes (docs/fabric.md): dest_ip 0 = loopback */
+	u32 dest_ip;
+	u32 rq_psn, sq_psn;
+	u8 path_mtu_log2;		/* 8..12 */
+	u8 retry_cnt, timeout;
 	struct rnic_wq sq, rq;
 };
 

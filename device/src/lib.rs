@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod gpu_engine;
 pub mod hostdrv;
 pub mod image;
+pub mod kv;
 pub mod msix;
 pub mod pci;
 pub mod qemu;

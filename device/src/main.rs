@@ -41,6 +41,9 @@ enum Cmd {
         /// Back GPU memory with files <dir>/<node>-<gpu>.bar1 (inspectable) instead of memfds.
         #[arg(long)]
         gpu_mem_dir: Option<PathBuf>,
+        /// Write every fabric packet sent and received to this pcap file.
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
     },
     /// Boot a node of a topology, run a shell command in the guest as root, print its output
     /// and exit with its exit code (125: rnic-emu itself failed, 130: interrupted).
@@ -67,8 +70,16 @@ enum Cmd {
         /// After the command, write the device counters as the server saw them (JSON) here.
         #[arg(long)]
         stats: Option<PathBuf>,
-        /// The guest command (joined with spaces, run by sh).
-        #[arg(last = true, required = true)]
+        /// Capture every fabric packet (pcap; with several nodes: FILE.<node> each).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
+        /// Multi-node: run COMMAND on NODE (name or index); repeat for each node. All nodes
+        /// boot at once, output lines are prefixed with the node, and the exit code is the
+        /// first non-zero one.
+        #[arg(long = "on", num_args = 2, value_names = ["NODE", "COMMAND"], action = clap::ArgAction::Append)]
+        on: Vec<String>,
+        /// The guest command (joined with spaces, run by sh), for --node.
+        #[arg(last = true)]
         command: Vec<String>,
     },
     /// Print the QEMU arguments of a topology node (for your own QEMU command line).
@@ -112,11 +123,17 @@ fn main() -> ExitCode {
 
 fn real_main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
-        Cmd::Serve { at, gpu_mem_dir } => {
+        Cmd::Serve { at, gpu_mem_dir, pcap } => {
             let (topo, i) = load_node(&at.topology, &at.node)?;
-            serve::run_node(&topo.nodes[i], &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir })?;
+            serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
         }
-        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, command } => {
+        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, on, command } => {
+            let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+            match (commands.is_empty(), command.is_empty()) {
+                (true, false) => commands.push((node, command.join(" "))),
+                (false, true) => {}
+                _ => anyhow::bail!("give either a command after -- (one node) or --on NODE COMMAND pairs"),
+            }
             ctrlc::set_handler(|| run::INTERRUPTED.store(true, Ordering::SeqCst))?;
             let default_file;
             let topology = match topology {
@@ -130,20 +147,25 @@ fn real_main() -> anyhow::Result<ExitCode> {
             let img = image::ensure(!no_build)?;
             let opts = run::RunOptions {
                 topology,
-                node,
-                command: command.join(" "),
+                commands,
                 timeout: Duration::from_secs(timeout),
                 server_bin: std::env::current_exe()?,
                 gpu_mem_dir,
                 load_driver: !no_driver,
                 keep_workdir: keep,
                 stats_file: stats,
+                pcap,
             };
             let mut stdout = std::io::stdout();
             let outcome = run::run(&opts, &img, &mut |b| {
                 let _ = stdout.write_all(b);
                 let _ = stdout.flush();
             })?;
+            if outcome.per_node.len() > 1 {
+                for (n, code) in &outcome.per_node {
+                    eprintln!("rnic-emu: {n} exited {code}");
+                }
+            }
             if let Some(dir) = outcome.workdir {
                 eprintln!("rnic-emu: logs kept in {}", dir.display());
             }

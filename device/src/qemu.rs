@@ -14,6 +14,8 @@ pub struct GuestFiles<'a> {
     pub console_log: &'a Path,
     /// Serial port 1: the guest command's output (see images/init.sh).
     pub output_log: &'a Path,
+    /// Serial port 2: the run's rendezvous store (a Unix socket QEMU connects to).
+    pub kv_socket: Option<&'a Path>,
 }
 
 /// The `-device` arguments of a node's PCIe tree and functions. Users who bring their own
@@ -66,7 +68,7 @@ pub fn device_args(node: &Node, socket_dir: &Path) -> Vec<String> {
 pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &GuestFiles) -> Vec<String> {
     let g = &topo.guest;
     let node = &topo.nodes[index];
-    let mut append = String::from("console=ttyS0 panic=-1 oops=panic");
+    let mut append = format!("console=ttyS0 panic=-1 oops=panic rnic_emu.node={index}");
     if !g.kernel_args.is_empty() {
         append.push(' ');
         append.push_str(&g.kernel_args);
@@ -100,6 +102,12 @@ pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &Gu
         "-append".into(),
         append,
     ];
+    if let Some(kv) = files.kv_socket {
+        args.push("-chardev".into());
+        args.push(format!("socket,id=kv,path={}", kv.display()));
+        args.push("-serial".into());
+        args.push("chardev:kv".into());
+    }
     args.extend(device_args(node, socket_dir));
     args.extend(g.qemu_args.iter().cloned());
     args

@@ -7,6 +7,7 @@
 //! ending with the line "@@RNIC-EMU-EXIT@@ <code>".
 
 use crate::image::Image;
+use crate::kv::KvStore;
 use crate::qemu::{self, GuestFiles};
 use crate::topology::Topology;
 use anyhow::{bail, Context};
@@ -15,6 +16,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const EXIT_MARKER: &[u8] = b"@@RNIC-EMU-EXIT@@ ";
@@ -24,9 +26,10 @@ pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 pub struct RunOptions {
     pub topology: PathBuf,
-    /// Node name or index.
-    pub node: String,
-    pub command: String,
+    /// (node name or index, guest command) for every node that runs something. One entry:
+    /// the classic single-guest run (output unprefixed); several: a multi-node run where
+    /// every listed node boots at once and output lines are prefixed "[node] ".
+    pub commands: Vec<(String, String)>,
     pub timeout: Duration,
     /// The `rnic-emu` binary to start as the node's server.
     pub server_bin: PathBuf,
@@ -36,12 +39,18 @@ pub struct RunOptions {
     pub load_driver: bool,
     /// Keep the working directory (logs, sockets) even on success.
     pub keep_workdir: bool,
-    /// Write the node server's counters (JSON) here once the guest command has finished.
+    /// Write the node servers' counters (JSON) here once the guest commands have finished.
     pub stats_file: Option<PathBuf>,
+    /// Write every fabric packet of every node to `<prefix>` (one node) or
+    /// `<prefix>.<node>` (several).
+    pub pcap: Option<PathBuf>,
 }
 
 pub struct RunOutcome {
+    /// The command's exit code (several nodes: the first non-zero one, else 0).
     pub exit_code: i32,
+    /// (node, exit code) for every node that ran a command.
+    pub per_node: Vec<(String, i32)>,
     pub workdir: Option<PathBuf>,
 }
 
@@ -162,18 +171,35 @@ impl OutputFollower {
     }
 }
 
-/// Boots the node, runs the command, streams its output to `sink`.
-pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyhow::Result<RunOutcome> {
-    let topo = Topology::load(&opts.topology)?;
-    let (index, node) = topo
-        .node(&opts.node)
-        .with_context(|| format!("topology {} has no node '{}'", topo.name, opts.node))?;
-    let workdir = tempfile::Builder::new().prefix("rnic-emu-run-").tempdir()?;
-    let wd = workdir.path().to_path_buf();
+/// One booted node of a run.
+struct NodeRun {
+    name: String,
+    server: ChildGuard,
+    qemu: ChildGuard,
+    follower: OutputFollower,
+    console_log: PathBuf,
+    server_log: PathBuf,
+    qemu_log: PathBuf,
+    /// Partial output line (multi-node runs prefix whole lines).
+    line: Vec<u8>,
+    poweroff_deadline: Option<Instant>,
+    done: bool,
+}
+
+fn start_node(
+    opts: &RunOptions,
+    img: &Image,
+    topo: &Topology,
+    index: usize,
+    command: &str,
+    wd: &Path,
+    kv: &Arc<KvStore>,
+) -> anyhow::Result<NodeRun> {
+    let node = &topo.nodes[index];
     let sockets = wd.join("sockets");
     std::fs::create_dir_all(&sockets)?;
-    let server_log = std::fs::File::create(wd.join(format!("server-{}.log", node.name)))?;
-
+    let server_log = wd.join(format!("server-{}.log", node.name));
+    let log = std::fs::File::create(&server_log)?;
     let mut server_cmd = Command::new(&opts.server_bin);
     server_cmd
         .arg("serve")
@@ -184,86 +210,165 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
         .arg("--socket-dir")
         .arg(&sockets)
         .stdin(Stdio::null())
-        .stdout(server_log.try_clone()?)
-        .stderr(server_log);
+        .stdout(log.try_clone()?)
+        .stderr(log);
     if let Some(dir) = &opts.gpu_mem_dir {
         server_cmd.arg("--gpu-mem-dir").arg(dir);
+    }
+    if let Some(prefix) = &opts.pcap {
+        let file = if opts.commands.len() > 1 { PathBuf::from(format!("{}.{}", prefix.display(), node.name)) } else { prefix.clone() };
+        server_cmd.arg("--pcap").arg(file);
     }
     if std::env::var_os("RUST_LOG").is_none() {
         server_cmd.env("RUST_LOG", "info");
     }
-    let mut server = ChildGuard::spawn("rnic-emu serve", &mut server_cmd)?;
-    let socket_paths: Vec<PathBuf> = node.devices.iter().map(|d| sockets.join(node.socket_name(d))).collect();
-    let ready = wait_until(Instant::now() + Duration::from_secs(20), || {
-        server.exited() || socket_paths.iter().all(|p| p.exists())
-    });
-    let server_log_path = wd.join(format!("server-{}.log", node.name));
+    let mut server = ChildGuard::spawn(&format!("rnic-emu serve ({})", node.name), &mut server_cmd)?;
+    let ctl = crate::serve::control_path(&sockets, &node.name);
+    let ready = wait_until(Instant::now() + Duration::from_secs(20), || server.exited() || ctl.exists());
     if !ready || server.exited() {
-        bail!("the node server did not come up:\n{}", tail(&server_log_path, 20));
+        bail!("the server of {} did not come up:\n{}", node.name, tail(&server_log, 20));
     }
+    // The rendezvous store, on the guest's third serial port.
+    let kv_sock = wd.join(format!("kv-{}.sock", node.name));
+    let listener = std::os::unix::net::UnixListener::bind(&kv_sock)?;
+    let (store, name) = (kv.clone(), node.name.clone());
+    std::thread::spawn(move || crate::kv::serve(listener, store, name));
 
-    let initrd = wd.join("initrd.img");
-    write_initrd(img, &initrd, &opts.command, opts.load_driver)?;
+    let initrd = wd.join(format!("initrd-{}.img", node.name));
+    write_initrd(img, &initrd, command, opts.load_driver)?;
     let console_log = wd.join(format!("console-{}.log", node.name));
     let output_log = wd.join(format!("output-{}.log", node.name));
-    let files = GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console_log, output_log: &output_log };
-    let args = qemu::command_line(&topo, index, &sockets, &files);
-    std::fs::write(wd.join("qemu-cmdline.txt"), args.join("\n"))?;
-    let qemu_log = std::fs::File::create(wd.join(format!("qemu-{}.log", node.name)))?;
+    let files = GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console_log, output_log: &output_log, kv_socket: Some(&kv_sock) };
+    let args = qemu::command_line(topo, index, &sockets, &files);
+    std::fs::write(wd.join(format!("qemu-cmdline-{}.txt", node.name)), args.join("\n"))?;
+    let qemu_log = wd.join(format!("qemu-{}.log", node.name));
+    let qlog = std::fs::File::create(&qemu_log)?;
     let mut qemu_cmd = Command::new(&img.qemu);
-    qemu_cmd.args(&args).stdin(Stdio::null()).stdout(qemu_log.try_clone()?).stderr(qemu_log);
-    let mut qemu = ChildGuard::spawn("qemu", &mut qemu_cmd)?;
+    qemu_cmd.args(&args).stdin(Stdio::null()).stdout(qlog.try_clone()?).stderr(qlog);
+    let qemu = ChildGuard::spawn(&format!("qemu ({})", node.name), &mut qemu_cmd)?;
+    Ok(NodeRun {
+        name: node.name.clone(),
+        server,
+        qemu,
+        follower: OutputFollower { file: None, path: output_log, pending: Vec::new(), exit_code: None },
+        console_log,
+        server_log,
+        qemu_log,
+        line: Vec::new(),
+        poweroff_deadline: None,
+        done: false,
+    })
+}
 
-    let mut follower = OutputFollower { file: None, path: output_log, pending: Vec::new(), exit_code: None };
-    let deadline = Instant::now() + opts.timeout;
-    let mut poweroff_deadline = None;
-    let failure = loop {
-        follower.poll(sink);
-        if follower.exit_code.is_some() {
-            // The command is done; the guest powers off next. Do not wait forever on it.
-            let d = *poweroff_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(20));
+impl NodeRun {
+    /// Streams new output; returns an error message if the node failed, and marks it done
+    /// once its guest has stopped (or reported and lingered).
+    fn poll(&mut self, sink: &mut dyn FnMut(&[u8]), prefix: bool) -> Option<String> {
+        let (name, line) = (&self.name, &mut self.line);
+        let mut emit = |b: &[u8]| {
+            if !prefix {
+                return sink(b);
+            }
+            for &c in b {
+                line.push(c);
+                if c == b'\n' {
+                    let mut out = format!("[{name}] ").into_bytes();
+                    out.append(line);
+                    sink(&out);
+                }
+            }
+        };
+        self.follower.poll(&mut emit);
+        if self.follower.exit_code.is_some() {
+            let d = *self.poweroff_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(20));
             if Instant::now() > d {
-                log::warn!("the guest reported its exit code but did not power off; stopping QEMU");
-                break None;
+                log::warn!("{}: the guest reported its exit code but did not power off", self.name);
+                self.done = true;
             }
         }
-        if qemu.exited() {
-            follower.poll(sink);
-            break match follower.exit_code {
-                Some(_) => None,
-                None => Some(format!(
-                    "the guest stopped without reporting an exit code.\nQEMU: {}\nconsole (last lines):\n{}",
-                    tail(&wd.join(format!("qemu-{}.log", node.name)), 10),
-                    tail(&console_log, 30)
-                )),
-            };
+        if self.qemu.exited() {
+            self.follower.poll(&mut emit);
+            self.done = true;
+            if self.follower.exit_code.is_none() {
+                return Some(format!(
+                    "{}: the guest stopped without reporting an exit code.\nQEMU: {}\nconsole (last lines):\n{}",
+                    self.name,
+                    tail(&self.qemu_log, 10),
+                    tail(&self.console_log, 30)
+                ));
+            }
         }
-        if server.exited() {
-            break Some(format!("the node server died:\n{}", tail(&server_log_path, 20)));
+        if self.server.exited() {
+            return Some(format!("{}: the node server died:\n{}", self.name, tail(&self.server_log, 20)));
+        }
+        None
+    }
+}
+
+/// Boots the nodes, runs their commands, streams their output to `sink`.
+pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyhow::Result<RunOutcome> {
+    let topo = Topology::load(&opts.topology)?;
+    let mut targets = Vec::new();
+    for (which, command) in &opts.commands {
+        let (index, _) = topo.node(which).with_context(|| format!("topology {} has no node '{which}'", topo.name))?;
+        if targets.iter().any(|(i, _)| *i == index) {
+            bail!("node '{which}' is given more than one command");
+        }
+        targets.push((index, command.as_str()));
+    }
+    if targets.is_empty() {
+        bail!("no guest command given");
+    }
+    let workdir = tempfile::Builder::new().prefix("rnic-emu-run-").tempdir()?;
+    let wd = workdir.path().to_path_buf();
+    let kv = Arc::new(KvStore::default());
+    let mut nodes = Vec::new();
+    for (index, command) in &targets {
+        nodes.push(start_node(opts, img, &topo, *index, command, &wd, &kv)?);
+    }
+    let prefix = nodes.len() > 1;
+    let deadline = Instant::now() + opts.timeout;
+    let failure = loop {
+        let mut failure = None;
+        for n in nodes.iter_mut().filter(|n| !n.done) {
+            if let Some(f) = n.poll(sink, prefix) {
+                failure = Some(f);
+                break;
+            }
+        }
+        if failure.is_some() {
+            break failure;
+        }
+        if nodes.iter().all(|n| n.done) {
+            break None;
         }
         if INTERRUPTED.load(Ordering::SeqCst) {
             break Some("interrupted".to_string());
         }
         if Instant::now() > deadline {
-            break Some(format!(
-                "timed out after {:?}; console (last lines):\n{}",
-                opts.timeout,
-                tail(&console_log, 30)
-            ));
+            let consoles: Vec<String> = nodes.iter().map(|n| format!("{} console:\n{}", n.name, tail(&n.console_log, 20))).collect();
+            break Some(format!("timed out after {:?}\n{}", opts.timeout, consoles.join("\n")));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    drop(qemu);
     if let (None, Some(file)) = (&failure, &opts.stats_file) {
-        let stats = crate::serve::query_stats(&sockets, &node.name)?;
-        std::fs::write(file, serde_json::to_string_pretty(&stats)?)?;
+        let mut all = serde_json::Map::new();
+        for n in &nodes {
+            let stats = crate::serve::query_stats(&wd.join("sockets"), &n.name)?;
+            if let serde_json::Value::Object(m) = stats {
+                all.extend(m);
+            }
+        }
+        std::fs::write(file, serde_json::to_string_pretty(&all)?)?;
     }
-    drop(server);
+    let per_node: Vec<(String, i32)> = nodes.iter().map(|n| (n.name.clone(), n.follower.exit_code.unwrap_or(255))).collect();
+    drop(nodes);
     let keep = failure.is_some() || opts.keep_workdir;
     let workdir_path = keep.then(|| workdir.keep());
     if let Some(msg) = failure {
         let where_ = workdir_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
         bail!("{msg}\n(logs kept in {where_})");
     }
-    Ok(RunOutcome { exit_code: follower.exit_code.unwrap_or(255), workdir: workdir_path })
+    let exit_code = per_node.iter().map(|(_, c)| *c).find(|c| *c != 0).unwrap_or(0);
+    Ok(RunOutcome { exit_code, per_node, workdir: workdir_path })
 }

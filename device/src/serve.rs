@@ -9,7 +9,7 @@ use crate::gpu::Gpu;
 use crate::rnic::Rnic;
 use crate::router::Peer;
 use crate::shm::SharedMemory;
-use crate::topology::{DeviceKind, Node};
+use crate::topology::{DeviceKind, Node, Topology};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,6 +26,8 @@ pub struct ServeOptions {
     pub socket_dir: PathBuf,
     /// Back GPU memory with files `<dir>/<node>-<gpu>.bar1` instead of anonymous memfds.
     pub gpu_mem_dir: Option<PathBuf>,
+    /// Capture the node's fabric traffic to this pcap file.
+    pub pcap: Option<PathBuf>,
 }
 
 /// A node's functions, built from its description, before serving.
@@ -155,7 +157,8 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
 }
 
 /// Serves a node until SIGINT/SIGTERM, then removes its sockets.
-pub fn run_node(node: &Node, opts: &ServeOptions) -> anyhow::Result<()> {
+pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<()> {
+    let node = &topo.nodes[index];
     std::fs::create_dir_all(&opts.socket_dir)?;
     let devices = NodeDevices::build(node, opts)?;
     remove_stale_sockets(&devices.functions);

@@ -55,10 +55,49 @@ impl Default for GuestConfig {
 #[serde(deny_unknown_fields)]
 pub struct Node {
     pub name: String,
+    /// The RNIC's IPv4 address on the fabric (default 127.0.0.<11 + node index>).
+    pub address: Option<std::net::Ipv4Addr>,
+    /// Fault injection on this node's fabric traffic, per direction.
+    #[serde(default)]
+    pub faults: NodeFaults,
     #[serde(default, rename = "port")]
     pub ports: Vec<Port>,
     #[serde(rename = "device")]
     pub devices: Vec<Device>,
+}
+
+/// Faults on one direction of a node's fabric traffic (probabilities 0..=1).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Faults {
+    pub drop: f64,
+    pub duplicate: f64,
+    /// Probability that a packet is held back and sent after the next one.
+    pub reorder: f64,
+    /// Probability that one byte of a packet is flipped (the ICRC then fails).
+    pub corrupt: f64,
+    /// Extra delay of every packet, in microseconds.
+    pub delay_us: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeFaults {
+    pub tx: Faults,
+    pub rx: Faults,
+    /// Seed of the fault generator, so a failing run reproduces.
+    pub seed: u64,
+}
+
+impl Faults {
+    pub fn validate(&self) -> Result<(), String> {
+        let p = [self.drop, self.duplicate, self.reorder, self.corrupt];
+        if p.iter().all(|v| (0.0..=1.0).contains(v)) && self.delay_us <= 1_000_000 {
+            Ok(())
+        } else {
+            Err("fault probabilities must be within 0..=1 and delay_us at most 1000000".into())
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -163,6 +202,15 @@ impl Topology {
         if self.nodes.is_empty() {
             return Err(self.invalid("no [[node]]".into()));
         }
+        if self.nodes.len() > 64 {
+            return Err(self.invalid("at most 64 nodes".into()));
+        }
+        let mut addrs = HashSet::new();
+        for i in 0..self.nodes.len() {
+            if !addrs.insert(self.address(i)) {
+                return Err(self.invalid(format!("node {i}: address {} is used twice", self.address(i))));
+            }
+        }
         if !(128..=65536).contains(&self.guest.memory_mib) || !(1..=16).contains(&self.guest.cpus) {
             return Err(self.invalid("guest memory_mib must be 128..=65536 and cpus 1..=16".into()));
         }
@@ -178,6 +226,7 @@ impl Topology {
 
     fn validate_node(&self, node: &Node) -> Result<(), TopologyError> {
         let err = |m: String| self.invalid(format!("node {}: {m}", node.name));
+        node.faults.tx.validate().and(node.faults.rx.validate()).map_err(&err)?;
         let mut ports: HashMap<&str, &Port> = HashMap::new();
         for p in &node.ports {
             if !is_ident(&p.id) || ports.insert(&p.id, p).is_some() {
@@ -233,6 +282,11 @@ impl Topology {
             return Err(err("no rnic device".into()));
         }
         Ok(())
+    }
+
+    /// The fabric address of node `index`.
+    pub fn address(&self, index: usize) -> std::net::Ipv4Addr {
+        self.nodes.get(index).and_then(|n| n.address).unwrap_or(std::net::Ipv4Addr::new(127, 0, 0, 11 + index as u8))
     }
 
     /// Finds a node by name or index.

@@ -162,6 +162,65 @@ static inline int rv_connect_qp(int fd, uint32_t qpn, uint32_t dest, uint32_t ac
 	return 0;
 }
 
+/* What a QP needs to talk to a QP of another node (docs/fabric.md). */
+struct rv_remote_attr {
+	uint32_t dest_qpn;
+	uint32_t dest_ip;		/* the peer RNIC's IPv4 (its QUERY_DEVICE ipv4) */
+	uint32_t rq_psn;		/* the peer's sq_psn */
+	uint32_t sq_psn;		/* ours */
+	uint32_t path_mtu;		/* bytes: 256..4096 */
+	uint32_t retry_cnt;		/* 0..7 */
+	uint32_t timeout;		/* 0..31: 4.096 us * 2^timeout */
+	uint32_t rnr_retry;		/* 0..7 (7: forever) */
+	uint32_t rnr_timer_us;
+};
+
+/* RTR then RTS towards a QP of another node; the QP is in INIT. 0 or -1 (printed). */
+static inline int rv_connect_qp_remote(int fd, uint32_t qpn, const struct rv_remote_attr *a)
+{
+	struct rnic_modify_qp rtr = {
+		.qpn = qpn, .qp_state = RNIC_QPS_RTR,
+		.attr_mask = RNIC_QP_ATTR_DEST_QPN | RNIC_QP_ATTR_DEST_IP | RNIC_QP_ATTR_RQ_PSN |
+			     RNIC_QP_ATTR_PATH_MTU,
+		.dest_qpn = a->dest_qpn, .dest_ip = a->dest_ip, .rq_psn = a->rq_psn,
+		.path_mtu = a->path_mtu,
+	};
+	struct rnic_modify_qp rts = {
+		.qpn = qpn, .qp_state = RNIC_QPS_RTS,
+		.attr_mask = RNIC_QP_ATTR_RNR | RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_RETRY_CNT |
+			     RNIC_QP_ATTR_TIMEOUT,
+		.rnr_retry = a->rnr_retry, .rnr_timer_us = a->rnr_timer_us, .sq_psn = a->sq_psn,
+		.retry_cnt = a->retry_cnt, .timeout = a->timeout,
+	};
+	char what[64];
+
+	snprintf(what, sizeof(what), "MODIFY_QP %u to RTR (remote QP %u)", qpn, a->dest_qpn);
+	if (rv_ioctl(fd, RNIC_IOCTL_MODIFY_QP, &rtr, what))
+		return -1;
+	snprintf(what, sizeof(what), "MODIFY_QP %u to RTS", qpn);
+	return rv_ioctl(fd, RNIC_IOCTL_MODIFY_QP, &rts, what);
+}
+
+/* a.b.c.d of a host-order IPv4 address, into buf[16]. */
+static inline const char *rv_ipv4_str(uint32_t ip, char *buf)
+{
+	snprintf(buf, 16, "%u.%u.%u.%u", ip >> 24, (ip >> 16) & 0xff, (ip >> 8) & 0xff, ip & 0xff);
+	return buf;
+}
+
+/* Parses a.b.c.d (decimal, each 0..255) into a host-order address; 0 or -1. */
+static inline int rv_parse_ipv4(const char *s, uint32_t *ip)
+{
+	unsigned int a, b, c, d;
+	char tail;
+
+	if (sscanf(s, "%3u.%3u.%3u.%3u%c", &a, &b, &c, &d, &tail) != 4 ||
+	    a > 255 || b > 255 || c > 255 || d > 255)
+		return -1;
+	*ip = a << 24 | b << 16 | c << 8 | d;
+	return 0;
+}
+
 static inline int rv_query_qp(int fd, uint32_t qpn, struct rnic_query_qp *q)
 {
 	memset(q, 0, sizeof(*q));

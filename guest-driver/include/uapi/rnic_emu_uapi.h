@@ -22,8 +22,11 @@
 /*
  * Bumped on any incompatible change of the structs or semantics below.
  * 2: REG_MR takes flags and reports the MR's path (GPU memory, P2P, bounce); MR_SYNC.
+ * 3: the fabric (docs/fabric.md): MODIFY_QP takes the remote attributes (dest_ip, PSNs,
+ *    path MTU, retry count, ACK timeout); QUERY_DEVICE reports the RNIC's IPv4 address
+ *    and the node index.
  */
-#define RNIC_UAPI_VERSION		2
+#define RNIC_UAPI_VERSION		3
 
 #define RNIC_UAPI_MAX_SGE		14	/* (256 - 32) / 16: the largest WQE stride */
 #define RNIC_UAPI_MAX_INLINE		224	/* 256 - 32 */
@@ -71,7 +74,12 @@ struct rnic_query_device {
 	__u32 mtt_entries;		/* out: pages all MRs of the device can cover together */
 	__u32 num_vectors;		/* out: MSI-X vectors */
 	__aligned_u64 max_mr_size;	/* out: RNIC_UAPI_MAX_MR_SIZE */
+	__u32 ipv4;			/* out: RNIC_REG_IPV4, a.b.c.d as a << 24 | ...; 0: no fabric */
+	__u32 node;			/* out: rnic_emu.node=N, or RNIC_NODE_UNKNOWN */
 };
+
+/* node of struct rnic_query_device when the module parameter rnic_emu.node is not set */
+#define RNIC_NODE_UNKNOWN		0xffffffffU
 
 struct rnic_alloc_pd {
 	__u32 pd;			/* out (ALLOC_PD) / in (DEALLOC_PD) */
@@ -102,14 +110,33 @@ struct rnic_create_qp {
 #define RNIC_QP_ATTR_ACCESS		0x1	/* access */
 #define RNIC_QP_ATTR_DEST_QPN		0x2	/* dest_qpn */
 #define RNIC_QP_ATTR_RNR		0x4	/* rnr_retry and rnr_timer_us */
+#define RNIC_QP_ATTR_DEST_IP		0x8	/* dest_ip (INIT->RTR) */
+#define RNIC_QP_ATTR_RQ_PSN		0x10	/* rq_psn (INIT->RTR) */
+#define RNIC_QP_ATTR_PATH_MTU		0x20	/* path_mtu (INIT->RTR) */
+#define RNIC_QP_ATTR_SQ_PSN		0x40	/* sq_psn (RTR->RTS) */
+#define RNIC_QP_ATTR_RETRY_CNT		0x80	/* retry_cnt (RTR->RTS) */
+#define RNIC_QP_ATTR_TIMEOUT		0x100	/* timeout (RTR->RTS) */
+
+#define RNIC_PSN_MASK			0xffffffU	/* PSNs are 24 bits */
+#define RNIC_QP_MAX_RETRY_CNT		7
+#define RNIC_QP_MAX_TIMEOUT		31
 
 /*
  * MODIFY_QP moves the QP to qp_state. Fields named in attr_mask replace the driver's copy;
  * the others keep their previous values (at creation: access 0, rnr_retry 7,
- * rnr_timer_us 10, no dest_qpn). Required: RNIC_QP_ATTR_DEST_QPN for INIT->RTR. Allowed:
- * ACCESS for RESET->INIT, INIT->INIT, RTS->RTS; RNR for RESET->INIT and RTR->RTS; nothing
- * for ->ERR and ->RESET. Legal edges: RESET->INIT, INIT->INIT, INIT->RTR, RTR->RTS,
- * RTS->RTS, any->ERR, any->RESET.
+ * rnr_timer_us 10, no dest_qpn, dest_ip 0 (loopback), rq_psn 0, sq_psn 0, path_mtu 4096,
+ * retry_cnt 7, timeout 14 (67 ms)). Required: RNIC_QP_ATTR_DEST_QPN for INIT->RTR.
+ * Allowed: ACCESS for RESET->INIT, INIT->INIT, RTS->RTS; RNR for RESET->INIT and RTR->RTS;
+ * DEST_QPN, DEST_IP, RQ_PSN, PATH_MTU for INIT->RTR; SQ_PSN, RETRY_CNT, TIMEOUT (and RNR)
+ * for RTR->RTS; nothing for ->ERR and ->RESET. Legal edges: RESET->INIT, INIT->INIT,
+ * INIT->RTR, RTR->RTS, RTS->RTS, any->ERR, any->RESET.
+ *
+ * The remote attributes (docs/fabric.md): dest_ip is the IPv4 address of the peer node's
+ * RNIC (its QUERY_DEVICE ipv4), 0 for a QP of this RNIC (loopback; not 0.x.y.z otherwise,
+ * not multicast or class E); rq_psn is the first PSN expected, sq_psn the first PSN sent
+ * (0..RNIC_PSN_MASK); path_mtu in bytes: 256, 512, 1024, 2048 or 4096; retry_cnt
+ * 0..RNIC_QP_MAX_RETRY_CNT transport retries; timeout 0..RNIC_QP_MAX_TIMEOUT, the local
+ * ACK timeout 4.096 us * 2^timeout (0: wait forever). Anything else is -EINVAL.
  */
 struct rnic_modify_qp {
 	__u32 qpn;			/* in */
@@ -119,6 +146,12 @@ struct rnic_modify_qp {
 	__u32 access;			/* in: RNIC_UACCESS_REMOTE_* */
 	__u32 rnr_retry;		/* in: 0..7 (7: forever) */
 	__u32 rnr_timer_us;		/* in: 0..1000000 */
+	__u32 dest_ip;			/* in: IPv4, host order (a << 24 | b << 16 | c << 8 | d) */
+	__u32 rq_psn;			/* in: 0..RNIC_PSN_MASK */
+	__u32 sq_psn;			/* in: 0..RNIC_PSN_MASK */
+	__u32 path_mtu;			/* in: bytes, 256..4096, a power of two */
+	__u32 retry_cnt;		/* in: 0..7 */
+	__u32 timeout;			/* in: 0..31 */
 	__u32 pad;
 };
 
