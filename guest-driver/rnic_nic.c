@@ -183,6 +183,9 @@ static const char *const rnic_stat_names[RNIC_STAT_COUNT] = {
 	[RNIC_STAT_PKTS_RECEIVED]	= "pkts_received",
 	[RNIC_STAT_PKTS_DROPPED]	= "pkts_dropped",
 	[RNIC_STAT_RETRANSMITS]		= "retransmits",
+#ifdef RNIC_STAT_TIMEOUTS
+	[RNIC_STAT_TIMEOUTS]		= "timeouts",
+#endif
 	[RNIC_STAT_ACKS_SENT]		= "acks_sent",
 	[RNIC_STAT_NAKS_SENT]		= "naks_sent",
 };

@@ -46,6 +46,10 @@ pub trait PciFunction: Send {
     /// Called after every configuration-space change (write, FLR, reset), so a function
     /// can publish where its BARs now decode.
     fn config_written(&mut self) {}
+    /// A host-side control request (`rnic-emu` control socket), if the function takes it.
+    fn control(&mut self, _request: &str) -> Option<Result<String, String>> {
+        None
+    }
     /// The function's statistics counters (name, value), for the host side.
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

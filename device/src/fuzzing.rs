@@ -58,7 +58,7 @@ pub fn bar0(data: &[u8]) {
     ) else {
         return;
     };
-    let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new()) else { return };
+    let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new(), None) else { return };
     for rec in data.chunks(12).take(256) {
         let mut r = [0u8; 12];
         r[..rec.len()].copy_from_slice(rec);

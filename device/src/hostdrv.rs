@@ -23,6 +23,28 @@ pub const IOVA: u64 = 0x4000_0000;
 pub const VA: u64 = 0x7f00_0000_0000;
 const MTT_ENTRIES_HOST: u32 = 1 << 16;
 
+/// How a QP is connected (RTR/RTS attributes); the default is loopback on this RNIC.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub dest_qpn: u32,
+    /// The peer node's RNIC address; None: the peer QP is on this RNIC.
+    pub dest_ip: Option<std::net::Ipv4Addr>,
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+    /// log2 of the path MTU (8..=12); 0: 4096.
+    pub path_mtu_log: u8,
+    pub retry_cnt: u8,
+    /// 4.096 us * 2^timeout (0: never).
+    pub timeout: u8,
+    pub rnr_retry: u8,
+}
+
+impl Default for Connection {
+    fn default() -> Self {
+        Connection { dest_qpn: 0, dest_ip: None, sq_psn: 0, rq_psn: 0, path_mtu_log: 0, retry_cnt: 7, timeout: 8, rnr_retry: 7 }
+    }
+}
+
 struct QpRings {
     sq: u64,
     rq: u64,
@@ -160,14 +182,27 @@ impl HostDriver {
         Ok(())
     }
 
-    /// Moves QP `qpn` (in INIT) through RTR to RTS, talking to `dest`.
+    /// Moves QP `qpn` (in INIT) through RTR to RTS, talking to `dest` on this RNIC.
     pub fn connect_qp(&mut self, qpn: u32, dest: u32) -> anyhow::Result<()> {
+        self.connect_with(qpn, &Connection { dest_qpn: dest, ..Default::default() })
+    }
+
+    /// Moves QP `qpn` (in INIT) through RTR to RTS with the given connection attributes.
+    pub fn connect_with(&mut self, qpn: u32, c: &Connection) -> anyhow::Result<()> {
         let off = self.qp_ctx_off(qpn);
         for state in [QPS_RTR, QPS_RTS] {
             let mut ctx = QpCtx::default();
             self.ram.read(off, ctx.as_mut_slice())?;
             ctx.state = state;
-            ctx.dest_qpn = dest;
+            ctx.dest_qpn = c.dest_qpn;
+            ctx.dest_ip = c.dest_ip.map_or(0, u32::from);
+            ctx.rq_psn = c.rq_psn;
+            ctx.sq_psn = c.sq_psn;
+            ctx.path_mtu = c.path_mtu_log;
+            ctx.retry_cnt = c.retry_cnt;
+            ctx.timeout = c.timeout;
+            ctx.rnr_retry = c.rnr_retry;
+            ctx.rnr_timer_us = 100;
             self.put(off, &ctx)?;
             self.cmd_ok(CMD_MODIFY_QP, qpn)?;
         }
@@ -251,19 +286,26 @@ impl HostDriver {
 pub struct ServerProcess {
     child: Child,
     pub socket_dir: PathBuf,
+    pub node: String,
 }
 
 impl ServerProcess {
     /// Starts node 0 of `topology` and waits (10 s at most) for its sockets.
     pub fn start(bin: &Path, topology: &Path, socket_dir: &Path, gpu_mem_dir: Option<&Path>) -> anyhow::Result<ServerProcess> {
+        Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir)
+    }
+
+    /// Starts node `node` of `topology` and waits (10 s at most) for its sockets.
+    pub fn start_node(bin: &Path, topology: &Path, node: &str, socket_dir: &Path, gpu_mem_dir: Option<&Path>) -> anyhow::Result<ServerProcess> {
         let mut cmd = Command::new(bin);
-        cmd.arg("serve").arg("--topology").arg(topology).arg("--socket-dir").arg(socket_dir);
+        cmd.arg("serve").arg("--topology").arg(topology).arg("--node").arg(node).arg("--socket-dir").arg(socket_dir);
         if let Some(dir) = gpu_mem_dir {
             cmd.arg("--gpu-mem-dir").arg(dir);
         }
-        let child = cmd.stdin(Stdio::null()).stderr(Stdio::null()).spawn()?;
-        let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf() };
-        let ctl = socket_dir.join("node0.ctl");
+        let log = std::fs::File::create(socket_dir.join("server.log"))?;
+        let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
+        let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
+        let ctl = socket_dir.join(format!("{node}.ctl"));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ctl.exists() {
             if Instant::now() > deadline {
@@ -275,7 +317,7 @@ impl ServerProcess {
     }
 
     pub fn socket(&self, device: &str) -> PathBuf {
-        self.socket_dir.join(format!("node0-{device}.sock"))
+        self.socket_dir.join(format!("{}-{device}.sock", self.node))
     }
 }
 

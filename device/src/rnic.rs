@@ -13,6 +13,7 @@ use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
+use crate::fabric::port::FabricPort;
 use crate::router::{Peer, Router};
 use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Shared, Tables};
@@ -31,6 +32,16 @@ pub struct Rnic {
     last_error: Arc<AtomicU64>,
     engine: EngineHandle,
     router: Arc<Router>,
+    /// The node's fabric port (None: no fabric, loopback only).
+    port: Option<Arc<FabricPort>>,
+}
+
+/// Where an RNIC sits on the fabric.
+#[derive(Clone, Debug)]
+pub struct FabricConfig {
+    pub address: std::net::Ipv4Addr,
+    pub faults: crate::topology::NodeFaults,
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Byte range of the statistics counters in BAR0.
@@ -39,8 +50,9 @@ fn stats_range() -> std::ops::Range<u64> {
 }
 
 impl Rnic {
-    /// An RNIC whose DMA can reach `peers` (the node's GPUs) besides guest RAM.
-    pub fn new(name: String, dev: &Device, peers: Vec<Peer>) -> anyhow::Result<Self> {
+    /// An RNIC whose DMA can reach `peers` (the node's GPUs) besides guest RAM, attached to
+    /// the fabric when `fabric` is given.
+    pub fn new(name: String, dev: &Device, peers: Vec<Peer>, fabric: Option<FabricConfig>) -> anyhow::Result<Self> {
         let vectors = dev.msix_vectors();
         let id = identity(dev, pci_ids::RNIC_CLASS);
         let bars = [BarDef { index: 0, size: RNIC_BAR0_SIZE, is_64bit: true, prefetchable: false }];
@@ -51,10 +63,23 @@ impl Rnic {
         let last_error = Arc::new(AtomicU64::new(0));
         let router = Arc::new(Router::new(dma.clone(), peers, stats.clone()));
         let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone() };
-        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared)?;
+        let port = match &fabric {
+            Some(f) => Some(Arc::new(FabricPort::bind(f.address, &f.faults, f.pcap.as_deref(), stats.clone()).map_err(|e| {
+                anyhow::anyhow!("binding the fabric port {}:4791: {e}", f.address)
+            })?)),
+            None => None,
+        };
+        let wire = port.clone().map(|p| p as Arc<dyn crate::verbs::rc::Wire>);
+        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared, wire)?;
+        if let Some(p) = port.clone() {
+            let to_engine = engine.clone();
+            std::thread::Builder::new()
+                .name(format!("{name}-fabric-rx"))
+                .spawn(move || p.receive_loop(&|from, pkt| to_engine.send(Event::Packet { from, pkt })))?;
+        }
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router };
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router, port };
         rnic.reset();
         Ok(rnic)
     }
@@ -63,6 +88,8 @@ impl Rnic {
         self.regs.reset();
         self.regs.set(RNIC_REG_NUM_VECTORS, self.irqs.count() as u64);
         self.regs.set(RNIC_REG_NUM_GPUS, self.router.peers.len() as u64);
+        let ip = self.port.as_ref().map_or(0, |p| u32::from(p.address));
+        self.regs.set(RNIC_REG_IPV4, u64::from(ip));
         self.router.apertures.iter().for_each(|a| a.store(0, Ordering::SeqCst));
         self.update_status();
     }
@@ -226,6 +253,41 @@ impl PciFunction for Rnic {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         self.stats.snapshot()
     }
+
+    /// `faults tx|rx key=value ...` changes the fault injection of this RNIC's fabric port.
+    fn control(&mut self, request: &str) -> Option<Result<String, String>> {
+        let mut words = request.split_whitespace();
+        if words.next() != Some("faults") {
+            return None;
+        }
+        let Some(port) = &self.port else { return Some(Err("this node has no fabric".into())) };
+        let dir = words.next();
+        let mut f = crate::topology::Faults::default();
+        for kv in words {
+            let Some((k, v)) = kv.split_once('=') else { return Some(Err(format!("expected key=value, got '{kv}'"))) };
+            let prob = v.parse::<f64>();
+            match (k, prob) {
+                ("drop", Ok(p)) => f.drop = p,
+                ("duplicate", Ok(p)) => f.duplicate = p,
+                ("reorder", Ok(p)) => f.reorder = p,
+                ("corrupt", Ok(p)) => f.corrupt = p,
+                ("delay_us", _) => match v.parse() {
+                    Ok(d) => f.delay_us = d,
+                    Err(_) => return Some(Err(format!("bad delay_us '{v}'"))),
+                },
+                _ => return Some(Err(format!("unknown or bad fault '{kv}'"))),
+            }
+        }
+        if let Err(e) = f.validate() {
+            return Some(Err(e));
+        }
+        match dir {
+            Some("tx") => port.set_faults(Some(f), None),
+            Some("rx") => port.set_faults(None, Some(f)),
+            _ => return Some(Err("expected 'faults tx|rx key=value ...'".into())),
+        }
+        Some(Ok(format!("{} faults set", dir.unwrap_or(""))))
+    }
 }
 
 #[cfg(test)]
@@ -243,7 +305,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        Rnic::new("t".into(), &t.nodes[0].devices[0], Vec::new()).unwrap()
+        Rnic::new("t".into(), &t.nodes[0].devices[0], Vec::new(), None).unwrap()
     }
 
     fn rd(r: &mut Rnic, off: u64) -> u32 {

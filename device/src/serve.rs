@@ -6,10 +6,10 @@
 //! vfio-user library while handling a hostile message ends that connection only.
 
 use crate::gpu::Gpu;
-use crate::rnic::Rnic;
+use crate::rnic::{FabricConfig, Rnic};
 use crate::router::Peer;
 use crate::shm::SharedMemory;
-use crate::topology::{DeviceKind, Node, Topology};
+use crate::topology::{DeviceKind, Topology};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -38,7 +38,8 @@ pub struct NodeDevices {
 impl NodeDevices {
     /// Builds the node's functions: GPUs first, so that each RNIC's DMA router knows every
     /// GPU's BAR1 window and the PCIe path to it (from the topology).
-    pub fn build(node: &Node, opts: &ServeOptions) -> anyhow::Result<NodeDevices> {
+    pub fn build(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<NodeDevices> {
+        let node = &topo.nodes[index];
         let mut functions = Vec::new();
         let mut gpus = Vec::new();
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
@@ -53,7 +54,10 @@ impl NodeDevices {
         }
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Rnic) {
             let peers = gpus.iter().map(|(g, w)| Peer { window: w.clone(), path: node.p2p_path(dev, g) }).collect();
-            let rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers)?;
+            // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
+            let fabric = (topo.nodes.len() > 1)
+                .then(|| FabricConfig { address: topo.address(index), faults: node.faults, pcap: opts.pcap.clone() });
+            let rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, fabric)?;
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
         Ok(NodeDevices { functions })
@@ -114,14 +118,7 @@ pub fn control_path(socket_dir: &Path, node: &str) -> PathBuf {
 
 /// Asks a running node server for its counters (`rnic-emu stats`).
 pub fn query_stats(socket_dir: &Path, node: &str) -> anyhow::Result<serde_json::Value> {
-    use std::io::{BufRead, BufReader, Write};
-    let path = control_path(socket_dir, node);
-    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| format!("connecting to {}", path.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"stats\n")?;
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line)?;
-    Ok(serde_json::from_str(&line)?)
+    control_request(socket_dir, node, "stats")
 }
 
 /// Every function's counters as JSON: {"<function>": {"<counter>": value, ...}, ...}.
@@ -136,6 +133,31 @@ pub fn stats_json(functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value 
     all.into()
 }
 
+/// Hands a control request to the first function that takes it.
+fn control(functions: &[(PathBuf, SharedFunction)], request: &str) -> String {
+    for (_, f) in functions {
+        match vfio::lock(f).control(request) {
+            Some(Ok(msg)) => return serde_json::json!({ "ok": msg }).to_string(),
+            Some(Err(e)) => return serde_json::json!({ "error": e }).to_string(),
+            None => {}
+        }
+    }
+    let shown: String = request.chars().take(64).collect();
+    serde_json::json!({ "error": format!("unknown request '{shown}'") }).to_string()
+}
+
+/// Sends one control request to a running node server; returns its JSON reply.
+pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::Result<serde_json::Value> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = control_path(socket_dir, node);
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| format!("connecting to {}", path.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    writeln!(s, "{request}")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    Ok(serde_json::from_str(&line)?)
+}
+
 /// Answers `stats` requests on the control socket (one JSON line per request line).
 fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>) {
     use std::io::{BufRead, BufReader, Write};
@@ -147,7 +169,7 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
             let Ok(line) = line else { break };
             let reply = match line.trim() {
                 "stats" => stats_json(&functions).to_string(),
-                other => serde_json::json!({ "error": format!("unknown request '{}'", other.chars().take(64).collect::<String>()) }).to_string(),
+                other => control(&functions, other),
             };
             if writeln!(out, "{reply}").is_err() {
                 break;
@@ -160,7 +182,7 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
 pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<()> {
     let node = &topo.nodes[index];
     std::fs::create_dir_all(&opts.socket_dir)?;
-    let devices = NodeDevices::build(node, opts)?;
+    let devices = NodeDevices::build(topo, index, opts)?;
     remove_stale_sockets(&devices.functions);
     let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
     let ctl = control_path(&opts.socket_dir, &node.name);

@@ -450,6 +450,103 @@ static int sc_driver_checks(struct chk *c)
 	return print_qp(c, "", c->qp_a);
 }
 
+/*
+ * MODIFY_QP's remote attributes (docs/fabric.md): each bad value and each attribute on an
+ * edge that does not take it is -EINVAL; then a loopback pair (dest_ip 0) connected with
+ * explicit PSNs, path MTU 1024, retry_cnt 3 and timeout 10 still moves data.
+ */
+static int sc_remote_attrs(struct chk *c)
+{
+	struct rnic_create_qp qp;
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+	char ip[16];
+	uint32_t rtr = RNIC_QP_ATTR_DEST_QPN;
+
+	printf("ipv4: %s\n", rv_ipv4_str(c->q.ipv4, ip));
+	printf("node: %d\n", c->q.node == RNIC_NODE_UNKNOWN ? -1 : (int)c->q.node);
+	memset(&qp, 0, sizeof(qp));
+	qp.pd = c->pd;
+	qp.max_send_wr = 4;
+	qp.max_recv_wr = 4;
+	qp.max_send_sge = 1;
+	qp.max_recv_sge = 1;
+	qp.send_cqn = qp.recv_cqn = c->cq_a;
+	if (rv_create_qp(c->fd, &qp) ||
+	    rv_modify_qp(c->fd, qp.qpn, RNIC_QPS_INIT, 0, 0, 0, 0, 0))
+		return -1;
+#define RTR_WITH(key, mask, field, value)						\
+	expect(key, c->fd, RNIC_IOCTL_MODIFY_QP,					\
+	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_RTR,	\
+					 .attr_mask = rtr | (mask), .dest_qpn = c->qp_b,	\
+					 .field = (value) })
+	RTR_WITH("dest_ip_multicast", RNIC_QP_ATTR_DEST_IP, dest_ip, 0xe0000001);
+	RTR_WITH("dest_ip_broadcast", RNIC_QP_ATTR_DEST_IP, dest_ip, 0xffffffff);
+	RTR_WITH("dest_ip_zero_net", RNIC_QP_ATTR_DEST_IP, dest_ip, 0x00010203);
+	RTR_WITH("rq_psn_25_bits", RNIC_QP_ATTR_RQ_PSN, rq_psn, 0x1000000);
+	RTR_WITH("path_mtu_1000", RNIC_QP_ATTR_PATH_MTU, path_mtu, 1000);
+	RTR_WITH("path_mtu_128", RNIC_QP_ATTR_PATH_MTU, path_mtu, 128);
+	RTR_WITH("path_mtu_8192", RNIC_QP_ATTR_PATH_MTU, path_mtu, 8192);
+	RTR_WITH("sq_psn_at_rtr", RNIC_QP_ATTR_SQ_PSN, sq_psn, 1);
+	RTR_WITH("retry_cnt_at_rtr", RNIC_QP_ATTR_RETRY_CNT, retry_cnt, 1);
+	RTR_WITH("timeout_at_rtr", RNIC_QP_ATTR_TIMEOUT, timeout, 1);
+#undef RTR_WITH
+	expect("rtr_remote_ok", c->fd, RNIC_IOCTL_MODIFY_QP,
+	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_RTR,
+					 .attr_mask = rtr | RNIC_QP_ATTR_DEST_IP |
+						      RNIC_QP_ATTR_RQ_PSN | RNIC_QP_ATTR_PATH_MTU,
+					 .dest_qpn = c->qp_b, .dest_ip = 0x7f00000c,
+					 .rq_psn = 0xabcdef, .path_mtu = 512 });
+#define RTS_WITH(key, mask, field, value)						\
+	expect(key, c->fd, RNIC_IOCTL_MODIFY_QP,					\
+	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_RTS,	\
+					 .attr_mask = (mask), .field = (value) })
+	RTS_WITH("sq_psn_25_bits", RNIC_QP_ATTR_SQ_PSN, sq_psn, 0x1000000);
+	RTS_WITH("retry_cnt_8", RNIC_QP_ATTR_RETRY_CNT, retry_cnt, 8);
+	RTS_WITH("timeout_32", RNIC_QP_ATTR_TIMEOUT, timeout, 32);
+	RTS_WITH("dest_ip_at_rts", RNIC_QP_ATTR_DEST_IP, dest_ip, 0x7f00000c);
+	RTS_WITH("path_mtu_at_rts", RNIC_QP_ATTR_PATH_MTU, path_mtu, 1024);
+	RTS_WITH("unknown_attr_bit", 0x200, pad, 0);
+	RTS_WITH("rts_remote_ok", RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_RETRY_CNT |
+		 RNIC_QP_ATTR_TIMEOUT, sq_psn, 0x123456);
+#undef RTS_WITH
+	print_qp(c, "remote_", qp.qpn);
+	if (rv_ioctl(c->fd, RNIC_IOCTL_DESTROY_QP, &qp, "DESTROY_QP"))
+		return -1;
+
+	/* The loopback pair again, with explicit remote attributes and dest_ip 0. */
+	if (rv_modify_qp(c->fd, c->qp_a, RNIC_QPS_RESET, 0, 0, 0, 0, 0) ||
+	    rv_modify_qp(c->fd, c->qp_b, RNIC_QPS_RESET, 0, 0, 0, 0, 0))
+		return -1;
+	{
+		struct rv_remote_attr a = {
+			.dest_qpn = c->qp_b, .dest_ip = 0, .rq_psn = 0x10, .sq_psn = 0x20,
+			.path_mtu = 1024, .retry_cnt = 3, .timeout = 10, .rnr_retry = 7,
+			.rnr_timer_us = 10,
+		};
+
+		if (rv_modify_qp(c->fd, c->qp_a, RNIC_QPS_INIT, RNIC_QP_ATTR_ACCESS, 0, QP_ACC,
+				 0, 0) ||
+		    rv_modify_qp(c->fd, c->qp_b, RNIC_QPS_INIT, RNIC_QP_ATTR_ACCESS, 0, QP_ACC,
+				 0, 0) ||
+		    rv_connect_qp_remote(c->fd, c->qp_a, &a))
+			return -1;
+		a.dest_qpn = c->qp_a;
+		a.rq_psn = 0x20;
+		a.sq_psn = 0x10;
+		if (rv_connect_qp_remote(c->fd, c->qp_b, &a))
+			return -1;
+	}
+	memset(c->dst, 0, CHK_LEN);
+	write_wr(c, &wr, 7, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst, c->dst_mr.rkey,
+		 c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_a, &wr, 1) || poll_one(c, c->cq_a, &wc, "loopback write"))
+		return -1;
+	printf("loopback_status: %s\n", rv_wc_status_name(wc.status));
+	printf("loopback_data_ok: %d\n", memcmp(c->dst, c->src, CHK_LEN) == 0);
+	return print_qp(c, "", c->qp_a);
+}
+
 /* POLL_CQ with a timeout and nothing to complete: sleeps, then returns no completion. */
 static int sc_wait_timeout(struct chk *c)
 {
@@ -597,6 +694,9 @@ static const struct scenario scenarios[] = {
 	  "WRITE_WITH_IMM 0x12345678: RECV_RDMA_WITH_IMM, imm, byte_len, data", false },
 	{ "driver-checks", sc_driver_checks, ACC_ALL, 7,
 	  "driver-side errors (-EINVAL/-EBUSY/-ENOMEM), stale keys, QP recycling", false },
+	{ "remote-attrs", sc_remote_attrs, ACC_ALL, 7,
+	  "MODIFY_QP remote attributes: bad values -EINVAL, loopback with PSNs/MTU/retry works",
+	  false },
 	{ "wait-timeout", sc_wait_timeout, ACC_ALL, 7,
 	  "POLL_CQ with timeout_ms 3000 on an idle CQ: 0 completions after ~3 s", false },
 	{ "aperture", sc_aperture, ACC_ALL, 7,

@@ -33,7 +33,7 @@
 #define RKV_DEFAULT_TTY		"/dev/ttyS2"
 #define RKV_MAX_KEY		64
 #define RKV_MAX_VALUE		1024
-#define RKV_MAX_TIMEOUT_MS	3600000u	/* one hour */
+#define RKV_MAX_TIMEOUT_MS	600000u		/* the host store waits at most 10 minutes */
 #define RKV_REPLY_SLACK_MS	10000u		/* beyond a GET's own timeout */
 #define RKV_REPLY_MS		10000u		/* PUT */
 /* "VAL " + value + "\r\n", and room to notice a line that is too long */

@@ -42,6 +42,9 @@ static inline const char *rv_wc_status_name(unsigned int s)
 	case RNIC_WC_REM_INV_REQ_ERR:	return "REM_INV_REQ_ERR";
 	case RNIC_WC_REM_ACCESS_ERR:	return "REM_ACCESS_ERR";
 	case RNIC_WC_REM_OP_ERR:	return "REM_OP_ERR";
+#ifdef RNIC_WC_RETRY_EXC_ERR
+	case RNIC_WC_RETRY_EXC_ERR:	return "RETRY_EXC_ERR";
+#endif
 	case RNIC_WC_RNR_RETRY_EXC_ERR:	return "RNR_RETRY_EXC_ERR";
 	case RNIC_WC_FATAL_ERR:		return "FATAL_ERR";
 	default:			return "UNKNOWN";
@@ -86,6 +89,9 @@ static inline const char *rv_qp_err_name(unsigned int r)
 	case RNIC_QP_ERR_CQ:		return "CQ";
 	case RNIC_QP_ERR_LENGTH:	return "LENGTH";
 	case RNIC_QP_ERR_APERTURE:	return "APERTURE";
+#ifdef RNIC_QP_ERR_RETRY
+	case RNIC_QP_ERR_RETRY:		return "RETRY";
+#endif
 	default:			return "UNKNOWN";
 	}
 }

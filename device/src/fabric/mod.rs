@@ -1,2 +1,9 @@
-//! The simulated network between nodes: RoCEv2 over UDP (IBA annex A17).
+//! The simulated network between nodes: RoCEv2 over UDP (IBA annex A17, docs/fabric.md).
+//! - [`packet`]: wire format and the invariant CRC;
+//! - [`port`]: a node's UDP endpoint, fault injection, capture;
+//! - [`pcap`]: capture files;
+//! The Reliable Connection transport over it lives in the engine (`verbs::rc`).
 pub mod packet;
+pub mod pcap;
+pub mod port;
+

@@ -275,6 +275,7 @@ abi_consts!(WC_STATUS: u8 {
     WC_REM_INV_REQ_ERR = 9, "remote invalid request (e.g. message too long for the RECV)";
     WC_REM_ACCESS_ERR = 10, "remote access error (rkey, range, PD, access)";
     WC_REM_OP_ERR = 11, "remote operation error";
+    WC_RETRY_EXC_ERR = 12, "transport retries exhausted";
     WC_RNR_RETRY_EXC_ERR = 13, "receiver not ready: retries exhausted";
     WC_FATAL_ERR = 19, "fatal error (DMA to an unmapped address)";
 });
@@ -327,6 +328,7 @@ abi_consts!(QP_ERRORS: u8 {
     QP_ERR_CQ = 8, "the completion queue overflowed or is gone";
     QP_ERR_LENGTH = 9, "local length error";
     QP_ERR_APERTURE = 10, "DMA to a GPU BAR1 that no BAR1_APERTURE slot names";
+    QP_ERR_RETRY = 11, "transport retries exhausted (timeouts or sequence NAKs)";
 });
 
 abi_consts!(ASYNC_ERRORS: u32 {

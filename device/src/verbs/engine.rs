@@ -49,6 +49,8 @@ pub struct Engine {
     pub(super) shared: Shared,
     /// Round-robin start for fairness between QPs.
     pub(super) next_qp: usize,
+    /// The fabric, for QPs whose destination is another node.
+    pub(super) wire: Option<Arc<dyn super::rc::Wire>>,
 }
 
 fn read_obj<T: ByteValued + Default>(mem: &dyn GuestMem, addr: u64) -> Option<T> {
@@ -69,7 +71,13 @@ impl Engine {
             int_enabled: false,
             shared,
             next_qp: 0,
+            wire: None,
         }
+    }
+
+    /// Attaches the node's fabric port.
+    pub fn set_wire(&mut self, wire: Arc<dyn super::rc::Wire>) {
+        self.wire = Some(wire);
     }
 
     /// Forgets every object (device reset; the statistics are the caller's to clear).
@@ -216,6 +224,7 @@ impl Engine {
                     sq: Ring { addr: ctx.sq_addr, log_size: ctx.sq_log_size, log_stride: ctx.sq_log_stride, pi: 0, ci: 0 },
                     rq: Ring { addr: ctx.rq_addr, log_size: ctx.rq_log_size, log_stride: ctx.rq_log_stride, pi: 0, ci: 0 },
                     rnr: None,
+                    remote: None,
                 };
             }
             (QpState::Init, QpState::Init) | (QpState::Rts, QpState::Rts) => {
@@ -225,20 +234,32 @@ impl Engine {
                 next.access = ctx.access;
             }
             (QpState::Init, QpState::Rtr) => {
-                if u64::from(ctx.dest_qpn) >= MAX_QP || !access_ok {
+                let mtu_ok = ctx.path_mtu == 0 || (8..=12).contains(&ctx.path_mtu);
+                if !mtu_ok || !access_ok || (ctx.dest_ip == 0 && u64::from(ctx.dest_qpn) >= MAX_QP) {
                     return Err(CMD_ERR_INVALID);
+                }
+                if ctx.dest_ip != 0 {
+                    if self.wire.is_none() || ctx.dest_qpn > crate::fabric::packet::PSN_MASK {
+                        return Err(CMD_ERR_INVALID);
+                    }
+                    let ip = std::net::Ipv4Addr::from(ctx.dest_ip);
+                    next.remote = Some(Box::new(super::rc::Remote::new(ip, ctx.path_mtu, ctx.rq_psn)));
                 }
                 next.dest_qpn = ctx.dest_qpn;
                 next.access = ctx.access;
                 next.state = QpState::Rtr;
             }
             (QpState::Rtr, QpState::Rts) => {
-                if ctx.rnr_retry > 7 {
+                if ctx.rnr_retry > 7 || ctx.retry_cnt > 7 || ctx.timeout > 31 {
                     return Err(CMD_ERR_INVALID);
                 }
                 next.rnr_retry = ctx.rnr_retry;
                 next.rnr_timer_us = ctx.rnr_timer_us;
                 next.state = QpState::Rts;
+                let sq_ci = next.sq.ci;
+                if let Some(r) = next.remote.as_deref_mut() {
+                    r.ready_to_send(ctx.sq_psn, ctx.retry_cnt, ctx.timeout, ctx.rnr_retry, sq_ci);
+                }
             }
             _ => return Err(CMD_ERR_STATE),
         }
@@ -419,6 +440,11 @@ impl Engine {
         qp.state = QpState::Err;
         qp.err_reason = reason;
         qp.rnr = None;
+        if let Some(r) = qp.remote.as_deref_mut() {
+            r.inflight.clear();
+            r.timer = None;
+            r.hold_until = None;
+        }
         self.shared.stats.inc(Counter::QpErrors);
         log::info!("{}: QP {qpn} -> ERROR (reason {reason})", self.name);
         self.shared.last_error.store(u64::from(ASYNC_ERR_QP) << 24 | u64::from(qpn), Ordering::SeqCst);
@@ -451,7 +477,8 @@ impl Engine {
 
     /// The earliest time a waiting (RNR) requester wants to run again.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.qps.iter().filter(|q| q.state == QpState::Rts).filter_map(|q| q.rnr.map(|w| w.next_try)).min()
+        let rts = self.qps.iter().filter(|q| q.state == QpState::Rts);
+        rts.flat_map(|q| [q.rnr.map(|w| w.next_try), q.remote.as_ref().and_then(|r| r.deadline())]).flatten().min()
     }
 }
 

@@ -20,25 +20,25 @@ const MAX_MSG: u64 = 1 << 31;
 const MIN_RNR_DELAY: Duration = Duration::from_micros(10);
 
 /// A WQE copied out of guest memory and parsed.
-struct Wqe {
-    hdr: WqeHeader,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
+pub(super) struct Wqe {
+    pub(super) hdr: WqeHeader,
+    pub(super) sges: Vec<Sge>,
+    pub(super) inline: Vec<u8>,
 }
 
 /// An error completion for the requester, and optionally one for the responder's RECV.
-struct Failure {
-    status: u8,
-    reason: u8,
+pub(super) struct Failure {
+    pub(super) status: u8,
+    pub(super) reason: u8,
     /// (status, reason) for the responder's consumed RECV; the responder QP goes to ERROR.
-    responder: Option<(u8, u8)>,
+    pub(super) responder: Option<(u8, u8)>,
 }
 
-fn fail(status: u8, reason: u8) -> Failure {
+pub(super) fn fail(status: u8, reason: u8) -> Failure {
     Failure { status, reason, responder: None }
 }
 
-enum Outcome {
+pub(super) enum Outcome {
     Done { byte_len: u64 },
     Failed(Failure),
     /// No RECV posted at the responder.
@@ -46,13 +46,13 @@ enum Outcome {
 }
 
 /// A RECV WQE at the responder, resolved to its buffers.
-struct Recv {
-    wr_id: u64,
-    segs: Vec<Segment>,
-    capacity: u64,
+pub(super) struct Recv {
+    pub(super) wr_id: u64,
+    pub(super) segs: Vec<Segment>,
+    pub(super) capacity: u64,
 }
 
-fn parse(buf: &[u8], stride: usize, send: bool) -> Result<Wqe, ()> {
+pub(super) fn parse(buf: &[u8], stride: usize, send: bool) -> Result<Wqe, ()> {
     let mut hdr = WqeHeader::default();
     hdr.as_mut_slice().copy_from_slice(buf.get(..HDR).ok_or(())?);
     let room = stride - HDR;
@@ -92,7 +92,10 @@ impl Engine {
         let n = self.qps.len();
         for k in 0..n {
             let qpn = ((self.next_qp + k) % n) as u32;
-            for _ in 0..budget {
+            // A remote QP gets one step (a burst of packets) per pass, so that incoming
+            // ACKs are handled between bursts.
+            let steps = if self.qps[qpn as usize].remote.is_some() { 1 } else { budget };
+            for _ in 0..steps {
                 if !self.step(mem, qpn) {
                     break;
                 }
@@ -108,6 +111,7 @@ impl Engine {
         let qp = &self.qps[qpn as usize];
         match qp.state {
             QpState::Err => self.flush_one(mem, qpn),
+            QpState::Rtr | QpState::Rts if qp.remote.is_some() => self.remote_step(mem, qpn),
             QpState::Rts if self.enabled && !qp.sq.is_empty() => {
                 if qp.rnr.is_some_and(|w| Instant::now() < w.next_try) {
                     return false;
@@ -167,7 +171,7 @@ impl Engine {
     }
 
     /// Retires the head send WQE with its completion (success: only when signaled).
-    fn finish_send(&mut self, mem: &dyn GuestMem, qpn: u32, hdr: &WqeHeader, result: Result<u64, Failure>) {
+    pub(super) fn finish_send(&mut self, mem: &dyn GuestMem, qpn: u32, hdr: &WqeHeader, result: Result<u64, Failure>) {
         let qp = &mut self.qps[qpn as usize];
         qp.sq.ci = qp.sq.ci.wrapping_add(1);
         qp.rnr = None;
@@ -193,7 +197,7 @@ impl Engine {
     }
 
     /// Resolves a local SGE list in protection domain `pd` needing `access`.
-    fn local_segments(&self, sges: &[Sge], pd: u32, access: u8) -> Result<(Vec<Segment>, u64), Failure> {
+    pub(super) fn local_segments(&self, sges: &[Sge], pd: u32, access: u8) -> Result<(Vec<Segment>, u64), Failure> {
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         if total > MAX_MSG {
             return Err(fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
@@ -210,7 +214,7 @@ impl Engine {
     }
 
     /// Checks the responder QP and resolves [remote_addr, +len) under `rkey`.
-    fn responder_range(&self, dest: u32, rkey: u32, addr: u64, len: u64, access: u8) -> Result<Vec<Segment>, Failure> {
+    pub(super) fn responder_range(&self, dest: u32, rkey: u32, addr: u64, len: u64, access: u8) -> Result<Vec<Segment>, Failure> {
         let Some(rqp) = self.qp(dest).filter(|q| q.state.can_receive()) else {
             return Err(fail(WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID));
         };
@@ -232,7 +236,7 @@ impl Engine {
 
     /// Looks at the responder's next RECV: None if there is none (RNR). A malformed RECV
     /// or one whose buffers fail their checks fails both sides.
-    fn responder_recv(&mut self, mem: &dyn GuestMem, dest: u32) -> Result<Option<Recv>, Failure> {
+    pub(super) fn responder_recv(&mut self, mem: &dyn GuestMem, dest: u32) -> Result<Option<Recv>, Failure> {
         let Some(rqp) = self.qp(dest).filter(|q| q.state.can_receive()) else {
             return Err(fail(WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID));
         };
@@ -257,7 +261,7 @@ impl Engine {
     }
 
     /// Retires the responder's head RECV with a completion.
-    fn complete_recv(&mut self, mem: &dyn GuestMem, dest: u32, wr_id: u64, src_qp: u32, cqe: Cqe) {
+    pub(super) fn complete_recv(&mut self, mem: &dyn GuestMem, dest: u32, wr_id: u64, src_qp: u32, cqe: Cqe) {
         let rqp = &mut self.qps[dest as usize];
         rqp.rq.ci = rqp.rq.ci.wrapping_add(1);
         let cqn = rqp.recv_cqn;
@@ -354,7 +358,7 @@ impl Engine {
     }
 
     /// A failure that also consumes (and fails) the responder's head RECV.
-    fn fail_with_responder(&mut self, mem: &dyn GuestMem, _qpn: u32, dest: u32, wr_id: Option<u64>, f: Failure) -> Outcome {
+    pub(super) fn fail_with_responder(&mut self, mem: &dyn GuestMem, _qpn: u32, dest: u32, wr_id: Option<u64>, f: Failure) -> Outcome {
         if let Some((status, reason)) = f.responder {
             let head_wr_id = wr_id.unwrap_or_else(|| self.head_recv_wr_id(mem, dest));
             let cqe = Cqe { opcode: CQE_OP_RECV, status, syndrome: u32::from(reason), ..Default::default() };

@@ -8,6 +8,7 @@ pub mod engine;
 pub mod exec;
 pub mod mr;
 pub mod qp;
+pub mod rc;
 pub mod stats;
 pub mod worker;
 #[cfg(test)]

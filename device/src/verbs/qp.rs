@@ -120,6 +120,8 @@ pub struct Qp {
     pub sq: Ring,
     pub rq: Ring,
     pub rnr: Option<RnrWait>,
+    /// Transport state when the destination is another node (None: loopback).
+    pub remote: Option<Box<super::rc::Remote>>,
 }
 
 impl Qp {
@@ -137,6 +139,7 @@ impl Qp {
             sq: Ring::default(),
             rq: Ring::default(),
             rnr: None,
+            remote: None,
         }
     }
 

@@ -38,6 +38,7 @@ counters! {
     PktsReceived, "RoCEv2 packets received and accepted";
     PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP";
     Retransmits, "packets sent again after a timeout or a sequence NAK";
+    Timeouts, "retransmission timer expiries";
     AcksSent, "ACK packets sent";
     NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
 }

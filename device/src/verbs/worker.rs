@@ -18,6 +18,8 @@ pub enum Event {
     DmaCtrl { enabled: bool, int_enabled: bool },
     Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
     Reset { reply: SyncSender<()> },
+    /// A checked packet from the fabric.
+    Packet { from: std::net::Ipv4Addr, pkt: crate::fabric::packet::Packet },
 }
 
 /// How long a command may take before the register reports the engine as unresponsive.
@@ -29,10 +31,19 @@ pub struct EngineHandle {
     tx: Sender<Event>,
 }
 
+impl Clone for EngineHandle {
+    fn clone(&self) -> Self {
+        EngineHandle { tx: self.tx.clone() }
+    }
+}
+
 impl EngineHandle {
-    pub fn spawn(name: String, router: Arc<Router>, shared: Shared) -> std::io::Result<EngineHandle> {
+    pub fn spawn(name: String, router: Arc<Router>, shared: Shared, wire: Option<Arc<dyn super::rc::Wire>>) -> std::io::Result<EngineHandle> {
         let (tx, rx) = mpsc::channel();
-        let engine = Engine::new(name.clone(), shared);
+        let mut engine = Engine::new(name.clone(), shared);
+        if let Some(w) = wire {
+            engine.set_wire(w);
+        }
         std::thread::Builder::new().name(format!("{name}-engine")).spawn(move || run(engine, &router, &rx))?;
         Ok(EngineHandle { tx })
     }
@@ -68,6 +79,7 @@ fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
         Event::Command { op, index, tables, reply } => {
             let _ = reply.send(engine.command(mem, op, index, tables));
         }
+        Event::Packet { from, pkt } => engine.on_packet(mem, from, &pkt),
         Event::Reset { reply } => {
             engine.reset();
             let _ = reply.send(());

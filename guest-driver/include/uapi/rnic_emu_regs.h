@@ -125,9 +125,10 @@
 #define RNIC_STAT_PKTS_RECEIVED      19           /* RoCEv2 packets received and accepted */
 #define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP */
 #define RNIC_STAT_RETRANSMITS        21           /* packets sent again after a timeout or a sequence NAK */
-#define RNIC_STAT_ACKS_SENT          22           /* ACK packets sent */
-#define RNIC_STAT_NAKS_SENT          23           /* NAK packets sent (sequence, RNR, access, invalid request) */
-#define RNIC_STAT_COUNT              24           /* number of counters */
+#define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
+#define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
+#define RNIC_STAT_NAKS_SENT          24           /* NAK packets sent (sequence, RNR, access, invalid request) */
+#define RNIC_STAT_COUNT              25           /* number of counters */
 
 /* Descriptor constants */
 #define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */
@@ -153,6 +154,7 @@
 #define RNIC_WC_REM_INV_REQ_ERR      0x9          /* remote invalid request (e.g. message too long for the RECV) */
 #define RNIC_WC_REM_ACCESS_ERR       0xa          /* remote access error (rkey, range, PD, access) */
 #define RNIC_WC_REM_OP_ERR           0xb          /* remote operation error */
+#define RNIC_WC_RETRY_EXC_ERR        0xc          /* transport retries exhausted */
 #define RNIC_WC_RNR_RETRY_EXC_ERR    0xd          /* receiver not ready: retries exhausted */
 #define RNIC_WC_FATAL_ERR            0x13         /* fatal error (DMA to an unmapped address) */
 #define RNIC_ACCESS_LOCAL_WRITE      0x1          /* MR: the device may write it for local operations */
@@ -190,6 +192,7 @@
 #define RNIC_QP_ERR_CQ               0x8          /* the completion queue overflowed or is gone */
 #define RNIC_QP_ERR_LENGTH           0x9          /* local length error */
 #define RNIC_QP_ERR_APERTURE         0xa          /* DMA to a GPU BAR1 that no BAR1_APERTURE slot names */
+#define RNIC_QP_ERR_RETRY            0xb          /* transport retries exhausted (timeouts or sequence NAKs) */
 #define RNIC_ASYNC_ERR_CQ_OVERFLOW   0x1          /* RNIC_REG_LAST_ERROR code: CQ overflow */
 #define RNIC_ASYNC_ERR_QP            0x2          /* RNIC_REG_LAST_ERROR code: a QP entered ERROR */
 #define RNIC_ASYNC_ERR_APERTURE      0x3          /* RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1 */
