@@ -292,13 +292,18 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts node 0 of `topology` and waits (10 s at most) for its sockets.
     pub fn start(bin: &Path, topology: &Path, socket_dir: &Path, gpu_mem_dir: Option<&Path>) -> anyhow::Result<ServerProcess> {
-        Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir)
+        Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir, None)
     }
 
     /// Starts node `node` of `topology` and waits (10 s at most) for its sockets.
-    pub fn start_node(bin: &Path, topology: &Path, node: &str, socket_dir: &Path, gpu_mem_dir: Option<&Path>) -> anyhow::Result<ServerProcess> {
+    /// Starts node `node` of `topology` (capturing its fabric traffic to `pcap` if given)
+    /// and waits (10 s at most) for its sockets.
+    pub fn start_node(bin: &Path, topology: &Path, node: &str, socket_dir: &Path, gpu_mem_dir: Option<&Path>, pcap: Option<&Path>) -> anyhow::Result<ServerProcess> {
         let mut cmd = Command::new(bin);
         cmd.arg("serve").arg("--topology").arg(topology).arg("--node").arg(node).arg("--socket-dir").arg(socket_dir);
+        if let Some(p) = pcap {
+            cmd.arg("--pcap").arg(p);
+        }
         if let Some(dir) = gpu_mem_dir {
             cmd.arg("--gpu-mem-dir").arg(dir);
         }
