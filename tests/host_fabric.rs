@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::{Connection, HostDriver, ServerProcess, VA};
+use rnic_emu::hostdrv::{NodePair, PairOptions, VA};
 use rnic_emu::verbs::abi::*;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -15,84 +15,33 @@ use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
-struct Pair {
-    _dir: tempfile::TempDir,
-    servers: [ServerProcess; 2],
-    h: [HostDriver; 2],
-    ips: [Ipv4Addr; 2],
-    buf: [u64; 2],
-    key: [u32; 2],
-}
-
-/// Two nodes with one RNIC each, QP 1 of node 0 connected to QP 1 of node 1.
-fn pair(test_id: u8, faults: &str, retry_cnt: u8) -> Pair {
+/// A test's own node pair (its own loopback addresses, so tests run in parallel) and the
+/// directory with the servers' logs (kept with RNIC_EMU_KEEP_TEST_DIR=1).
+fn pair(test_id: u8, faults: &str, retry_cnt: u8) -> (NodePair, tempfile::TempDir) {
     pair_with(test_id, faults, retry_cnt, false)
 }
 
-/// As `pair`, capturing each node's traffic to `<dir>/node<i>.pcap` when `capture` is set.
-fn pair_with(test_id: u8, faults: &str, retry_cnt: u8, capture: bool) -> Pair {
-    // RNIC_EMU_KEEP_TEST_DIR=1 keeps the directory with the servers' logs.
+fn pair_with(test_id: u8, node_toml: &str, retry_cnt: u8, capture: bool) -> (NodePair, tempfile::TempDir) {
     let keep = std::env::var_os("RNIC_EMU_KEEP_TEST_DIR").is_some();
-    let dir = tempfile::Builder::new().keep(keep).tempdir().unwrap();
+    let dir = tempfile::Builder::new().disable_cleanup(keep).tempdir().unwrap();
     eprintln!("test directory (server logs): {}", dir.path().display());
     let sub = (std::process::id() % 200) as u8;
     let ips = [Ipv4Addr::new(127, 100 + test_id, sub, 1), Ipv4Addr::new(127, 100 + test_id, sub, 2)];
-    let mut topo = String::from("name = \"pair\"\n");
-    for (i, ip) in ips.iter().enumerate() {
-        topo += &format!(
-            "[[node]]\nname = \"node{i}\"\naddress = \"{ip}\"\n{faults}\nport = [ {{ id = \"rp\", kind = \"root-port\" }} ]\ndevice = [ {{ id = \"rnic0\", kind = \"rnic\", port = \"rp\" }} ]\n"
-        );
-    }
-    let tfile = dir.path().join("pair.toml");
-    std::fs::write(&tfile, topo).unwrap();
-    let bin = Path::new(bin());
-    let servers = [0, 1].map(|i| {
-        let sock = dir.path().join(format!("n{i}"));
-        std::fs::create_dir(&sock).unwrap();
-        let pcap = capture.then(|| dir.path().join(format!("node{i}.pcap")));
-        ServerProcess::start_node(bin, &tfile, &format!("node{i}"), &sock, None, pcap.as_deref()).unwrap()
-    });
-    let mut h = [0, 1].map(|i| HostDriver::connect(&servers[i].socket("rnic0"), 80 << 20).unwrap());
-    let mut buf = [0; 2];
-    let mut key = [0; 2];
-    let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
-    for i in 0..2 {
-        h[i].create_cq(1, 12, 1).unwrap();
-        h[i].create_qp(1, 1, 1, 12, access).unwrap();
-        buf[i] = h[i].alloc(64 * MIB, 4096);
-        key[i] = h[i].reg_mr(1, 1, access, buf[i], 64 * MIB).unwrap();
-    }
-    for i in 0..2 {
-        let c = Connection {
-            dest_qpn: 1,
-            dest_ip: Some(ips[1 - i]),
-            sq_psn: 1000 * (i as u32 + 1),
-            rq_psn: 1000 * (2 - i as u32),
-            retry_cnt,
-            timeout: 10, // ~4 ms
-            rnr_retry: 7,
-            ..Default::default()
-        };
-        h[i].connect_with(1, &c).unwrap();
-    }
-    Pair { _dir: dir, servers, h, ips, buf, key }
+    let o = PairOptions { ips, node_toml, retry_cnt, timeout: 10, capture };
+    (NodePair::start(Path::new(bin()), dir.path(), &o).unwrap(), dir)
 }
 
-fn write(p: &mut Pair, from: usize, off: u64, len: u64, wr_id: u64, signaled: bool) {
-    let to = 1 - from;
-    let flags = if signaled { WQE_FLAG_SIGNALED } else { 0 };
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags, num_sge: 1, wr_id, remote_addr: VA + p.buf[to] + off, rkey: p.key[to], ..Default::default() };
-    let sge = Sge { addr: VA + p.buf[from] + off, length: len as u32, lkey: p.key[from] };
-    p.h[from].post(1, true, &[(hdr, vec![sge])]).unwrap();
+fn write(p: &mut NodePair, from: usize, off: u64, len: u64, wr_id: u64, signaled: bool) {
+    p.write(from, off, len, wr_id, signaled).unwrap();
 }
 
-fn stats(p: &Pair, i: usize) -> serde_json::Value {
+fn stats(p: &NodePair, i: usize) -> serde_json::Value {
     rnic_emu::serve::query_stats(&p.servers[i].socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone()
 }
 
 #[test]
 fn write_read_send_across_nodes() {
-    let mut p = pair(1, "", 7);
+    let (mut p, _dir) = pair(1, "", 7);
     assert_eq!(p.h[0].r32(rnic_emu::regs::rnic::RNIC_REG_IPV4).unwrap(), u32::from(p.ips[0]));
     // WRITE 16 MiB + 5 bytes node 0 -> node 1 (many MTU-sized packets).
     let len = 16 * MIB + 5;
@@ -135,7 +84,7 @@ fn write_read_send_across_nodes() {
 
 #[test]
 fn remote_access_error_across_the_wire() {
-    let mut p = pair(2, "", 7);
+    let (mut p, _dir) = pair(2, "", 7);
     let bad = p.key[1] ^ 0x100;
     let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 5, remote_addr: VA + p.buf[1], rkey: bad, ..Default::default() };
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 100, lkey: p.key[0] }])]).unwrap();
@@ -150,7 +99,7 @@ fn remote_access_error_across_the_wire() {
 #[test]
 fn reliable_under_loss_duplication_and_reordering() {
     let faults = "faults = { seed = 42, tx = { drop = 0.05, duplicate = 0.01, reorder = 0.02 }, rx = { drop = 0.02 } }";
-    let mut p = pair(3, faults, 7);
+    let (mut p, _dir) = pair(3, faults, 7);
     let n = 1000u64;
     let size = 8192u64;
     let data = pattern(5, 0, (n * size) as usize);
@@ -176,7 +125,7 @@ fn reliable_under_loss_duplication_and_reordering() {
 
 #[test]
 fn dead_link_exhausts_retries_and_completes_everything_once() {
-    let mut p = pair(4, "faults = { tx = { drop = 1.0 } }", 3);
+    let (mut p, _dir) = pair(4, "faults = { tx = { drop = 1.0 } }", 3);
     for i in 0..10 {
         write(&mut p, 0, i * 4096, 4096, i, i % 2 == 0);
     }
@@ -249,7 +198,7 @@ fn icrc_of(ip: &[u8], udp: &[u8], payload: &[u8]) -> u32 {
 
 #[test]
 fn capture_decodes_and_every_icrc_checks_independently() {
-    let mut p = pair_with(5, "", 7, true);
+    let (mut p, tmp) = pair_with(5, "", 7, true);
     let data = pattern(3, 0, 3 * 4096 + 100);
     p.h[0].ram.write(p.buf[0], &data).unwrap();
     write(&mut p, 0, 0, data.len() as u64, 1, true);
@@ -259,9 +208,7 @@ fn capture_decodes_and_every_icrc_checks_independently() {
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     write(&mut p, 0, 0, 64, 3, true);
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
-    let Pair { _dir: tmp, servers, h, .. } = p;
-    drop(h);
-    drop(servers); // the servers end; their captures are complete
+    drop(p); // the servers end; their captures are complete
     let dir = tmp.path().to_path_buf();
     let mut total = 0;
     for node in 0..2 {

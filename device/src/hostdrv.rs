@@ -343,3 +343,84 @@ pub fn place_gpu_bar1(sock: &Path, addr: u64) -> anyhow::Result<Client> {
     g.region_write(cfg, 0x04, &0x6u16.to_le_bytes())?;
     Ok(g)
 }
+
+/// Two node servers joined by the fabric, each RNIC driven by a [`HostDriver`], with QP 1
+/// of each connected to QP 1 of the other and one 64 MiB buffer registered as MR 1 on each
+/// (keys in `key`, RAM offsets in `buf`). For host-level fabric tests and benchmarks.
+pub struct NodePair {
+    pub h: [HostDriver; 2],
+    pub servers: [ServerProcess; 2],
+    pub ips: [std::net::Ipv4Addr; 2],
+    pub buf: [u64; 2],
+    pub key: [u32; 2],
+}
+
+/// Options of a [`NodePair`].
+pub struct PairOptions<'a> {
+    pub ips: [std::net::Ipv4Addr; 2],
+    /// TOML lines added to each `[[node]]` (e.g. `faults = { ... }`).
+    pub node_toml: &'a str,
+    pub retry_cnt: u8,
+    /// Local ACK timeout exponent (4.096 us * 2^timeout).
+    pub timeout: u8,
+    /// Capture each node's traffic to `<dir>/node<i>.pcap`.
+    pub capture: bool,
+}
+
+impl NodePair {
+    pub fn start(bin: &Path, dir: &Path, o: &PairOptions) -> anyhow::Result<NodePair> {
+        let mut topo = String::from("name = \"pair\"\n");
+        for (i, ip) in o.ips.iter().enumerate() {
+            topo += &format!(
+                "[[node]]\nname = \"node{i}\"\naddress = \"{ip}\"\n{}\nport = [ {{ id = \"rp\", kind = \"root-port\" }} ]\ndevice = [ {{ id = \"rnic0\", kind = \"rnic\", port = \"rp\" }} ]\n",
+                o.node_toml
+            );
+        }
+        let tfile = dir.join("pair.toml");
+        std::fs::write(&tfile, topo)?;
+        let mut servers = Vec::new();
+        for i in 0..2 {
+            let sock = dir.join(format!("n{i}"));
+            std::fs::create_dir_all(&sock)?;
+            let pcap = o.capture.then(|| dir.join(format!("node{i}.pcap")));
+            servers.push(ServerProcess::start_node(bin, &tfile, &format!("node{i}"), &sock, None, pcap.as_deref())?);
+        }
+        let mut h = Vec::new();
+        let (mut buf, mut key) = ([0; 2], [0; 2]);
+        let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+        for (i, s) in servers.iter().enumerate() {
+            let mut d = HostDriver::connect(&s.socket("rnic0"), 80 << 20)?;
+            d.create_cq(1, 12, 1)?;
+            d.create_qp(1, 1, 1, 12, access)?;
+            buf[i] = d.alloc(64 << 20, 4096);
+            key[i] = d.reg_mr(1, 1, access, buf[i], 64 << 20)?;
+            h.push(d);
+        }
+        for (i, d) in h.iter_mut().enumerate() {
+            let c = Connection {
+                dest_qpn: 1,
+                dest_ip: Some(o.ips[1 - i]),
+                sq_psn: 1000 * (i as u32 + 1),
+                rq_psn: 1000 * (2 - i as u32),
+                retry_cnt: o.retry_cnt,
+                timeout: o.timeout,
+                rnr_retry: 7,
+                ..Default::default()
+            };
+            d.connect_with(1, &c)?;
+        }
+        let h: [HostDriver; 2] = h.try_into().map_err(|_| anyhow::anyhow!("two drivers"))?;
+        let servers: [ServerProcess; 2] = servers.try_into().map_err(|_| anyhow::anyhow!("two servers"))?;
+        Ok(NodePair { h, servers, ips: o.ips, buf, key })
+    }
+
+    /// Posts an RDMA WRITE of `len` bytes at `off` of node `from`'s buffer to the same
+    /// offset of the other node's buffer.
+    pub fn write(&mut self, from: usize, off: u64, len: u64, wr_id: u64, signaled: bool) -> anyhow::Result<()> {
+        let to = 1 - from;
+        let flags = if signaled { WQE_FLAG_SIGNALED } else { 0 };
+        let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags, num_sge: 1, wr_id, remote_addr: VA + self.buf[to] + off, rkey: self.key[to], ..Default::default() };
+        let sge = Sge { addr: VA + self.buf[from] + off, length: len as u32, lkey: self.key[from] };
+        self.h[from].post(1, true, &[(hdr, vec![sge])])
+    }
+}

@@ -1,0 +1,119 @@
+//! `cargo bench --bench fabric`: two node servers on loopback joined by the RoCEv2 fabric,
+//! each RNIC driven by `hostdrv`, against plain UDP sockets moving the same datagrams in
+//! the same run:
+//! - RDMA WRITE bandwidth across nodes, 64 KiB .. 4 MiB (16 WRITEs per doorbell), against
+//!   a UDP sender/receiver pair streaming the same bytes in 4096-byte datagrams;
+//! - 64-byte RDMA WRITE latency P50/P99/P999 (post to completion), against a UDP ping-pong
+//!   of 64-byte datagrams (the RDMA WRITE needs the request and its ACK: one round trip).
+//! Ratios are what to compare between runs (machines are noisy).
+
+use rnic_emu::hostdrv::{NodePair, PairOptions};
+use rnic_emu::verbs::abi::WC_SUCCESS;
+use std::net::{Ipv4Addr, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const WINDOW: u64 = 16;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Streams `bytes` in 4096-byte datagrams from one socket to another; GB/s received.
+fn udp_stream(bytes: u64) -> anyhow::Result<f64> {
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    rx.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let dst = rx.local_addr()?;
+    let n = bytes / 4096;
+    let t = Instant::now();
+    let sender = std::thread::spawn(move || {
+        let buf = vec![0x5au8; 4096];
+        for _ in 0..n {
+            let _ = tx.send_to(&buf, dst);
+        }
+    });
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 65536];
+    while let Ok(k) = rx.recv(&mut buf) {
+        got += k as u64;
+        if got >= bytes {
+            break;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = sender.join();
+    Ok(got as f64 / secs / 1e9)
+}
+
+/// Round trips of 64-byte datagrams between two sockets, in microseconds, sorted.
+fn udp_ping_pong(rounds: usize) -> anyhow::Result<Vec<f64>> {
+    let a = UdpSocket::bind("127.0.0.1:0")?;
+    let b = UdpSocket::bind("127.0.0.1:0")?;
+    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        for _ in 0..rounds {
+            if b.recv(&mut buf).is_ok() {
+                let _ = b.send_to(&buf, aa);
+            }
+        }
+    });
+    let mut lat = Vec::with_capacity(rounds);
+    let mut buf = [0u8; 64];
+    for _ in 0..rounds {
+        let t = Instant::now();
+        a.send_to(&buf, ba)?;
+        a.recv(&mut buf)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let _ = echo.join();
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
+}
+
+fn main() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ips = [Ipv4Addr::new(127, 99, 0, 1), Ipv4Addr::new(127, 99, 0, 2)];
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false };
+    let mut p = NodePair::start(Path::new(env!("CARGO_BIN_EXE_rnic-emu")), dir.path(), &o)?;
+    p.h[0].ram.write(p.buf[0], &vec![0xa5; 4 << 20])?;
+
+    println!("cross-node RDMA WRITE ({WINDOW} per doorbell) vs a UDP stream of the same bytes");
+    println!("{:>8} {:>10} {:>10} {:>8}", "size", "RDMA GB/s", "UDP GB/s", "ratio");
+    let mut size = 64u64 << 10;
+    while size <= 4 << 20 {
+        let iters = ((256u64 << 20) / size / WINDOW).max(2);
+        let t = Instant::now();
+        for _ in 0..iters {
+            for i in 0..WINDOW {
+                p.write(0, 0, size, i, i == WINDOW - 1)?;
+            }
+            let c = p.h[0].wait(1, Duration::from_secs(30))?;
+            anyhow::ensure!(c.status == WC_SUCCESS, "status {}", c.status);
+        }
+        let rdma = (size * iters * WINDOW) as f64 / t.elapsed().as_secs_f64() / 1e9;
+        let udp = udp_stream(size * iters * WINDOW)?;
+        println!("{:>7}K {rdma:>10.3} {udp:>10.3} {:>8.2}", size >> 10, rdma / udp);
+        size *= 2;
+    }
+
+    let rounds = 2000;
+    let mut lat = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let t = Instant::now();
+        p.write(0, 0, 64, i as u64, true)?;
+        p.h[0].wait(1, Duration::from_secs(10))?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    lat.sort_by(f64::total_cmp);
+    let udp = udp_ping_pong(rounds)?;
+    println!();
+    println!("64-byte latency (us): RDMA WRITE post-to-completion vs UDP ping-pong");
+    println!("{:>6} {:>10} {:>10} {:>8}", "", "RDMA", "UDP", "ratio");
+    for (name, q) in [("P50", 0.5), ("P99", 0.99), ("P999", 0.999)] {
+        let (r, u) = (percentile(&lat, q), percentile(&udp, q));
+        println!("{name:>6} {r:>10.1} {u:>10.1} {:>8.2}", r / u);
+    }
+    Ok(())
+}
