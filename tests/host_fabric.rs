@@ -22,12 +22,16 @@ fn pair(test_id: u8, faults: &str, retry_cnt: u8) -> (NodePair, tempfile::TempDi
 }
 
 fn pair_with(test_id: u8, node_toml: &str, retry_cnt: u8, capture: bool) -> (NodePair, tempfile::TempDir) {
+    pair_full(test_id, node_toml, retry_cnt, capture, 7)
+}
+
+fn pair_full(test_id: u8, node_toml: &str, retry_cnt: u8, capture: bool, rnr_retry: u8) -> (NodePair, tempfile::TempDir) {
     let keep = std::env::var_os("RNIC_EMU_KEEP_TEST_DIR").is_some();
     let dir = tempfile::Builder::new().disable_cleanup(keep).tempdir().unwrap();
     eprintln!("test directory (server logs): {}", dir.path().display());
     let sub = (std::process::id() % 200) as u8;
     let ips = [Ipv4Addr::new(127, 100 + test_id, sub, 1), Ipv4Addr::new(127, 100 + test_id, sub, 2)];
-    let o = PairOptions { ips, node_toml, retry_cnt, timeout: 10, capture };
+    let o = PairOptions { ips, node_toml, retry_cnt, timeout: 10, capture, rnr_retry };
     (NodePair::start(Path::new(bin()), dir.path(), &o).unwrap(), dir)
 }
 
@@ -233,4 +237,28 @@ fn capture_decodes_and_every_icrc_checks_independently() {
         }
     }
     assert!(total >= 16);
+}
+
+#[test]
+fn receiver_not_ready_across_the_wire() {
+    // rnr_retry 2: a SEND with no RECV posted fails after two RNR NAK retries.
+    let (mut p, _dir) = pair_full(6, "", 7, false, 2);
+    let send = |p: &mut NodePair, wr_id| {
+        let hdr = WqeHeader { opcode: WQE_OP_SEND, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, ..Default::default() };
+        p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 64, lkey: p.key[0] }])]).unwrap();
+    };
+    send(&mut p, 1);
+    let c = p.h[0].wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!((c.wr_id, c.status), (1, WC_RNR_RETRY_EXC_ERR));
+    assert!(stats(&p, 0)["rnr_retries"].as_u64().unwrap() >= 2);
+    assert!(stats(&p, 1)["naks_sent"].as_u64().unwrap() >= 3, "one RNR NAK per attempt");
+
+    // rnr_retry 7 (forever): the SEND waits until the RECV is posted, then lands.
+    let (mut p, _dir) = pair_full(7, "", 7, false, 7);
+    send(&mut p, 2);
+    assert!(p.h[0].wait(1, Duration::from_millis(300)).is_err(), "no RECV yet: still waiting");
+    let recv = (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 50, ..Default::default() }, vec![Sge { addr: VA + p.buf[1], length: 64, lkey: p.key[1] }]);
+    p.h[1].post(1, false, &[recv]).unwrap();
+    assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
+    assert_eq!(p.h[1].wait(1, Duration::from_secs(10)).unwrap().wr_id, 50);
 }

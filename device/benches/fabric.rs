@@ -75,7 +75,7 @@ fn udp_ping_pong(rounds: usize) -> anyhow::Result<Vec<f64>> {
 fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ips = [Ipv4Addr::new(127, 99, 0, 1), Ipv4Addr::new(127, 99, 0, 2)];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false, rnr_retry: 7 };
     let mut p = NodePair::start(Path::new(env!("CARGO_BIN_EXE_rnic-emu")), dir.path(), &o)?;
     p.h[0].ram.write(p.buf[0], &vec![0xa5; 4 << 20])?;
 

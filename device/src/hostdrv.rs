@@ -365,6 +365,8 @@ pub struct PairOptions<'a> {
     pub timeout: u8,
     /// Capture each node's traffic to `<dir>/node<i>.pcap`.
     pub capture: bool,
+    /// RNR retries (7: forever).
+    pub rnr_retry: u8,
 }
 
 impl NodePair {
@@ -404,7 +406,7 @@ impl NodePair {
                 rq_psn: 1000 * (2 - i as u32),
                 retry_cnt: o.retry_cnt,
                 timeout: o.timeout,
-                rnr_retry: 7,
+                rnr_retry: o.rnr_retry,
                 ..Default::default()
             };
             d.connect_with(1, &c)?;
