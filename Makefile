@@ -3,7 +3,8 @@
 # through cargo).
 #
 #   make demo   boot the default topology (embedded single-switch), show what the guest sees,
-#               and run a GPUDirect RDMA WRITE into GPU memory with the path it took
+#               and run a GPUDirect RDMA WRITE into GPU memory with the path it took; then
+#               boot two guests and RDMA WRITE GPU to GPU between them over the RoCEv2 fabric
 #   make test   unit, host-level (vfio-user client) and guest-level (QEMU) tests
 CARGO ?= cargo
 
@@ -15,7 +16,12 @@ demo: image
 	$(CARGO) run --release -q -p rnic-emu -- run --no-build -- \
 		'rnic-status && echo "== GPUDirect RDMA WRITE, host memory -> GPU memory, then GPU -> GPU" && \
 		 rnic-perf write -s 4M -n 16 --src host --dst gpu --verify && \
-		 rnic-perf write -s 4M -n 16 --src gpu --dst gpu --verify' 
+		 rnic-perf write -s 4M -n 16 --src gpu --dst gpu --verify'
+	$(CARGO) run --release -q -p rnic-emu -- run --no-build --topology qemu-configs/two-node.toml \
+		--on 0 'rnic-perf write --server -s 4M -n 16 --src gpu --dst gpu --verify && \
+		        rnic-perf write-lat --server --id lat -s 64 -n 500' \
+		--on 1 'rnic-perf write -s 4M -n 16 --src gpu --dst gpu --verify 0 && \
+		        rnic-perf write-lat --id lat -s 64 -n 500 0' 
 
 test: image
 	$(CARGO) test --workspace

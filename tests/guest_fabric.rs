@@ -65,10 +65,11 @@ fn gpu_to_gpu_rdma_across_two_guests() {
         assert_eq!(receiver["bytes_verified"].as_u64(), Some(size * n), "{test} {size}: verified on the receiving side");
         if srv["src"] == "gpu" || srv["dst"] == "gpu" {
             // GPU to GPU across the wire: each side moved every byte peer-to-peer through
-            // its own switch, none through host memory.
+            // its own switch (retransmissions may move some twice), none through host memory.
             for side in [srv, cli] {
                 assert_eq!(side["bytes_host"].as_u64(), Some(0), "{test} {size}: no host bounce: {side}");
-                assert_eq!(side["bytes_p2p_switch"].as_u64(), Some(size * n), "{test} {size}: {side}");
+                let p2p = side["bytes_p2p_switch"].as_u64().unwrap_or(0);
+                assert!(p2p >= size * n && p2p <= 2 * size * n, "{test} {size}: P2P bytes {p2p}: {side}");
             }
         }
     }
