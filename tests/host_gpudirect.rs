@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::{HostDriver, VA};
+use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
 use rnic_emu::regs::{gpu, rnic::*};
 use rnic_emu::verbs::abi::*;
 use rnic_emu::verbs::stats::Counter;
@@ -14,7 +14,6 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use vfio_bindings::bindings::vfio::*;
 use vfio_user::Client;
@@ -50,19 +49,8 @@ fn rdma_to_and_from_gpu_memory_through_the_router() {
     let dir = tempfile::tempdir().unwrap();
     let mem_dir = dir.path().join("mem");
     std::fs::create_dir(&mem_dir).unwrap();
-    let child = Command::new(bin())
-        .args(["serve", "--topology"])
-        .arg(topology("single-switch"))
-        .arg("--socket-dir")
-        .arg(dir.path())
-        .arg("--gpu-mem-dir")
-        .arg(&mem_dir)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = Proc(child);
-    let (rsock, gsock) = (dir.path().join("node0-rnic0.sock"), dir.path().join("node0-gpu0.sock"));
-    assert!(wait_until(Duration::from_secs(10), || rsock.exists() && gsock.exists()));
+    let server = ServerProcess::start(std::path::Path::new(bin()), &topology("single-switch"), dir.path(), Some(&mem_dir)).unwrap();
+    let (rsock, gsock) = (server.socket("rnic0"), server.socket("gpu0"));
 
     // Place GPU BAR1 at 4 GiB and turn memory decoding on, as firmware and Linux would.
     let mut g = Client::new(&gsock).unwrap();
