@@ -80,3 +80,39 @@ fn gpu_to_gpu_rdma_across_two_guests() {
     assert!(n0["pkts_sent"].as_u64().unwrap() > 32 * 1024, "the server answered the reads: {n0}");
     assert_eq!((n0["pkts_dropped"].as_u64(), n1["pkts_dropped"].as_u64()), (Some(0), Some(0)));
 }
+
+/// The ring of seed §4 (ring AllReduce's communication pattern): four guests, each writing
+/// from its GPU into the next node's GPU while receiving from the previous one, all at once.
+#[test]
+fn four_node_ring_of_gpu_writes() {
+    let ring = |me: usize| {
+        let next = (me + 1) % 4;
+        format!(
+            "rnic-perf write --server --id r{me} -s 1M -n 4 --src gpu --dst gpu --verify --json > /tmp/s.json & sp=$!
+             rnic-perf write --id r{next} -s 1M -n 4 --src gpu --dst gpu --verify --json {next} > /tmp/c.json; c=$?
+             wait $sp; s=$?
+             cat /tmp/s.json /tmp/c.json
+             exit $((c + s))"
+        )
+    };
+    let cmds: Vec<String> = (0..4).map(ring).collect();
+    let mut args = vec!["run".to_string(), "--no-build".into(), "--timeout".into(), "600".into(), "--topology".into()];
+    args.push(topology("four-node").display().to_string());
+    for (i, c) in cmds.iter().enumerate() {
+        args.extend(["--on".to_string(), i.to_string(), c.clone()]);
+    }
+    let out = std::process::Command::new(bin()).args(&args).output().expect("rnic-emu run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "all four guests succeeded");
+    for node in 0..4 {
+        let server: Value = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("[node{node}] ")))
+            .filter_map(|j| serde_json::from_str::<Value>(j).ok())
+            .find(|v| v["role"] == "server")
+            .unwrap_or_else(|| panic!("node{node}: no server result"));
+        assert_eq!(server["bytes_verified"].as_u64(), Some(4 * MIB), "node{node} verified what its neighbour wrote");
+        assert_eq!(server["bytes_host"].as_u64(), Some(0), "node{node}: GPU to GPU, no host bounce");
+    }
+}

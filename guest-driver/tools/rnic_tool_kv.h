@@ -8,7 +8,8 @@
  *   anything else            -> ERR <reason>
  *
  * Keys (1..64 bytes) and values (1..1024 bytes) are printable ASCII without spaces. A
- * request holds an exclusive flock() on the tty for its whole round trip, so processes of
+ * request holds an exclusive flock() on the tty for its whole round trip (a GET polls with
+ * immediate requests, so a waiting GET does not block the others), so processes of
  * one guest do not interleave their lines. Header-only, shared by rnic-kv and rnic-perf.
  * Every helper prints what failed (to stderr, prefixed "error: ").
  *
@@ -270,11 +271,30 @@ static inline int rkv_get(const char *key, unsigned int timeout_ms, char *value,
 			RKV_MAX_TIMEOUT_MS);
 		return -1;
 	}
-	snprintf(req, sizeof(req), "GET %s %u", key, timeout_ms);
-	if (rkv_request(req, reply, sizeof(reply), timeout_ms + RKV_REPLY_SLACK_MS))
-		return -1;
-	if (!strcmp(reply, "TIMEOUT"))
-		return RKV_TIMEOUT;
+	/*
+	 * Poll with immediate GETs rather than one long blocking GET: the tty lock is held
+	 * only for each short round trip, so other processes of this guest (a node that is
+	 * server and client at once, as in a ring) can PUT and GET while this one waits.
+	 */
+	snprintf(req, sizeof(req), "GET %s 0", key);
+	{
+		struct timespec t0, now;
+		unsigned long waited_ms;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			if (rkv_request(req, reply, sizeof(reply), RKV_REPLY_SLACK_MS))
+				return -1;
+			if (strcmp(reply, "TIMEOUT"))
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			waited_ms = (now.tv_sec - t0.tv_sec) * 1000 +
+				    (now.tv_nsec - t0.tv_nsec) / 1000000;
+			if (waited_ms >= timeout_ms)
+				return RKV_TIMEOUT;
+			usleep(20000);
+		}
+	}
 	if (strncmp(reply, "VAL ", 4) || !rkv_value_ok(reply + 4)) {
 		rkv_store_error("GET", key, reply);
 		return -1;
