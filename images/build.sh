@@ -14,7 +14,12 @@ repo=$(dirname "$here")
 cache=${RNIC_EMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rnic-emu}
 out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
 # Bump when the way a stage is built changes, so old caches are not reused.
-readonly ROOT_RECIPE=1 DRIVER_RECIPE=1 INITRAMFS_RECIPE=1
+readonly ROOT_RECIPE=1 DRIVER_RECIPE=1 INITRAMFS_RECIPE=3
+# Kernel modules (with their dependencies) for Linux Soft-RoCE in the guest: the comparison
+# benchmark runs rdma_rxe over virtio-net next to rnic-emu.
+readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net"
+# User-space tools of the root copied into the guest (with their libraries).
+readonly GUEST_BINARIES="/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/rdma"
 
 t0=$(date +%s)
 log() { printf '[images +%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
@@ -148,10 +153,17 @@ stage_binary() {
     done
 }
 
+# Runs the root's kmod as `tool` (modprobe, depmod) on the host, through the root's loader.
+kmod_root() {
+    local tool=$1
+    shift
+    "$ROOT/lib64/ld-linux-x86-64.so.2" --library-path "$ROOT/usr/lib/x86_64-linux-gnu" --argv0 "$tool" "$ROOT/usr/bin/kmod" "$@"
+}
+
 build_initramfs() {
     local key stage tool applet
     key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY kver=$KVER";
-             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6)\s' "$ROOT/.packages";
+             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|perftest|iproute2|libibverbs1)\s' "$ROOT/.packages";
              sha256sum "$here/init.sh" "$here/build.sh"; } | hash_stdin)
     if [ -f "$out/initramfs.key" ] && [ "$(cat "$out/initramfs.key")" = "$key" ] && [ -f "$out/initramfs.cpio.gz" ]; then
         log "initramfs: cached"; return 0
@@ -178,8 +190,20 @@ build_initramfs() {
     mkdir -p "$stage/lib/modules/$KVER/extra"
     cp "$DRIVER_OUT"/*.ko "$stage/lib/modules/$KVER/extra/"
     cp "$ROOT/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$stage/lib/modules/$KVER/" 2>/dev/null || true
-    "$ROOT/lib64/ld-linux-x86-64.so.2" --library-path "$ROOT/usr/lib/x86_64-linux-gnu" \
-        --argv0 depmod "$ROOT/usr/bin/kmod" -b "$stage" "$KVER"
+    local ko rel mod
+    for mod in $GUEST_MODULES; do
+        for ko in $(kmod_root modprobe -d "$ROOT" -S "$KVER" --show-depends "$mod" | awk '$1=="insmod" {print $2}'); do
+            rel=${ko#"$ROOT"}
+            install -D -m 0644 "$ko" "$stage$rel"
+        done
+    done
+    for tool in $GUEST_BINARIES; do
+        stage_binary "$stage" "$tool" "$tool"
+    done
+    # libibverbs loads its providers at run time: the rxe provider and its config.
+    stage_binary "$stage" /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+    install -D -m 0644 "$ROOT/etc/libibverbs.d/rxe.driver" "$stage/etc/libibverbs.d/rxe.driver"
+    kmod_root depmod -b "$stage" "$KVER"
     install -m 0755 "$DRIVER_OUT"/tools/* "$stage/usr/bin/"
     install -m 0755 "$here/init.sh" "$stage/init"
     (cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) \

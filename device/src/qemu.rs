@@ -110,6 +110,7 @@ pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &Gu
     }
     args.extend(device_args(node, socket_dir));
     args.extend(g.qemu_args.iter().cloned());
+    args.extend(node.qemu_args.iter().cloned());
     args
 }
 

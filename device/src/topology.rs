@@ -60,6 +60,9 @@ pub struct Node {
     /// Fault injection on this node's fabric traffic, per direction.
     #[serde(default)]
     pub faults: NodeFaults,
+    /// Extra QEMU arguments for this node's guest only (e.g. a virtio-net link).
+    #[serde(default)]
+    pub qemu_args: Vec<String>,
     #[serde(default, rename = "port")]
     pub ports: Vec<Port>,
     #[serde(rename = "device")]

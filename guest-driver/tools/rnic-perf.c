@@ -133,7 +133,8 @@ static void usage(FILE *f)
 		"  rnic-perf TEST --server [options]       wait for a client on another node\n"
 		"  rnic-perf TEST [options] PEER           client of the server on node PEER\n"
 		"                                          (a node index, or its IPv4 address)\n"
-		"      --loopback     two QPs of one RNIC (the default without --server or PEER)\n"
+		"      --loopback     two QPs of one RNIC (the default without PEER when the RNIC\n"
+		"                     has no fabric address; with one, no PEER means --server)\n"
 		"      --id NAME      rendezvous keys perf.NAME.* (default: the test name)\n"
 		"      --mtu BYTES    path MTU 256..4096 (default %u)\n"
 		"      --timeout SEC  how long to wait for the peer (default %u)\n"
@@ -1638,6 +1639,17 @@ int main(int argc, char **argv)
 	if (optind != argc) {
 		fprintf(stderr, "rnic-perf: unexpected argument '%s'\n", argv[optind]);
 		return 2;
+	}
+	if (p.o.role == ROLE_LOOPBACK && !loopback && p.o.op != OP_WRITE_IMM) {
+		/* perftest semantics: without a peer, an RNIC on a fabric waits as the server. */
+		struct rnic_query_device q;
+		int fd = rv_open(p.o.dev, &q);
+
+		if (fd >= 0) {
+			if (q.ipv4)
+				p.o.role = ROLE_SERVER;
+			close(fd);
+		}
 	}
 	if (loopback && p.o.role == ROLE_SERVER) {
 		fprintf(stderr, "rnic-perf: --loopback and --server exclude each other\n");

@@ -1,0 +1,82 @@
+//! `cargo bench --bench softroce`: guest to guest, rnic-emu against what users run today
+//! without hardware, in the same run on the same two guests (qemu-configs/two-node.toml):
+//! - rnic-emu: `rnic-perf write` / `write-lat` between the emulated RNICs over the RoCEv2
+//!   fabric;
+//! - Linux Soft-RoCE: `ib_write_bw` / `ib_write_lat` (perftest) on rdma_rxe over a
+//!   virtio-net link between the same guests (QEMU `-netdev dgram` on loopback).
+//! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed.
+//! Needs the guest image (`make test` or `rnic-emu image` builds it).
+
+use std::process::Command;
+
+const SIZES: [u64; 4] = [64 << 10, 256 << 10, 1 << 20, 4 << 20];
+
+/// The guest script of node `n` (0: servers, 1: clients).
+fn script(n: usize) -> String {
+    let client = n == 1;
+    let mut s = String::from(
+        "modprobe virtio_net && modprobe rdma_rxe && modprobe ib_uverbs || exit 1
+         n=$(rnic-kv rank); ip link set eth0 up; ip addr add 10.9.0.$((n+1))/24 dev eth0
+         rdma link add rxe0 type rxe netdev eth0 || exit 1\n",
+    );
+    let (peer, srv) = if client { (" 0", "") } else { ("", " --server") };
+    let rxe_peer = if client { " 10.9.0.1" } else { "" };
+    for size in SIZES {
+        let iters = ((64u64 << 20) / size).clamp(16, 1000);
+        s += &format!("rnic-perf write{srv} --id bw{size} -s {size} -n {iters} --json{peer}\n");
+        if client {
+            s += &format!("rnic-kv get rxe{size} 60000 >/dev/null; sleep 1\n");
+        } else {
+            s += &format!("rnic-kv put rxe{size} up\n");
+        }
+        s += &format!("echo RXE_BW {size}; ib_write_bw -d rxe0 -s {size} -n {iters} --report_gbits{rxe_peer}\n");
+    }
+    s += &format!("rnic-perf write-lat{srv} --id lat -s 64 -n 1000 --json{peer}\n");
+    if client {
+        s += "rnic-kv get rxelat 60000 >/dev/null; sleep 1\n";
+    } else {
+        s += "rnic-kv put rxelat up\n";
+    }
+    s += &format!("echo RXE_LAT; ib_write_lat -d rxe0 -s 64 -n 1000{rxe_peer}\n");
+    s
+}
+
+fn main() -> anyhow::Result<()> {
+    let topo = concat!(env!("CARGO_MANIFEST_DIR"), "/../qemu-configs/two-node.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_rnic-emu"))
+        .args(["run", "--timeout", "1200", "--topology", topo, "--on", "0", &script(0), "--on", "1", &script(1)])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(out.status.success(), "guests failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    // Client-side lines only (node1).
+    let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("[node1] ")).collect();
+    let json = |test: &str, size: u64| -> Option<serde_json::Value> {
+        lines.iter().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["test"] == test && v["size"] == size)
+    };
+    // perftest prints "<bytes> <iters> <peak> <average> <msgrate>" under its header.
+    let rxe_bw = |size: u64| -> Option<f64> {
+        let at = lines.iter().position(|l| *l == format!("RXE_BW {size}"))?;
+        let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some(&size.to_string()))?;
+        row.split_whitespace().nth(3)?.parse().ok()
+    };
+    println!("guest to guest RDMA WRITE bandwidth: rnic-emu vs Soft-RoCE (rdma_rxe), Gb/s");
+    println!("{:>8} {:>10} {:>10} {:>8}", "size", "rnic-emu", "rxe", "ratio");
+    for size in SIZES {
+        let ours = json("write", size).and_then(|v| v["gbps"].as_f64()).unwrap_or(f64::NAN);
+        let rxe = rxe_bw(size).unwrap_or(f64::NAN);
+        println!("{:>7}K {ours:>10.3} {rxe:>10.3} {:>8.2}", size >> 10, ours / rxe);
+    }
+    // ib_write_lat: "#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%".
+    let at = lines.iter().position(|l| *l == "RXE_LAT").unwrap_or(lines.len());
+    let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some("64"));
+    let col = |i: usize| row.and_then(|r| r.split_whitespace().nth(i)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let lat = json("write-lat", 64).unwrap_or_default();
+    println!();
+    println!("64-byte RDMA WRITE latency (us): rnic-emu vs Soft-RoCE (rxe: typical, 99%, 99.9%)");
+    println!("{:>6} {:>10} {:>10} {:>8}", "", "rnic-emu", "rxe", "ratio");
+    for (name, key, c) in [("P50", "p50_us", 4), ("P99", "p99_us", 7), ("P999", "p999_us", 8)] {
+        let ours = lat[key].as_f64().unwrap_or(f64::NAN);
+        println!("{name:>6} {ours:>10.1} {:>10.1} {:>8.2}", col(c), ours / col(c));
+    }
+    Ok(())
+}
