@@ -134,16 +134,7 @@ mod tests {
 
     #[test]
     fn multifunction_slot_sets_the_flag_on_function_zero() {
-        let t = Topology::parse(
-            r#"name = "t"
-            [[node]]
-            name = "n"
-            port = [ { id = "rp0", kind = "root-port" } ]
-            device = [ { id = "gpu0", kind = "gpu", port = "rp0", function = 0 },
-                       { id = "rnic0", kind = "rnic", port = "rp0", function = 1 } ]"#,
-            "t",
-        )
-        .unwrap();
+        let t = Topology::parse(crate::topology::tests::MULTIFUNCTION, "t").unwrap();
         let args = device_args(&t.nodes[0], Path::new("/s"));
         let gpu: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
         let rnic: serde_json::Value = serde_json::from_str(&args[5]).unwrap();

@@ -351,6 +351,16 @@ fn is_ident(s: &str) -> bool {
 pub(crate) mod tests {
     use super::*;
 
+    /// GPU (function 0) and RNIC (function 1) of one slot below a root port.
+    pub(crate) const MULTIFUNCTION: &str = r#"
+        name = "t"
+        [[node]]
+        name = "n"
+        port = [ { id = "rp0", kind = "root-port" } ]
+        device = [ { id = "gpu0", kind = "gpu", port = "rp0", function = 0 },
+                   { id = "rnic0", kind = "rnic", port = "rp0", function = 1 } ]
+    "#;
+
     /// A single-switch node shared by the tests of the modules built on topologies.
     pub(crate) const SWITCH: &str = r#"
         name = "t"
@@ -385,16 +395,7 @@ pub(crate) mod tests {
         ), "t").unwrap();
         let n = &roots.nodes[0];
         assert_eq!(n.p2p_path(&n.devices[0], &n.devices[1]), P2pPath::RootComplex, "separate root ports");
-        let mf = Topology::parse(
-            r#"name = "t"
-            [[node]]
-            name = "n"
-            port = [ { id = "rp0", kind = "root-port" } ]
-            device = [ { id = "g", kind = "gpu", port = "rp0", function = 0 },
-                       { id = "r", kind = "rnic", port = "rp0", function = 1 } ]"#,
-            "t",
-        )
-        .unwrap();
+        let mf = Topology::parse(MULTIFUNCTION, "t").unwrap();
         let n = &mf.nodes[0];
         assert_eq!(n.p2p_path(&n.devices[1], &n.devices[0]), P2pPath::RootComplex, "one slot below a root port");
     }
