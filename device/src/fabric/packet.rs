@@ -164,7 +164,8 @@ pub fn udp_header(ep: &Endpoints, udp_payload_len: usize) -> [u8; 8] {
     h
 }
 
-const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+/// Slice-by-16 tables: the ICRC covers every payload byte of every packet, both ways.
+const CRC32: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
 
 /// The invariant CRC of a RoCEv2 packet over IPv4 (annex A17.3.3): CRC-32 over 8 bytes of
 /// ones, the IPv4 header with TOS, TTL and checksum set to ones, the UDP header with its
