@@ -232,7 +232,7 @@ fn request_opcode(wqe_op: u8, i: u32, n: u32) -> u8 {
     }
 }
 
-/// Reads `len` bytes at `offset` of a segment list.
+/// Reads `len` payload bytes at `offset` of a segment list (counted by path).
 fn gather(mem: &dyn GuestMem, segs: &[Segment], mut offset: u64, len: usize) -> Option<Vec<u8>> {
     let mut out = vec![0u8; len];
     let mut done = 0usize;
@@ -246,10 +246,43 @@ fn gather(mem: &dyn GuestMem, segs: &[Segment], mut offset: u64, len: usize) -> 
         }
         let n = ((s.len - offset) as usize).min(len - done);
         mem.read(s.addr + offset, &mut out[done..done + n]).ok()?;
+        mem.count_payload(s.addr + offset, n as u64);
         done += n;
         offset = 0;
     }
     (done == len).then_some(out)
+}
+
+/// Packet `i` of in-flight WQE `w` for destination QP `dest` (a READ: one request for what
+/// is still missing); None when the payload cannot be read.
+fn request_packet(mem: &dyn GuestMem, dest: u32, mtu: u32, w: &InFlight, i: u32) -> Option<Packet> {
+    let h = &w.hdr;
+    let off = u64::from(i) * u64::from(mtu);
+    if w.is_read() {
+        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: dest, psn: psn_add(w.first_psn, i), ack_req: true, ..Default::default() };
+        let reth = Reth { va: h.remote_addr.wrapping_add(off), rkey: h.rkey, len: w.len.saturating_sub(off) as u32 };
+        return Some(Packet { bth, reth: Some(reth), ..Default::default() });
+    }
+    let n = (w.len - off.min(w.len)).min(u64::from(mtu)) as usize;
+    let payload = if h.flags & WQE_FLAG_INLINE != 0 {
+        w.inline.get(off as usize..off as usize + n).map(<[u8]>::to_vec)
+    } else {
+        gather(mem, &w.local, off, n)
+    }?;
+    let last = i + 1 == w.npkts;
+    let bth = Bth {
+        opcode: request_opcode(h.opcode, i, w.npkts),
+        solicited: last && h.flags & WQE_FLAG_SOLICITED != 0,
+        pkey: 0xffff,
+        dest_qp: dest,
+        psn: psn_add(w.first_psn, i),
+        ack_req: last,
+        ..Default::default()
+    };
+    let reth = (i == 0 && matches!(h.opcode, WQE_OP_RDMA_WRITE | WQE_OP_RDMA_WRITE_IMM))
+        .then_some(Reth { va: h.remote_addr, rkey: h.rkey, len: w.len as u32 });
+    let imm = (last && matches!(h.opcode, WQE_OP_RDMA_WRITE_IMM | WQE_OP_SEND_IMM)).then_some(h.imm_data);
+    Some(Packet { bth, reth, imm, payload, ..Default::default() })
 }
 
 /// Writes `data` at `offset` of a segment list.
@@ -336,13 +369,19 @@ impl Engine {
         let mut sent = 0;
         while sent < BURST {
             let qp = &self.qps[qpn as usize];
-            let dest = qp.dest_qpn;
             let Some(r) = qp.remote.as_deref() else { break };
-            let mtu = r.mtu;
-            let Some(rr) = r.responses.front().cloned() else { break };
+            let Some(rr) = r.responses.front() else { break };
             let i = rr.next;
-            let off = u64::from(i) * u64::from(mtu);
-            let size = (rr.len - off.min(rr.len)).min(u64::from(mtu)) as usize;
+            let off = u64::from(i) * u64::from(r.mtu);
+            let size = (rr.len - off.min(rr.len)).min(u64::from(r.mtu)) as usize;
+            let opcode = match (i == 0, i + 1 == rr.npkts) {
+                (true, true) => op::READ_RESPONSE_ONLY,
+                (true, false) => op::READ_RESPONSE_FIRST,
+                (false, false) => op::READ_RESPONSE_MIDDLE,
+                (false, true) => op::READ_RESPONSE_LAST,
+            };
+            let aeth = (opcode != op::READ_RESPONSE_MIDDLE).then_some(Aeth { syndrome: syndrome::ACK, msn: rr.msn });
+            let bth = Bth { opcode, pkey: 0xffff, dest_qp: qp.dest_qpn, psn: psn_add(rr.first_psn, i), ..Default::default() };
             let payload = gather(mem, &rr.segs, off, size);
             if let Some(r) = self.remote(qpn) {
                 if let Some(front) = r.responses.front_mut() {
@@ -356,15 +395,6 @@ impl Engine {
                 self.shared.stats.inc(Counter::DmaErrors);
                 continue;
             };
-            self.count_gathered(mem, &rr.segs, off, size as u64);
-            let opcode = match (i == 0, i + 1 == rr.npkts) {
-                (true, true) => op::READ_RESPONSE_ONLY,
-                (true, false) => op::READ_RESPONSE_FIRST,
-                (false, false) => op::READ_RESPONSE_MIDDLE,
-                (false, true) => op::READ_RESPONSE_LAST,
-            };
-            let aeth = (opcode != op::READ_RESPONSE_MIDDLE).then_some(Aeth { syndrome: syndrome::ACK, msn: rr.msn });
-            let bth = Bth { opcode, pkey: 0xffff, dest_qp: dest, psn: psn_add(rr.first_psn, i), ..Default::default() };
             self.wire_send(qpn, Packet { bth, aeth, payload, ..Default::default() });
             sent += 1;
         }
@@ -448,95 +478,43 @@ impl Engine {
     fn send_burst(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
         let mut sent = 0;
         while sent < BURST {
-            let Some(r) = self.remote(qpn) else { break };
+            let qp = &self.qps[qpn as usize];
+            let Some(r) = qp.remote.as_deref() else { break };
             if r.send_psn == r.next_psn || !r.window_open() {
                 break;
             }
             let psn = r.send_psn;
-            let Some(w) = r.inflight.iter().find(|w| psn_diff(psn, w.first_psn) >= 0 && psn_diff(psn, w.last_psn()) <= 0).cloned() else {
-                r.send_psn = r.next_psn; // nothing left to (re)send
+            let found = r.inflight.iter().find(|w| psn_diff(psn, w.first_psn) >= 0 && psn_diff(psn, w.last_psn()) <= 0);
+            let Some(w) = found else {
+                if let Some(r) = self.remote(qpn) {
+                    r.send_psn = r.next_psn; // nothing left to (re)send
+                }
                 break;
             };
             let i = psn_diff(psn, w.first_psn) as u32;
             let (i, next) = if w.is_read() { (i.max(w.received), psn_add(w.first_psn, w.npkts)) } else { (i, psn_add(psn, 1)) };
+            let pkt = request_packet(mem, qp.dest_qpn, r.mtu, w, i);
+            let Some(r) = self.remote(qpn) else { break };
             r.send_psn = next;
             let again = psn_diff(psn, r.sent_high) < 0;
             if !again {
                 r.sent_high = next;
             }
-            if again {
-                self.shared.stats.inc(Counter::Retransmits);
-            }
-            let Some(r) = self.remote(qpn) else { break };
             if r.timer.is_none() {
                 r.timer = r.timeout.map(|t| Instant::now() + t);
             }
-            if !self.send_packet(mem, qpn, &w, i) {
-                break;
+            if again {
+                self.shared.stats.inc(Counter::Retransmits);
             }
+            let Some(pkt) = pkt else {
+                self.shared.stats.inc(Counter::DmaErrors);
+                self.fail_front(mem, qpn, fail(WC_FATAL_ERR, QP_ERR_DMA));
+                break;
+            };
+            self.wire_send(qpn, pkt);
             sent += 1;
         }
         sent > 0
-    }
-
-    /// Sends packet `i` of `w` (a READ: one request for what is still missing).
-    /// Returns false when the payload could not be read (the WQE then failed).
-    fn send_packet(&mut self, mem: &dyn GuestMem, qpn: u32, w: &InFlight, i: u32) -> bool {
-        let qp = &self.qps[qpn as usize];
-        let (dest, mtu) = (qp.dest_qpn, qp.remote.as_ref().map_or(4096, |r| r.mtu));
-        let h = &w.hdr;
-        if w.is_read() {
-            let done = u64::from(i) * u64::from(mtu);
-            let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: dest, psn: psn_add(w.first_psn, i), ack_req: true, ..Default::default() };
-            let reth = Reth { va: h.remote_addr.wrapping_add(done), rkey: h.rkey, len: (w.len.saturating_sub(done)) as u32 };
-            self.wire_send(qpn, Packet { bth, reth: Some(reth), ..Default::default() });
-            return true;
-        }
-        let off = u64::from(i) * u64::from(mtu);
-        let n = (w.len - off.min(w.len)).min(u64::from(mtu)) as usize;
-        let payload = if h.flags & WQE_FLAG_INLINE != 0 {
-            w.inline.get(off as usize..off as usize + n).map(<[u8]>::to_vec)
-        } else {
-            gather(mem, &w.local, off, n)
-        };
-        let Some(payload) = payload else {
-            self.shared.stats.inc(Counter::DmaErrors);
-            self.fail_front(mem, qpn, fail(WC_FATAL_ERR, QP_ERR_DMA));
-            return false;
-        };
-        self.count_gathered(mem, &w.local, off, n as u64);
-        let opcode = request_opcode(h.opcode, i, w.npkts);
-        let last = i + 1 == w.npkts;
-        let bth = Bth {
-            opcode,
-            solicited: last && h.flags & WQE_FLAG_SOLICITED != 0,
-            pkey: 0xffff,
-            dest_qp: dest,
-            psn: psn_add(w.first_psn, i),
-            ack_req: last,
-            ..Default::default()
-        };
-        let reth = (i == 0 && matches!(h.opcode, WQE_OP_RDMA_WRITE | WQE_OP_RDMA_WRITE_IMM))
-            .then_some(Reth { va: h.remote_addr, rkey: h.rkey, len: w.len as u32 });
-        let imm = (last && matches!(h.opcode, WQE_OP_RDMA_WRITE_IMM | WQE_OP_SEND_IMM)).then_some(h.imm_data);
-        self.wire_send(qpn, Packet { bth, reth, imm, payload, ..Default::default() });
-        true
-    }
-
-    fn count_gathered(&self, mem: &dyn GuestMem, segs: &[Segment], mut offset: u64, mut len: u64) {
-        for s in segs {
-            if len == 0 {
-                break;
-            }
-            if offset >= s.len {
-                offset -= s.len;
-                continue;
-            }
-            let n = (s.len - offset).min(len);
-            mem.count_payload(s.addr + offset, n);
-            len -= n;
-            offset = 0;
-        }
     }
 
     /// Completes in-flight WQEs fully acknowledged through `psn` (READs need their data).
@@ -548,7 +526,7 @@ impl Engine {
                 break;
             }
             let Some(w) = r.inflight.pop_front() else { break };
-            self.complete_front(mem, qpn, &w, Ok(w.len));
+            self.finish_send(mem, qpn, &w.hdr, Ok(w.len));
         }
         if let Some(r) = self.remote(qpn) {
             let next = psn_add(psn, 1);
@@ -563,18 +541,13 @@ impl Engine {
         }
     }
 
-    /// Retires the oldest send WQE (already popped from the in-flight list).
-    fn complete_front(&mut self, mem: &dyn GuestMem, qpn: u32, w: &InFlight, result: Result<u64, Failure>) {
-        self.finish_send(mem, qpn, &w.hdr, result);
-    }
-
     /// Fails the oldest in-flight WQE (the QP then goes to ERROR and flushes the rest).
     fn fail_front(&mut self, mem: &dyn GuestMem, qpn: u32, f: Failure) {
         let Some(r) = self.remote(qpn) else { return };
         let Some(w) = r.inflight.pop_front() else { return };
         r.inflight.clear();
         r.timer = None;
-        self.complete_front(mem, qpn, &w, Err(f));
+        self.finish_send(mem, qpn, &w.hdr, Err(f));
     }
 
     /// An ACK, NAK or READ response for a requester QP.
@@ -638,8 +611,7 @@ impl Engine {
         let Some(w) = r.inflight.front_mut().filter(|w| w.is_read() && psn == psn_add(w.first_psn, w.received)) else { return };
         let off = u64::from(w.received) * u64::from(r.mtu);
         let fits = off + pkt.payload.len() as u64 <= w.len && pkt.payload.len() as u32 <= r.mtu;
-        let local = w.local.clone();
-        if !fits || !scatter(mem, &local, off, &pkt.payload) {
+        if !fits || !scatter(mem, &w.local, off, &pkt.payload) {
             self.fail_front(mem, qpn, fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
             return;
         }
@@ -657,7 +629,7 @@ impl Engine {
         r.timer = timeout.map(|t| Instant::now() + t);
         if done {
             if let Some(w) = r.inflight.pop_front() {
-                self.complete_front(mem, qpn, &w, Ok(w.len));
+                self.finish_send(mem, qpn, &w.hdr, Ok(w.len));
             }
         }
     }
