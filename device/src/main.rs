@@ -4,7 +4,7 @@
 use clap::{Parser, Subcommand};
 use rnic_emu::{contract, image, qemu, run, serve, topology::Topology};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -104,7 +104,7 @@ enum Cmd {
     GenDoc,
 }
 
-fn load_node(topology: &PathBuf, node: &str) -> anyhow::Result<(Topology, usize)> {
+fn load_node(topology: &Path, node: &str) -> anyhow::Result<(Topology, usize)> {
     let topo = Topology::load(topology)?;
     let (i, _) = topo.node(node).ok_or_else(|| anyhow::anyhow!("topology {} has no node '{node}'", topo.name))?;
     Ok((topo, i))

@@ -238,12 +238,12 @@ impl Topology {
         }
         for p in &node.ports {
             let parent_kind = p.parent.as_deref().map(|id| ports.get(id).map(|pp| pp.kind));
-            let ok = match (p.kind, parent_kind) {
-                (PortKind::RootPort, None) => true,
-                (PortKind::SwitchUpstream, Some(Some(PortKind::RootPort | PortKind::SwitchDownstream))) => true,
-                (PortKind::SwitchDownstream, Some(Some(PortKind::SwitchUpstream))) => true,
-                _ => false,
-            };
+            let ok = matches!(
+                (p.kind, parent_kind),
+                (PortKind::RootPort, None)
+                    | (PortKind::SwitchUpstream, Some(Some(PortKind::RootPort | PortKind::SwitchDownstream)))
+                    | (PortKind::SwitchDownstream, Some(Some(PortKind::SwitchUpstream)))
+            );
             if !ok {
                 return Err(err(format!(
                     "port '{}': a root-port has no parent, a switch-upstream hangs below a root-port or \

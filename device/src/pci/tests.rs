@@ -109,7 +109,7 @@ fn capability_chain_walks_to_the_end() {
     let mut seen = Vec::new();
     while ptr != 0 {
         assert_eq!(ptr % 4, 0);
-        assert!(ptr >= 0x40 && ptr < 0x100);
+        assert!((0x40..0x100).contains(&ptr));
         let mut hdr = [0u8; 2];
         cs.read(ptr, &mut hdr).unwrap();
         seen.push(hdr[0]);

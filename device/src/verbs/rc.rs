@@ -458,7 +458,9 @@ impl Engine {
                 self.shared.stats.inc(Counter::SendWqes);
                 let mut hdr = WqeHeader::default();
                 vm_memory::ByteValued::as_mut_slice(&mut hdr).copy_from_slice(&buf[..32]);
-                self.remote(qpn).map(|r| r.started = r.started.wrapping_add(1));
+                if let Some(r) = self.remote(qpn) {
+                    r.started = r.started.wrapping_add(1);
+                }
                 self.finish_send(mem, qpn, &hdr, Err(f));
                 return true;
             }

@@ -447,7 +447,7 @@ fn ten_thousand_small_writes_no_lost_or_duplicated_cqe() {
     let rk = d.reg_mr(2, 7, RW, DST, 4096);
     let mut seen = vec![0u8; 10_000];
     let mut posted = 0u64;
-    while posted < 10_000 || seen.iter().any(|&s| s == 0) {
+    while posted < 10_000 || seen.contains(&0) {
         while posted < 10_000 && d.sq_pi[1].wrapping_sub(d.cq_ci[1]) < 32 {
             d.send(1, WQE_OP_RDMA_WRITE, posted, &[sge(SRC, 64, lk)], VA + DST, rk);
             posted += 1;
