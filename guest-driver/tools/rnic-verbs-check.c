@@ -168,12 +168,17 @@ static int show_flush(struct chk *c)
 	return 0;
 }
 
+/* Same MR index, another generation byte: a stale key. */
+static uint32_t stale_key(uint32_t key)
+{
+	return (key & ~0xffu) | ((key + 1) & 0xffu);
+}
+
 static int sc_rkey_error(struct chk *c)
 {
 	struct rnic_send_wr wr;
 	struct rnic_wc wc;
-	/* Same MR index, another generation byte: a stale key. */
-	uint32_t bad = (c->dst_mr.rkey & ~0xffu) | ((c->dst_mr.rkey + 1) & 0xffu);
+	uint32_t bad = stale_key(c->dst_mr.rkey);
 
 	printf("rkey: 0x%x\n", bad);
 	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst, bad,
@@ -214,7 +219,7 @@ static int sc_lkey_error(struct chk *c)
 {
 	struct rnic_send_wr wr;
 	struct rnic_wc wc;
-	uint32_t bad = (c->src_mr.lkey & ~0xffu) | ((c->src_mr.lkey + 1) & 0xffu);
+	uint32_t bad = stale_key(c->src_mr.lkey);
 
 	printf("lkey: 0x%x\n", bad);
 	write_wr(c, &wr, 1, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst, c->dst_mr.rkey,
