@@ -400,26 +400,27 @@ static inline void *rv_alloc_buf(size_t len)
 	return p;
 }
 
-static inline int rv_post_send(int fd, uint32_t qpn, struct rnic_send_wr *wrs, uint32_t n)
+/* POST_SEND or POST_RECV of n work requests; what names the ioctl in the error. */
+static inline int rv_post(int fd, unsigned long req, const char *what, uint32_t qpn,
+			  const void *wrs, uint32_t n)
 {
 	struct rnic_post p = { .qpn = qpn, .num_wr = n, .wrs = (uintptr_t)wrs };
 
-	if (ioctl(fd, RNIC_IOCTL_POST_SEND, &p) == 0)
+	if (ioctl(fd, req, &p) == 0)
 		return 0;
-	fprintf(stderr, "error: POST_SEND QP %u: %s (%u of %u posted)\n", qpn, strerror(errno),
+	fprintf(stderr, "error: %s QP %u: %s (%u of %u posted)\n", what, qpn, strerror(errno),
 		p.num_posted, n);
 	return -1;
 }
 
+static inline int rv_post_send(int fd, uint32_t qpn, struct rnic_send_wr *wrs, uint32_t n)
+{
+	return rv_post(fd, RNIC_IOCTL_POST_SEND, "POST_SEND", qpn, wrs, n);
+}
+
 static inline int rv_post_recv(int fd, uint32_t qpn, struct rnic_recv_wr *wrs, uint32_t n)
 {
-	struct rnic_post p = { .qpn = qpn, .num_wr = n, .wrs = (uintptr_t)wrs };
-
-	if (ioctl(fd, RNIC_IOCTL_POST_RECV, &p) == 0)
-		return 0;
-	fprintf(stderr, "error: POST_RECV QP %u: %s (%u of %u posted)\n", qpn, strerror(errno),
-		p.num_posted, n);
-	return -1;
+	return rv_post(fd, RNIC_IOCTL_POST_RECV, "POST_RECV", qpn, wrs, n);
 }
 
 /* Returns the number of completions (0: none within timeout_ms), -1 on error. */
