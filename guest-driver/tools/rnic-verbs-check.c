@@ -343,6 +343,20 @@ static void expect(const char *key, int fd, unsigned long req, void *arg)
 	printf("%s: %s\n", key, errno_name(ok, errno));
 }
 
+/* A small extra QP on CQ A, moved to INIT. */
+static int create_init_qp(struct chk *c, struct rnic_create_qp *qp)
+{
+	memset(qp, 0, sizeof(*qp));
+	qp->pd = c->pd;
+	qp->max_send_wr = 4;
+	qp->max_recv_wr = 4;
+	qp->max_send_sge = 1;
+	qp->max_recv_sge = 1;
+	qp->send_cqn = qp->recv_cqn = c->cq_a;
+	return rv_create_qp(c->fd, qp) ||
+	       rv_modify_qp(c->fd, qp->qpn, RNIC_QPS_INIT, 0, 0, 0, 0, 0) ? -1 : 0;
+}
+
 /* Driver-side validation (the uAPI's errors), QP recycling and stale keys. */
 static int sc_driver_checks(struct chk *c)
 {
@@ -357,15 +371,7 @@ static int sc_driver_checks(struct chk *c)
 	int n;
 
 	/* A QP in INIT cannot send. */
-	memset(&qp, 0, sizeof(qp));
-	qp.pd = c->pd;
-	qp.max_send_wr = 4;
-	qp.max_recv_wr = 4;
-	qp.max_send_sge = 1;
-	qp.max_recv_sge = 1;
-	qp.send_cqn = qp.recv_cqn = c->cq_a;
-	if (rv_create_qp(c->fd, &qp) ||
-	    rv_modify_qp(c->fd, qp.qpn, RNIC_QPS_INIT, 0, 0, 0, 0, 0))
+	if (create_init_qp(c, &qp))
 		return -1;
 	write_wr(c, &wrs[0], 1, RNIC_WQE_OP_RDMA_WRITE, 64, (uintptr_t)c->dst, c->dst_mr.rkey,
 		 c->src_mr.lkey);
@@ -470,15 +476,7 @@ static int sc_remote_attrs(struct chk *c)
 
 	printf("ipv4: %s\n", rv_ipv4_str(c->q.ipv4, ip));
 	printf("node: %d\n", c->q.node == RNIC_NODE_UNKNOWN ? -1 : (int)c->q.node);
-	memset(&qp, 0, sizeof(qp));
-	qp.pd = c->pd;
-	qp.max_send_wr = 4;
-	qp.max_recv_wr = 4;
-	qp.max_send_sge = 1;
-	qp.max_recv_sge = 1;
-	qp.send_cqn = qp.recv_cqn = c->cq_a;
-	if (rv_create_qp(c->fd, &qp) ||
-	    rv_modify_qp(c->fd, qp.qpn, RNIC_QPS_INIT, 0, 0, 0, 0, 0))
+	if (create_init_qp(c, &qp))
 		return -1;
 #define RTR_WITH(key, mask, field, value)						\
 	expect(key, c->fd, RNIC_IOCTL_MODIFY_QP,					\
