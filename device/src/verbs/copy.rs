@@ -105,15 +105,47 @@ pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64) -> Resu
     }
     let Source::Inline(data) = src else { unreachable!("memory sources returned above") };
     let data = data.get(..len as usize).ok_or(DmaError::Unmapped { addr: 0, len: len as usize })?;
-    let mut d = Cursor::new(dst);
+    write_at(mem, dst, 0, data)
+}
+
+/// Walks `len` bytes of `segs` from `offset` on, piece by piece: `access(addr, range)`
+/// moves the bytes of `range` (of the transfer) at bus address `addr`, then they are
+/// counted as payload. Fails when the list ends first or an access fails (moving nothing
+/// always succeeds).
+fn for_each_piece(
+    mem: &dyn GuestMem,
+    segs: &[Segment],
+    offset: u64,
+    len: usize,
+    mut access: impl FnMut(u64, std::ops::Range<usize>) -> Result<(), DmaError>,
+) -> Result<(), DmaError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let mut c = Cursor::new(segs);
+    let mut skip = offset;
+    while skip > 0 {
+        let (_, n) = c.take(skip).ok_or(DmaError::Unmapped { addr: 0, len })?;
+        skip -= n;
+    }
     let mut done = 0usize;
-    while done < data.len() {
-        let (addr, n) = d.take((data.len() - done) as u64).ok_or(DmaError::Unmapped { addr: 0, len: data.len() })?;
-        mem.write(addr, &data[done..done + n as usize])?;
+    while done < len {
+        let (addr, n) = c.take((len - done) as u64).ok_or(DmaError::Unmapped { addr: 0, len })?;
+        access(addr, done..done + n as usize)?;
         mem.count_payload(addr, n);
         done += n as usize;
     }
     Ok(())
+}
+
+/// Reads `buf.len()` bytes starting `offset` bytes into `segs`.
+pub fn read_at(mem: &dyn GuestMem, segs: &[Segment], offset: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+    for_each_piece(mem, segs, offset, buf.len(), |addr, r| mem.read(addr, &mut buf[r]))
+}
+
+/// Writes `data` starting `offset` bytes into `segs`.
+pub fn write_at(mem: &dyn GuestMem, segs: &[Segment], offset: u64, data: &[u8]) -> Result<(), DmaError> {
+    for_each_piece(mem, segs, offset, data.len(), |addr, r| mem.write(addr, &data[r]))
 }
 
 #[cfg(test)]
@@ -140,5 +172,28 @@ mod tests {
         assert!(copy(&mem, &Source::Inline(&data[..20]), &short, 20).is_err(), "destination too small");
         let outside = [Segment { addr: 1 << 20, len: 10 }];
         assert!(copy(&mem, &Source::Inline(&data[..10]), &outside, 10).is_err(), "unmapped");
+    }
+
+    #[test]
+    fn read_and_write_at_an_offset_into_a_segment_list() {
+        let (ram, fd) = test_ram(1 << 20).unwrap();
+        let mut mem = DmaMaps::default();
+        mem.map(0, 1 << 20, Some(fd), 0).unwrap();
+        let segs = [Segment { addr: 0x1000, len: 100 }, Segment { addr: 0, len: 0 }, Segment { addr: 0x8000, len: 300 }];
+        let data: Vec<u8> = (1..=150u8).collect();
+        // 150 bytes from offset 90: 10 in the first segment, 140 in the third.
+        write_at(&mem, &segs, 90, &data).unwrap();
+        let mut head = [0u8; 10];
+        ram.read(0x1000 + 90, &mut head).unwrap();
+        assert_eq!(head[..], data[..10]);
+        let mut tail = vec![0u8; 140];
+        ram.read(0x8000, &mut tail).unwrap();
+        assert_eq!(tail[..], data[10..]);
+        let mut back = vec![0u8; 150];
+        read_at(&mem, &segs, 90, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(read_at(&mem, &segs, 300, &mut back).is_err(), "runs past the end of the list");
+        assert!(write_at(&mem, &segs, 401, &[1]).is_err(), "starts past the end of the list");
+        assert!(write_at(&mem, &segs, 401, &[]).is_ok(), "moving nothing always succeeds");
     }
 }

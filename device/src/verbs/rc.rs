@@ -18,7 +18,7 @@
 //! Not implemented: atomics, UD, path migration, credit-based flow control.
 
 use super::abi::*;
-use super::copy::GuestMem;
+use super::copy::{self, GuestMem};
 use super::engine::Engine;
 use super::exec::{fail, parse, Failure, Wqe};
 use super::mr::Segment;
@@ -232,25 +232,11 @@ fn request_opcode(wqe_op: u8, i: u32, n: u32) -> u8 {
     }
 }
 
-/// Reads `len` payload bytes at `offset` of a segment list (counted by path).
-fn gather(mem: &dyn GuestMem, segs: &[Segment], mut offset: u64, len: usize) -> Option<Vec<u8>> {
+/// Reads `len` payload bytes at `offset` of a segment list.
+fn gather(mem: &dyn GuestMem, segs: &[Segment], offset: u64, len: usize) -> Option<Vec<u8>> {
     let mut out = vec![0u8; len];
-    let mut done = 0usize;
-    for s in segs {
-        if done == len {
-            break;
-        }
-        if offset >= s.len {
-            offset -= s.len;
-            continue;
-        }
-        let n = ((s.len - offset) as usize).min(len - done);
-        mem.read(s.addr + offset, &mut out[done..done + n]).ok()?;
-        mem.count_payload(s.addr + offset, n as u64);
-        done += n;
-        offset = 0;
-    }
-    (done == len).then_some(out)
+    copy::read_at(mem, segs, offset, &mut out).ok()?;
+    Some(out)
 }
 
 /// Packet `i` of in-flight WQE `w` for destination QP `dest` (a READ: one request for what
@@ -286,25 +272,8 @@ fn request_packet(mem: &dyn GuestMem, dest: u32, mtu: u32, w: &InFlight, i: u32)
 }
 
 /// Writes `data` at `offset` of a segment list.
-fn scatter(mem: &dyn GuestMem, segs: &[Segment], mut offset: u64, data: &[u8]) -> bool {
-    let mut done = 0usize;
-    for s in segs {
-        if done == data.len() {
-            break;
-        }
-        if offset >= s.len {
-            offset -= s.len;
-            continue;
-        }
-        let n = ((s.len - offset) as usize).min(data.len() - done);
-        if mem.write(s.addr + offset, &data[done..done + n]).is_err() {
-            return false;
-        }
-        mem.count_payload(s.addr + offset, n as u64);
-        done += n;
-        offset = 0;
-    }
-    done == data.len()
+fn scatter(mem: &dyn GuestMem, segs: &[Segment], offset: u64, data: &[u8]) -> bool {
+    copy::write_at(mem, segs, offset, data).is_ok()
 }
 
 fn nak_for(status: u8) -> u8 {
