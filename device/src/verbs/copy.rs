@@ -76,36 +76,42 @@ impl<'a> Cursor<'a> {
 /// Copies `len` bytes from `src` into `dst` (which must hold at least `len` bytes):
 /// memory to memory piece by piece, inline data written directly.
 pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64) -> Result<(), DmaError> {
-    if let Source::Segments(segs) = src {
-        let (mut s, mut d) = (Cursor::new(segs), Cursor::new(dst));
-        let (mut pending_s, mut pending_d) = (None, None);
-        let mut done = 0u64;
-        while done < len {
-            let (sa, sn) = match pending_s.take() {
-                Some(p) => p,
-                None => s.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
-            };
-            let (da, dn) = match pending_d.take() {
-                Some(p) => p,
-                None => d.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
-            };
-            let n = sn.min(dn);
-            mem.copy(sa, da, n as usize)?;
-            mem.count_payload(sa, n);
-            mem.count_payload(da, n);
-            if sn > n {
-                pending_s = Some((sa + n, sn - n));
-            }
-            if dn > n {
-                pending_d = Some((da + n, dn - n));
-            }
-            done += n;
+    match src {
+        Source::Segments(segs) => copy_segments(mem, segs, dst, len),
+        Source::Inline(data) => {
+            let data = data.get(..len as usize).ok_or(DmaError::Unmapped { addr: 0, len: len as usize })?;
+            write_at(mem, dst, 0, data)
         }
-        return Ok(());
     }
-    let Source::Inline(data) = src else { unreachable!("memory sources returned above") };
-    let data = data.get(..len as usize).ok_or(DmaError::Unmapped { addr: 0, len: len as usize })?;
-    write_at(mem, dst, 0, data)
+}
+
+/// Memory to memory: one copy per piece where both lists' current pieces overlap.
+fn copy_segments(mem: &dyn GuestMem, src: &[Segment], dst: &[Segment], len: u64) -> Result<(), DmaError> {
+    let (mut s, mut d) = (Cursor::new(src), Cursor::new(dst));
+    let (mut pending_s, mut pending_d) = (None, None);
+    let mut done = 0u64;
+    while done < len {
+        let (sa, sn) = match pending_s.take() {
+            Some(p) => p,
+            None => s.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
+        };
+        let (da, dn) = match pending_d.take() {
+            Some(p) => p,
+            None => d.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
+        };
+        let n = sn.min(dn);
+        mem.copy(sa, da, n as usize)?;
+        mem.count_payload(sa, n);
+        mem.count_payload(da, n);
+        if sn > n {
+            pending_s = Some((sa + n, sn - n));
+        }
+        if dn > n {
+            pending_d = Some((da + n, dn - n));
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 /// Walks `len` bytes of `segs` from `offset` on, piece by piece: `access(addr, range)`
