@@ -7,7 +7,7 @@ use super::abi::*;
 use super::copy::{copy, GuestMem, Source};
 use super::engine::{send_cqe_opcode, Engine};
 use super::mr::{KeyError, Segment};
-use super::qp::{QpState, RnrWait};
+use super::qp::{QpState, Ring, RnrWait};
 use super::stats::Counter;
 use crate::dma::DmaError;
 use std::time::{Duration, Instant};
@@ -52,7 +52,29 @@ pub(super) struct Recv {
     pub(super) capacity: u64,
 }
 
-pub(super) fn parse(buf: &[u8], stride: usize, send: bool) -> Result<Wqe, ()> {
+/// Why a ring slot gave no WQE.
+pub(super) enum SlotError {
+    /// The slot is not mapped guest memory.
+    Dma,
+    /// The WQE is malformed; its header as read (for the error completion).
+    Malformed(WqeHeader),
+}
+
+/// Reads and checks WQE slot `idx` of `ring` (a send queue when `send`).
+pub(super) fn read_wqe(mem: &dyn GuestMem, ring: &Ring, idx: u16, send: bool) -> Result<Wqe, SlotError> {
+    let stride = ring.stride() as usize;
+    let mut buf = [0u8; 256];
+    let slot = buf.get_mut(..stride).ok_or(SlotError::Dma)?;
+    let addr = ring.slot_addr(idx).ok_or(SlotError::Dma)?;
+    mem.read(addr, slot).map_err(|_| SlotError::Dma)?;
+    parse(slot, stride, send).map_err(|()| {
+        let mut hdr = WqeHeader::default();
+        hdr.as_mut_slice().copy_from_slice(&slot[..HDR]);
+        SlotError::Malformed(hdr)
+    })
+}
+
+fn parse(buf: &[u8], stride: usize, send: bool) -> Result<Wqe, ()> {
     let mut hdr = WqeHeader::default();
     hdr.as_mut_slice().copy_from_slice(buf.get(..HDR).ok_or(())?);
     let room = stride - HDR;
@@ -124,26 +146,22 @@ impl Engine {
 
     fn execute_head(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
         let qp = &self.qps[qpn as usize];
-        let stride = qp.sq.stride() as usize;
-        let mut buf = [0u8; 256];
-        let read = qp.sq.slot_addr(qp.sq.ci).map(|a| mem.read(a, &mut buf[..stride]));
-        if !matches!(read, Some(Ok(()))) {
-            self.shared.stats.inc(Counter::DmaErrors);
-            log::warn!("{}: QP {qpn} send queue at {:#x} is not mapped guest memory", self.name, qp.sq.addr);
-            self.finish_send(mem, qpn, &WqeHeader::default(), Err(fail(WC_FATAL_ERR, QP_ERR_DMA)));
-            return true;
-        }
-        self.shared.stats.inc(Counter::SendWqes);
-        let wqe = match parse(&buf[..stride], stride, true) {
+        let wqe = match read_wqe(mem, &qp.sq, qp.sq.ci, true) {
             Ok(w) => w,
-            Err(()) => {
-                let mut hdr = WqeHeader::default();
-                hdr.as_mut_slice().copy_from_slice(&buf[..HDR]);
+            Err(SlotError::Dma) => {
+                self.shared.stats.inc(Counter::DmaErrors);
+                log::warn!("{}: QP {qpn} send queue at {:#x} is not mapped guest memory", self.name, qp.sq.addr);
+                self.finish_send(mem, qpn, &WqeHeader::default(), Err(fail(WC_FATAL_ERR, QP_ERR_DMA)));
+                return true;
+            }
+            Err(SlotError::Malformed(hdr)) => {
+                self.shared.stats.inc(Counter::SendWqes);
                 log::warn!("{}: QP {qpn} malformed WQE {hdr:?}", self.name);
                 self.finish_send(mem, qpn, &hdr, Err(fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE)));
                 return true;
             }
         };
+        self.shared.stats.inc(Counter::SendWqes);
         match self.execute(mem, qpn, &wqe) {
             Outcome::Done { byte_len } => self.finish_send(mem, qpn, &wqe.hdr, Ok(byte_len)),
             Outcome::Failed(f) => self.finish_send(mem, qpn, &wqe.hdr, Err(f)),
@@ -243,16 +261,12 @@ impl Engine {
         if rqp.rq.is_empty() {
             return Ok(None);
         }
-        let stride = rqp.rq.stride() as usize;
         let pd = rqp.pd;
-        let mut buf = [0u8; 256];
         let remote_op = |status, reason| Failure { status: WC_REM_OP_ERR, reason: QP_ERR_REMOTE_INVALID, responder: Some((status, reason)) };
-        match rqp.rq.slot_addr(rqp.rq.ci).map(|a| mem.read(a, &mut buf[..stride])) {
-            Some(Ok(())) => {}
-            _ => return Err(remote_op(WC_FATAL_ERR, QP_ERR_DMA)),
-        }
-        let Ok(wqe) = parse(&buf[..stride], stride, false) else {
-            return Err(remote_op(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE));
+        let wqe = match read_wqe(mem, &rqp.rq, rqp.rq.ci, false) {
+            Ok(w) => w,
+            Err(SlotError::Dma) => return Err(remote_op(WC_FATAL_ERR, QP_ERR_DMA)),
+            Err(SlotError::Malformed(_)) => return Err(remote_op(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE)),
         };
         match self.local_segments(&wqe.sges, pd, ACCESS_LOCAL_WRITE) {
             Ok((segs, capacity)) => Ok(Some(Recv { wr_id: wqe.hdr.wr_id, segs, capacity })),

@@ -20,7 +20,7 @@
 use super::abi::*;
 use super::copy::{self, GuestMem};
 use super::engine::Engine;
-use super::exec::{fail, parse, Failure, Wqe};
+use super::exec::{fail, read_wqe, Failure, SlotError, Wqe};
 use super::mr::Segment;
 use super::qp::QpState;
 use super::stats::Counter;
@@ -399,34 +399,32 @@ impl Engine {
         if r.inflight.iter().filter(|w| w.is_read()).count() >= MAX_READS {
             return false;
         }
-        let stride = qp.sq.stride() as usize;
-        let mut buf = [0u8; 256];
-        let read = qp.sq.slot_addr(r.started).map(|a| mem.read(a, &mut buf[..stride]));
-        let parsed = match read {
-            Some(Ok(())) => parse(&buf[..stride], stride, true).map_err(|_| fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE)),
-            _ => Err(fail(WC_FATAL_ERR, QP_ERR_DMA)),
-        };
+        let parsed = read_wqe(mem, &qp.sq, r.started, true);
         let (pd, mtu, idle) = (qp.pd, r.mtu, r.inflight.is_empty());
-        let wqe: Result<(Wqe, Vec<Segment>, u64), Failure> = parsed.and_then(|w| {
-            let access = if w.hdr.opcode == WQE_OP_RDMA_READ { ACCESS_LOCAL_WRITE } else { 0 };
-            if w.hdr.flags & WQE_FLAG_INLINE != 0 {
+        // A failure carries the header the error completion reports.
+        let wqe: Result<(Wqe, Vec<Segment>, u64), (Failure, WqeHeader)> = match parsed {
+            Ok(w) if w.hdr.flags & WQE_FLAG_INLINE != 0 => {
                 let n = w.inline.len() as u64;
                 Ok((w, Vec::new(), n))
-            } else {
-                let (segs, len) = self.local_segments(&w.sges, pd, access)?;
-                Ok((w, segs, len))
             }
-        });
+            Ok(w) => {
+                let access = if w.hdr.opcode == WQE_OP_RDMA_READ { ACCESS_LOCAL_WRITE } else { 0 };
+                match self.local_segments(&w.sges, pd, access) {
+                    Ok((segs, len)) => Ok((w, segs, len)),
+                    Err(f) => Err((f, w.hdr)),
+                }
+            }
+            Err(SlotError::Dma) => Err((fail(WC_FATAL_ERR, QP_ERR_DMA), WqeHeader::default())),
+            Err(SlotError::Malformed(h)) => Err((fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE), h)),
+        };
         let (w, local, len) = match wqe {
             Ok(v) => v,
-            Err(f) => {
+            Err((f, hdr)) => {
                 // Errors complete in order: wait until everything before it is done.
                 if !idle {
                     return false;
                 }
                 self.shared.stats.inc(Counter::SendWqes);
-                let mut hdr = WqeHeader::default();
-                vm_memory::ByteValued::as_mut_slice(&mut hdr).copy_from_slice(&buf[..32]);
                 if let Some(r) = self.remote(qpn) {
                     r.started = r.started.wrapping_add(1);
                 }
