@@ -3,7 +3,8 @@
 //! a remote access error across the wire, reliability under injected loss, duplication
 //! and reordering (every byte intact, retransmissions counted), and a dead link (100%
 //! drop: every outstanding WR completes exactly once, with a retry-exceeded or flush
-//! status). Each test writes its own topology with its own loopback addresses.
+//! status); malformed send and receive WQEs on connected QPs. Each test writes its own
+//! topology with its own loopback addresses.
 
 mod common;
 use common::*;
@@ -261,4 +262,29 @@ fn receiver_not_ready_across_the_wire() {
     p.h[1].post(1, false, &[recv]).unwrap();
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     assert_eq!(p.h[1].wait(1, Duration::from_secs(10)).unwrap().wr_id, 50);
+}
+
+#[test]
+fn malformed_wqes_on_connected_qps() {
+    // Requester side: a send WQE with an unknown opcode completes in error with its own
+    // wr_id, and the WR behind it is flushed.
+    let (mut p, _dir) = pair(8, "", 7);
+    let bad = WqeHeader { opcode: 0x7f, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 11, ..Default::default() };
+    p.h[0].post(1, true, &[(bad, vec![Sge { addr: VA + p.buf[0], length: 64, lkey: p.key[0] }])]).unwrap();
+    write(&mut p, 0, 0, 64, 12, true);
+    let c = p.h[0].wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!((c.wr_id, c.status, c.syndrome), (11, WC_LOC_QP_OP_ERR, u32::from(QP_ERR_BAD_WQE)));
+    let f = p.h[0].wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!((f.wr_id, f.status), (12, WC_WR_FLUSH_ERR));
+    assert_eq!(stats(&p, 0)["pkts_sent"], 0, "nothing went on the wire");
+    // Responder side: a malformed RECV (a SEND opcode on the receive queue) turns the
+    // incoming SEND into a remote operation error at the requester.
+    let (mut p, _dir) = pair(9, "", 7);
+    let recv = WqeHeader { opcode: WQE_OP_SEND, num_sge: 1, wr_id: 21, ..Default::default() };
+    p.h[1].post(1, false, &[(recv, vec![Sge { addr: VA + p.buf[1], length: 4096, lkey: p.key[1] }])]).unwrap();
+    let send = WqeHeader { opcode: WQE_OP_SEND, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 22, ..Default::default() };
+    p.h[0].post(1, true, &[(send, vec![Sge { addr: VA + p.buf[0], length: 100, lkey: p.key[0] }])]).unwrap();
+    let c = p.h[0].wait(1, Duration::from_secs(10)).unwrap();
+    assert_eq!((c.wr_id, c.status), (22, WC_REM_OP_ERR), "{}", stats(&p, 1));
+    assert!(stats(&p, 1)["naks_sent"].as_u64().unwrap() >= 1);
 }
