@@ -126,11 +126,13 @@ build_driver() {
     fi
     [ "$(id -u)" -eq 0 ] || die "building the guest driver needs root (chroot into the toolchain root)"
     log "guest driver: building against $KVER"
-    src="$ROOT/build/rnic-emu"
+    # A directory of this build's own inside the shared root: two checkouts may build at once.
+    src="$ROOT/build/rnic-emu.$$"
     rm -rf "$src"; mkdir -p "$src"
     cp -a "$repo/guest-driver/." "$src/"
-    if ! in_root make -C /build/rnic-emu KDIR="/lib/modules/$KVER/build" >"$out/driver-build.log" 2>&1; then
+    if ! in_root make -C "/build/rnic-emu.$$" KDIR="/lib/modules/$KVER/build" >"$out/driver-build.log" 2>&1; then
         tail -n 40 "$out/driver-build.log" >&2
+        rm -rf "$src"
         die "guest driver build failed (full log: $out/driver-build.log)"
     fi
     rm -rf "$DRIVER_OUT.tmp"; mkdir -p "$DRIVER_OUT.tmp/tools"

@@ -22,6 +22,7 @@ pub mod kv;
 pub mod msix;
 pub mod pci;
 pub mod qemu;
+pub mod ratelimit;
 pub mod regfile;
 pub mod regs;
 pub mod rnic;
