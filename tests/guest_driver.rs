@@ -22,21 +22,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `rnic-driver-check` output: scenario name -> its "key: value" lines.
-fn scenarios(out: &str) -> HashMap<String, HashMap<String, String>> {
-    let mut all: HashMap<String, HashMap<String, String>> = HashMap::new();
-    let mut cur = None;
-    for line in out.lines() {
-        if let Some(name) = line.strip_prefix("scenario: ") {
-            cur = Some(name.trim().to_string());
-            all.entry(name.trim().to_string()).or_default();
-        } else if let (Some(c), Some((k, v))) = (&cur, line.split_once(": ")) {
-            all.get_mut(c).unwrap().insert(k.trim().to_string(), v.trim().to_string());
-        }
-    }
-    all
-}
-
+/// Asserts `key: value` lines of one scenario of [`scenarios`] output.
 fn expect(sc: &HashMap<String, HashMap<String, String>>, scenario: &str, pairs: &[(&str, &str)]) {
     let m = sc.get(scenario).unwrap_or_else(|| panic!("scenario {scenario} did not run"));
     for (k, v) in pairs {
@@ -92,7 +78,7 @@ fn removal_revocation_bounds_teardown() {
     // revoked: its QPs in ERROR, its rkey refused by the device, MR_SYNC ENODEV), and the
     // rescanned GPU takes a verified WRITE peer-to-peer.
     expect(&sc, "gpu-revoke", &[
-        ("gpu_mr_path", "p2p-switch"),
+        ("before_path", "p2p-switch"),
         ("before_status", "SUCCESS"),
         ("before_data_ok", "1"),
         ("gpu_remove", "done"),

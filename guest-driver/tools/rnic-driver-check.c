@@ -112,23 +112,13 @@ static const char *try_ioctl(int fd, unsigned long req, void *arg)
 	return rs_errno_name(ioctl(fd, req, arg) ? errno : 0);
 }
 
-/* /sys/bus/pci/devices/<bdf> of /dev/rnic_emuN: its BDF into bdf[32]. */
+/* The PCI address of /dev/rnic_emuN into bdf. */
 static int rnic_bdf(char *bdf, size_t len)
 {
-	char link[256], target[256];
-	const char *base;
-	ssize_t n;
+	char link[256];
 
 	rv_dev_sysfs(dev_path, link, sizeof(link));
-	n = readlink(link, target, sizeof(target) - 1);
-	if (n < 0) {
-		fprintf(stderr, "error: readlink %s: %s\n", link, strerror(errno));
-		return -1;
-	}
-	target[n] = 0;
-	base = strrchr(target, '/');
-	snprintf(bdf, len, "%.31s", base ? base + 1 : target);
-	return 0;
+	return rs_link_bdf(link, bdf, len);
 }
 
 /* Unbinds (or binds) the PCI function bdf from driver drv; prints key_ms or key: blocked. */
@@ -342,6 +332,24 @@ static int sc_remove_blocked(void)
 
 /* ------------------------------------------------------------------ gpu-revoke */
 
+/*
+ * A pair whose destination is 64 KiB of GPU 0 memory, and a verified 4 KiB WRITE into it,
+ * reported as <what>_path, <what>_status, <what>_data_ok. The mapping in *g.
+ */
+static int gpu_pair_write(struct rv_gpu *gpu, struct pair *p, uint8_t **g, const char *what)
+{
+	if (rv_gpu_open(0, gpu))
+		return -1;
+	*g = rv_gpu_alloc(gpu, 65536);
+	if (!*g || pair_setup(p, *g, 65536))
+		return -1;
+	printf("%s_path: %s\n", what, rv_mr_path_name(p->dst_mr.path));
+	printf("%s_status: %s\n", what,
+	       rv_wc_status_name(write_once(p, p->qp_a, 4096, p->dst_mr.rkey)));
+	printf("%s_data_ok: %d\n", what, rv_pattern_check(*g, 4096, 11) == 4096);
+	return 0;
+}
+
 static int sc_gpu_revoke(void)
 {
 	char path[160], stats[160];
@@ -353,14 +361,8 @@ static int sc_gpu_revoke(void)
 	uint8_t *g;
 	long ms;
 
-	if (rv_gpu_open(0, &gpu))
+	if (gpu_pair_write(&gpu, &p, &g, "before"))
 		return -1;
-	g = rv_gpu_alloc(&gpu, 65536);
-	if (!g || pair_setup(&p, g, 65536))
-		return -1;
-	printf("gpu_mr_path: %s\n", rv_mr_path_name(p.dst_mr.path));
-	printf("before_status: %s\n", rv_wc_status_name(write_once(&p, p.qp_a, 4096, p.dst_mr.rkey)));
-	printf("before_data_ok: %d\n", rv_pattern_check(g, 4096, 11) == 4096);
 	munmap(g, 65536);	/* removal zaps the mapping: no access to it afterwards */
 	close(gpu.fd);
 
@@ -403,14 +405,8 @@ static int sc_gpu_revoke(void)
 		return -1;
 	}
 	printf("gpu_back: 1\n");
-	if (rv_gpu_open(0, &gpu))
+	if (gpu_pair_write(&gpu, &p, &g, "after_rescan"))
 		return -1;
-	g = rv_gpu_alloc(&gpu, 65536);
-	if (!g || pair_setup(&p, g, 65536))
-		return -1;
-	printf("after_rescan_path: %s\n", rv_mr_path_name(p.dst_mr.path));
-	printf("after_rescan_status: %s\n", rv_wc_status_name(write_once(&p, p.qp_a, 4096, p.dst_mr.rkey)));
-	printf("after_rescan_data_ok: %d\n", rv_pattern_check(g, 4096, 11) == 4096);
 	close(p.fd);
 	munmap(g, 65536);
 	close(gpu.fd);

@@ -505,28 +505,20 @@ static void worker(uint64_t seed, unsigned int threads)
 	_exit(0);
 }
 
-/* BDF of /dev/rnic_emuN or of the first GPU, into bdf[32]; 0 or -1. */
+/* PCI address of /dev/rnic_emuN or of the first GPU, into bdf[32]; 0 or -1. */
 static int find_bdf(bool gpu, char *bdf)
 {
 	struct rv_gpu g;
-	char link[256], target[256];
-	ssize_t n;
-	const char *base;
+	char link[256];
 
-	if (gpu) {
-		if (rv_gpu_open(0, &g))
-			return -1;
-		close(g.fd);
-		snprintf(bdf, 32, "%s", g.pci);
-		return 0;
+	if (!gpu) {
+		rv_dev_sysfs(rnic_dev, link, sizeof(link));
+		return rs_link_bdf(link, bdf, 32);
 	}
-	rv_dev_sysfs(rnic_dev, link, sizeof(link));
-	n = readlink(link, target, sizeof(target) - 1);
-	if (n < 0)
+	if (rv_gpu_open(0, &g))
 		return -1;
-	target[n] = 0;
-	base = strrchr(target, '/');
-	snprintf(bdf, 32, "%.31s", base ? base + 1 : target);
+	close(g.fd);
+	snprintf(bdf, 32, "%s", g.pci);
 	return 0;
 }
 

@@ -59,6 +59,23 @@ static inline const char *rs_errno_name(int e)
 	}
 }
 
+/* The PCI address (last component of the symlink target) of a sysfs device link. */
+static inline int rs_link_bdf(const char *link, char *bdf, size_t len)
+{
+	char target[256];
+	const char *base;
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+
+	if (n < 0) {
+		fprintf(stderr, "error: readlink %s: %s\n", link, strerror(errno));
+		return -1;
+	}
+	target[n] = 0;
+	base = strrchr(target, '/');
+	snprintf(bdf, len, "%.31s", base ? base + 1 : target);
+	return 0;
+}
+
 /* Writes value to a sysfs file; 0 or errno. */
 static inline int rs_write_file(const char *path, const char *value)
 {
