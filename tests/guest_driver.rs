@@ -6,8 +6,8 @@
 //!   user memory that never arrives (userfaultfd); the GPU is removed from the PCI bus while
 //!   an MR over its memory exists (the MR is revoked, its QPs go to ERROR) and comes back
 //!   on rescan; every QP is destroyed at the device whatever state the driver believed; the
-//!   RNIC unbinds while WRITEs stream. Each ends with a verified transfer and a clean
-//!   kernel log.
+//!   RNIC unbinds while WRITEs stream; an MR over a read-only file mapping cannot be written
+//!   through. Each ends with a verified transfer and a clean kernel log.
 //! - `ioctl_stress` (one boot): `rnic-ioctl-stress` for RNIC_STRESS_SECONDS (default 120)
 //!   with seed RNIC_STRESS_SEED (default 1), GPU remove/rescan and RNIC unbind/bind cycles.
 //! - `surprise_removal` (its own server and QEMU): the node server is killed by pid while
@@ -32,7 +32,7 @@ fn expect(sc: &HashMap<String, HashMap<String, String>>, scenario: &str, pairs: 
 
 #[test]
 fn removal_revocation_bounds_teardown() {
-    let script = "for s in ring-bounds remove-blocked gpu-revoke teardown; do rnic-driver-check $s || echo check_failed: $s; done
+    let script = "for s in ring-bounds remove-blocked gpu-revoke teardown read-only-mr; do rnic-driver-check $s || echo check_failed: $s; done
          rnic-perf write -s 1M -n 4 --src host --dst gpu --verify --json || echo check_failed: perf
          rnic-driver-check kmsg";
     let run = run_guest(&topology("single-switch"), &[], script);
@@ -105,6 +105,20 @@ fn removal_revocation_bounds_teardown() {
         ("rebind", "done"),
         ("rebound_status", "SUCCESS"),
         ("rebound_data_ok", "1"),
+    ]);
+
+    // Finding 4: an MR over a read-only file mapping registers only without write access;
+    // READ from it works; a WRITE into it and MR_SYNC FROM_BOUNCE are refused; the file
+    // keeps its bytes.
+    expect(&sc, "read-only-mr", &[
+        ("rw_reg_on_ro_mapping", "EFAULT"),
+        ("ro_reg", "OK"),
+        ("read_from_ro_status", "SUCCESS"),
+        ("read_data_ok", "1"),
+        ("sync_to_bounce_ro", "OK"),
+        ("sync_from_bounce_ro", "EPERM"),
+        ("write_into_ro_status", "REM_ACCESS_ERR"),
+        ("file_untouched", "1"),
     ]);
 
     // After all of that, GPUDirect still works and the kernel reported no bug.

@@ -15,6 +15,9 @@
  *                   GPU removed from the PCI bus, then rescanned and used again
  *   teardown        a QP in each state destroyed (one DESTROY_QP each at the device); the
  *                   RNIC unbound while WRITEs stream, then bound again
+ *   read-only-mr    an MR over a read-only file mapping: registered without write access,
+ *                   refused with it; READ from it works, a WRITE into it and MR_SYNC
+ *                   FROM_BOUNCE are refused, the file stays as it was
  *   hold            a connected QP pair posting WRITEs until the device stops answering
  *                   (prints "ready: 1" first); reports the errors each call then returns
  *   kmsg            every kernel log line since boot that reports a kernel bug (WARN,
@@ -511,6 +514,69 @@ static int sc_teardown(void)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ read-only-mr */
+
+static int sc_read_only_mr(void)
+{
+	const char *path = "/tmp/rnic-driver-check.ro";
+	struct rnic_send_wr wr;
+	struct rnic_wc wc;
+	struct rv_mr ro;
+	struct pair p;
+	uint8_t *m;
+	int fd;
+
+	if (pair_setup(&p, NULL, 0))
+		return -1;
+	/* A file the caller maps read-only (as a user who may only read it would). */
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, p.src, 65536) != 65536)
+		return -1;
+	close(fd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	m = fd < 0 ? MAP_FAILED : mmap(NULL, 65536, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return -1;
+	printf("rw_reg_on_ro_mapping: %s\n", try_ioctl(p.fd, RNIC_IOCTL_REG_MR,
+		&(struct rnic_reg_mr){ .addr = (uintptr_t)m, .length = 65536, .pd = p.pd,
+				       .access = RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_READ }));
+	if (rv_reg_mr(p.fd, p.pd, m, 65536, RNIC_ACCESS_REMOTE_READ, &ro))
+		return -1;
+	printf("ro_reg: OK\n");
+	/* READ from it into dst: allowed. */
+	memset(p.dst, 0, 65536);
+	write_wr(&p, &wr, 2, 0, 0);
+	wr.opcode = RNIC_WQE_OP_RDMA_READ;
+	wr.remote_addr = (uintptr_t)m;
+	wr.rkey = ro.rkey;
+	wr.sge[0].addr = (uintptr_t)p.dst;
+	wr.sge[0].length = 65536;
+	wr.sge[0].lkey = p.dst_mr.lkey;
+	if (rv_post_send(p.fd, p.qp_a, &wr, 1) || rv_poll_cq(p.fd, p.cq, &wc, 1, 5000) != 1)
+		return -1;
+	printf("read_from_ro_status: %s\n", rv_wc_status_name(wc.status));
+	printf("read_data_ok: %d\n", !memcmp(p.dst, m, 65536));
+	printf("sync_to_bounce_ro: %s\n", try_ioctl(p.fd, RNIC_IOCTL_MR_SYNC,
+		&(struct rnic_mr_sync){ .index = ro.index, .direction = RNIC_MR_SYNC_TO_BOUNCE,
+					.length = 4096 }));
+	printf("sync_from_bounce_ro: %s\n", try_ioctl(p.fd, RNIC_IOCTL_MR_SYNC,
+		&(struct rnic_mr_sync){ .index = ro.index, .direction = RNIC_MR_SYNC_FROM_BOUNCE,
+					.length = 4096 }));
+	/* A WRITE into it (from a fresh pair: the READ QP stays usable): refused. */
+	memset(p.src, 0x5a, 4096);
+	write_wr(&p, &wr, 3, 4096, ro.rkey);
+	wr.remote_addr = (uintptr_t)m;
+	if (rv_post_send(p.fd, p.qp_a, &wr, 1) || rv_poll_cq(p.fd, p.cq, &wc, 1, 5000) != 1)
+		return -1;
+	printf("write_into_ro_status: %s\n", rv_wc_status_name(wc.status));
+	printf("file_untouched: %d\n", rv_pattern_check(m, 65536, 11) == 65536);
+	munmap(m, 65536);
+	close(fd);
+	close(p.fd);
+	unlink(path);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ hold */
 
 static int sc_hold(void)
@@ -568,6 +634,7 @@ int main(int argc, char **argv)
 		{ "remove-blocked", sc_remove_blocked },
 		{ "gpu-revoke", sc_gpu_revoke },
 		{ "teardown", sc_teardown },
+		{ "read-only-mr", sc_read_only_mr },
 		{ "hold", sc_hold },
 		{ "kmsg", sc_kmsg },
 	};
@@ -594,6 +661,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 usage:
-	fprintf(stderr, "usage: rnic-driver-check [-d DEV] ring-bounds|remove-blocked|gpu-revoke|teardown|hold|kmsg\n");
+	fprintf(stderr, "usage: rnic-driver-check [-d DEV] ring-bounds|remove-blocked|gpu-revoke|teardown|read-only-mr|hold|kmsg\n");
 	return 2;
 }
