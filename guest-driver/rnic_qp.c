@@ -402,7 +402,7 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 		return -EINVAL;
 	}
 
-	/* Validate everything, then commit (STYLE.md item 10). */
+	/* Validate everything, then commit: nothing changes unless the device accepts. */
 	rnic_qp_get_attrs(qp, &a);
 	if (req->attr_mask & RNIC_QP_ATTR_ACCESS) {
 		if (req->access & ~(RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ)) {
