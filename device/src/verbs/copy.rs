@@ -45,7 +45,9 @@ pub enum Source<'a> {
     Segments(&'a [Segment]),
 }
 
-/// Walks a segment list piece by piece.
+/// Walks a segment list piece by piece. Addresses come from MR page lists and the wire:
+/// every sum is checked, and a piece whose end is not addressable ends the walk with an
+/// error instead of wrapping.
 struct Cursor<'a> {
     segs: &'a [Segment],
     idx: usize,
@@ -57,57 +59,86 @@ impl<'a> Cursor<'a> {
         Cursor { segs, idx: 0, off: 0 }
     }
 
-    /// The next piece of at most `max` bytes: (bus address, length).
-    fn take(&mut self, max: u64) -> Option<(u64, u64)> {
+    /// The next piece of at most `max` bytes: (bus address, length); None at the end of
+    /// the list, Err when the piece's address would wrap.
+    fn take(&mut self, max: u64) -> Result<Option<(u64, u64)>, DmaError> {
         while let Some(s) = self.segs.get(self.idx) {
             if self.off < s.len {
                 let n = (s.len - self.off).min(max);
-                let piece = (s.addr + self.off, n);
+                let addr = s.addr.checked_add(self.off).filter(|a| a.checked_add(n).is_some());
+                let addr = addr.ok_or(DmaError::Unmapped { addr: s.addr, len: s.len as usize })?;
                 self.off += n;
-                return Some(piece);
+                return Ok(Some((addr, n)));
             }
             self.idx += 1;
             self.off = 0;
         }
-        None
+        Ok(None)
+    }
+
+    /// The next piece, which must exist.
+    fn need(&mut self, max: u64) -> Result<(u64, u64), DmaError> {
+        self.take(max)?.ok_or(DmaError::Unmapped { addr: 0, len: max as usize })
+    }
+
+    /// Skips `n` bytes (fails when the list is shorter).
+    fn skip(&mut self, mut n: u64) -> Result<(), DmaError> {
+        while n > 0 {
+            let (_, k) = self.need(n)?;
+            n -= k;
+        }
+        Ok(())
     }
 }
 
 /// Copies `len` bytes from `src` into `dst` (which must hold at least `len` bytes):
 /// memory to memory piece by piece, inline data written directly.
 pub fn copy(mem: &dyn GuestMem, src: &Source, dst: &[Segment], len: u64) -> Result<(), DmaError> {
+    copy_at(mem, src, 0, dst, 0, len)
+}
+
+/// Copies `len` bytes from `src_off` bytes into `src` to `dst_off` bytes into `dst`.
+pub fn copy_at(mem: &dyn GuestMem, src: &Source, src_off: u64, dst: &[Segment], dst_off: u64, len: u64) -> Result<(), DmaError> {
     match src {
-        Source::Segments(segs) => copy_segments(mem, segs, dst, len),
+        Source::Segments(segs) => copy_segments(mem, segs, src_off, dst, dst_off, len),
         Source::Inline(data) => {
-            let data = data.get(..len as usize).ok_or(DmaError::Unmapped { addr: 0, len: len as usize })?;
-            write_at(mem, dst, 0, data)
+            let unmapped = DmaError::Unmapped { addr: 0, len: len as usize };
+            let start = usize::try_from(src_off).map_err(|_| unmapped.clone())?;
+            let end = start.checked_add(usize::try_from(len).map_err(|_| unmapped.clone())?).ok_or(unmapped.clone())?;
+            let data = data.get(start..end).ok_or(unmapped)?;
+            write_at(mem, dst, dst_off, data)
         }
     }
 }
 
 /// Memory to memory: one copy per piece where both lists' current pieces overlap.
-fn copy_segments(mem: &dyn GuestMem, src: &[Segment], dst: &[Segment], len: u64) -> Result<(), DmaError> {
+fn copy_segments(mem: &dyn GuestMem, src: &[Segment], src_off: u64, dst: &[Segment], dst_off: u64, len: u64) -> Result<(), DmaError> {
     let (mut s, mut d) = (Cursor::new(src), Cursor::new(dst));
+    s.skip(src_off)?;
+    d.skip(dst_off)?;
     let (mut pending_s, mut pending_d) = (None, None);
     let mut done = 0u64;
     while done < len {
         let (sa, sn) = match pending_s.take() {
             Some(p) => p,
-            None => s.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
+            None => s.need(len - done)?,
         };
         let (da, dn) = match pending_d.take() {
             Some(p) => p,
-            None => d.take(len - done).ok_or(DmaError::Unmapped { addr: 0, len: 0 })?,
+            None => d.need(len - done)?,
         };
         let n = sn.min(dn);
         mem.copy(sa, da, n as usize)?;
         mem.count_payload(sa, n);
         mem.count_payload(da, n);
+        // The cursor checked that each piece's end is addressable, so these cannot wrap;
+        // checked all the same.
+        let wrap = || DmaError::Unmapped { addr: sa, len: n as usize };
         if sn > n {
-            pending_s = Some((sa + n, sn - n));
+            pending_s = Some((sa.checked_add(n).ok_or_else(wrap)?, sn - n));
         }
         if dn > n {
-            pending_d = Some((da + n, dn - n));
+            pending_d = Some((da.checked_add(n).ok_or_else(wrap)?, dn - n));
         }
         done += n;
     }
@@ -129,19 +160,34 @@ fn for_each_piece(
         return Ok(());
     }
     let mut c = Cursor::new(segs);
-    let mut skip = offset;
-    while skip > 0 {
-        let (_, n) = c.take(skip).ok_or(DmaError::Unmapped { addr: 0, len })?;
-        skip -= n;
-    }
+    c.skip(offset)?;
     let mut done = 0usize;
     while done < len {
-        let (addr, n) = c.take((len - done) as u64).ok_or(DmaError::Unmapped { addr: 0, len })?;
+        let (addr, n) = c.need((len - done) as u64)?;
         access(addr, done..done + n as usize)?;
         mem.count_payload(addr, n);
         done += n as usize;
     }
     Ok(())
+}
+
+/// Total bytes of a segment list (saturating: lists come from checked MR translations).
+pub fn total_len(segs: &[Segment]) -> u64 {
+    segs.iter().fold(0u64, |t, s| t.saturating_add(s.len))
+}
+
+/// The sub-list of `segs` covering `len` bytes from `offset` on (loopback payload
+/// descriptors); None when the list is shorter.
+pub fn sub_segments(segs: &[Segment], offset: u64, len: u64, out: &mut Vec<Segment>) -> Option<()> {
+    let mut c = Cursor::new(segs);
+    c.skip(offset).ok()?;
+    let mut done = 0;
+    while done < len {
+        let (addr, n) = c.need(len - done).ok()?;
+        out.push(Segment { addr, len: n });
+        done += n;
+    }
+    Some(())
 }
 
 /// Reads `buf.len()` bytes starting `offset` bytes into `segs`.
@@ -201,5 +247,24 @@ mod tests {
         assert!(read_at(&mem, &segs, 300, &mut back).is_err(), "runs past the end of the list");
         assert!(write_at(&mem, &segs, 401, &[1]).is_err(), "starts past the end of the list");
         assert!(write_at(&mem, &segs, 401, &[]).is_ok(), "moving nothing always succeeds");
+    }
+
+    #[test]
+    fn segments_near_the_top_of_the_address_space_fail_cleanly() {
+        let (ram, fd) = test_ram(1 << 20).unwrap();
+        let mut mem = DmaMaps::default();
+        mem.map(0, 1 << 20, Some(fd), 0).unwrap();
+        ram.write(0, &[7u8; 64]).unwrap();
+        let top = [Segment { addr: 0xFFFF_FFFF_FFFF_F000, len: 0x2000 }];
+        let low = [Segment { addr: 0, len: 0x4000 }];
+        // `s.addr + self.off`: a piece that starts past the wrap point.
+        assert!(read_at(&mem, &top, 0x1800, &mut [0u8; 16]).is_err());
+        // `sa + n`: the source's remainder after a short destination piece would wrap.
+        let short = [Segment { addr: 0, len: 0x800 }, Segment { addr: 0x1000, len: 0x1800 }];
+        assert!(copy(&mem, &Source::Segments(&top), &short, 0x2000).is_err());
+        // `da + n`: the same on the destination side.
+        assert!(copy(&mem, &Source::Segments(&short), &top, 0x2000).is_err());
+        assert!(copy_at(&mem, &Source::Segments(&low), 0, &top, 0x1000, 16).is_err());
+        assert!(copy_at(&mem, &Source::Inline(&[1, 2]), u64::MAX, &low, 0, 2).is_err(), "inline offset overflow");
     }
 }
