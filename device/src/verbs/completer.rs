@@ -75,13 +75,24 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
         let Some(w) = rq.inflight.pop_front() else { break };
         ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
     }
-    let next = psn_add(psn, 1);
+    let mut next = psn_add(psn, 1);
+    // An ACK beyond a READ whose responses have not all arrived: they were lost (the
+    // responder executes in order). Acknowledge up to the missing response only and
+    // resend from there (as rxe's completer retries on such an ACK).
+    let missing = rq.inflight.front().filter(|w| w.is_read()).map(|w| psn_add(w.first_psn, w.received));
+    let implied_nak = missing.filter(|&m| psn_diff(next, m) > 0);
+    if let Some(m) = implied_nak {
+        next = m;
+    }
     if psn_diff(next, rq.una) > 0 && psn_diff(rq.next_psn, next) >= 0 {
         rq.una = next;
         if psn_diff(rq.send_psn, rq.una) < 0 {
             rq.send_psn = rq.una;
         }
         cs.progress();
+    }
+    if let Some(m) = implied_nak {
+        rq.rewind(m);
     }
     // Any acknowledgement shows the path works: the transport budget is whole again.
     cs.retries_left = cs.retry_cnt;

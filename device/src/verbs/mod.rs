@@ -25,3 +25,5 @@ pub mod worker;
 pub mod wqe;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_roles;
