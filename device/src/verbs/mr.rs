@@ -29,12 +29,7 @@ pub enum KeyError {
     Range,
 }
 
-/// A contiguous piece of a transfer: `len` bytes at bus address `addr`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
-    pub addr: u64,
-    pub len: u64,
-}
+pub use crate::mem::access::Segment;
 
 impl Mr {
     /// Checks an MR context (before its MTT entries are read); returns the page count it
