@@ -167,7 +167,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         return;
     }
     if let Err(e) = m.payload.place(ctx.mem, &w.local, off) {
-        log::warn!("{}: QP {qpn}: {e}", ctx.name);
+        crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
         let f = dma_fault(ctx.stats(), &e);
         fail_front(ctx, qpn, qp, rq, f);
         return;

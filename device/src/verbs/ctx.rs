@@ -77,7 +77,7 @@ impl Cqs {
     /// Returns false when the CQE could not be delivered (no CQ, overflow, DMA error).
     pub fn complete(&mut self, name: &str, mem: &dyn GuestMem, cqn: u32, cqe: Cqe) -> bool {
         let Some(cq) = self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) else {
-            log::warn!("{name}: completion for missing CQ {cqn} dropped");
+            crate::guest_warn!("{name}: completion for missing CQ {cqn} dropped");
             return false;
         };
         let Some(slot) = cq.push(cqe) else {

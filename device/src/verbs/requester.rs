@@ -15,7 +15,7 @@ use super::mr::Segment;
 use super::opcode::{opcode_for, wqe_op, Kind};
 use super::qp::Qp;
 use super::stats::Counter;
-use super::transport::{psn_add, psn_diff, Msg, Payload, Transport};
+use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
 use super::wqe::{read_wqe, SlotError, Wqe};
 use crate::fabric::packet::{Bth, Reth, PSN_MASK};
 use std::collections::VecDeque;
@@ -23,8 +23,6 @@ use std::time::{Duration, Instant};
 
 /// Requests one QP may have unacknowledged.
 pub const WINDOW_PKTS: i32 = 32;
-/// Requests one step sends before letting other QPs and incoming packets have a turn.
-pub const BURST: u32 = 8;
 /// RDMA READs one QP may have outstanding.
 pub const MAX_READS: usize = 16;
 
@@ -116,10 +114,6 @@ impl Requester {
     pub fn restart_timer(&mut self) {
         self.timer = if self.inflight.is_empty() { None } else { self.timeout.map(|t| Instant::now() + t) };
     }
-}
-
-fn packets_for(len: u64, mtu: u32) -> u32 {
-    len.div_ceil(u64::from(mtu)).max(1) as u32
 }
 
 /// Request `i` of in-flight WQE `w` to QP `dest` (a READ: one request for what is still
@@ -243,7 +237,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
             ctx.stats().inc(Counter::Retransmits);
         }
         if let Err(e) = result {
-            log::warn!("{}: QP {qpn}: {e}", ctx.name);
+            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
             let f = dma_fault(ctx.stats(), &e);
             fail_front(ctx, qpn, qp, rq, f);
             break;

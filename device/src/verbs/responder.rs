@@ -20,15 +20,13 @@ use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
 use super::qp::Qp;
 use super::stats::Counter;
-use super::transport::{psn_add, psn_diff, Msg, Payload, Transport};
+use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
 use super::wqe::{read_header, read_wqe, SlotError};
 use crate::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
 use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
 pub const ACK_EVERY: u32 = 16;
-/// READ response packets one step sends.
-const BURST: u32 = 8;
 
 /// What the responder is in the middle of (multi-packet messages).
 #[derive(Clone, Debug)]
@@ -68,10 +66,6 @@ impl Responder {
     pub fn busy(&self) -> bool {
         !self.responses.is_empty()
     }
-}
-
-fn packets_for(len: u64, mtu: u32) -> u32 {
-    len.div_ceil(u64::from(mtu)).max(1) as u32
 }
 
 fn nak_for(status: u8) -> u8 {
@@ -197,7 +191,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     let mut incoming = rs.incoming.take().ok_or_else(inv)?;
     let placed = |ctx: &Ctx, segs: &[Segment], offset: u64| {
         m.payload.place(ctx.mem, segs, offset).map_err(|e| {
-            log::warn!("{}: QP {qpn}: {e}", ctx.name);
+            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
             dma_fault(ctx.stats(), &e)
         })
     };
@@ -304,7 +298,7 @@ pub fn send_responses(ctx: &mut Ctx, rs: &mut Responder, to_qp: u32, t: &mut dyn
             rs.responses.pop_front();
         }
         if let Err(e) = result {
-            log::warn!("{}: READ response to QP {to_qp}: {e}", ctx.name);
+            crate::guest_warn!("{}: READ response to QP {to_qp}: {e}", ctx.name);
             ctx.stats().inc(Counter::DmaErrors);
             continue;
         }

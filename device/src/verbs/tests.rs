@@ -564,3 +564,23 @@ fn arming_a_cq_with_unconsumed_completions_interrupts_at_once() {
     d.run();
     assert!(efd.read(&mut n).is_ok(), "the next completion interrupts");
 }
+
+#[test]
+fn context_and_mtt_addresses_near_2_pow_64_fail_cleanly() {
+    // engine.rs `addr + offs`: a QP context table whose entry 0 ends past 2^64.
+    let mut d = Dev::new();
+    let top = Tables { qp_ctx: u64::MAX - 0x20, ..tables() };
+    assert_eq!(d.e.command(&d.mem, CMD_QUERY_QP, 0, top), CMD_OK, "query works; the write-back is refused, not wrapped");
+    assert_eq!(d.e.command(&d.mem, CMD_MODIFY_QP, 0, top), CMD_ERR_DMA);
+    // mr.rs: an MTT entry at the last page of the address space is refused by REG_MR.
+    d.ram.write(MTT + 2000 * 8, &0xFFFF_FFFF_FFFF_F000u64.to_le_bytes()).unwrap();
+    d.ram.write(MTT + 2001 * 8, &0x1000u64.to_le_bytes()).unwrap();
+    d.put(MR_TABLE + 6 * 32, &MrCtx { iova: 0x5000, length: 8192, pd: 7, mtt_offset: 2000, npages: 2, access: RW, key: 1, page_shift: 12, rsvd0: 0 });
+    assert_eq!(d.cmd(CMD_REG_MR, 6), CMD_ERR_INVALID);
+    // A WRITE through an SGE whose address + length wraps is a local protection error.
+    let mut d = Dev::pair(RW);
+    let lk = d.reg_mr(1, 7, RW, SRC, 4096);
+    let rk = d.reg_mr(2, 7, RW, DST, 4096);
+    d.send(1, WQE_OP_RDMA_WRITE, 1, &[Sge { addr: u64::MAX - 8, length: 64, lkey: lk }], VA + DST, rk);
+    expect_error_then_flush(&mut d, WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS);
+}

@@ -54,6 +54,14 @@ pub fn psn_diff(a: u32, b: u32) -> i32 {
     }
 }
 
+/// Messages one role sends per step before other QPs and incoming packets get a turn.
+pub const BURST: u32 = 8;
+
+/// Requests (or READ responses) a message of `len` bytes takes at `mtu` bytes each.
+pub fn packets_for(len: u64, mtu: u32) -> u32 {
+    len.div_ceil(u64::from(mtu.max(1))).max(1) as u32
+}
+
 /// The payload of a message.
 #[derive(Clone, Copy, Debug)]
 pub enum Payload<'a> {
