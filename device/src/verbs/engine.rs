@@ -230,7 +230,7 @@ impl Engine {
         let ring_bytes = 32u64 << ctx.log_size.min(63);
         let valid = u64::from(ctx.log_size) <= MAX_RING_LOG2
             && ctx.ring_addr != 0
-            && ctx.ring_addr % 32 == 0
+            && ctx.ring_addr.is_multiple_of(32)
             && ctx.ring_addr.checked_add(ring_bytes).is_some()
             && usize::from(ctx.msix_vector) < vectors
             && ctx.rsvd0 == 0;
@@ -312,7 +312,7 @@ impl Engine {
             u64::from(log_size) <= MAX_RING_LOG2
                 && (6..=8).contains(&log_stride)
                 && addr != 0
-                && addr % (1 << log_stride) == 0
+                && addr.is_multiple_of(1 << log_stride)
                 && addr.checked_add(1u64 << (log_size + log_stride)).is_some()
         };
         let ok = cq_exists(ctx.send_cqn)

@@ -125,7 +125,7 @@ impl Pair {
         let f = self.faults;
         for (from, to, p) in sent {
             self.count += 1;
-            let every = |k: u64| k != 0 && self.count % k == 0;
+            let every = |k: u64| k != 0 && self.count.is_multiple_of(k);
             if every(f.drop) {
                 continue;
             }
