@@ -124,6 +124,12 @@ pub fn c_header() -> String {
         c_define(&mut o, &format!("RNIC_STAT_{}", snake_upper(name)), i.to_string(), doc);
     }
     c_define(&mut o, "RNIC_STAT_COUNT", COUNTERS.len().to_string(), "number of counters");
+    o.push_str("/* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */\n");
+    o.push_str("#define RNIC_STAT_NAMES_INIT { \\\n");
+    for (name, _) in COUNTERS.iter() {
+        let _ = writeln!(o, "\t[RNIC_STAT_{}] = \"{}\", \\", snake_upper(name), snake_lower(name));
+    }
+    o.push_str("}\n");
     o.push_str("\n/* Descriptor constants */\n");
     for group in CONSTANT_GROUPS {
         for (name, value, doc) in group.iter() {

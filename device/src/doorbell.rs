@@ -103,6 +103,18 @@ impl DoorbellPage {
         self.store(Self::qp_field(qpn, dbpage::RQ_EVENT), idx);
     }
 
+    /// Zeroes QP `qpn`'s fields (the QP went back to RESET: its rings restart at 0).
+    pub fn clear_qp(&self, qpn: u32) {
+        for f in [dbpage::SQ_PI, dbpage::RQ_PI, dbpage::SQ_EVENT, dbpage::RQ_EVENT] {
+            self.store(Self::qp_field(qpn, f), 0);
+        }
+    }
+
+    /// Zeroes CQ `cqn`'s consumer index (the CQ was created or destroyed).
+    pub fn clear_cq(&self, cqn: u32) {
+        self.store(Self::cq_field(cqn, dbpage::CQ_CI), 0);
+    }
+
     /// Zeroes the whole page (device reset: indices restart at 0 with the rings).
     pub fn clear(&self) {
         let Ok(size) = usize::try_from(self.mem.size()) else { return };

@@ -78,7 +78,7 @@ impl Rnic {
             None => None,
         };
         let wire = port.clone().map(|p| p as Arc<dyn crate::verbs::rc::Wire>);
-        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared, wire)?;
+        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared, wire, Some(dbpage.clone()))?;
         if let Some(p) = port.clone() {
             let to_engine = engine.clone();
             std::thread::Builder::new()
@@ -169,7 +169,8 @@ impl Rnic {
             DMA_CTRL => {
                 self.update_status();
                 let (enabled, int_enabled) = (value & DMA_CTRL_ENABLE != 0, value & DMA_CTRL_INT_ENABLE != 0);
-                self.engine.send(Event::DmaCtrl { enabled, int_enabled });
+                let db_page = value & DMA_CTRL_DB_PAGE != 0;
+                self.engine.send(Event::DmaCtrl { enabled, int_enabled, db_page });
             }
             WQE_DB_IDX | RQ_DB_IDX | CQE_CONS_IDX | CQ_ARM => {
                 let (object, index) = ((value >> DB_OBJECT_SHIFT) as u32, (value & DB_INDEX_MASK) as u16);

@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod copy;
 pub mod cq;
+pub mod dbpage;
 pub mod engine;
 pub mod exec;
 pub mod mr;

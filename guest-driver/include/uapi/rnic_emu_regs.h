@@ -122,7 +122,7 @@
 #define RNIC_STAT_BYTES_WRITTEN      4            /* payload bytes of RDMA WRITE / WRITE_IMM placed at the responder */
 #define RNIC_STAT_BYTES_READ         5            /* payload bytes of RDMA READ returned to the requester */
 #define RNIC_STAT_BYTES_SENT         6            /* payload bytes of SEND / SEND_IMM placed at the responder */
-#define RNIC_STAT_DOORBELLS          7            /* SQ and RQ doorbell writes */
+#define RNIC_STAT_DOORBELLS          7            /* SQ and RQ doorbell register (MMIO) writes */
 #define RNIC_STAT_INTERRUPTS         8            /* completion interrupts raised */
 #define RNIC_STAT_RNR_RETRIES        9            /* receiver-not-ready retries */
 #define RNIC_STAT_COMMANDS           10           /* commands executed through RNIC_REG_CMD */
@@ -140,7 +140,37 @@
 #define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
 #define RNIC_STAT_NAKS_SENT          24           /* NAK packets sent (sequence, RNR, access, invalid request) */
-#define RNIC_STAT_COUNT              25           /* number of counters */
+#define RNIC_STAT_DB_PAGE_UPDATES    25           /* producer/consumer indices taken from the doorbell page (no MMIO write) */
+#define RNIC_STAT_COUNT              26           /* number of counters */
+/* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
+#define RNIC_STAT_NAMES_INIT { \
+	[RNIC_STAT_SEND_WQES] = "send_wqes", \
+	[RNIC_STAT_RECV_WQES] = "recv_wqes", \
+	[RNIC_STAT_CQES] = "cqes", \
+	[RNIC_STAT_ERROR_CQES] = "error_cqes", \
+	[RNIC_STAT_BYTES_WRITTEN] = "bytes_written", \
+	[RNIC_STAT_BYTES_READ] = "bytes_read", \
+	[RNIC_STAT_BYTES_SENT] = "bytes_sent", \
+	[RNIC_STAT_DOORBELLS] = "doorbells", \
+	[RNIC_STAT_INTERRUPTS] = "interrupts", \
+	[RNIC_STAT_RNR_RETRIES] = "rnr_retries", \
+	[RNIC_STAT_COMMANDS] = "commands", \
+	[RNIC_STAT_COMMAND_ERRORS] = "command_errors", \
+	[RNIC_STAT_DMA_ERRORS] = "dma_errors", \
+	[RNIC_STAT_QP_ERRORS] = "qp_errors", \
+	[RNIC_STAT_DMA_HOST_BYTES] = "dma_host_bytes", \
+	[RNIC_STAT_DMA_P2P_SWITCH_BYTES] = "dma_p2p_switch_bytes", \
+	[RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES] = "dma_p2p_root_complex_bytes", \
+	[RNIC_STAT_APERTURE_ERRORS] = "aperture_errors", \
+	[RNIC_STAT_PKTS_SENT] = "pkts_sent", \
+	[RNIC_STAT_PKTS_RECEIVED] = "pkts_received", \
+	[RNIC_STAT_PKTS_DROPPED] = "pkts_dropped", \
+	[RNIC_STAT_RETRANSMITS] = "retransmits", \
+	[RNIC_STAT_TIMEOUTS] = "timeouts", \
+	[RNIC_STAT_ACKS_SENT] = "acks_sent", \
+	[RNIC_STAT_NAKS_SENT] = "naks_sent", \
+	[RNIC_STAT_DB_PAGE_UPDATES] = "db_page_updates", \
+}
 
 /* Descriptor constants */
 #define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */
