@@ -93,6 +93,17 @@ impl DoorbellPage {
         self.load(Self::cq_field(cqn, dbpage::CQ_CI))
     }
 
+    /// Writes QP `qpn`'s producer indices (the device's own, when the page is turned on).
+    pub fn set_producers(&self, qpn: u32, sq_pi: u16, rq_pi: u16) {
+        self.store(Self::qp_field(qpn, dbpage::SQ_PI), sq_pi);
+        self.store(Self::qp_field(qpn, dbpage::RQ_PI), rq_pi);
+    }
+
+    /// Writes CQ `cqn`'s consumer index (the device's own, when the page is turned on).
+    pub fn set_cq_ci(&self, cqn: u32, ci: u16) {
+        self.store(Self::cq_field(cqn, dbpage::CQ_CI), ci);
+    }
+
     /// Publishes the send-queue event index of QP `qpn`.
     pub fn set_sq_event(&self, qpn: u32, idx: u16) {
         self.store(Self::qp_field(qpn, dbpage::SQ_EVENT), idx);

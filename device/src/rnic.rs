@@ -170,7 +170,7 @@ impl Rnic {
                 self.update_status();
                 let (enabled, int_enabled) = (value & DMA_CTRL_ENABLE != 0, value & DMA_CTRL_INT_ENABLE != 0);
                 let db_page = value & DMA_CTRL_DB_PAGE != 0;
-                self.engine.send(Event::DmaCtrl { enabled, int_enabled, db_page });
+                self.engine.dma_ctrl(enabled, int_enabled, db_page);
             }
             WQE_DB_IDX | RQ_DB_IDX | CQE_CONS_IDX | CQ_ARM => {
                 let (object, index) = ((value >> DB_OBJECT_SHIFT) as u32, (value & DB_INDEX_MASK) as u16);

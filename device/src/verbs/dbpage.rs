@@ -38,6 +38,19 @@ pub(super) fn classify(page_pi: u16, pi: u16, ci: u16, size: u16) -> PageIndex {
 }
 
 impl Engine {
+    /// The page was turned on (DMA_CTRL): it starts from the device's own indices, so a
+    /// driver may switch to it with queues already in use.
+    pub fn init_doorbell_page(&self, page: &DoorbellPage) {
+        for (qpn, qp) in self.qps.iter().enumerate() {
+            page.set_producers(qpn as u32, qp.sq.pi, qp.rq.pi);
+            page.set_sq_event(qpn as u32, qp.sq.pi);
+            page.set_rq_event(qpn as u32, qp.rq.pi);
+        }
+        for (cqn, cq) in self.cqs.iter().enumerate() {
+            page.set_cq_ci(cqn as u32, cq.as_ref().map_or(0, |c| c.ci));
+        }
+    }
+
     /// Takes every queue's indices from the page; returns whether anything moved.
     pub fn poll_doorbell_page(&mut self, page: &DoorbellPage) -> bool {
         let mut moved = false;

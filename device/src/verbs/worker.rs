@@ -17,7 +17,9 @@ pub enum Event {
     RqDoorbell { qpn: u32, pi: u16 },
     CqConsumed { cqn: u32, ci: u16 },
     CqArm { cqn: u32 },
-    DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool },
+    /// Synchronous, like commands: turning the doorbell page on copies the device's
+    /// indices into it before the register write completes.
+    DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool, reply: SyncSender<()> },
     Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
     Reset { reply: SyncSender<()> },
     /// A checked packet from the fabric.
@@ -72,6 +74,13 @@ impl EngineHandle {
         rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(super::abi::CMD_ERR_DISABLED)
     }
 
+    /// Applies a DMA_CTRL write and waits until the engine has.
+    pub fn dma_ctrl(&self, enabled: bool, int_enabled: bool, db_page: bool) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.send(Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
+    }
+
     /// Resets the engine and waits until it has forgotten every object.
     pub fn reset(&self) {
         let (reply, rx) = mpsc::sync_channel(1);
@@ -102,9 +111,14 @@ impl Loop<'_> {
                 }
                 engine.cq_arm(cqn)
             }
-            Event::DmaCtrl { enabled, int_enabled, db_page } => {
+            Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
                 engine.set_dma_ctrl(enabled, int_enabled);
-                self.db_on = db_page && self.page.is_some();
+                let on = db_page && self.page.is_some();
+                if let (Some(p), true, false) = (self.page, on, self.db_on) {
+                    engine.init_doorbell_page(p);
+                }
+                self.db_on = on;
+                let _ = reply.send(());
             }
             Event::Command { op, index, tables, reply } => {
                 let status = engine.command(mem, op, index, tables);
