@@ -418,11 +418,25 @@ impl Engine {
 
     // ---- doorbells ----
 
+    /// An MMIO `WQE_DB_IDX` write.
     pub fn sq_doorbell(&mut self, qpn: u32, pi: u16) {
+        self.shared.stats.inc(Counter::Doorbells);
+        self.sq_doorbell_index(qpn, pi);
+    }
+
+    /// An MMIO `RQ_DB_IDX` write.
+    pub fn rq_doorbell(&mut self, qpn: u32, pi: u16) {
+        self.shared.stats.inc(Counter::Doorbells);
+        self.rq_doorbell_index(qpn, pi);
+    }
+
+    /// A new send-queue producer index (MMIO doorbell or doorbell page).
+    pub(super) fn sq_doorbell_index(&mut self, qpn: u32, pi: u16) {
         self.doorbell(qpn, pi, true);
     }
 
-    pub fn rq_doorbell(&mut self, qpn: u32, pi: u16) {
+    /// A new receive-queue producer index (MMIO doorbell or doorbell page).
+    pub(super) fn rq_doorbell_index(&mut self, qpn: u32, pi: u16) {
         self.doorbell(qpn, pi, false);
         // A requester on this engine waiting for a RECV on this QP retries at once.
         let now = Instant::now();
@@ -434,7 +448,6 @@ impl Engine {
     }
 
     fn doorbell(&mut self, qpn: u32, pi: u16, send: bool) {
-        self.shared.stats.inc(Counter::Doorbells);
         let Some(qp) = self.qps.get_mut(qpn as usize) else {
             crate::guest_warn!("{}: doorbell for QP {qpn} beyond MAX_QP ignored", self.name);
             return;

@@ -12,6 +12,7 @@ pub mod completer;
 pub mod copy;
 pub mod cq;
 pub mod ctx;
+pub mod dbpage;
 pub mod engine;
 pub mod mr;
 pub mod opcode;
