@@ -17,6 +17,7 @@
 #include <linux/uaccess.h>
 #include <linux/wait.h>
 
+#include "rnic_dbpage.h"
 #include "rnic_verbs.h"
 
 /* Matches a CQE to its slot, frees the slots up to it; false: stale, drop it. */
@@ -84,8 +85,7 @@ static u32 rnic_cq_poll(struct rnic_ucontext *uc, struct rnic_cq *cq, struct rni
 			got++;
 	}
 	if (consumed)
-		iowrite32(cq->cqn << RNIC_DB_OBJECT_SHIFT | (cq->ci & 0xffff),
-			  uc->nic->rd.bar0 + CQE_CONS_IDX);
+		rnic_cq_set_ci(uc->nic, cq->cqn, cq->ci & 0xffff);
 	return got;
 }
 

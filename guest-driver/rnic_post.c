@@ -15,6 +15,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
+#include "rnic_dbpage.h"
 #include "rnic_verbs.h"
 
 #define RNIC_WQE_HDR_SIZE	sizeof(struct rnic_wqe)
@@ -171,12 +172,13 @@ static int rnic_post_recv_one(struct rnic_nic *nic, struct rnic_qp *qp,
 	return 0;
 }
 
-/* Tells the device about the WQEs written up to the queue's producer index. */
-static void rnic_post_doorbell(struct rnic_nic *nic, struct rnic_qp *qp, bool recv)
+/*
+ * Tells the device about the WQEs written since producer index @old, up to the queue's
+ * producer index: through the doorbell page, or the MMIO doorbell (rnic_dbpage.c).
+ */
+static void rnic_post_doorbell(struct rnic_nic *nic, struct rnic_qp *qp, bool recv, u16 old)
 {
-	/* iowrite32 orders the WQE stores before it. */
-	iowrite32(qp->qpn << RNIC_DB_OBJECT_SHIFT | (recv ? qp->rq.pi : qp->sq.pi),
-		  nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
+	rnic_ring_wq(nic, qp->qpn, recv, old, recv ? qp->rq.pi : qp->sq.pi);
 }
 
 /* Copies up to @n WRs (and inline payloads) from @uptr; returns how many, *fault if short. */
@@ -208,6 +210,7 @@ static int rnic_post_locked(struct rnic_ucontext *uc, struct rnic_post *req,
 	struct rnic_qp *qp;
 	u32 i, posted = 0;
 	int ret = 0;
+	u16 old;
 
 	qp = xa_load(&uc->qps, req->qpn);
 	if (!qp)
@@ -218,6 +221,7 @@ static int rnic_post_locked(struct rnic_ucontext *uc, struct rnic_post *req,
 				     recv ? "RECV" : "SEND", qp->qpn, qp->state);
 		return -EINVAL;
 	}
+	old = recv ? qp->rq.pi : qp->sq.pi;
 	for (i = 0; i < n; i++) {
 		ret = recv ? rnic_post_recv_one(nic, qp, &wrs[i].r, buf) :
 			     rnic_post_send_one(nic, qp, &wrs[i].s, wrs[i].inl, buf);
@@ -226,7 +230,7 @@ static int rnic_post_locked(struct rnic_ucontext *uc, struct rnic_post *req,
 		posted++;
 	}
 	if (posted)
-		rnic_post_doorbell(nic, qp, recv);
+		rnic_post_doorbell(nic, qp, recv, old);
 	req->num_posted += posted;
 	return ret;
 }

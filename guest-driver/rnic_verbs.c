@@ -18,6 +18,7 @@
 #include <linux/jiffies.h>
 #include <linux/slab.h>
 
+#include "rnic_dbpage.h"
 #include "rnic_verbs.h"
 
 #ifdef __BIG_ENDIAN
@@ -287,7 +288,8 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	writeq(nic->mr_ctx_dma, bar0 + MR_CTX_BASE);
 	writeq(nic->mtt_dma, bar0 + MTT_BASE);
 	iowrite32(RNIC_MTT_ENTRIES, bar0 + MTT_ENTRIES);
-	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE, bar0 + DMA_CTRL);
+	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE | rnic_dbpage_init(nic),
+		  bar0 + DMA_CTRL);
 	return 0;
 
 err_mr_ctx:
@@ -329,6 +331,7 @@ void rnic_verbs_fini(struct rnic_nic *nic)
 {
 	if (!nic->quiesced)
 		rnic_verbs_quiesce(nic);
+	rnic_dbpage_fini(nic);
 	rnic_zombies_free(nic);
 	rnic_mtt_fini(nic);
 	dma_free_coherent(nic_dev(nic), nic->max_mr * sizeof(*nic->mr_ctx), nic->mr_ctx,
