@@ -10,6 +10,7 @@
 //!   image; [`run`]: boot a topology and run a guest command.
 pub mod contract;
 pub mod dma;
+pub mod evloop;
 pub mod fabric;
 pub mod function;
 #[doc(hidden)]

@@ -1,14 +1,21 @@
-//! The engine thread (STYLE §3: work off the MMIO path). The socket thread only records
-//! doorbells and forwards them here as events; commands wait for the engine's answer, so a
-//! register read after RNIC_REG_CMD sees its status. Memory is reached through the DMA
-//! router, whose view holds the DMA maps' read lock per pass, never across waiting.
+//! How work reaches a verbs engine (STYLE §3: work off the MMIO path). The socket thread
+//! only records doorbells and posts them to the engine's [`Mailbox`]: a queue and an
+//! `EventFd` that wakes the node's event loop (`crate::evloop`), which owns the engine.
+//! Commands wait for the engine's answer (with a timeout), so a register read after
+//! RNIC_REG_CMD sees its status.
+//!
+//! An RNIC not (yet) attached to an event loop drives its engine itself, on the caller's
+//! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
+//! Memory is reached through the DMA router, whose view is taken once per pass.
 
 use super::copy::GuestMem;
-use super::engine::{Engine, Shared, Tables};
+use super::engine::{Engine, Tables};
 use crate::router::Router;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::Mutex;
+use std::time::Duration;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub enum Event {
     SqDoorbell { qpn: u32, pi: u16 },
@@ -18,58 +25,94 @@ pub enum Event {
     DmaCtrl { enabled: bool, int_enabled: bool },
     Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
     Reset { reply: SyncSender<()> },
-    /// A checked packet from the fabric.
-    Packet { from: std::net::Ipv4Addr, pkt: crate::fabric::packet::Packet },
 }
 
 /// How long a command may take before the register reports the engine as unresponsive.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Work requests per QP per pass before other QPs and events get their turn.
-const BUDGET: usize = 64;
+pub const BUDGET: usize = 64;
+/// Passes an inline engine runs after one event at most (the loop interleaves instead).
+const INLINE_PASSES: usize = 1024;
 
-pub struct EngineHandle {
-    tx: Sender<Event>,
+struct Queue {
+    events: VecDeque<Event>,
+    /// The loop is (about to be) asleep in epoll: the next post must kick it.
+    sleeping: bool,
 }
 
-impl Clone for EngineHandle {
-    fn clone(&self) -> Self {
-        EngineHandle { tx: self.tx.clone() }
-    }
+/// Events for one engine, posted by socket threads and taken by the event loop.
+///
+/// Wake-up rule: a post kicks the `EventFd` only when the loop has declared, under the
+/// same lock, that it is going to sleep ([`Mailbox::prepare_sleep`]); while the loop runs
+/// or busy-polls, posting costs no system call. Because the flag and the queue share one
+/// lock, a post either lands before the loop's last look (it sees the event and does not
+/// sleep) or after it (it sees `sleeping` and kicks).
+pub struct Mailbox {
+    queue: Mutex<Queue>,
+    kick: EventFd,
 }
 
-impl EngineHandle {
-    pub fn spawn(name: String, router: Arc<Router>, shared: Shared, wire: Option<Arc<dyn super::rc::Wire>>) -> std::io::Result<EngineHandle> {
-        let (tx, rx) = mpsc::channel();
-        let mut engine = Engine::new(name.clone(), shared);
-        if let Some(w) = wire {
-            engine.set_wire(w);
-        }
-        std::thread::Builder::new().name(format!("{name}-engine")).spawn(move || run(engine, &router, &rx))?;
-        Ok(EngineHandle { tx })
+impl Mailbox {
+    pub fn new() -> std::io::Result<Mailbox> {
+        Ok(Mailbox { queue: Mutex::new(Queue { events: VecDeque::new(), sleeping: false }), kick: EventFd::new(EFD_NONBLOCK)? })
     }
 
-    pub fn send(&self, ev: Event) {
-        if self.tx.send(ev).is_err() {
-            log::error!("verbs engine thread is gone; event dropped");
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn post(&self, ev: Event) {
+        let wake = {
+            let mut q = self.lock();
+            q.events.push_back(ev);
+            std::mem::take(&mut q.sleeping)
+        };
+        if wake {
+            if let Err(e) = self.kick.write(1) {
+                log::error!("waking the event loop: {e}");
+            }
         }
+    }
+
+    /// The `EventFd` a sleeping loop waits on.
+    pub fn kick_fd(&self) -> &EventFd {
+        &self.kick
+    }
+
+    /// Loop side: moves every queued event to `out`; the loop is awake.
+    pub fn drain(&self, out: &mut VecDeque<Event>) {
+        let mut q = self.lock();
+        q.sleeping = false;
+        out.append(&mut q.events);
+    }
+
+    /// Loop side: declares the loop is going to sleep. False (and not sleeping) when an
+    /// event is already queued.
+    pub fn prepare_sleep(&self) -> bool {
+        let mut q = self.lock();
+        q.sleeping = q.events.is_empty();
+        q.sleeping
     }
 
     /// Runs a command on the engine and waits for its status.
     pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
         let (reply, rx) = mpsc::sync_channel(1);
-        self.send(Event::Command { op, index, tables, reply });
+        self.post(Event::Command { op, index, tables, reply });
         rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(super::abi::CMD_ERR_DISABLED)
     }
 
     /// Resets the engine and waits until it has forgotten every object.
     pub fn reset(&self) {
         let (reply, rx) = mpsc::sync_channel(1);
-        self.send(Event::Reset { reply });
-        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
+        self.post(Event::Reset { reply });
+        if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
+            log::error!("the verbs engine did not confirm a reset within {COMMAND_TIMEOUT:?}");
+        }
     }
 }
 
-fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
+/// Applies one event to the engine.
+pub fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
     match ev {
         Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
         Event::RqDoorbell { qpn, pi } => engine.rq_doorbell(qpn, pi),
@@ -79,7 +122,6 @@ fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
         Event::Command { op, index, tables, reply } => {
             let _ = reply.send(engine.command(mem, op, index, tables));
         }
-        Event::Packet { from, pkt } => engine.on_packet(mem, from, &pkt),
         Event::Reset { reply } => {
             engine.reset();
             let _ = reply.send(());
@@ -87,33 +129,100 @@ fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
     }
 }
 
-fn run(mut engine: Engine, router: &Router, rx: &Receiver<Event>) {
-    loop {
-        let first = match engine.next_deadline() {
-            Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-                Ok(ev) => Some(ev),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
-            },
-            None => match rx.recv() {
-                Ok(ev) => Some(ev),
-                Err(_) => return,
-            },
-        };
-        let mut pending = first;
-        loop {
-            let view = router.view();
-            if let Some(ev) = pending.take() {
-                handle(&mut engine, &view, ev);
+/// Where an RNIC's engine runs.
+pub enum EngineSlot {
+    /// Not attached to an event loop: events run on the caller's thread.
+    Inline(Box<Engine>),
+    /// Owned by the node's event loop; events go through the mailbox.
+    Loop(std::sync::Arc<Mailbox>),
+}
+
+impl EngineSlot {
+    pub fn post(&mut self, router: &Router, ev: Event) {
+        match self {
+            EngineSlot::Inline(engine) => {
+                let view = router.view();
+                handle(engine, &view, ev);
+                for _ in 0..INLINE_PASSES {
+                    if !engine.run(&view, BUDGET) {
+                        break;
+                    }
+                }
             }
-            while let Ok(ev) = rx.try_recv() {
-                handle(&mut engine, &view, ev);
-            }
-            let progress = engine.run(&view, BUDGET);
-            drop(view);
-            if !progress {
-                break;
+            EngineSlot::Loop(m) => m.post(ev),
+        }
+    }
+
+    pub fn command(&mut self, router: &Router, op: u32, index: u32, tables: Tables) -> u32 {
+        match self {
+            EngineSlot::Inline(engine) => engine.command(&router.view(), op, index, tables),
+            EngineSlot::Loop(m) => m.command(op, index, tables),
+        }
+    }
+
+    pub fn reset(&mut self) {
+        match self {
+            EngineSlot::Inline(engine) => engine.reset(),
+            EngineSlot::Loop(m) => m.reset(),
+        }
+    }
+
+    /// Hands the engine to an event loop; later events go to `mailbox`. None: already
+    /// attached.
+    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox>) -> Option<Engine> {
+        match std::mem::replace(self, EngineSlot::Loop(mailbox)) {
+            EngineSlot::Inline(engine) => Some(*engine),
+            loop_slot @ EngineSlot::Loop(_) => {
+                *self = loop_slot;
+                None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm() -> Event {
+        Event::CqArm { cqn: 1 }
+    }
+
+    #[test]
+    fn posts_kick_only_a_sleeping_loop() {
+        let m = Mailbox::new().unwrap();
+        let mut out = VecDeque::new();
+        m.post(arm());
+        assert!(m.kick_fd().read().is_err(), "awake loop: no kick (EAGAIN)");
+        assert!(!m.prepare_sleep(), "an event is queued: do not sleep");
+        m.drain(&mut out);
+        assert_eq!(out.len(), 1);
+        assert!(m.prepare_sleep());
+        m.post(arm());
+        m.post(arm());
+        assert_eq!(m.kick_fd().read().unwrap(), 1, "one kick for the first post after prepare_sleep");
+        m.drain(&mut out);
+        assert_eq!(out.len(), 3);
+    }
+
+    #[test]
+    fn command_times_out_without_a_loop_only_through_its_reply() {
+        // A loop that answers: the command's status comes back.
+        let m = std::sync::Arc::new(Mailbox::new().unwrap());
+        let loop_side = m.clone();
+        let t = std::thread::spawn(move || {
+            let mut out = VecDeque::new();
+            while out.is_empty() {
+                loop_side.drain(&mut out);
+                std::thread::yield_now();
+            }
+            match out.pop_front() {
+                Some(Event::Command { op, reply, .. }) => reply.send(op + 1).unwrap(),
+                _ => panic!("expected a command"),
+            }
+        });
+        let tables = Tables { qp_ctx: 0, cq_ctx: 0, mr_ctx: 0, mtt: 0, mtt_entries: 0 };
+        assert_eq!(m.command(41, 0, tables), 42);
+        t.join().unwrap();
     }
 }

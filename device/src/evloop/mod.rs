@@ -1,0 +1,248 @@
+//! A node's event loop: one thread per node server that owns every verbs engine of the
+//! node and drives its fabric port. Built on rust-vmm's `event-manager` (epoll) with
+//! `vmm-sys-util` `EventFd`s and a `TimerFd`. What wakes it:
+//! - a doorbell, command or register event posted by a vfio-user socket thread (each
+//!   engine's [`Mailbox`] kicks its `EventFd` when the loop sleeps);
+//! - the fabric UDP socket becoming readable (datagrams are then taken in batches);
+//! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait);
+//! - the stop `EventFd` ([`LoopHandle`] dropped).
+//!
+//! Every pass drains the mailboxes, receives what the sockets hold, runs each engine for a
+//! budget, and flushes the queued datagrams (`sendmmsg`). After the last pass that did
+//! anything, the loop keeps polling without sleeping for a bounded window (busy polling:
+//! a doorbell or packet right after a completion is picked up without an epoll round
+//! trip or a kick), then sleeps in epoll. The window is [`DEFAULT_BUSY_POLL`], or
+//! `RNIC_EMU_BUSY_POLL_US` microseconds from the environment (0: never poll).
+//!
+//! Not here: the vfio-user socket threads (rust-vmm's server blocks on its socket), the
+//! control socket (its requests lock functions; the loop never does, so a socket thread
+//! holding a function lock while it waits for a command's reply cannot deadlock with it)
+//! and the GPU engines (each GPU copies on its own thread; see docs/architecture.md).
+
+mod wakeups;
+
+use crate::fabric::batch::BATCH;
+use crate::fabric::port::FabricPort;
+use crate::router::Router;
+use crate::verbs::engine::Engine;
+use crate::verbs::worker::{handle, Event, Mailbox, BUDGET};
+use event_manager::{EventManager, SubscriberOps};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+use wakeups::Wakeups;
+
+/// How long the loop keeps polling after its last activity before it sleeps in epoll.
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
+/// Environment variable overriding [`DEFAULT_BUSY_POLL`], in microseconds.
+pub const BUSY_POLL_ENV: &str = "RNIC_EMU_BUSY_POLL_US";
+/// Receive batches per port per pass before the engines get their turn.
+const RX_BATCHES: usize = 4;
+/// Shortest timer arming (a deadline already passed without progress must not spin).
+const MIN_TIMER: Duration = Duration::from_micros(10);
+
+/// The busy-poll window: `RNIC_EMU_BUSY_POLL_US` if set and valid, else the default.
+pub fn busy_poll_from_env() -> Duration {
+    match std::env::var(BUSY_POLL_ENV) {
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(us) => Duration::from_micros(us.min(1_000_000)),
+            Err(_) => {
+                log::warn!("{BUSY_POLL_ENV}={v:?} is not a number of microseconds; using {DEFAULT_BUSY_POLL:?}");
+                DEFAULT_BUSY_POLL
+            }
+        },
+        Err(_) => DEFAULT_BUSY_POLL,
+    }
+}
+
+/// What the loop drives: one pass of work, the next deadline, and the sleep handshake.
+pub trait LoopWork {
+    /// Does whatever is pending; true when anything was done.
+    fn pass(&mut self) -> bool;
+    /// When the work wants a pass even if nothing wakes the loop.
+    fn next_deadline(&self) -> Option<Instant>;
+    /// About to sleep: false when work arrived meanwhile (see [`Mailbox::prepare_sleep`]).
+    fn prepare_sleep(&self) -> bool;
+    /// `EventFd`s that wake the loop when work is posted.
+    fn kick_fds(&self) -> Vec<&EventFd>;
+    /// Sockets whose readability means work.
+    fn socket_fds(&self) -> Vec<std::os::fd::RawFd>;
+}
+
+/// One RNIC's engine as the loop owns it.
+pub struct NodeEngine {
+    pub engine: Engine,
+    pub router: Arc<Router>,
+    pub mailbox: Arc<Mailbox>,
+    /// The fabric port the engine's wire sends through (None: loopback only).
+    pub port: Option<Arc<FabricPort>>,
+}
+
+/// Every engine of a node.
+pub struct NodeEngines {
+    engines: Vec<NodeEngine>,
+    events: VecDeque<Event>,
+}
+
+impl NodeEngines {
+    pub fn new(engines: Vec<NodeEngine>) -> Self {
+        NodeEngines { engines, events: VecDeque::new() }
+    }
+}
+
+impl LoopWork for NodeEngines {
+    fn pass(&mut self) -> bool {
+        let mut active = false;
+        for NodeEngine { engine, router, mailbox, port } in &mut self.engines {
+            mailbox.drain(&mut self.events);
+            active |= !self.events.is_empty();
+            let view = router.view();
+            for ev in self.events.drain(..) {
+                handle(engine, &view, ev);
+            }
+            if let Some(port) = port {
+                for _ in 0..RX_BATCHES {
+                    let n = port.receive(&mut |from, pkt| engine.on_packet(&view, from, pkt));
+                    active |= n > 0;
+                    if n < BATCH {
+                        break;
+                    }
+                }
+                port.flush();
+            }
+            active |= engine.run(&view, BUDGET);
+            drop(view);
+            if let Some(port) = port {
+                port.flush();
+            }
+        }
+        active
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.engines.iter().filter_map(|e| e.engine.next_deadline()).min()
+    }
+
+    fn prepare_sleep(&self) -> bool {
+        // Stopping at a mailbox with work is fine: the loop then does not sleep.
+        self.engines.iter().all(|e| e.mailbox.prepare_sleep())
+    }
+
+    fn kick_fds(&self) -> Vec<&EventFd> {
+        self.engines.iter().map(|e| e.mailbox.kick_fd()).collect()
+    }
+
+    fn socket_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.engines.iter().filter_map(|e| e.port.as_ref().map(|p| p.raw_fd())).collect()
+    }
+}
+
+/// A running loop; dropping it stops the loop and waits for its thread.
+pub struct LoopHandle {
+    stop: EventFd,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for LoopHandle {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = self.stop.write(1);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the loop on its own thread (`<name>-evloop`).
+pub fn spawn<W: LoopWork + Send + 'static>(name: &str, work: W, busy_poll: Duration) -> std::io::Result<LoopHandle> {
+    let stop = EventFd::new(EFD_NONBLOCK)?;
+    let stop_loop = stop.try_clone()?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    let flag = stopping.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let thread = std::thread::Builder::new().name(format!("{name}-evloop")).spawn(move || {
+        match EventLoop::new(work, stop_loop, flag, busy_poll) {
+            Ok(mut l) => {
+                let _ = ready_tx.send(Ok(()));
+                l.run();
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+            }
+        }
+    })?;
+    let started = ready_rx.recv().map_err(|_| std::io::Error::other("the event loop thread died while starting"))?;
+    let handle = LoopHandle { stop, stopping, thread: Some(thread) };
+    started.map(|()| handle)
+}
+
+struct EventLoop<W: LoopWork> {
+    work: W,
+    wake: Rc<RefCell<Wakeups>>,
+    epoll: EventManager<Rc<RefCell<Wakeups>>>,
+    stopping: Arc<AtomicBool>,
+    busy_poll: Duration,
+    /// The deadline the timer is armed for.
+    armed: Option<Instant>,
+}
+
+impl<W: LoopWork> EventLoop<W> {
+    fn new(work: W, stop: EventFd, stopping: Arc<AtomicBool>, busy_poll: Duration) -> std::io::Result<Self> {
+        let kicks = work.kick_fds().iter().map(|k| k.try_clone()).collect::<std::io::Result<Vec<_>>>()?;
+        let wake = Rc::new(RefCell::new(Wakeups::new(kicks, work.socket_fds(), stop)?));
+        let mut epoll = EventManager::new().map_err(|e| std::io::Error::other(format!("epoll: {e:?}")))?;
+        epoll.add_subscriber(wake.clone());
+        if let Some(e) = wake.borrow().init_error.as_ref() {
+            return Err(std::io::Error::other(format!("registering the loop's event sources: {e}")));
+        }
+        Ok(EventLoop { work, wake, epoll, stopping, busy_poll, armed: None })
+    }
+
+    fn run(&mut self) {
+        let mut last_active = Instant::now();
+        while !self.stopping.load(Ordering::Relaxed) {
+            if self.work.pass() {
+                last_active = Instant::now();
+                continue;
+            }
+            if last_active.elapsed() < self.busy_poll {
+                std::thread::yield_now();
+                continue;
+            }
+            if !self.work.prepare_sleep() {
+                continue;
+            }
+            self.arm_timer();
+            if let Err(e) = self.epoll.run() {
+                log::error!("event loop: epoll: {e:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if std::mem::take(&mut self.wake.borrow_mut().timer_fired) {
+                self.armed = None;
+            }
+            last_active = Instant::now();
+        }
+    }
+
+    /// Arms the timer for the earliest deadline (unless already armed for it).
+    fn arm_timer(&mut self) {
+        let Some(deadline) = self.work.next_deadline() else { return };
+        if self.armed == Some(deadline) {
+            return;
+        }
+        let wait = deadline.saturating_duration_since(Instant::now()).max(MIN_TIMER);
+        match self.wake.borrow_mut().timer.reset(wait, None) {
+            Ok(()) => self.armed = Some(deadline),
+            Err(e) => log::error!("event loop: arming the timer: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
