@@ -263,9 +263,15 @@ impl FabricPort {
         n
     }
 
+    /// Decodes and delivers one datagram. What the engine queued in answer (an ACK, a
+    /// READ response) leaves right away: the peer's window must not wait for the rest of
+    /// the batch.
     fn accept(&self, ep: &Endpoints, data: &[u8], pkt: &mut Packet, deliver: &mut dyn FnMut(Ipv4Addr, &Packet)) {
         match pkt.decode_into(data, ep) {
-            Ok(()) => deliver(ep.src, pkt),
+            Ok(()) => {
+                deliver(ep.src, pkt);
+                self.flush();
+            }
             Err(e) => {
                 self.stats.inc(Counter::PktsDropped);
                 log::debug!("fabric: dropped a packet from {}:{}: {e}", ep.src, ep.src_port);
