@@ -237,17 +237,19 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let devices = NodeDevices::build(topo, index, opts)?;
     remove_stale_sockets(&devices.functions);
     let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
-    let ctl = control_path(&opts.socket_dir, &node.name);
-    let _ = std::fs::remove_file(&ctl);
-    let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
     let (functions, ports) = (devices.functions.clone(), devices.ports.clone());
-    std::thread::spawn(move || serve_control(listener, functions, ports));
-    paths.push(ctl);
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
     })?;
     let _serving = devices.serve()?;
+    // The control socket comes last: its existence tells callers (the host driver, `run`)
+    // that every function's socket is there.
+    let ctl = control_path(&opts.socket_dir, &node.name);
+    let _ = std::fs::remove_file(&ctl);
+    let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
+    std::thread::spawn(move || serve_control(listener, functions, ports));
+    paths.push(ctl);
     log::info!("node {} ready ({} functions)", node.name, paths.len());
     let _ = rx.recv();
     log::info!("node {}: signal received, shutting down", node.name);

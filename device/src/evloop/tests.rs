@@ -114,3 +114,9 @@ fn busy_polls_only_within_the_window() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(probe.passes.load(Ordering::SeqCst) - settled <= 1, "asleep again");
 }
+
+#[test]
+fn busy_poll_default_depends_on_the_host() {
+    assert_eq!(default_busy_poll(2), Duration::ZERO, "small hosts sleep right away");
+    assert_eq!(default_busy_poll(BUSY_POLL_MIN_CPUS), DEFAULT_BUSY_POLL);
+}
