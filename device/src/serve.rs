@@ -10,7 +10,7 @@
 //! control socket has its own thread too (its requests lock functions; the loop never
 //! takes a function lock).
 
-use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines};
+use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
 use crate::fabric::port::{self, FabricPort};
 use crate::gpu::Gpu;
 use crate::rnic::Rnic;
@@ -45,6 +45,7 @@ pub struct NodeDevices {
     pub functions: Vec<(PathBuf, SharedFunction)>,
     pub ports: Vec<Arc<FabricPort>>,
     engines: Vec<NodeEngine>,
+    gpu_engines: Vec<NodeGpu>,
 }
 
 /// A serving node: its socket threads and its event loop (stopped when dropped).
@@ -60,14 +61,17 @@ impl NodeDevices {
         let node = &topo.nodes[index];
         let mut functions = Vec::new();
         let mut gpus = Vec::new();
-        let (mut ports, mut engines) = (Vec::new(), Vec::new());
+        let (mut ports, mut engines, mut gpu_engines) = (Vec::new(), Vec::new(), Vec::new());
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
             let name = format!("{}-{}", node.name, dev.id);
             let mem = match &opts.gpu_mem_dir {
                 Some(dir) => SharedMemory::file(&dir.join(format!("{name}.bar1")), dev.bar1_size())?,
                 None => SharedMemory::memfd(&format!("rnic-emu-{name}-bar1"), dev.bar1_size())?,
             };
-            let gpu = Gpu::new(name, dev, mem)?;
+            let mut gpu = Gpu::new(name, dev, mem)?;
+            let mailbox = Arc::new(Mailbox::new()?);
+            let runner = gpu.attach(mailbox.clone()).context("the GPU's engine is already attached")?;
+            gpu_engines.push(NodeGpu { runner, mailbox });
             gpus.push((dev, gpu.window()));
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(gpu)) as SharedFunction));
         }
@@ -92,7 +96,7 @@ impl NodeDevices {
             engines.push(NodeEngine { engine, router, mailbox, port });
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
-        Ok(NodeDevices { name: node.name.clone(), functions, ports, engines })
+        Ok(NodeDevices { name: node.name.clone(), functions, ports, engines, gpu_engines })
     }
 
     /// Binds every socket, starts the event loop, then serves each socket on its own
@@ -109,7 +113,7 @@ impl NodeDevices {
             log::info!("{}: listening on {}", vfio::lock(&f).name(), path.display());
             servers.push((server, f));
         }
-        let work = NodeEngines::new(self.engines);
+        let work = NodeEngines::new(self.engines, self.gpu_engines);
         let event_loop = evloop::spawn(&self.name, work, evloop::busy_poll_from_env()).context("starting the event loop")?;
         let sockets = servers.into_iter().map(|(server, f)| std::thread::spawn(move || serve_forever(&server, f))).collect();
         Ok(Serving { sockets, event_loop })

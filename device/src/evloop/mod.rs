@@ -5,6 +5,8 @@
 //!   engine's [`Mailbox`] kicks its `EventFd` when the loop sleeps);
 //! - the fabric UDP socket becoming readable (datagrams are then taken in batches);
 //! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait);
+//! - a GPU copy-engine launch (the GPU's mailbox kicks the same way); a launch runs in
+//!   steps of `gpu_engine::STEP` bytes per pass and completes with its interrupt here;
 //! - the stop `EventFd` ([`LoopHandle`] dropped).
 //!
 //! Every pass drains the mailboxes, receives what the sockets hold, runs each engine for a
@@ -20,13 +22,13 @@
 //!
 //! Not here: the vfio-user socket threads (rust-vmm's server blocks on its socket), the
 //! control socket (its requests lock functions; the loop never does, so a socket thread
-//! holding a function lock while it waits for a command's reply cannot deadlock with it)
-//! and the GPU engines (each GPU copies on its own thread; see docs/architecture.md).
+//! holding a function lock while it waits for a command's reply cannot deadlock with it).
 
 mod wakeups;
 
 use crate::fabric::batch::BATCH;
 use crate::fabric::port::FabricPort;
+use crate::gpu_engine::{self, Launch, Runner};
 use crate::router::Router;
 use crate::verbs::engine::Engine;
 use crate::verbs::worker::{handle, Event, Mailbox, BUDGET};
@@ -101,15 +103,23 @@ pub struct NodeEngine {
     pub port: Option<Arc<FabricPort>>,
 }
 
+/// One GPU's copy engine as the loop owns it.
+pub struct NodeGpu {
+    pub runner: Runner,
+    pub mailbox: Arc<Mailbox<Launch>>,
+}
+
 /// Every engine of a node.
 pub struct NodeEngines {
     engines: Vec<NodeEngine>,
+    gpus: Vec<NodeGpu>,
     events: VecDeque<Event>,
+    launches: VecDeque<Launch>,
 }
 
 impl NodeEngines {
-    pub fn new(engines: Vec<NodeEngine>) -> Self {
-        NodeEngines { engines, events: VecDeque::new() }
+    pub fn new(engines: Vec<NodeEngine>, gpus: Vec<NodeGpu>) -> Self {
+        NodeEngines { engines, gpus, events: VecDeque::new(), launches: VecDeque::new() }
     }
 }
 
@@ -139,6 +149,14 @@ impl LoopWork for NodeEngines {
                 port.flush();
             }
         }
+        for NodeGpu { runner, mailbox } in &mut self.gpus {
+            mailbox.drain(&mut self.launches);
+            active |= !self.launches.is_empty();
+            for l in self.launches.drain(..) {
+                runner.start(l);
+            }
+            active |= runner.step(gpu_engine::STEP);
+        }
         active
     }
 
@@ -148,11 +166,11 @@ impl LoopWork for NodeEngines {
 
     fn prepare_sleep(&self) -> bool {
         // Stopping at a mailbox with work is fine: the loop then does not sleep.
-        self.engines.iter().all(|e| e.mailbox.prepare_sleep())
+        self.engines.iter().all(|e| e.mailbox.prepare_sleep()) && self.gpus.iter().all(|g| g.mailbox.prepare_sleep())
     }
 
     fn kick_fds(&self) -> Vec<&EventFd> {
-        self.engines.iter().map(|e| e.mailbox.kick_fd()).collect()
+        self.engines.iter().map(|e| e.mailbox.kick_fd()).chain(self.gpus.iter().map(|g| g.mailbox.kick_fd())).collect()
     }
 
     fn socket_fds(&self) -> Vec<std::os::fd::RawFd> {

@@ -34,34 +34,35 @@ pub const BUDGET: usize = 64;
 /// Passes an inline engine runs after one event at most (the loop interleaves instead).
 const INLINE_PASSES: usize = 1024;
 
-struct Queue {
-    events: VecDeque<Event>,
+struct Queue<E> {
+    events: VecDeque<E>,
     /// The loop is (about to be) asleep in epoll: the next post must kick it.
     sleeping: bool,
 }
 
-/// Events for one engine, posted by socket threads and taken by the event loop.
+/// Events for one engine (verbs [`Event`]s, or a GPU engine's launches), posted by socket
+/// threads and taken by the event loop.
 ///
 /// Wake-up rule: a post kicks the `EventFd` only when the loop has declared, under the
 /// same lock, that it is going to sleep ([`Mailbox::prepare_sleep`]); while the loop runs
 /// or busy-polls, posting costs no system call. Because the flag and the queue share one
 /// lock, a post either lands before the loop's last look (it sees the event and does not
 /// sleep) or after it (it sees `sleeping` and kicks).
-pub struct Mailbox {
-    queue: Mutex<Queue>,
+pub struct Mailbox<E = Event> {
+    queue: Mutex<Queue<E>>,
     kick: EventFd,
 }
 
-impl Mailbox {
-    pub fn new() -> std::io::Result<Mailbox> {
+impl<E> Mailbox<E> {
+    pub fn new() -> std::io::Result<Mailbox<E>> {
         Ok(Mailbox { queue: Mutex::new(Queue { events: VecDeque::new(), sleeping: false }), kick: EventFd::new(EFD_NONBLOCK)? })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<E>> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn post(&self, ev: Event) {
+    pub fn post(&self, ev: E) {
         let wake = {
             let mut q = self.lock();
             q.events.push_back(ev);
@@ -80,7 +81,7 @@ impl Mailbox {
     }
 
     /// Loop side: moves every queued event to `out`; the loop is awake.
-    pub fn drain(&self, out: &mut VecDeque<Event>) {
+    pub fn drain(&self, out: &mut VecDeque<E>) {
         let mut q = self.lock();
         q.sleeping = false;
         out.append(&mut q.events);
@@ -93,7 +94,9 @@ impl Mailbox {
         q.sleeping = q.events.is_empty();
         q.sleeping
     }
+}
 
+impl Mailbox<Event> {
     /// Runs a command on the engine and waits for its status.
     pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
         let (reply, rx) = mpsc::sync_channel(1);
