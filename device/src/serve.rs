@@ -115,7 +115,11 @@ impl NodeDevices {
         }
         let work = NodeEngines::new(self.engines, self.gpu_engines);
         let event_loop = evloop::spawn(&self.name, work, evloop::busy_poll_from_env()).context("starting the event loop")?;
-        let sockets = servers.into_iter().map(|(server, f)| std::thread::spawn(move || serve_forever(&server, f))).collect();
+        let mut sockets = Vec::new();
+        for (server, f) in servers {
+            let name = format!("{}-vfio", vfio::lock(&f).name());
+            sockets.push(std::thread::Builder::new().name(name).spawn(move || serve_forever(&server, f))?);
+        }
         Ok(Serving { sockets, event_loop })
     }
 }
@@ -252,7 +256,7 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let ctl = control_path(&opts.socket_dir, &node.name);
     let _ = std::fs::remove_file(&ctl);
     let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
-    std::thread::spawn(move || serve_control(listener, functions, ports));
+    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(listener, functions, ports))?;
     paths.push(ctl);
     log::info!("node {} ready ({} functions)", node.name, paths.len());
     let _ = rx.recv();
