@@ -63,10 +63,16 @@ impl<E> Mailbox<E> {
     }
 
     pub fn post(&self, ev: E) {
+        self.post_with(ev, true);
+    }
+
+    /// Posts an event; `wake: false` leaves a sleeping loop asleep (the event waits for
+    /// the next pass, which drains the mailbox before it does anything else).
+    pub fn post_with(&self, ev: E, wake: bool) {
         let wake = {
             let mut q = self.lock();
             q.events.push_back(ev);
-            std::mem::take(&mut q.sleeping)
+            wake && std::mem::take(&mut q.sleeping)
         };
         if wake {
             if let Err(e) = self.kick.write(1) {
@@ -152,7 +158,12 @@ impl EngineSlot {
                     }
                 }
             }
-            EngineSlot::Loop(m) => m.post(ev),
+            EngineSlot::Loop(m) => {
+                // A consumer index only matters to the next CQE the engine writes, and
+                // every pass drains the mailbox first: no need to wake the loop for it.
+                let wake = !matches!(ev, Event::CqConsumed { .. });
+                m.post_with(ev, wake);
+            }
         }
     }
 
@@ -206,6 +217,14 @@ mod tests {
         assert_eq!(m.kick_fd().read().unwrap(), 1, "one kick for the first post after prepare_sleep");
         m.drain(&mut out);
         assert_eq!(out.len(), 3);
+        assert!(m.prepare_sleep());
+        m.post_with(Event::CqConsumed { cqn: 1, ci: 1 }, false);
+        assert!(m.kick_fd().read().is_err(), "a quiet post leaves the loop asleep");
+        m.post(arm());
+        assert_eq!(m.kick_fd().read().unwrap(), 1, "the next loud post wakes it");
+        out.clear();
+        m.drain(&mut out);
+        assert!(matches!((&out[0], &out[1]), (Event::CqConsumed { .. }, Event::CqArm { .. })), "in posting order");
     }
 
     #[test]
