@@ -88,12 +88,12 @@ impl NodeDevices {
                 None => None,
             };
             let mailbox = Arc::new(Mailbox::new()?);
-            let (mut engine, router) = rnic.attach(mailbox.clone()).context("the RNIC's engine is already attached")?;
+            let (mut driver, router) = rnic.attach(mailbox.clone()).context("the RNIC's engine is already attached")?;
             if let Some(p) = &port {
-                engine.set_wire(p.clone());
+                driver.engine.set_wire(p.clone());
                 ports.push(p.clone());
             }
-            engines.push(NodeEngine { engine, router, mailbox, port });
+            engines.push(NodeEngine { driver, router, mailbox, port });
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
         Ok(NodeDevices { name: node.name.clone(), functions, ports, engines, gpu_engines })

@@ -13,7 +13,9 @@
 //! budget, and flushes the queued datagrams (`sendmmsg`). After the last pass that did
 //! anything, the loop keeps polling without sleeping for a bounded window (busy polling:
 //! a doorbell or packet right after a completion is picked up without an epoll round
-//! trip or a kick), then sleeps in epoll. The window is `RNIC_EMU_BUSY_POLL_US`
+//! trip or a kick), then sleeps in epoll. With the doorbell page on, the loop polls the
+//! page for `worker::POLL_WINDOW` after activity and publishes the page's event indices
+//! before it sleeps. Otherwise the window is `RNIC_EMU_BUSY_POLL_US`
 //! microseconds from the environment (0: never poll); by default [`DEFAULT_BUSY_POLL`] on
 //! hosts with at least [`BUSY_POLL_MIN_CPUS`] CPUs and none on smaller ones, where a
 //! polling loop takes the CPU that the peer node, the guest's vCPUs or the application
@@ -30,8 +32,7 @@ use crate::fabric::batch::BATCH;
 use crate::fabric::port::FabricPort;
 use crate::gpu_engine::{self, Launch, Runner};
 use crate::router::Router;
-use crate::verbs::engine::Engine;
-use crate::verbs::worker::{handle, Event, Mailbox, BUDGET};
+use crate::verbs::worker::{Driver, Event, Mailbox, POLL_WINDOW};
 use event_manager::{EventManager, SubscriberOps};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -87,7 +88,11 @@ pub trait LoopWork {
     /// When the work wants a pass even if nothing wakes the loop.
     fn next_deadline(&self) -> Option<Instant>;
     /// About to sleep: false when work arrived meanwhile (see [`Mailbox::prepare_sleep`]).
-    fn prepare_sleep(&self) -> bool;
+    fn prepare_sleep(&mut self) -> bool;
+    /// A polling window the work itself needs after activity (the doorbell page's).
+    fn poll_window(&self) -> Duration {
+        Duration::ZERO
+    }
     /// `EventFd`s that wake the loop when work is posted.
     fn kick_fds(&self) -> Vec<&EventFd>;
     /// Sockets whose readability means work.
@@ -96,7 +101,7 @@ pub trait LoopWork {
 
 /// One RNIC's engine as the loop owns it.
 pub struct NodeEngine {
-    pub engine: Engine,
+    pub driver: Driver,
     pub router: Arc<Router>,
     pub mailbox: Arc<Mailbox>,
     /// The fabric port the engine's wire sends through (None: loopback only).
@@ -126,16 +131,16 @@ impl NodeEngines {
 impl LoopWork for NodeEngines {
     fn pass(&mut self) -> bool {
         let mut active = false;
-        for NodeEngine { engine, router, mailbox, port } in &mut self.engines {
+        for NodeEngine { driver, router, mailbox, port } in &mut self.engines {
             mailbox.drain(&mut self.events);
             active |= !self.events.is_empty();
             let view = router.view();
             for ev in self.events.drain(..) {
-                handle(engine, &view, ev);
+                driver.handle(&view, ev);
             }
             if let Some(port) = port {
                 for _ in 0..RX_BATCHES {
-                    let n = port.receive(&mut |from, pkt| engine.on_packet(&view, from, pkt));
+                    let n = port.receive(&mut |from, pkt| driver.engine.on_packet(&view, from, pkt));
                     active |= n > 0;
                     if n < BATCH {
                         break;
@@ -143,7 +148,7 @@ impl LoopWork for NodeEngines {
                 }
                 port.flush();
             }
-            active |= engine.run(&view, BUDGET);
+            active |= driver.pass(&view);
             drop(view);
             if let Some(port) = port {
                 port.flush();
@@ -161,12 +166,22 @@ impl LoopWork for NodeEngines {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.engines.iter().filter_map(|e| e.engine.next_deadline()).min()
+        self.engines.iter().filter_map(|e| e.driver.engine.next_deadline()).min()
     }
 
-    fn prepare_sleep(&self) -> bool {
-        // Stopping at a mailbox with work is fine: the loop then does not sleep.
-        self.engines.iter().all(|e| e.mailbox.prepare_sleep()) && self.gpus.iter().all(|g| g.mailbox.prepare_sleep())
+    fn prepare_sleep(&mut self) -> bool {
+        // Stopping at a mailbox with work is fine: the loop then does not sleep. The
+        // doorbell page's event indices are published last, after the mailbox's flag.
+        self.engines.iter_mut().all(|e| e.mailbox.prepare_sleep() && e.driver.prepare_sleep())
+            && self.gpus.iter().all(|g| g.mailbox.prepare_sleep())
+    }
+
+    fn poll_window(&self) -> Duration {
+        if self.engines.iter().any(|e| e.driver.page_on()) {
+            POLL_WINDOW
+        } else {
+            Duration::ZERO
+        }
     }
 
     fn kick_fds(&self) -> Vec<&EventFd> {
@@ -247,7 +262,7 @@ impl<W: LoopWork> EventLoop<W> {
                 last_active = Instant::now();
                 continue;
             }
-            if last_active.elapsed() < self.busy_poll {
+            if last_active.elapsed() < self.busy_poll.max(self.work.poll_window()) {
                 std::thread::yield_now();
                 continue;
             }

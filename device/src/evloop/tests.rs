@@ -40,7 +40,7 @@ impl LoopWork for Fake {
         *self.probe.deadline.lock().unwrap()
     }
 
-    fn prepare_sleep(&self) -> bool {
+    fn prepare_sleep(&mut self) -> bool {
         self.mailbox.prepare_sleep()
     }
 

@@ -4,12 +4,17 @@
 //! Commands wait for the engine's answer (with a timeout), so a register read after
 //! RNIC_REG_CMD sees its status.
 //!
+//! With the doorbell page on (docs/verbs.md §3.1) the engine also takes indices from the
+//! page ([`Driver`]): the loop polls it within [`POLL_WINDOW`] after activity and
+//! publishes event indices before it sleeps, so the driver rings MMIO only when asked.
+//!
 //! An RNIC not (yet) attached to an event loop drives its engine itself, on the caller's
 //! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
 //! Memory is reached through the DMA router, whose view is taken once per pass.
 
 use super::copy::GuestMem;
 use super::engine::{Engine, Tables};
+use crate::doorbell::DoorbellPage;
 use crate::router::Router;
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, SyncSender};
@@ -22,7 +27,9 @@ pub enum Event {
     RqDoorbell { qpn: u32, pi: u16 },
     CqConsumed { cqn: u32, ci: u16 },
     CqArm { cqn: u32 },
-    DmaCtrl { enabled: bool, int_enabled: bool },
+    /// Synchronous, like commands: turning the doorbell page on copies the device's
+    /// indices into it before the register write completes.
+    DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool, reply: SyncSender<()> },
     Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
     Reset { reply: SyncSender<()> },
 }
@@ -33,6 +40,9 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BUDGET: usize = 64;
 /// Passes an inline engine runs after one event at most (the loop interleaves instead).
 const INLINE_PASSES: usize = 1024;
+/// With the doorbell page on: how long the loop keeps polling the page after the last
+/// activity before it publishes event indices and sleeps (docs/verbs.md §3.1).
+pub const POLL_WINDOW: Duration = Duration::from_micros(200);
 
 struct Queue<E> {
     events: VecDeque<E>,
@@ -118,22 +128,86 @@ impl Mailbox<Event> {
             log::error!("the verbs engine did not confirm a reset within {COMMAND_TIMEOUT:?}");
         }
     }
+
+    /// Applies a DMA_CTRL write and waits until the engine has.
+    pub fn dma_ctrl(&self, enabled: bool, int_enabled: bool, db_page: bool) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
+    }
 }
 
-/// Applies one event to the engine.
-pub fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
-    match ev {
-        Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
-        Event::RqDoorbell { qpn, pi } => engine.rq_doorbell(qpn, pi),
-        Event::CqConsumed { cqn, ci } => engine.cq_consumed(cqn, ci),
-        Event::CqArm { cqn } => engine.cq_arm(cqn),
-        Event::DmaCtrl { enabled, int_enabled } => engine.set_dma_ctrl(enabled, int_enabled),
-        Event::Command { op, index, tables, reply } => {
-            let _ = reply.send(engine.command(mem, op, index, tables));
+/// An engine with what drives it besides events: the doorbell page, once the driver has
+/// turned it on.
+pub struct Driver {
+    pub engine: Engine,
+    page: Option<DoorbellPage>,
+    db_on: bool,
+}
+
+impl Driver {
+    pub fn new(engine: Engine, page: Option<DoorbellPage>) -> Driver {
+        Driver { engine, page, db_on: false }
+    }
+
+    /// Whether the driver uses the doorbell page (the loop then polls it for a while).
+    pub fn page_on(&self) -> bool {
+        self.db_on && self.page.is_some()
+    }
+
+    /// Applies one event to the engine.
+    pub fn handle(&mut self, mem: &dyn GuestMem, ev: Event) {
+        let engine = &mut self.engine;
+        match ev {
+            Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
+            Event::RqDoorbell { qpn, pi } => engine.rq_doorbell(qpn, pi),
+            Event::CqConsumed { cqn, ci } => engine.cq_consumed(cqn, ci),
+            Event::CqArm { cqn } => {
+                if let Some(p) = self.page.as_ref().filter(|_| self.db_on) {
+                    engine.poll_doorbell_page(p); // the consumer index the driver left there
+                }
+                engine.cq_arm(cqn)
+            }
+            Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
+                engine.set_dma_ctrl(enabled, int_enabled);
+                let on = db_page && self.page.is_some();
+                if let (Some(p), true, false) = (&self.page, on, self.db_on) {
+                    engine.init_doorbell_page(p);
+                }
+                self.db_on = on;
+                let _ = reply.send(());
+            }
+            Event::Command { op, index, tables, reply } => {
+                let status = engine.command(mem, op, index, tables);
+                if let Some(p) = &self.page {
+                    engine.sync_doorbell_page(p, op, index);
+                }
+                let _ = reply.send(status);
+            }
+            Event::Reset { reply } => {
+                engine.reset();
+                self.db_on = false;
+                let _ = reply.send(());
+            }
         }
-        Event::Reset { reply } => {
-            engine.reset();
-            let _ = reply.send(());
+    }
+
+    /// One pass of work: indices from the page (when on), then the engine's budget.
+    /// True when anything moved.
+    pub fn pass(&mut self, mem: &dyn GuestMem) -> bool {
+        let polled = match self.page.as_ref().filter(|_| self.db_on) {
+            Some(p) => self.engine.poll_doorbell_page(p),
+            None => false,
+        };
+        self.engine.run(mem, BUDGET) || polled
+    }
+
+    /// Before the loop sleeps: publishes the page's event indices. False when the page
+    /// moved meanwhile (the loop must not sleep).
+    pub fn prepare_sleep(&mut self) -> bool {
+        match self.page.as_ref().filter(|_| self.db_on) {
+            Some(p) => !self.engine.publish_doorbell_events(p),
+            None => true,
         }
     }
 }
@@ -141,7 +215,7 @@ pub fn handle(engine: &mut Engine, mem: &dyn GuestMem, ev: Event) {
 /// Where an RNIC's engine runs.
 pub enum EngineSlot {
     /// Not attached to an event loop: events run on the caller's thread.
-    Inline(Box<Engine>),
+    Inline(Box<Driver>),
     /// Owned by the node's event loop; events go through the mailbox.
     Loop(std::sync::Arc<Mailbox>),
 }
@@ -149,11 +223,11 @@ pub enum EngineSlot {
 impl EngineSlot {
     pub fn post(&mut self, router: &Router, ev: Event) {
         match self {
-            EngineSlot::Inline(engine) => {
+            EngineSlot::Inline(d) => {
                 let view = router.view();
-                handle(engine, &view, ev);
+                d.handle(&view, ev);
                 for _ in 0..INLINE_PASSES {
-                    if !engine.run(&view, BUDGET) {
+                    if !d.pass(&view) {
                         break;
                     }
                 }
@@ -169,23 +243,41 @@ impl EngineSlot {
 
     pub fn command(&mut self, router: &Router, op: u32, index: u32, tables: Tables) -> u32 {
         match self {
-            EngineSlot::Inline(engine) => engine.command(&router.view(), op, index, tables),
+            EngineSlot::Inline(d) => {
+                let (reply, rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::Command { op, index, tables, reply });
+                rx.try_recv().unwrap_or(super::abi::CMD_ERR_DISABLED)
+            }
             EngineSlot::Loop(m) => m.command(op, index, tables),
         }
     }
 
-    pub fn reset(&mut self) {
+    /// Applies a DMA_CTRL write; returns once the engine has.
+    pub fn dma_ctrl(&mut self, router: &Router, enabled: bool, int_enabled: bool, db_page: bool) {
         match self {
-            EngineSlot::Inline(engine) => engine.reset(),
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+            }
+            EngineSlot::Loop(m) => m.dma_ctrl(enabled, int_enabled, db_page),
+        }
+    }
+
+    pub fn reset(&mut self, router: &Router) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::Reset { reply });
+            }
             EngineSlot::Loop(m) => m.reset(),
         }
     }
 
     /// Hands the engine to an event loop; later events go to `mailbox`. None: already
     /// attached.
-    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox>) -> Option<Engine> {
+    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox>) -> Option<Driver> {
         match std::mem::replace(self, EngineSlot::Loop(mailbox)) {
-            EngineSlot::Inline(engine) => Some(*engine),
+            EngineSlot::Inline(d) => Some(*d),
             loop_slot @ EngineSlot::Loop(_) => {
                 *self = loop_slot;
                 None
