@@ -303,6 +303,67 @@ pub fn parse_faults<'a>(words: impl Iterator<Item = &'a str>) -> Result<Faults, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::packet::{op, Bth};
+
+    /// Two ports on loopback addresses of this test process and test (`test`: a number
+    /// per test; port 4791 is fixed).
+    fn two_ports(test: u8, tx: Faults, rx: Faults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>) {
+        let pid = std::process::id();
+        let ip = |host| Ipv4Addr::new(127, 200 + (pid % 50) as u8, ((pid / 50) % 250) as u8, host);
+        let stats = Arc::new(Stats::default());
+        let a = FabricPort::bind(ip(2 * test + 1), &NodeFaults { tx, rx: Faults::default(), seed }, None, stats.clone()).unwrap();
+        let b = FabricPort::bind(ip(2 * test + 2), &NodeFaults { tx: Faults::default(), rx, seed }, None, stats.clone()).unwrap();
+        (a, b, stats)
+    }
+
+    fn packet(psn: u32) -> Packet {
+        Packet { bth: Bth { opcode: op::SEND_ONLY, dest_qp: 3, psn, ..Default::default() }, payload: vec![psn as u8; 1000], ..Default::default() }
+    }
+
+    /// Everything `b` receives within a second of the last datagram.
+    fn drain(b: &FabricPort) -> Vec<Packet> {
+        let mut got = Vec::new();
+        let mut quiet = std::time::Instant::now();
+        while quiet.elapsed() < Duration::from_secs(1) {
+            if b.receive(&mut |_, p| got.push(p.clone())) > 0 {
+                quiet = std::time::Instant::now();
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn batched_round_trip_keeps_order_and_the_seeded_faults() {
+        let tx = Faults { drop: 0.1, duplicate: 0.05, reorder: 0.05, corrupt: 0.0, delay_us: 0 };
+        let rx = Faults { drop: 0.05, corrupt: 0.05, ..Faults::default() };
+        let (a, b, stats) = two_ports(0, tx, rx, 9);
+        for psn in 0..300 {
+            a.send(b.address, &packet(psn));
+        }
+        a.flush();
+        let got: Vec<u32> = drain(&b).iter().map(|p| p.bth.psn).collect();
+        // The same decisions, taken on the datagrams one by one without the port.
+        let ep = Endpoints { src: a.address, dst: b.address, src_port: ROCE_UDP_PORT };
+        let (mut ftx, mut frx) = (FaultState::new(tx, 9), FaultState::new(rx, 9 ^ 0x5eed));
+        let (mut sent, mut delivered) = (Vec::new(), Vec::new());
+        (0..300).for_each(|psn| ftx.apply(packet(psn).encode(&ep), &mut sent));
+        sent.into_iter().for_each(|d| frx.apply(d, &mut delivered));
+        let expect: Vec<u32> = delivered.iter().filter_map(|d| Packet::decode(d, &ep).ok()).map(|p| p.bth.psn).collect();
+        assert_eq!(got, expect, "batching changes neither order nor any fault decision");
+        assert!(expect.len() > 200 && expect.len() < 300, "faults happened: {}", expect.len());
+        assert!(stats.snapshot().iter().any(|(n, v)| n.eq_ignore_ascii_case("PktsDropped") && *v > 0), "corrupted datagrams counted");
+    }
+
+    #[test]
+    fn packets_without_faults_arrive_intact_in_batches() {
+        let (a, b, _) = two_ports(1, Faults::default(), Faults::default(), 1);
+        let sent: Vec<Packet> = (0..200).map(packet).collect();
+        sent.iter().for_each(|p| a.send(b.address, p));
+        a.flush();
+        let got = drain(&b);
+        assert_eq!(got.len(), 200);
+        assert!(got.iter().zip(&sent).all(|(g, s)| g.bth.psn == s.bth.psn && g.payload == s.payload));
+    }
 
     #[test]
     fn faults_are_reproducible_and_bounded() {
