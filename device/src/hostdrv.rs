@@ -4,7 +4,7 @@
 //! need no QEMU. Not a general driver: no teardown, no ring-space accounting beyond what
 //! its callers do.
 
-use crate::dma::test_ram;
+use crate::mem::dma::test_ram;
 use crate::regs::rnic::*;
 use crate::shm::SharedMemory;
 use crate::verbs::abi::*;

@@ -2,8 +2,8 @@
 //! [`PciFunction`], after checking every region index, offset and length the client sent.
 //! Out-of-range accesses get an error reply; sized/aligned register rules are the models'.
 
-use crate::function::PciFunction;
-use crate::pci::config::CONFIG_SPACE_SIZE;
+use rnic_emu_core::function::PciFunction;
+use rnic_emu_core::pci::config::CONFIG_SPACE_SIZE;
 use std::fs::File;
 use std::io::{Error, ErrorKind};
 use std::mem::size_of;

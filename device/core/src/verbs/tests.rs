@@ -5,7 +5,7 @@
 use super::abi::*;
 use super::engine::{Engine, Shared, Tables};
 use super::stats::{Counter, Stats};
-use crate::dma::{test_ram, DmaMaps};
+use crate::mem::dma::{test_ram, DmaMaps};
 use crate::msix::Interrupts;
 use crate::shm::SharedMemory;
 use std::sync::atomic::{AtomicU64, Ordering};

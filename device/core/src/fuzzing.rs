@@ -3,7 +3,7 @@
 //! WQEs, contexts and MTT entries fed to the verbs engine, and hostile BAR0/config accesses
 //! fed to the RNIC model. They must never panic, hang or touch memory outside guest RAM.
 
-use crate::dma::{test_ram, DmaMaps};
+use crate::mem::dma::{test_ram, DmaMaps};
 use crate::function::PciFunction;
 use crate::msix::Interrupts;
 use crate::rnic::Rnic;

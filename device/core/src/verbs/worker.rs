@@ -15,7 +15,7 @@
 use super::copy::GuestMem;
 use super::engine::{Engine, Tables};
 use crate::doorbell::DoorbellPage;
-use crate::router::Router;
+use crate::mem::router::Router;
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Mutex;

@@ -14,7 +14,7 @@ use super::opcode::send_cqe_opcode;
 use super::qp::{Qp, QpState, Ring};
 use super::stats::{Counter, Stats};
 use super::wqe::read_header;
-use crate::dma::DmaError;
+use crate::mem::dma::DmaError;
 use crate::msix::Interrupts;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -8,8 +8,9 @@
 use super::batch::{send_batch, Pool, RecvBatch, BATCH, RX_BUF};
 use super::packet::{Endpoints, Packet, ROCE_UDP_PORT};
 use super::pcap::PcapWriter;
-use crate::topology::{Faults, NodeFaults};
-use crate::verbs::stats::{Counter, Stats};
+use rnic_emu_core::topology::{Faults, NodeFaults};
+use rnic_emu_core::verbs::stats::{Counter, Stats};
+use rnic_emu_core::verbs::transport::Wire;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
@@ -243,7 +244,7 @@ impl FabricPort {
             let ep = Endpoints { src: *from.ip(), dst: self.address, src_port: from.port() };
             if truncated {
                 self.stats.inc(Counter::PktsDropped);
-                crate::guest_warn!("fabric: dropped a datagram from {from} longer than {RX_BUF} bytes");
+                rnic_emu_core::guest_warn!("fabric: dropped a datagram from {from} longer than {RX_BUF} bytes");
                 continue;
             }
             if faults.passes_all() {
@@ -277,6 +278,16 @@ impl FabricPort {
                 log::debug!("fabric: dropped a packet from {}:{}: {e}", ep.src, ep.src_port);
             }
         }
+    }
+}
+
+impl Wire for FabricPort {
+    fn address(&self) -> Ipv4Addr {
+        self.address
+    }
+
+    fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
+        FabricPort::send(self, dst, pkt)
     }
 }
 

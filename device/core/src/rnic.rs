@@ -7,17 +7,17 @@
 //! gives it the fabric port; from then on this socket-side model only posts doorbells and
 //! waits for command results. Unattached (unit tests, fuzzing) it runs the engine inline.
 
-use crate::dma::DmaMaps;
+use crate::mem::dma::DmaMaps;
 use crate::doorbell::DoorbellPage;
 use crate::shm::SharedMemory;
-use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace, LayoutError};
 use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
-use crate::router::{Peer, Router};
+use crate::mem::router::{Peer, Router};
 use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Engine, Shared, Tables};
 use crate::verbs::stats::{Stats, COUNTERS};
@@ -50,7 +50,7 @@ fn stats_range() -> std::ops::Range<u64> {
 impl Rnic {
     /// An RNIC whose DMA can reach `peers` (the node's GPUs) besides guest RAM, with the
     /// fabric address `address` (RNIC_REG_IPV4; the server attaches the port).
-    pub fn new(name: String, dev: &Device, peers: Vec<Peer>, address: Option<Ipv4Addr>) -> anyhow::Result<Self> {
+    pub fn new(name: String, dev: &Device, peers: Vec<Peer>, address: Option<Ipv4Addr>) -> Result<Self, ModelError> {
         let vectors = dev.msix_vectors();
         let id = identity(dev, pci_ids::RNIC_CLASS);
         let bars = [

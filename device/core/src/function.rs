@@ -2,11 +2,12 @@
 //! interrupts, DMA maps and reset. The vfio-user adapter ([`crate::vfio`]) is written once
 //! against this trait; the RNIC and GPU models implement it.
 
-use crate::dma::DmaMaps;
+use crate::mem::dma::DmaMaps;
 use crate::msix::Interrupts;
 use crate::pci::caps::{self, Capability};
-use crate::pci::config::{ConfigSpace, Identity};
+use crate::pci::config::{ConfigSpace, Identity, LayoutError};
 use crate::regs::pci_ids;
+use crate::shm::ShmError;
 use crate::topology::Device;
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use std::os::fd::RawFd;
@@ -19,6 +20,15 @@ pub struct BarRegion {
     pub size: u64,
     /// Shared memory backing the whole BAR, for the client to mmap (sparse mmap area).
     pub mmap_fd: Option<RawFd>,
+}
+
+/// Why a PCI function model could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error(transparent)]
+    Memory(#[from] ShmError),
 }
 
 pub trait PciFunction: Send {

@@ -347,12 +347,12 @@ fn is_ident(s: &str) -> bool {
     !s.is_empty() && s.len() <= 32 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
+/// Topologies shared by the unit tests of the modules built on topologies (here and in
+/// the `rnic-emu` crate's QEMU command lines).
+#[doc(hidden)]
+pub mod samples {
     /// GPU (function 0) and RNIC (function 1) of one slot below a root port.
-    pub(crate) const MULTIFUNCTION: &str = r#"
+    pub const MULTIFUNCTION: &str = r#"
         name = "t"
         [[node]]
         name = "n"
@@ -362,7 +362,7 @@ pub(crate) mod tests {
     "#;
 
     /// A single-switch node shared by the tests of the modules built on topologies.
-    pub(crate) const SWITCH: &str = r#"
+    pub const SWITCH: &str = r#"
         name = "t"
         [[node]]
         name = "node0"
@@ -373,6 +373,12 @@ pub(crate) mod tests {
         device = [ { id = "rnic0", kind = "rnic", port = "dn0" },
                    { id = "gpu0", kind = "gpu", port = "dn1", bar1_mib = 256 } ]
     "#;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::samples::*;
+    use super::*;
 
     #[test]
     fn parses_switch_topology() {

@@ -22,7 +22,7 @@ use super::requester::{self, Requester};
 use super::responder::{self, Responder};
 use super::stats::{Counter, Stats};
 use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
-use crate::dma::DmaError;
+use crate::mem::dma::DmaError;
 use crate::fabric::packet::Packet;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
 use std::collections::VecDeque;

@@ -6,8 +6,8 @@
 //! server attaches it; the model itself starts no thread. Reset leaves BAR1 contents
 //! alone, as GPU memory survives a function reset.
 
-use crate::dma::DmaMaps;
-use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::mem::dma::DmaMaps;
+use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace};
 use crate::regfile::RegisterFile;
@@ -17,7 +17,7 @@ use crate::shm::SharedMemory;
 use crate::topology::Device;
 use crate::gpu_engine::{GpuEngine, Launch, Runner};
 use crate::verbs::worker::Mailbox;
-use crate::router::PeerWindow;
+use crate::mem::router::PeerWindow;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
@@ -37,7 +37,7 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    pub fn new(name: String, dev: &Device, mem: SharedMemory) -> anyhow::Result<Self> {
+    pub fn new(name: String, dev: &Device, mem: SharedMemory) -> Result<Self, ModelError> {
         let mem = Arc::new(mem);
         let id = identity(dev, pci_ids::GPU_CLASS);
         let bars = [

@@ -30,9 +30,9 @@ mod wakeups;
 
 use crate::fabric::batch::BATCH;
 use crate::fabric::port::FabricPort;
-use crate::gpu_engine::{self, Launch, Runner};
-use crate::router::Router;
-use crate::verbs::worker::{Driver, Event, Mailbox, POLL_WINDOW};
+use rnic_emu_core::gpu_engine::{self, Launch, Runner};
+use rnic_emu_core::mem::router::Router;
+use rnic_emu_core::verbs::worker::{Driver, Event, Mailbox, POLL_WINDOW};
 use event_manager::{EventManager, SubscriberOps};
 use std::cell::RefCell;
 use std::collections::VecDeque;

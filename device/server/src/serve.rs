@@ -12,12 +12,12 @@
 
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
 use crate::fabric::port::{self, FabricPort};
-use crate::gpu::Gpu;
-use crate::rnic::Rnic;
-use crate::verbs::worker::Mailbox;
-use crate::router::Peer;
-use crate::shm::SharedMemory;
-use crate::topology::{DeviceKind, Topology};
+use rnic_emu_core::gpu::Gpu;
+use rnic_emu_core::rnic::Rnic;
+use rnic_emu_core::verbs::worker::Mailbox;
+use rnic_emu_core::mem::router::Peer;
+use rnic_emu_core::shm::SharedMemory;
+use rnic_emu_core::topology::{DeviceKind, Topology};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -167,7 +167,7 @@ pub fn stats_json(functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value 
     for (_, f) in functions {
         let f = vfio::lock(f);
         let counters: serde_json::Map<String, serde_json::Value> =
-            f.stats().into_iter().map(|(k, v)| (crate::contract::snake_lower(k), v.into())).collect();
+            f.stats().into_iter().map(|(k, v)| (rnic_emu_core::contract::snake_lower(k), v.into())).collect();
         all.insert(f.name().to_string(), counters.into());
     }
     all.into()

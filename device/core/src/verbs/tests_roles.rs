@@ -358,24 +358,24 @@ fn a_malformed_recv_is_a_remote_operational_error_on_both_transports() {
 
 /// Guest memory that counts what goes through it.
 struct Counting<'a> {
-    mem: &'a crate::dma::DmaMaps,
+    mem: &'a crate::mem::dma::DmaMaps,
     read: std::cell::Cell<u64>,
     written: std::cell::Cell<u64>,
     copied: std::cell::Cell<u64>,
 }
 
 impl super::copy::GuestMem for Counting<'_> {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<super::copy::PciePath, crate::dma::DmaError> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<super::copy::PciePath, crate::mem::dma::DmaError> {
         self.read.set(self.read.get() + buf.len() as u64);
         super::copy::GuestMem::read(self.mem, addr, buf)
     }
 
-    fn write(&self, addr: u64, buf: &[u8]) -> Result<super::copy::PciePath, crate::dma::DmaError> {
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<super::copy::PciePath, crate::mem::dma::DmaError> {
         self.written.set(self.written.get() + buf.len() as u64);
         super::copy::GuestMem::write(self.mem, addr, buf)
     }
 
-    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(super::copy::PciePath, super::copy::PciePath), crate::dma::DmaError> {
+    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(super::copy::PciePath, super::copy::PciePath), crate::mem::dma::DmaError> {
         self.copied.set(self.copied.get() + len as u64);
         super::copy::GuestMem::copy(self.mem, src, dst, len)
     }

@@ -16,25 +16,16 @@
 use super::copy::{self, GuestMem};
 use super::mr::Segment;
 use super::stats::{Counter, Stats};
-use crate::dma::DmaError;
+use crate::mem::dma::DmaError;
 use crate::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
-/// Sends packets to other nodes (the node's UDP port; an in-memory wire in tests).
+/// Sends packets to other nodes (the node's UDP port, in the server crate; an in-memory
+/// wire in tests).
 pub trait Wire: Send + Sync {
     fn address(&self) -> Ipv4Addr;
     fn send(&self, dst: Ipv4Addr, pkt: &Packet);
-}
-
-impl Wire for crate::fabric::port::FabricPort {
-    fn address(&self) -> Ipv4Addr {
-        self.address
-    }
-
-    fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
-        crate::fabric::port::FabricPort::send(self, dst, pkt)
-    }
 }
 
 /// The loopback MTU: every message fits one (IBA 9.4.1 caps a message at 2^31 bytes).
@@ -272,7 +263,7 @@ mod tests {
         let mut t = Loopback { queue: &mut q, from: 1, to: 2 };
         let segs = [Segment { addr: 0x1000, len: 100 }, Segment { addr: 0x9000, len: 100 }];
         let msg = Msg { payload: Payload::Segs { segs: &segs, off: 50, len: 100 }, ..Msg::new(Bth::default()) };
-        t.send(&crate::dma::DmaMaps::default(), &msg).unwrap();
+        t.send(&crate::mem::dma::DmaMaps::default(), &msg).unwrap();
         let m = q.pop_front().unwrap();
         assert_eq!((m.from, m.to), (1, 2));
         match m.payload {
