@@ -1,6 +1,6 @@
 //! What every emulated PCI function offers the transport: config space, BAR regions,
-//! interrupts, DMA maps and reset. The vfio-user adapter ([`crate::vfio`]) is written once
-//! against this trait; the RNIC and GPU models implement it.
+//! interrupts, DMA maps and reset. The vfio-user adapter (`vfio` in `rnic-emu-server`) is
+//! written once against this trait; the RNIC and GPU models implement it.
 
 use crate::mem::dma::DmaMaps;
 use crate::msix::Interrupts;

@@ -3,7 +3,7 @@
 //! Registers with their reset values and access rules, device reset (register, FLR,
 //! vfio-user reset), the interrupt self-test, statistics, and the verbs engine behind the
 //! doorbells and commands (docs/verbs.md). The model binds no socket and starts no thread:
-//! the server (`serve`) hands its engine to the node's event loop ([`Rnic::attach`]) and
+//! the server (`serve` in `rnic-emu-server`) hands its engine to the node's event loop ([`Rnic::attach`]) and
 //! gives it the fabric port; from then on this socket-side model only posts doorbells and
 //! waits for command results. Unattached (unit tests, fuzzing) it runs the engine inline.
 

@@ -1,7 +1,7 @@
 //! Topology files (`qemu-configs/*.toml`): which nodes exist, which PCI functions each has,
-//! and where each sits in the PCIe tree. One file serves three uses (ARCHITECTURE.md):
-//! the QEMU command line ([`crate::qemu`]), the server's node description ([`crate::serve`])
-//! and what tests expect. Format, with every field, in `qemu-configs/README.md`.
+//! and where each sits in the PCIe tree. One file serves three uses (docs/architecture.md):
+//! the QEMU command line (`qemu` in the `rnic-emu` crate), the server's node description
+//! (`serve` in `rnic-emu-server`) and what tests expect. Format, with every field, in `qemu-configs/README.md`.
 
 use crate::regs::pci_ids;
 use serde::Deserialize;

@@ -4,7 +4,7 @@
 //! per-byte writable and write-1-to-clear masks (so read-only fields stay put), BAR sizing
 //! by writing all-ones, a linked standard-capability list starting at 0x40, and an empty
 //! extended-capability list at 0x100. Any offset/length inside the 4 KiB is accepted;
-//! accesses beyond it are refused by the caller (`vfio` adapter).
+//! accesses beyond it are refused by the caller (the server's `vfio` adapter).
 //!
 //! Not modelled: I/O BARs, expansion ROM (reads as 0, not writable), extended capabilities,
 //! INTx (interrupt pin 0: functions interrupt through MSI-X only).

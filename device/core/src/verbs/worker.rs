@@ -1,8 +1,8 @@
 //! How work reaches a verbs engine (STYLE §3: work off the MMIO path). The socket thread
 //! only records doorbells and posts them to the engine's [`Mailbox`]: a queue and an
-//! `EventFd` that wakes the node's event loop (`crate::evloop`), which owns the engine.
-//! Commands wait for the engine's answer (with a timeout), so a register read after
-//! RNIC_REG_CMD sees its status.
+//! `EventFd` that wakes the node's event loop (`evloop` in `rnic-emu-server`), which owns
+//! the engine. Commands wait for the engine's answer (with a timeout), so a register read
+//! after RNIC_REG_CMD sees its status.
 //!
 //! With the doorbell page on (docs/verbs.md §3.1) the engine also takes indices from the
 //! page ([`Driver`]): the loop polls it within [`POLL_WINDOW`] after activity and
