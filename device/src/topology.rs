@@ -27,6 +27,9 @@ pub struct Topology {
     pub description: String,
     #[serde(default)]
     pub guest: GuestConfig,
+    /// Physical parameters of the timing model (`docs/timing.md`); defaults when absent.
+    #[serde(default)]
+    pub timing: crate::timing::Params,
     #[serde(rename = "node")]
     pub nodes: Vec<Node>,
 }
@@ -214,6 +217,7 @@ impl Topology {
                 return Err(self.invalid(format!("node {i}: address {} is used twice", self.address(i))));
             }
         }
+        self.timing.validate().map_err(|e| self.invalid(e))?;
         if !(128..=65536).contains(&self.guest.memory_mib) || !(1..=16).contains(&self.guest.cpus) {
             return Err(self.invalid("guest memory_mib must be 128..=65536 and cpus 1..=16".into()));
         }
@@ -414,5 +418,15 @@ pub(crate) mod tests {
         rejects(&SWITCH.replace("kind = \"rnic\"", "kind = \"gpu\""), "no rnic");
         rejects(&SWITCH.replace("id = \"gpu0\"", "id = \"rnic0\""), "duplicated");
         rejects(&SWITCH.replace("name = \"t\"", "name = \"t\"\nbogus = 1"), "unknown field");
+        rejects(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\nmps = 100"), "mps and mrrs");
+        rejects(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\nlink_gbs = 1"), "unknown field");
+    }
+
+    #[test]
+    fn the_timing_table_is_optional_and_partial() {
+        let t = Topology::parse(SWITCH, "t").unwrap();
+        assert_eq!(t.timing, crate::timing::Params::default());
+        let t = Topology::parse(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\npcie_gen = 4\nlink_gbps = 200.0"), "t").unwrap();
+        assert_eq!((t.timing.pcie_gen, t.timing.link_gbps, t.timing.pcie_width), (4, 200.0, 16));
     }
 }

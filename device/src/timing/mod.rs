@@ -12,6 +12,7 @@
 pub mod collective;
 pub mod model;
 pub mod params;
+pub mod render;
 pub mod trace;
 
 pub use model::{timeline, Layout, Mem, Op, Request, Timeline};
