@@ -288,8 +288,11 @@ impl PciFunction for Rnic {
     /// `faults tx|rx key=value ...` changes the fault injection of this RNIC's fabric port.
     fn control(&mut self, request: &str) -> Option<Result<String, String>> {
         let mut words = request.split_whitespace();
-        if words.next() != Some("faults") {
-            return None;
+        match words.next() {
+            // `trace [qp=N] [since=N]`: recent WQEs as JSON (docs/timing.md).
+            Some("trace") => return Some(self.stats.trace.control(&words.collect::<Vec<_>>().join(" "))),
+            Some("faults") => {}
+            _ => return None,
         }
         let Some(port) = &self.port else { return Some(Err("this node has no fabric".into())) };
         let dir = words.next();

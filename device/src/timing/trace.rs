@@ -37,13 +37,15 @@ pub fn path_name(p: PciePath) -> &'static str {
 pub struct Pending {
     t0: Instant,
     pub stages: Vec<(&'static str, u64)>,
+    /// Payload paths on this node (a READ's destination is local, its source remote).
     pub src: Option<PciePath>,
+    pub dst: Option<PciePath>,
 }
 
 impl Pending {
     /// Starts a record at `t0` (the doorbell) with its first stage.
     pub fn start(t0: Instant) -> Pending {
-        Pending { t0, stages: vec![("doorbell", 0)], src: None }
+        Pending { t0, stages: vec![("doorbell", 0)], src: None, dst: None }
     }
 
     /// Stamps `stage` now (only its first time: retransmissions do not move it).
@@ -128,8 +130,8 @@ impl Trace {
     /// A requester WQE completed: its record joins the loopback placement at `dest_qpn`.
     #[allow(clippy::too_many_arguments)]
     pub fn finish(&self, mut p: Pending, qpn: u32, wr_id: u64, op: &'static str, len: u64, dest_qpn: Option<u32>, status: u8) {
-        let mut dst = None;
-        if let Some(d) = dest_qpn {
+        let mut dst = p.dst.map(path_name);
+        if let (Some(d), None) = (dest_qpn, dst) {
             if let Some((path, when)) = self.placed.lock().unwrap_or_else(|p| p.into_inner()).remove(&d) {
                 dst = Some(path_name(path));
                 let at = p.at(when);
