@@ -228,7 +228,7 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     };
     trace.stamp("sgl_parsed");
     // The path of the local buffer (source of WRITE/SEND, destination of a READ).
-    let path = local.first().and_then(|s| ctx.mem.read(s.addr, &mut [0u8; 1]).ok());
+    let path = local.first().map(|s| ctx.mem.path_of(s.addr));
     if wqe_op(w.hdr.opcode).is_some_and(|o| o.kind == Kind::ReadRequest) {
         trace.dst = path;
     } else {

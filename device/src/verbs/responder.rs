@@ -254,9 +254,9 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     Ok(true)
 }
 
-/// Trace: the last byte of a message is placed (path probed at its first segment).
+/// Trace: the last byte of a message is placed (the path of its first segment).
 fn trace_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u64, t: &dyn Transport) {
-    let path = segs.first().and_then(|s| ctx.mem.read(s.addr, &mut [0u8; 1]).ok());
+    let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
     ctx.stats().trace.placed(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU);
 }
 
