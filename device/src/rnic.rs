@@ -64,7 +64,7 @@ impl Rnic {
             BarDef { index: RNIC_DB_BAR, size: RNIC_DB_BAR_SIZE, is_64bit: true, prefetchable: false },
         ];
         let dbpage = DoorbellPage::new(Arc::new(SharedMemory::memfd(&format!("rnic-emu-{name}-dbpage"), RNIC_DB_BAR_SIZE)?));
-        let caps = capabilities(vectors);
+        let caps = capabilities(dev);
         let irqs = Arc::new(Interrupts::new(vectors));
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());

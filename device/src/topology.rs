@@ -160,6 +160,15 @@ pub struct Device {
     pub msix_vectors: Option<u16>,
     /// GPU BAR1 (memory aperture) size in MiB: a power of two; default 1024.
     pub bar1_mib: Option<u64>,
+    /// PCIe link (generation, width) its PCI Express capability reports: the topology's
+    /// `[timing]` pcie_gen and pcie_width, filled in when the topology is parsed.
+    #[serde(skip, default = "default_link")]
+    pub link: (u8, u8),
+}
+
+fn default_link() -> (u8, u8) {
+    let p = crate::timing::Params::default();
+    (p.pcie_gen, p.pcie_width)
 }
 
 impl Device {
@@ -194,9 +203,11 @@ impl Topology {
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Topology, TopologyError> {
-        let topo: Topology = toml::from_str(text)
+        let mut topo: Topology = toml::from_str(text)
             .map_err(|e| TopologyError::Parse { path: origin.to_string(), source: Box::new(e) })?;
         topo.validate()?;
+        let link = (topo.timing.pcie_gen, topo.timing.pcie_width);
+        topo.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()).for_each(|d| d.link = link);
         Ok(topo)
     }
 
