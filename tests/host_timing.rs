@@ -7,13 +7,11 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
+use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
 use rnic_emu::regs::rnic::*;
 use rnic_emu::verbs::abi::*;
 use std::process::Command;
 use std::time::Duration;
-use vfio_bindings::bindings::vfio::*;
-use vfio_user::Client;
 
 const GPU_BAR: u64 = 0x1_0000_0000;
 const MIB: u64 = 1 << 20;
@@ -27,11 +25,9 @@ fn write_wqe(dst_va: u64, rkey: u32, src_va: u64, lkey: u32, len: u64, wr_id: u6
 fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory() {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(std::path::Path::new(bin()), &topology("single-switch"), dir.path(), None).unwrap();
-    let mut g = Client::new(&server.socket("gpu0")).unwrap();
-    let cfg = VFIO_PCI_CONFIG_REGION_INDEX;
-    for (off, v) in [(0x14u64, GPU_BAR as u32), (0x18, (GPU_BAR >> 32) as u32), (0x04, 0x6)] {
-        g.region_write(cfg, off, &v.to_le_bytes()).unwrap();
-    }
+    // The control socket comes first; the function sockets follow.
+    assert!(wait_until(Duration::from_secs(10), || server.socket("gpu0").exists() && server.socket("rnic0").exists()));
+    let _gpu = place_gpu_bar1(&server.socket("gpu0"), GPU_BAR).unwrap();
     let mut h = HostDriver::connect(&server.socket("rnic0"), 64 << 20).unwrap();
     h.w64(BAR1_APERTURE, GPU_BAR).unwrap();
     let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
