@@ -75,3 +75,30 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     let hostw = text.split('#').find(|b| b.contains("wr_id 0x78")).unwrap();
     assert!(hostw.contains("source data back (4096 B, host memory via the root complex)"), "{hostw}");
 }
+
+/// Across the fabric each node keeps its side: the requester's record (no placement, no
+/// remote path) and the responder's placement with its path.
+#[test]
+fn across_the_fabric_each_node_traces_its_side() {
+    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let ips = [std::net::Ipv4Addr::new(127, 90, 0, 1), std::net::Ipv4Addr::new(127, 90, 0, 2)];
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 10, capture: false, rnr_retry: 7 };
+    let mut p = NodePair::start(std::path::Path::new(bin()), dir.path(), &o).unwrap();
+    p.write(0, 0, 64 << 10, 0x99, true).unwrap();
+    assert_eq!(p.h[0].wait(1, Duration::from_secs(20)).unwrap().status, WC_SUCCESS);
+    let trace = |i: usize| -> Vec<serde_json::Value> {
+        let reply = rnic_emu::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace").unwrap();
+        serde_json::from_str(reply["ok"].as_str().expect("trace reply")).unwrap()
+    };
+    let req = trace(0);
+    let r = req.iter().find(|r| r["wr_id"] == 0x99).unwrap_or_else(|| panic!("{req:?}"));
+    assert_eq!((r["transport"].as_str(), r["src"].as_str(), r["dst"].as_str()), (Some("fabric"), Some("host"), None), "{r}");
+    let keys: Vec<&str> = r["stages"].as_array().unwrap().iter().map(|s| s[0].as_str().unwrap()).collect();
+    assert_eq!(keys, ["doorbell", "wqe_data", "sgl_parsed", "packetized", "on_wire", "ack", "cqe"], "{r}");
+    let ns: Vec<u64> = r["stages"].as_array().unwrap().iter().map(|s| s[1].as_u64().unwrap()).collect();
+    assert!(ns.windows(2).all(|w| w[0] <= w[1]), "{r}");
+    let resp = trace(1);
+    let placed = resp.iter().find(|r| r["role"] == "responder").unwrap_or_else(|| panic!("{resp:?}"));
+    assert_eq!((placed["op"].as_str(), placed["len"].as_u64(), placed["dst"].as_str()), (Some("write"), Some(64 << 10), Some("host")), "{placed}");
+}
