@@ -164,13 +164,17 @@ fn stream(p: &Params, l: &Layout, issue: f64, len: u64, src: Mem, dst: Mem, firs
     let c = p.cycle_ns();
     let mtu = u64::from(p.mtu);
     let npkts = len.div_ceil(mtu).max(1);
-    let src_lat = 2.0 * l.one_way(p, src) + lat(p, src) + p.pcie_ns(0, 1, 16);
+    let src_lat = 2.0 * l.one_way(p, src) + lat(p, src);
+    let mrd = p.pcie_ns(0, 1, 16); // one read request TLP on the upstream direction
     let mut s = Stream { data: issue, built: issue, fifo: issue, wire: issue, arrived: issue, placed: issue };
     let mut last_written = f64::MIN;
     for i in 0..npkts {
         let done = ((i + 1) * mtu).min(len);
         let payload = (done - i * mtu) as u32;
-        s.data = issue + src_lat + p.read_ns(done);
+        // Read requests of MRRS bytes go out back to back; completions stream at the
+        // link's payload rate (enough tags outstanding: 10-bit tags, PCIe 4.0 and later).
+        let requested = issue + done.div_ceil(u64::from(p.mrrs)) as f64 * mrd;
+        s.data = (requested + src_lat).max(issue + mrd + src_lat + p.read_ns(done));
         s.built = s.data.max(s.fifo) + 2.0 * c;
         s.fifo = s.built + c;
         let extra = if i == 0 { first_extra } else { 0 };
@@ -317,6 +321,16 @@ mod tests {
         for (key, m, r, ok) in rows {
             assert!(ok, "{key}: modelled {m:.1} ns, reference {r:.1} ns");
         }
+    }
+
+    #[test]
+    fn layouts_come_from_the_topology_files() {
+        let layout = |text: &str| Layout::of(&crate::topology::Topology::parse(text, "t").unwrap().nodes[0]);
+        assert_eq!(layout(include_str!("../../../qemu-configs/single-switch.toml")), Layout::default());
+        let rp = layout(include_str!("../../../qemu-configs/separate-root-ports.toml"));
+        assert_eq!(rp, Layout { rnic_switches: 0, gpu_switches: 0, gpu_path: P2pPath::RootComplex });
+        let mf = layout(include_str!("../../../qemu-configs/multifunction.toml"));
+        assert_eq!(mf.gpu_path, P2pPath::RootComplex, "one slot below a root port");
     }
 
     #[test]
