@@ -58,6 +58,12 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
         assert_eq!(keys, expect, "{r}");
         assert!(stages.windows(2).all(|w| w[0].1 <= w[1].1), "measured stages in time order: {r}");
     }
+    let off = Command::new(bin()).args(["trace", "--record", "off", "--socket-dir"]).arg(dir.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&off.stdout).contains("trace off"));
+    h.post(1, true, &[write_wqe(VA + host + 8192, host_key, VA + host, host_key, 64, 0x79)]).unwrap();
+    assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
+    let reply = rnic_emu::serve::control_request(dir.path(), "node0", "trace").unwrap();
+    assert!(!reply["ok"].as_str().unwrap().contains("\"wr_id\":121"), "recording off: {reply}");
     let bad = rnic_emu::serve::control_request(dir.path(), "node0", "trace qp=oops").unwrap();
     assert!(bad["error"].as_str().is_some_and(|e| e.contains("bad qp")), "{bad}");
 

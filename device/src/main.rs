@@ -143,6 +143,9 @@ enum Cmd {
         topology: Option<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Turn recording on or off (it is on from the start; a few clock reads per WQE).
+        #[arg(long, value_name = "on|off")]
+        record: Option<String>,
     },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
@@ -235,7 +238,12 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
         }
-        Cmd::Trace { socket_dir, node, qp, follow, topology, json } => {
+        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record } => {
+            if let Some(r) = record {
+                anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
+                println!("{}", serve::control_request(&socket_dir, &node, &format!("trace {r}"))?);
+                return Ok(ExitCode::SUCCESS);
+            }
             let topo = topology.map(|t| Topology::load(&t)).transpose()?;
             timing_cli::trace(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
         }

@@ -74,7 +74,7 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
         }
         let Some(mut w) = rq.inflight.pop_front() else { break };
         if let Some(t) = w.trace.as_mut() {
-            t.stamp("ack");
+            t.stamp(crate::timing::trace::Stage::Ack);
         }
         rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
         ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
@@ -188,7 +188,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
     if done {
         if let Some(mut w) = rq.inflight.pop_front() {
             if let Some(t) = w.trace.as_mut() {
-                t.stamp("placed");
+                t.stamp(crate::timing::trace::Stage::Placed);
             }
             rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
             ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));

@@ -18,7 +18,7 @@ use super::stats::Counter;
 use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
 use super::wqe::{read_wqe, SlotError, Wqe};
 use crate::fabric::packet::{Bth, Reth, PSN_MASK};
-use crate::timing::trace::Pending;
+use crate::timing::trace::{Pending, Stage};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -192,10 +192,11 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     }
     let idle = rq.inflight.is_empty();
     // A failure carries the header the error completion reports.
-    let mut trace = Pending::start(rq.rang.unwrap_or_else(Instant::now));
+    let on = ctx.stats().trace.enabled();
+    let mut trace = Pending::start(rq.rang.unwrap_or_else(Instant::now), on);
     let started: Result<(Wqe, Vec<Segment>, u64), (Failure, WqeHeader)> = match read_wqe(ctx.mem, &qp.sq, rq.started, true) {
         Ok(w) => {
-            trace.stamp("wqe_data");
+            trace.stamp(Stage::WqeData);
             match resolve(ctx, qp, &w) {
                 Ok((segs, len)) => Ok((w, segs, len)),
                 Err(f) => Err((f, w.hdr)),
@@ -226,9 +227,9 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
             return true;
         }
     };
-    trace.stamp("sgl_parsed");
+    trace.stamp(Stage::SglParsed);
     // The path of the local buffer (source of WRITE/SEND, destination of a READ).
-    let path = local.first().map(|s| ctx.mem.path_of(s.addr));
+    let path = local.first().filter(|_| on).map(|s| ctx.mem.path_of(s.addr));
     if wqe_op(w.hdr.opcode).is_some_and(|o| o.kind == Kind::ReadRequest) {
         trace.dst = path;
     } else {
@@ -238,7 +239,7 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
-    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, trace: Some(trace) };
+    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, trace: on.then_some(trace) };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
     rq.note_started(qp.sq.pi);
@@ -266,9 +267,9 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         let result = t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i));
         let last = w.is_read() || i + 1 == w.npkts;
         if let Some(tr) = rq.inflight[pos].trace.as_mut() {
-            tr.stamp("packetized");
+            tr.stamp(Stage::Packetized);
             if last {
-                tr.stamp("on_wire");
+                tr.stamp(Stage::OnWire);
             }
         }
         rq.send_psn = next;

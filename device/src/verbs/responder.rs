@@ -256,6 +256,9 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
 
 /// Trace: the last byte of a message is placed (the path of its first segment).
 fn trace_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u64, t: &dyn Transport) {
+    if !ctx.stats().trace.enabled() {
+        return;
+    }
     let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
     ctx.stats().trace.placed(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU);
 }
