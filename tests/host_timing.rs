@@ -108,3 +108,30 @@ fn across_the_fabric_each_node_traces_its_side() {
     let placed = resp.iter().find(|r| r["role"] == "responder").unwrap_or_else(|| panic!("{resp:?}"));
     assert_eq!((placed["op"].as_str(), placed["len"].as_u64(), placed["dst"].as_str()), (Some("write"), Some(64 << 10), Some("host")), "{placed}");
 }
+
+/// `rnic-emu model`: the 4 KiB GPUDirect WRITE beside the design document's timeline,
+/// every stage agreeing, and the 8-node ring all_reduce rows beside the document's.
+#[test]
+fn the_model_command_prints_the_reference_timeline_and_the_ring_rows() {
+    let model = |args: &[&str]| {
+        let out = Command::new(bin()).arg("model").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let topo = topology("single-switch");
+    let text = model(&["--topology", topo.to_str().unwrap(), "--op", "write", "--size", "4096", "--src", "gpu", "--dst", "gpu"]);
+    for stage in ["[T0ns]", "[T5ns]", "[T50ns]", "[T55ns]", "[T60ns]", "[T120ns]", "[T125ns]", "[T130ns]", "[T200ns]", "[T200ns+RTT+0ns]", "[T200ns+RTT+50ns]", "[T200ns+RTT+100ns]"] {
+        let line = text.lines().find(|l| l.contains(stage)).unwrap_or_else(|| panic!("{stage} missing:\n{text}"));
+        assert!(line.contains(" ok "), "{line}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&model(&["--json", "--collective", "all_reduce", "--nodes", "8", "--size", "4194304"])).unwrap();
+    for row in json.as_array().unwrap() {
+        let (m, r) = (row["model"]["busbw_gbps"].as_f64().unwrap(), row["reference"]["busbw_gbps"].as_f64().unwrap());
+        assert!((m - r).abs() / r <= 0.15, "{row}");
+        assert!(row["model"]["latency"]["p999_us"].as_f64().unwrap() >= row["model"]["latency"]["p50_us"].as_f64().unwrap());
+    }
+    let rows = model(&["--collective", "all_reduce", "--nodes", "8", "--size", "4194304"]);
+    assert!(rows.contains("document (RoCEv2 400G)") && rows.contains("P999 us"), "{rows}");
+    let bad = Command::new(bin()).args(["model", "--op", "atomic"]).output().unwrap();
+    assert!(!bad.status.success());
+}

@@ -1,7 +1,7 @@
 //! `rnic-emu model` and `rnic-emu trace`: the model's and the trace's command-line side.
 
 use rnic_emu::serve::control_request;
-use rnic_emu::timing::collective::ring_all_reduce;
+use rnic_emu::timing::collective::{reference, ring_all_reduce};
 use rnic_emu::timing::render::{record_text, ring_text, timeline_text};
 use rnic_emu::timing::trace::Record;
 use rnic_emu::timing::{timeline, Layout, Mem, Op, Params, Request};
@@ -18,12 +18,23 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
     match collective {
         None => {
             let t = timeline(p, &layout, &Request { op, len: size, src, dst });
-            Ok(if json { serde_json::to_string_pretty(&t)? + "\n" } else { timeline_text(&t, p) })
+            if !json {
+                return Ok(timeline_text(&t, p));
+            }
+            let reference = (op == Op::Write && size == 4096 && src == Mem::Gpu && dst == Mem::Gpu).then(|| {
+                let rows = rnic_emu::timing::model::compare(&t);
+                rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect::<Vec<_>>()
+            });
+            Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
         }
         Some("all_reduce") => {
             anyhow::ensure!((2..=4096).contains(&nodes), "--nodes must be 2..=4096");
             let rows: Vec<_> = [true, false].into_iter().map(|gdr| ring_all_reduce(p, &layout, nodes, size, gdr)).collect();
-            Ok(if json { serde_json::to_string_pretty(&rows)? + "\n" } else { ring_text(&rows) })
+            if !json {
+                return Ok(ring_text(&rows));
+            }
+            let with_ref: Vec<_> = rows.iter().map(|r| serde_json::json!({ "model": r, "reference": reference(r.nodes, r.gdr) })).collect();
+            Ok(serde_json::to_string_pretty(&with_ref)? + "\n")
         }
         Some(other) => anyhow::bail!("unknown collective '{other}' (all_reduce)"),
     }
