@@ -51,7 +51,16 @@ pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::t
     let src = mem_of(rec.src)?;
     let dst = mem_of(rec.dst).unwrap_or(src);
     let (src, dst) = if op == Op::Read { (dst, src) } else { (src, dst) };
-    Some(timeline(p, layout, &Request { op, len: rec.len, src, dst }))
+    // The path the device recorded says where the GPU is, whatever the layout assumed.
+    let mut layout = *layout;
+    for path in [rec.src, rec.dst].into_iter().flatten() {
+        match path {
+            "p2p-switch" => layout.gpu_path = rnic_emu::topology::P2pPath::Switch,
+            "p2p-root-complex" => layout.gpu_path = rnic_emu::topology::P2pPath::RootComplex,
+            _ => {}
+        }
+    }
+    Some(timeline(p, &layout, &Request { op, len: rec.len, src, dst }))
 }
 
 /// Prints the node's trace (and, with `follow`, what comes after) until interrupted.
