@@ -91,7 +91,7 @@ pub fn capabilities(dev: &Device) -> [Capability; 4] {
     [
         caps::power_management(),
         caps::msix(dev.msix_vectors(), 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
-        caps::pcie_endpoint_link(dev.link.0, dev.link.1),
+        caps::pcie_endpoint_link(dev.link.gen, dev.link.width, dev.link.mps, dev.link.mrrs),
         caps::aer(),
     ]
 }
@@ -127,9 +127,11 @@ mod tests {
         assert_eq!(cs.get32(pcie + 0x0c) & 0x3ff, 16 << 4 | 5, "LinkCap: x16, 32 GT/s by default");
         assert_eq!(cs.get16(pcie + 0x12) & 0x3ff, 16 << 4 | 5, "LinkSta");
         assert_eq!(cs.get32(pcie + 0x2c), 0b11_1110, "LinkCap2: 2.5..=32 GT/s");
-        let cs4 = config_of("[timing]\npcie_gen = 4\npcie_width = 8");
+        assert_eq!((cs.get32(pcie + 4) & 7, cs.get16(pcie + 8) >> 12 & 7), (2, 2), "MPS supported 512, MRRS 512");
+        let cs4 = config_of("[timing]\npcie_gen = 4\npcie_width = 8\nmps = 256\nmrrs = 1024");
         let pcie4 = find(&cs4, caps::CAP_ID_PCIE);
         assert_eq!(cs4.get16(pcie4 + 0x12) & 0x3ff, 8 << 4 | 4, "Gen4 x8 from [timing]");
+        assert_eq!((cs4.get32(pcie4 + 4) & 7, cs4.get16(pcie4 + 8) >> 12 & 7), (1, 3), "MPS 256, MRRS 1024");
         let mut cs = cs;
         assert_eq!(cs.get32(0x100), u32::from(caps::EXT_CAP_ID_AER) | 2 << 16, "AER v2, last extended capability");
         assert_eq!(cs.get32(0x10c), 0x0046_2030, "default severity");

@@ -160,15 +160,32 @@ pub struct Device {
     pub msix_vectors: Option<u16>,
     /// GPU BAR1 (memory aperture) size in MiB: a power of two; default 1024.
     pub bar1_mib: Option<u64>,
-    /// PCIe link (generation, width) its PCI Express capability reports: the topology's
-    /// `[timing]` pcie_gen and pcie_width, filled in when the topology is parsed.
-    #[serde(skip, default = "default_link")]
-    pub link: (u8, u8),
+    /// What its PCI Express capability reports: the topology's `[timing]` link and
+    /// payload sizes, filled in when the topology is parsed.
+    #[serde(skip)]
+    pub link: PcieLink,
 }
 
-fn default_link() -> (u8, u8) {
-    let p = crate::timing::Params::default();
-    (p.pcie_gen, p.pcie_width)
+/// A function's PCIe link and payload sizes (from `[timing]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcieLink {
+    pub gen: u8,
+    pub width: u8,
+    /// Max Payload Size supported, and the Max Read Request Size at reset (bytes).
+    pub mps: u32,
+    pub mrrs: u32,
+}
+
+impl PcieLink {
+    pub fn of(p: &crate::timing::Params) -> PcieLink {
+        PcieLink { gen: p.pcie_gen, width: p.pcie_width, mps: p.mps, mrrs: p.mrrs }
+    }
+}
+
+impl Default for PcieLink {
+    fn default() -> Self {
+        PcieLink::of(&crate::timing::Params::default())
+    }
 }
 
 impl Device {
@@ -206,7 +223,7 @@ impl Topology {
         let mut topo: Topology = toml::from_str(text)
             .map_err(|e| TopologyError::Parse { path: origin.to_string(), source: Box::new(e) })?;
         topo.validate()?;
-        let link = (topo.timing.pcie_gen, topo.timing.pcie_width);
+        let link = PcieLink::of(&topo.timing);
         topo.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()).for_each(|d| d.link = link);
         Ok(topo)
     }

@@ -92,10 +92,17 @@ pub fn pcie_endpoint() -> Capability {
 
 /// The PCI Express endpoint capability with the link the topology gives: Link
 /// Capabilities and Link Status report `gen` (1..=6: 2.5 to 64 GT/s) and `width` lanes,
-/// Link Capabilities 2 every speed up to it, Link Control 2 it as the target speed
-/// (PCIe Base 5.0 §7.5.3.6, 7.5.3.8, 7.5.3.18, 7.5.3.19).
-pub fn pcie_endpoint_link(gen: u8, width: u8) -> Capability {
+/// Link Capabilities 2 every speed up to it, Link Control 2 it as the target speed;
+/// Device Capabilities the largest payload `mps`, Device Control `mrrs` as the reset
+/// Max Read Request Size (PCIe Base 5.0 §7.5.3.3, 7.5.3.4, 7.5.3.6, 7.5.3.8, 7.5.3.18,
+/// 7.5.3.19). Sizes are powers of two in 128..=4096 (others are clamped to them).
+pub fn pcie_endpoint_link(gen: u8, width: u8, mps: u32, mrrs: u32) -> Capability {
     let mut c = pcie_endpoint();
+    let code = |bytes: u32| bytes.clamp(128, 4096).ilog2() - 7;
+    let devcap = c.bytes[0x04..0x08].try_into().map(u32::from_le_bytes).unwrap_or(0);
+    c.put32(0x04, (devcap & !7) | code(mps));
+    let devctl = u16::from_le_bytes([c.bytes[PCIE_DEVCTL], c.bytes[PCIE_DEVCTL + 1]]);
+    c.put16(PCIE_DEVCTL, (devctl & !0x7000) | (code(mrrs) as u16) << 12);
     let speed = u16::from(gen.clamp(1, 6));
     let width = u16::from(width.clamp(1, 32));
     let cap = c.bytes[0x0c..0x10].try_into().map(u32::from_le_bytes).unwrap_or(0);
