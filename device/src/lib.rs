@@ -11,6 +11,7 @@
 pub mod contract;
 pub mod dma;
 pub mod doorbell;
+pub mod evloop;
 pub mod fabric;
 pub mod function;
 #[doc(hidden)]
