@@ -129,7 +129,7 @@ pub fn aer() -> Capability {
     const COR: u32 = 0x0000_f1c1; // bits 0, 6, 7, 8, 12..=15
     c.put32(0x08, 0x0040_0000); // uncorrectable mask: internal error masked
     c.put32(0x0c, 0x0046_2030); // severity: DLP, SDES, FCP, overflow, malformed, internal
-    c.put32(0x14, 0x0000_6000); // correctable mask: advisory non-fatal, internal
+    c.put32(0x14, 0x0000_e000); // correctable mask: advisory non-fatal, internal, header log overflow
     for (off, w1c, wmask) in [(0x04, UNCOR, 0), (0x08, 0, UNCOR), (0x0c, 0, UNCOR), (0x10, COR, 0), (0x14, 0, COR)] {
         c.w1c[off..off + 4].copy_from_slice(&u32::to_le_bytes(w1c));
         c.wmask[off..off + 4].copy_from_slice(&u32::to_le_bytes(wmask));
