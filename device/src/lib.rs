@@ -33,6 +33,7 @@ pub mod router;
 pub mod run;
 pub mod serve;
 pub mod shm;
+pub mod timing;
 pub mod topology;
 pub mod verbs;
 pub mod vfio;
