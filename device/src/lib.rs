@@ -15,7 +15,7 @@
 //! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
 pub use rnic_emu_core::{
     contract, doorbell, function, fuzzing, gpu, gpu_engine, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
-    topology, verbs,
+    timing, topology, verbs,
 };
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
 

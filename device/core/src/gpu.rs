@@ -45,7 +45,7 @@ impl Gpu {
             BarDef { index: MEM_BAR, size: mem.size(), is_64bit: true, prefetchable: true },
         ];
         let vectors = dev.msix_vectors();
-        let caps = capabilities(vectors);
+        let caps = capabilities(dev);
         let irqs = Arc::new(Interrupts::new(vectors));
         let engine = GpuEngine::new(mem.clone(), irqs.clone());
         let mut gpu = Gpu {

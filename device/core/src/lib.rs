@@ -8,7 +8,8 @@
 //! - [`verbs`]: the verbs engine (requester, responder, completer, transports); [`fabric`]:
 //!   the RoCEv2 wire format.
 //! - [`function`]: what a PCI function offers; [`rnic`] and [`gpu`] (with [`gpu_engine`]):
-//!   the two models; [`topology`]: topology files.
+//!   the two models; [`topology`]: topology files; [`timing`]: modelled hardware time and
+//!   the trace of recent work requests.
 //!
 //! This crate must not open sockets, start threads (tests excepted), orchestrate processes
 //! or depend on `anyhow`, vfio-user or the event loop: the server (`rnic-emu-server`) drives
@@ -30,5 +31,6 @@ pub mod regfile;
 pub mod regs;
 pub mod rnic;
 pub mod shm;
+pub mod timing;
 pub mod topology;
 pub mod verbs;

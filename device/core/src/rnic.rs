@@ -58,7 +58,7 @@ impl Rnic {
             BarDef { index: RNIC_DB_BAR, size: RNIC_DB_BAR_SIZE, is_64bit: true, prefetchable: false },
         ];
         let dbpage = DoorbellPage::new(Arc::new(SharedMemory::memfd(&format!("rnic-emu-{name}-dbpage"), RNIC_DB_BAR_SIZE)?));
-        let caps = capabilities(vectors);
+        let caps = capabilities(dev);
         let irqs = Arc::new(Interrupts::new(vectors));
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());
@@ -278,6 +278,16 @@ impl PciFunction for Rnic {
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         self.stats.snapshot()
+    }
+
+    /// `trace [qp=N] [since=N]` (recent WQEs as JSON) and `trace on|off`: the device's
+    /// WQE trace (docs/timing.md).
+    fn control(&mut self, request: &str) -> Option<Result<String, String>> {
+        let mut words = request.split_whitespace();
+        if words.next() != Some("trace") {
+            return None;
+        }
+        Some(self.stats.trace.control(&words.collect::<Vec<_>>().join(" ")))
     }
 }
 
