@@ -14,10 +14,12 @@
 //! `rnic_emu::regs`, `rnic_emu::verbs::abi` or `rnic_emu::serve` name the same items
 //! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
 pub use rnic_emu_core::{
-    contract, doorbell, function, fuzzing, gpu, gpu_engine, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
+    contract, doorbell, function, gpu, gpu_engine, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
     timing, topology, verbs,
 };
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
+#[doc(hidden)]
+pub use rnic_emu_core::fuzzing;
 
 pub mod hostdrv;
 pub mod image;
