@@ -831,7 +831,7 @@ static int moe_post_recvs(struct cm *c, struct moe *m)
 /* Dispatch: all tokens for one rank in multi-SGE SENDs; returns WQEs posted or -1. */
 static int64_t moe_dispatch(struct cm *c, struct moe *m)
 {
-	uint32_t n = c->n, me = c->rank, T = m->o->tokens, q, p, t, self = 0;
+	uint32_t n = c->n, me = c->rank, T = m->o->tokens, q, p, t;
 	struct rnic_send_wr wr;
 	int64_t wqes = 0;
 
@@ -843,13 +843,8 @@ static int64_t moe_dispatch(struct cm *c, struct moe *m)
 		for (t = 0; t < T; t++) {
 			if (moe_dest(c, m, me, t) != p)
 				continue;
-			if (p == me) {
-				if (cm_gpu(c, GPU_ENG_OP_COPY, moe_token(m, m->bf.a, t), NULL,
-					   moe_token(m, m->bf.scratch, m->in_off[me] + self++),
-					   m->tb))
-					return -1;
-				continue;
-			}
+			if (p == me)
+				break;	/* its own tokens stay: moe_expert_local() */
 			wr.sge[wr.num_sge].addr = (uintptr_t)moe_token(m, m->bf.a, t);
 			wr.sge[wr.num_sge].length = (uint32_t)m->tb;
 			wr.sge[wr.num_sge].lkey = c->mr.lkey;
@@ -873,7 +868,7 @@ static int64_t moe_dispatch(struct cm *c, struct moe *m)
 
 static int moe_combine(struct cm *c, struct moe *m)
 {
-	uint32_t n = c->n, me = c->rank, p, k, t, i = 0;
+	uint32_t n = c->n, me = c->rank, p, k;
 	struct rnic_send_wr wr;
 
 	if (cm_to_dev(c, m->bf.scratch, (uint64_t)m->in_total * m->tb))
@@ -895,11 +890,29 @@ static int moe_combine(struct cm *c, struct moe *m)
 				return -1;
 		}
 	}
-	for (t = 0; t < m->o->tokens; t++)
-		if (moe_dest(c, m, me, t) == me &&
-		    cm_gpu(c, GPU_ENG_OP_COPY, moe_token(m, m->bf.scratch, m->in_off[me] + i++), NULL,
-			   moe_token(m, m->bf.b, t), m->tb))
+	return 0;
+}
+
+/*
+ * The expert on this rank's own tokens: they never leave; each run of consecutive own
+ * tokens is doubled from the input straight into its output slots, one launch per run.
+ */
+static int moe_expert_local(struct cm *c, struct moe *m)
+{
+	uint32_t t = 0, end, T = m->o->tokens;
+
+	while (t < T) {
+		if (moe_dest(c, m, c->rank, t) != c->rank) {
+			t++;
+			continue;
+		}
+		for (end = t + 1; end < T && moe_dest(c, m, c->rank, end) == c->rank; end++)
+			;
+		if (cm_gpu(c, GPU_ENG_OP_REDUCE_SUM_F32, moe_token(m, m->bf.a, t),
+			   moe_token(m, m->bf.a, t), moe_token(m, m->bf.b, t), (end - t) * m->tb))
 			return -1;
+		t = end;
+	}
 	return 0;
 }
 
@@ -910,7 +923,7 @@ static uint64_t moe_check_inbox(struct cm *c, struct moe *m)
 	uint64_t wrong = 0, k;
 
 	for (s = 0; s < n; s++)
-		for (t = 0, i = 0; t < m->o->tokens; t++) {
+		for (t = 0, i = 0; s != me && t < m->o->tokens; t++) {
 			const float *tok;
 
 			if (moe_dest(c, m, s, t) != me)
@@ -980,7 +993,8 @@ static int moe_round(struct cm *c, struct moe *m, bool check, uint64_t *t_disp, 
 	/* The expert: doubles every token it received, on its GPU. */
 	if (cm_gpu(c, GPU_ENG_OP_REDUCE_SUM_F32, m->bf.scratch, m->bf.scratch, m->bf.scratch,
 		   (uint64_t)m->in_total * m->tb) ||
-	    moe_combine(c, m) || wait_round(c, &m->done, "moe combine"))
+	    moe_combine(c, m) || moe_expert_local(c, m) ||
+	    wait_round(c, &m->done, "moe combine"))
 		return -1;
 	*t_all = rv_now_ns() - t0;
 	if (cm_from_dev(c, m->bf.b, (uint64_t)m->o->tokens * m->tb))
