@@ -523,25 +523,55 @@ static int bw_check(struct cm *c, struct bw_run *w, bool inplace, uint32_t seed,
 	return cm_barrier(c);
 }
 
-/* Timed rounds: average microseconds per call. */
-static int bw_time(struct cm *c, struct bw_run *w, const struct opts *o, double *us)
+static int cmp_u64(const void *a, const void *b)
 {
-	uint64_t t0;
-	uint32_t i;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
-	if (cm_barrier(c))
-		return -1;
+	return x < y ? -1 : x > y;
+}
+
+/* Per-call percentile (per mille) of sorted ns, in microseconds. */
+static double pct_us(const uint64_t *ns, uint32_t n, uint32_t permille)
+{
+	uint64_t i = n ? ((uint64_t)n * permille + 999) / 1000 : 0;
+
+	return n ? ns[i ? i - 1 : 0] / 1e3 : 0;
+}
+
+/* Timed rounds: average microseconds per call; pct[3]: this rank's P50/P99/P999. */
+static int bw_time(struct cm *c, struct bw_run *w, const struct opts *o, double *us,
+		   double *pct)
+{
+	uint64_t t0, t, *lat = calloc(o->iters ? o->iters : 1, sizeof(*lat));
+	uint32_t i;
+	int ret = -1;
+
+	if (!lat || cm_barrier(c))
+		goto out;
 	for (i = 0; i < o->warmup; i++)
 		if (bw_round(c, w))
-			return -1;
+			goto out;
 	if (cm_barrier(c))
-		return -1;
-	t0 = rv_now_ns();
-	for (i = 0; i < o->iters; i++)
+		goto out;
+	t0 = t = rv_now_ns();
+	for (i = 0; i < o->iters; i++) {
+		uint64_t now;
+
 		if (bw_round(c, w))
-			return -1;
+			goto out;
+		now = rv_now_ns();
+		lat[i] = now - t;
+		t = now;
+	}
 	*us = o->iters ? (double)(rv_now_ns() - t0) / 1e3 / o->iters : 0;
-	return 0;
+	qsort(lat, o->iters, sizeof(*lat), cmp_u64);
+	pct[0] = pct_us(lat, o->iters, 500);
+	pct[1] = pct_us(lat, o->iters, 990);
+	pct[2] = pct_us(lat, o->iters, 999);
+	ret = 0;
+out:
+	free(lat);
+	return ret;
 }
 
 static double bus_factor(enum coll_op op, uint32_t n)
@@ -593,7 +623,7 @@ static int bw_main(struct cm *c, const struct opts *o)
 	for (size = o->minb; size <= o->maxb; size = o->factor > 1 ? size * o->factor : size + 1) {
 		unsigned long long s0[CM_NSTATS], s1[CM_NSTATS];
 		uint64_t v[RP_N], wrong[2] = { 0, 0 }, bytes;
-		double us[2] = { 0, 0 }, algbw[2], busbw[2];
+		double us[2] = { 0, 0 }, algbw[2], busbw[2], pct[2][3];
 		uint32_t place, p;
 
 		w.count = size / 4;
@@ -620,7 +650,7 @@ static int bw_main(struct cm *c, const struct opts *o)
 		for (place = 0; place < 2; place++) {
 			w.ring.inplace = w.a2a.inplace = place == 1;
 			ring_layout(c, &w.ring);
-			if (bw_time(c, &w, o, &us[place]))
+			if (bw_time(c, &w, o, &us[place], pct[place]))
 				return 1;
 			if (o->check && bw_check(c, &w, place == 1, o->seed ^ (uint32_t)size,
 						 &wrong[place]))
@@ -670,13 +700,14 @@ static int bw_main(struct cm *c, const struct opts *o)
 			busbw_sum += (busbw[0] + busbw[1]) / 2;
 			nsizes++;
 			if (o->json) {
-				printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"bytes_host_per_rank\":[",
+				printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,\"bytes_host_per_rank\":[",
 				       op_names[o->op], n, (unsigned long long)bytes,
 				       (unsigned long long)w.count, us[0], algbw[0], busbw[0],
 				       (unsigned long long)wrong[0], us[1], algbw[1], busbw[1],
 				       (unsigned long long)wrong[1], o->check ? "true" : "false",
 				       (unsigned long long)host, (unsigned long long)sw,
-				       (unsigned long long)rc, (unsigned long long)retx);
+				       (unsigned long long)rc, (unsigned long long)retx,
+				       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2]);
 				for (p = 0; p < n; p++)
 					printf("%s%llu", p ? "," : "",
 					       (unsigned long long)c->report[p].v[RP_HOST]);
@@ -694,9 +725,10 @@ static int bw_main(struct cm *c, const struct opts *o)
 				       -1, us[0], algbw[0], busbw[0], w0, us[1], algbw[1], busbw[1], w1);
 			}
 			if (!o->json)
-				printf("#   bytes by path (all ranks): host %llu, p2p-switch %llu, p2p-root-complex %llu; retransmits %llu\n",
+				printf("#   bytes by path (all ranks): host %llu, p2p-switch %llu, p2p-root-complex %llu; retransmits %llu; rank 0 per call P50/P99/P999 us: %.0f/%.0f/%.0f\n",
 				       (unsigned long long)host, (unsigned long long)sw,
-				       (unsigned long long)rc, (unsigned long long)retx);
+				       (unsigned long long)rc, (unsigned long long)retx, pct[0][0],
+				       pct[0][1], pct[0][2]);
 			fflush(stdout);
 		}
 		if (o->factor <= 1)
