@@ -292,7 +292,7 @@ static inline int cm_connect(struct cm *c, uint32_t qpn, uint32_t my_psn, uint32
 {
 	struct rv_remote_attr ra = {
 		.dest_qpn = dest, .dest_ip = ip, .rq_psn = dest_psn, .sq_psn = my_psn,
-		.path_mtu = 4096, .retry_cnt = 7, .timeout = 12, .rnr_retry = 7,
+		.path_mtu = 4096, .retry_cnt = 7, .timeout = 14, .rnr_retry = 7,
 		.rnr_timer_us = 10,
 	};
 
