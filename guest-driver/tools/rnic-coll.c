@@ -32,13 +32,12 @@
  * Exit status: 0 ok; 1 an error or a wrong result; 2 bad usage.
  */
 #include <getopt.h>
-#include <math.h>
 
 #include "rnic_tool_coll.h"
 
 #define COLL_DEFAULT_BYTES	(1u << 20)
 #define COLL_DEFAULT_SLICE	(256u << 10)
-#define COLL_DEFAULT_TIMEOUT_S	120
+#define COLL_DEFAULT_TIMEOUT_S	300
 #define COLL_POISON		(-77777.25f)
 #define COLL_MAX_ID		32
 
@@ -275,10 +274,16 @@ static uint64_t ring_expected(struct cm *c, const struct ring *g)
 	return e;
 }
 
+static int ring_unstash(struct cm *c, void *ctx, uint32_t from, uint32_t imm)
+{
+	(void)from;
+	return ring_arrival(c, ctx, imm);
+}
+
 /* One collective call. */
 static int ring_round(struct cm *c, struct ring *g)
 {
-	uint32_t n = c->n, r = c->rank, i, j, chunk, first;
+	uint32_t n = c->n, r = c->rank, j, chunk, first;
 	uint64_t len;
 
 	g->iter++;
@@ -298,18 +303,8 @@ static int ring_round(struct cm *c, struct ring *g)
 		if (ring_send(c, g, first, chunk, j))
 			return -1;
 	/* Arrivals of this round that came early (while this rank was still in the last). */
-	for (i = 0; i < c->nstash;) {
-		uint32_t imm = c->stash[i];
-
-		if (cs_imm_iter(imm) != (g->iter & 0xf)) {
-			i++;
-			continue;
-		}
-		c->stash[i] = c->stash[--c->nstash];
-		c->stash_rank[i] = c->stash_rank[c->nstash];
-		if (ring_arrival(c, g, imm))
-			return -1;
-	}
+	if (cm_unstash(c, g->iter, g, ring_unstash))
+		return -1;
 	g->done = g->got == g->expected;
 	if (wait_round(c, &g->done, op_names[g->op]))
 		return -1;
@@ -327,13 +322,13 @@ struct a2a {
 	uint32_t iter, got;
 };
 
-static float *a2a_land(struct cm *c, struct a2a *t, uint32_t iter, uint32_t from)
+/* Where rank from's block lands: in place, one of two scratch halves by iteration parity. */
+static float *a2a_land(struct a2a *t, uint32_t iter, uint32_t from)
 {
 	if (!t->inplace)
 		return t->bf->b + (uint64_t)from * t->blk;
 	return t->bf->scratch + (uint64_t)(iter & 1) * (t->bf->region / 4) +
 	       (uint64_t)from * t->blk;
-	(void)c;
 }
 
 static int a2a_arrival(struct cm *c, struct a2a *t, uint32_t from, uint32_t imm)
@@ -344,7 +339,7 @@ static int a2a_arrival(struct cm *c, struct a2a *t, uint32_t from, uint32_t imm)
 	}
 	t->got++;
 	t->done = t->got == c->n - 1;
-	return cm_from_dev(c, a2a_land(c, t, t->iter, from), t->blk * 4);
+	return cm_from_dev(c, a2a_land(t, t->iter, from), t->blk * 4);
 }
 
 static int a2a_on_recv(struct cm *c, const struct rnic_wc *wc, uint32_t from)
@@ -362,6 +357,11 @@ static int a2a_on_recv(struct cm *c, const struct rnic_wc *wc, uint32_t from)
 	return a2a_arrival(c, t, from, wc->imm_data);
 }
 
+static int a2a_unstash(struct cm *c, void *ctx, uint32_t from, uint32_t imm)
+{
+	return a2a_arrival(c, ctx, from, imm);
+}
+
 static int a2a_round(struct cm *c, struct a2a *t)
 {
 	uint32_t n = c->n, r = c->rank, k, p;
@@ -375,23 +375,14 @@ static int a2a_round(struct cm *c, struct a2a *t)
 	for (k = 1; k < n; k++) {
 		p = (r + k) % n;
 		if (bytes && write_imm(c, p, in + (uint64_t)p * t->blk, bytes,
-				       a2a_land(c, t, t->iter, r), cs_imm(t->iter, 0, r, 0),
+				       a2a_land(t, t->iter, r), cs_imm(t->iter, 0, r, 0),
 				       RNIC_WQE_OP_RDMA_WRITE_IMM))
 			return -1;
 	}
 	if (!bytes)
 		t->done = true;
-	for (k = 0; k < c->nstash;) {
-		if (cs_imm_iter(c->stash[k]) != (t->iter & 0xf)) {
-			k++;
-			continue;
-		}
-		p = c->stash_rank[k];
-		if (a2a_arrival(c, t, p, c->stash[k]))
-			return -1;
-		c->stash[k] = c->stash[--c->nstash];
-		c->stash_rank[k] = c->stash_rank[c->nstash];
-	}
+	if (cm_unstash(c, t->iter, t, a2a_unstash))
+		return -1;
 	if (wait_round(c, &t->done, "all_to_all"))
 		return -1;
 	t->active = false;
@@ -399,7 +390,7 @@ static int a2a_round(struct cm *c, struct a2a *t)
 		return cm_gpu(c, GPU_ENG_OP_COPY, in + (uint64_t)r * t->blk, NULL,
 			      t->bf->b + (uint64_t)r * t->blk, bytes);
 	for (p = 0; p < n; p++)
-		if (p != r && cm_gpu(c, GPU_ENG_OP_COPY, a2a_land(c, t, t->iter, p), NULL,
+		if (p != r && cm_gpu(c, GPU_ENG_OP_COPY, a2a_land(t, t->iter, p), NULL,
 				     t->bf->b + (uint64_t)p * t->blk, bytes))
 			return -1;
 	return 0;
@@ -820,7 +811,7 @@ static int moe_post_recvs(struct cm *c, struct moe *m)
 
 	m->want[0] = m->want[1] = m->got[0] = m->got[1] = 0;
 	for (p = 0; p < n; p++) {
-		uint32_t din = m->cnt[p * n + me], dout = m->cnt[me * n + p], tk = 0;
+		uint32_t din = m->cnt[p * n + me], dout = m->cnt[me * n + p];
 
 		if (p == me)
 			continue;
@@ -847,14 +838,12 @@ static int moe_post_recvs(struct cm *c, struct moe *m)
 				r.sge[i].addr = (uintptr_t)moe_token(m, m->bf.b, t);
 				r.sge[i].length = (uint32_t)m->tb;
 				r.sge[i].lkey = c->mr.lkey;
-				tk++;
 			}
 			r.num_sge = i;
 			if (rv_post_recv(c->fd, c->dqp[p], &r, 1))
 				return -1;
 			m->want[1]++;
 		}
-		(void)tk;
 	}
 	m->done = m->want[0] == 0 && m->want[1] == 0;
 	return 0;
@@ -1202,9 +1191,15 @@ static int kv_on_recv(struct cm *c, const struct rnic_wc *wc, uint32_t from)
 	return kv_layer(c, k, cs_imm_slice(wc->imm_data));
 }
 
+static int kv_unstash(struct cm *c, void *ctx, uint32_t from, uint32_t imm)
+{
+	(void)from;
+	return kv_layer(c, ctx, cs_imm_slice(imm));
+}
+
 static int kv_round(struct cm *c, struct kv *k, bool check, uint64_t *ns)
 {
-	uint32_t l, i;
+	uint32_t l;
 
 	k->iter++;
 	k->got = 0;
@@ -1228,17 +1223,8 @@ static int kv_round(struct cm *c, struct kv *k, bool check, uint64_t *ns)
 				return -1;
 		}
 	}
-	for (i = 0; i < c->nstash;) {
-		uint32_t imm = c->stash[i];
-
-		if (cs_imm_iter(imm) != (k->iter & 0xf)) {
-			i++;
-			continue;
-		}
-		c->stash[i] = c->stash[--c->nstash];
-		if (kv_layer(c, k, cs_imm_slice(imm)))
-			return -1;
-	}
+	if (cm_unstash(c, k->iter, k, kv_unstash))
+		return -1;
 	if (wait_round(c, &k->done, "kv_transfer"))
 		return -1;
 	*ns = rv_now_ns() - k->t0;
@@ -1331,7 +1317,8 @@ static void usage(FILE *f)
 		"      --sge N         moe: tokens per SEND (1..%u, default %u)\n"
 		"      --strict-p2p    fail instead of using a host bounce buffer\n"
 		"      --spin          busy-poll the CQ instead of sleeping on its interrupt\n"
-		"      --timeout SEC   give up after this long without progress (default %u)\n"
+		"      --timeout SEC   give up after this long without progress (default %u; the\n"
+		"                      other ranks are awaited up to 600 s at the start)\n"
 		"  -d, --dev PATH      RNIC (default " RV_DEFAULT_DEV "); -g, --gpu N: /dev/rnic_gpuN\n"
 		"Sizes are bytes of floats (rounded down to whole elements); counts need not divide\n"
 		"by the number of ranks. Exit status: 0 ok; 1 error or wrong results; 2 bad usage.\n",
@@ -1497,7 +1484,7 @@ int main(int argc, char **argv)
 			break;
 		case 1000: o.json = true; break;
 		case 1001:
-			if (parse_u32(optarg, 2, CS_MAX_RANKS, &c.n))
+			if (parse_u32(optarg, 2, CM_MAX_RANKS, &c.n))
 				goto bad;
 			break;
 		case 1002:
@@ -1562,9 +1549,9 @@ int main(int argc, char **argv)
 		o.tokens = o.op == OP_KV ? 512 : 256;
 	if (!c.n)
 		c.n = cmdline_ranks();
-	if (c.n < 2 || c.n > CS_MAX_RANKS) {
+	if (c.n < 2 || c.n > CM_MAX_RANKS) {
 		fprintf(stderr, "rnic-coll: give the number of ranks: --ranks N (2..%u), or rnic_coll.ranks=N on the kernel command line\n",
-			CS_MAX_RANKS);
+			CM_MAX_RANKS);
 		return 2;
 	}
 	if (!o.experts)

@@ -31,6 +31,8 @@
 #define CM_STASH	65536		/* early WRITE_IMM arrivals kept for the next round */
 #define CM_MSG_MAGIC	0x434f4c4cu	/* "COLL" */
 #define CM_NSTATS	4
+/* Ranks: the record (a QP pair per rank) must fit the store's 1024-byte values. */
+#define CM_MAX_RANKS	16
 
 enum { CM_MSG_BARRIER = 1, CM_MSG_REPORT = 2 };
 
@@ -61,16 +63,16 @@ struct cm {
 	uint64_t mem_len, mem_bar;	/* bytes; BAR1 offset of mem */
 	uint64_t ctl_len;		/* bytes of control slots at the start of mem */
 	struct rv_mr mr;
-	uint32_t dqp[CS_MAX_RANKS], cqp[CS_MAX_RANKS];
-	uint32_t dpsn[CS_MAX_RANKS], cpsn[CS_MAX_RANKS];
-	struct cm_peer peer[CS_MAX_RANKS];
+	uint32_t dqp[CM_MAX_RANKS], cqp[CM_MAX_RANKS];
+	uint32_t dpsn[CM_MAX_RANKS], cpsn[CM_MAX_RANKS];
+	struct cm_peer peer[CM_MAX_RANKS];
 	uint32_t qp_rank[1024];		/* QPN -> peer rank (QPNs are < MAX_QP) */
 	bool qp_data[1024];
 
 	/* control */
 	uint32_t bgen, barrier_got[4];
-	uint64_t ctl_sent[CS_MAX_RANKS], ctl_done;
-	struct cm_msg report[CS_MAX_RANKS];
+	uint64_t ctl_sent[CM_MAX_RANKS], ctl_done;
+	struct cm_msg report[CM_MAX_RANKS];
 	uint32_t report_got;
 
 	/* data completions for the current round */
@@ -370,6 +372,10 @@ static inline int cm_setup(struct cm *c, uint64_t data_len)
 
 	cm_key(c, c->rank, key);
 	cm_record(c, val, sizeof(val));
+	if (strlen(val) + 1 >= sizeof(val)) {
+		printf("error: the record of %u ranks does not fit the rendezvous store\n", c->n);
+		return -1;
+	}
 	if (rkv_put(key, val))
 		return -1;
 	for (p = 0; p < c->n; p++) {
@@ -378,10 +384,10 @@ static inline int cm_setup(struct cm *c, uint64_t data_len)
 		if (p == c->rank)
 			continue;
 		cm_key(c, p, key);
-		ret = rkv_get(key, c->timeout_s * 1000u, val, sizeof(val));
+		ret = rkv_get(key, RKV_MAX_TIMEOUT_MS, val, sizeof(val));
 		if (ret == RKV_TIMEOUT)
 			printf("error: no %s in the rendezvous store within %u s (is rank %u running rnic-coll with --id %s?)\n",
-			       key, c->timeout_s, p, c->id);
+			       key, RKV_MAX_TIMEOUT_MS / 1000, p, c->id);
 		if (ret || cm_parse(c, p, val, key))
 			return -1;
 		if (cm_connect(c, c->dqp[p], c->dpsn[p], c->peer[p].ip, c->peer[p].dqpn,
@@ -400,9 +406,9 @@ static inline int cm_setup(struct cm *c, uint64_t data_len)
 		if (p == c->rank)
 			continue;
 		snprintf(key, sizeof(key), "coll.%s.%u.up", c->id, p);
-		ret = rkv_get(key, c->timeout_s * 1000u, val, sizeof(val));
+		ret = rkv_get(key, RKV_MAX_TIMEOUT_MS, val, sizeof(val));
 		if (ret == RKV_TIMEOUT)
-			printf("error: rank %u did not connect within %u s\n", p, c->timeout_s);
+			printf("error: rank %u did not connect within %u s\n", p, RKV_MAX_TIMEOUT_MS / 1000);
 		if (ret)
 			return -1;
 	}
@@ -418,6 +424,30 @@ static inline int cm_stash(struct cm *c, uint32_t from, uint32_t imm)
 	}
 	c->stash[c->nstash] = imm;
 	c->stash_rank[c->nstash++] = from;
+	return 0;
+}
+
+/*
+ * Hands every stashed arrival of iteration `iter` (its 4-bit tag) to fn and forgets it;
+ * arrivals of other iterations stay. 0, or fn's -1.
+ */
+static inline int cm_unstash(struct cm *c, uint32_t iter, void *ctx,
+			     int (*fn)(struct cm *c, void *ctx, uint32_t from, uint32_t imm))
+{
+	uint32_t i = 0, imm, from;
+
+	while (i < c->nstash) {
+		imm = c->stash[i];
+		from = c->stash_rank[i];
+		if (cs_imm_iter(imm) != (iter & 0xf)) {
+			i++;
+			continue;
+		}
+		c->stash[i] = c->stash[--c->nstash];
+		c->stash_rank[i] = c->stash_rank[c->nstash];
+		if (fn(c, ctx, from, imm))
+			return -1;
+	}
 	return 0;
 }
 
