@@ -8,6 +8,7 @@
 //!   (64 KiB) all_reduce, printed beside the seed's section 6.2 rows (8 nodes RoCEv2:
 //!   48.5 vs 18.2 GB/s, P999 12.5 vs 45.2 us) for shape, not absolute value;
 //! - eight-node all_reduce only with RNIC_BENCH_EIGHT=1 (eight TCG guests: slow).
+//!
 //! Needs the guest image (`make test` or `rnic-emu image` builds it).
 
 use serde_json::Value;

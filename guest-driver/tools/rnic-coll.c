@@ -242,16 +242,11 @@ static int ring_arrival(struct cm *c, struct ring *g, uint32_t imm)
 static int ring_on_recv(struct cm *c, const struct rnic_wc *wc, uint32_t from)
 {
 	struct ring *g = c->ctx;
+	int ret = cm_imm_arrival(c, wc, from, (int)((c->rank + c->n - 1) % c->n), g->active,
+				 g->iter, op_names[g->op]);
 
-	if (wc->opcode != RNIC_CQE_OP_RECV_RDMA_IMM || from != (c->rank + c->n - 1) % c->n) {
-		printf("error: %s from rank %u in a ring (only WRITE_WITH_IMM from the previous rank)\n",
-		       rv_cqe_op_name(wc->opcode), from);
-		return -1;
-	}
-	if (cm_post_imm_recv(c, from))
-		return -1;
-	if (!g->active || cs_imm_iter(wc->imm_data) != (g->iter & 0xf))
-		return cm_stash(c, from, wc->imm_data);
+	if (ret <= 0)
+		return ret;
 	if (ring_arrival(c, g, wc->imm_data))
 		return -1;
 	g->done = g->got == g->expected;
@@ -345,16 +340,9 @@ static int a2a_arrival(struct cm *c, struct a2a *t, uint32_t from, uint32_t imm)
 static int a2a_on_recv(struct cm *c, const struct rnic_wc *wc, uint32_t from)
 {
 	struct a2a *t = c->ctx;
+	int ret = cm_imm_arrival(c, wc, from, -1, t->active, t->iter, "all_to_all");
 
-	if (wc->opcode != RNIC_CQE_OP_RECV_RDMA_IMM) {
-		printf("error: %s from rank %u in all_to_all\n", rv_cqe_op_name(wc->opcode), from);
-		return -1;
-	}
-	if (cm_post_imm_recv(c, from))
-		return -1;
-	if (!t->active || cs_imm_iter(wc->imm_data) != (t->iter & 0xf))
-		return cm_stash(c, from, wc->imm_data);
-	return a2a_arrival(c, t, from, wc->imm_data);
+	return ret <= 0 ? ret : a2a_arrival(c, t, from, wc->imm_data);
 }
 
 static int a2a_unstash(struct cm *c, void *ctx, uint32_t from, uint32_t imm)
@@ -1179,16 +1167,9 @@ static int kv_layer(struct cm *c, struct kv *k, uint32_t layer)
 static int kv_on_recv(struct cm *c, const struct rnic_wc *wc, uint32_t from)
 {
 	struct kv *k = c->ctx;
+	int ret = cm_imm_arrival(c, wc, from, 0, k->active, k->iter, "kv_transfer");
 
-	if (wc->opcode != RNIC_CQE_OP_RECV_RDMA_IMM || from != 0) {
-		printf("error: kv_transfer: %s from rank %u\n", rv_cqe_op_name(wc->opcode), from);
-		return -1;
-	}
-	if (cm_post_imm_recv(c, from))
-		return -1;
-	if (!k->active || cs_imm_iter(wc->imm_data) != (k->iter & 0xf))
-		return cm_stash(c, from, wc->imm_data);
-	return kv_layer(c, k, cs_imm_slice(wc->imm_data));
+	return ret <= 0 ? ret : kv_layer(c, k, cs_imm_slice(wc->imm_data));
 }
 
 static int kv_unstash(struct cm *c, void *ctx, uint32_t from, uint32_t imm)

@@ -428,6 +428,27 @@ static inline int cm_stash(struct cm *c, uint32_t from, uint32_t imm)
 }
 
 /*
+ * A data receive in a command built on WRITE_WITH_IMM: checks it is one (from rank
+ * want_from, unless negative), reposts the RECV it consumed and stashes it unless it
+ * belongs to the round in progress. 1: the caller handles it now; 0: stashed; -1: error.
+ */
+static inline int cm_imm_arrival(struct cm *c, const struct rnic_wc *wc, uint32_t from,
+				 int want_from, bool active, uint32_t iter, const char *what)
+{
+	if (wc->opcode != RNIC_CQE_OP_RECV_RDMA_IMM ||
+	    (want_from >= 0 && from != (uint32_t)want_from)) {
+		printf("error: %s: unexpected %s from rank %u\n", what, rv_cqe_op_name(wc->opcode),
+		       from);
+		return -1;
+	}
+	if (cm_post_imm_recv(c, from))
+		return -1;
+	if (!active || cs_imm_iter(wc->imm_data) != (iter & 0xf))
+		return cm_stash(c, from, wc->imm_data);
+	return 1;
+}
+
+/*
  * Hands every stashed arrival of iteration `iter` (its 4-bit tag) to fn and forgets it;
  * arrivals of other iterations stay. 0, or fn's -1.
  */
