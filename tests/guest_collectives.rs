@@ -117,7 +117,8 @@ fn two_ranks_every_collective() {
          rnic-coll all_gather -b 1000006 -n 2 --json || echo failed
          rnic-coll all_to_all -b 1M -n 2 --json || echo failed
          rnic-coll moe -n 2 --json || echo failed
-         rnic-coll kv_transfer -n 2 --layers 4 --tokens 64 --json || echo failed";
+         rnic-coll kv_transfer -n 2 --layers 4 --tokens 64 --json || echo failed
+         if rnic-coll all_reduce --id ar_bad -b 64K -n 1 --inject-error --json; then echo failed; fi";
     let out = run_nodes(&topology("two-node"), &everywhere(2, script));
     out.assert_ok();
     out.assert_bw("all_reduce", &[1 << 20, 2 << 20, 1_000_004], true);
@@ -134,6 +135,12 @@ fn two_ranks_every_collective() {
     assert!(arrivals[0] > 0.0 && arrivals.windows(2).all(|w| w[0] <= w[1]), "layers arrive in order: {arrivals:?}");
     // 4 layers x (K + V) x 64 tokens x 8 heads x 64 dims x 2 bytes, written into GPU memory.
     assert_eq!(d["bytes"].as_u64(), Some(4 * 2 * 64 * 8 * 64 * 2));
+    // A wrong contribution is visible: rank 1's first input off by one (--inject-error)
+    // makes element 0 of the sum wrong on both ranks, in both placements, and the run fail.
+    let bad = out.rows("node0", "all_reduce", Some(64 << 10));
+    assert_eq!(bad.len(), 1);
+    assert_eq!((bad[0]["oop_wrong"].as_u64(), bad[0]["ip_wrong"].as_u64()), (Some(2), Some(2)), "{}", bad[0]);
+    assert!(out.stdout.contains("[node0] # rank 0 all_reduce out-of-place: 1 wrong of 16384, first at element 0"), "the wrong element is reported");
     for role in ["node0", "node1"] {
         let r = out.rows(role, "kv_transfer", None)[0];
         assert_eq!(r["bytes_host"].as_u64(), Some(0), "kv_transfer {role}: {r}");

@@ -52,6 +52,7 @@ struct opts {
 	uint64_t minb, maxb, slice;
 	uint32_t factor, iters, warmup, seed;
 	bool check, json;
+	bool inject;			/* test hook: rank 1 corrupts one input of checked calls */
 	/* moe */
 	uint32_t tokens, hidden, experts, sge;
 	/* kv_transfer */
@@ -454,7 +455,8 @@ static float ref_value(void *v, uint64_t i)
 }
 
 /* Prepares inputs from the seed and poisons the outputs, runs one round, counts #wrong. */
-static int bw_check(struct cm *c, struct bw_run *w, bool inplace, uint32_t seed, uint64_t *wrong)
+static int bw_check(struct cm *c, struct bw_run *w, bool inplace, uint32_t seed, bool inject,
+		    uint64_t *wrong)
 {
 	uint32_t n = c->n, r = c->rank;
 	uint64_t count = w->count, off_r = cs_chunk_off(count, n, r);
@@ -482,6 +484,15 @@ static int bw_check(struct cm *c, struct bw_run *w, bool inplace, uint32_t seed,
 		if (!inplace)
 			poison(w->bf.b, count);
 		break;
+	}
+	/*
+	 * --inject-error: rank 1's first input element is off by one behind the reference's
+	 * back, so the check must find wrong elements (on every rank, for all_reduce).
+	 */
+	if (inject && r == 1) {
+		in = w->op == OP_ALL_GATHER ? (inplace ? w->bf.b + off_r : w->bf.a) :
+		     inplace && w->op != OP_REDUCE_SCATTER ? w->bf.b : w->bf.a;
+		in[0] += 1.0f;
 	}
 	if (cm_barrier(c) || bw_round(c, w))
 		return -1;
@@ -632,7 +643,7 @@ static int bw_main(struct cm *c, const struct opts *o)
 			if (bw_time(c, &w, o, &us[place], pct[place]))
 				return 1;
 			if (o->check && bw_check(c, &w, place == 1, o->seed ^ (uint32_t)size,
-						 &wrong[place]))
+						 o->inject, &wrong[place]))
 				return 1;
 		}
 		cm_stats(c, s1);
@@ -1298,6 +1309,8 @@ static void usage(FILE *f)
 		"      --sge N         moe: tokens per SEND (1..%u, default %u)\n"
 		"      --strict-p2p    fail instead of using a host bounce buffer\n"
 		"      --spin          busy-poll the CQ instead of sleeping on its interrupt\n"
+		"      --inject-error  test hook (all_reduce, reduce_scatter, all_gather, all_to_all):\n"
+		"                      rank 1 adds 1 to its first input of every checked call\n"
 		"      --timeout SEC   give up after this long without progress (default %u; the\n"
 		"                      other ranks are awaited up to 600 s at the start)\n"
 		"  -d, --dev PATH      RNIC (default " RV_DEFAULT_DEV "); -g, --gpu N: /dev/rnic_gpuN\n"
@@ -1394,6 +1407,7 @@ int main(int argc, char **argv)
 		{ "layers", required_argument, NULL, 1012 },
 		{ "heads", required_argument, NULL, 1013 },
 		{ "head-dim", required_argument, NULL, 1014 },
+		{ "inject-error", no_argument, NULL, 1015 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1516,6 +1530,7 @@ int main(int argc, char **argv)
 			if (parse_u32(optarg, 1, 4096, &o.head_dim))
 				goto bad;
 			break;
+		case 1015: o.inject = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
