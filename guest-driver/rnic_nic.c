@@ -188,6 +188,9 @@ static const char *const rnic_stat_names[RNIC_STAT_COUNT] = {
 #endif
 	[RNIC_STAT_ACKS_SENT]		= "acks_sent",
 	[RNIC_STAT_NAKS_SENT]		= "naks_sent",
+#ifdef RNIC_STAT_GUEST_ERRORS
+	[RNIC_STAT_GUEST_ERRORS]	= "guest_errors",
+#endif
 };
 
 static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)

@@ -61,7 +61,7 @@ impl GpuEngine {
     pub fn launch(&self, l: Launch) {
         let idle = self.state.status.fetch_or(ENG_STATUS_BUSY, Ordering::SeqCst) & ENG_STATUS_BUSY == 0;
         if !idle {
-            log::warn!("GPU engine launch {l:?} refused: busy");
+            crate::guest_warn!("GPU engine launch {l:?} refused: busy");
             return;
         }
         if self.tx.send(l).is_err() {
@@ -80,7 +80,7 @@ fn worker(rx: &Receiver<Launch>, mem: &SharedMemory, irqs: &Interrupts, st: &Eng
                 ENG_OK
             }
             Err(code) => {
-                log::warn!("GPU engine op {l:?} failed with code {code}");
+                crate::guest_warn!("GPU engine op {l:?} failed with code {code}");
                 code
             }
         };

@@ -307,6 +307,8 @@ impl ServerProcess {
         if let Some(dir) = gpu_mem_dir {
             cmd.arg("--gpu-mem-dir").arg(dir);
         }
+        // Log as `rnic-emu run` has its servers log (info unless RUST_LOG says otherwise).
+        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
         let log = std::fs::File::create(socket_dir.join("server.log"))?;
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
         let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
@@ -323,6 +325,15 @@ impl ServerProcess {
 
     pub fn socket(&self, device: &str) -> PathBuf {
         self.socket_dir.join(format!("{}-{device}.sock", self.node))
+    }
+
+    /// The server's stderr (its log).
+    pub fn log_path(&self) -> PathBuf {
+        self.socket_dir.join("server.log")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -19,6 +19,7 @@ pub mod gpu_engine;
 pub mod hostdrv;
 pub mod image;
 pub mod kv;
+pub mod logging;
 pub mod msix;
 pub mod pci;
 pub mod qemu;

@@ -41,6 +41,7 @@ counters! {
     Timeouts, "retransmission timer expiries";
     AcksSent, "ACK packets sent";
     NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
+    GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
 }
 
 #[derive(Default)]

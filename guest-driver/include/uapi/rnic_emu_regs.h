@@ -128,7 +128,8 @@
 #define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
 #define RNIC_STAT_NAKS_SENT          24           /* NAK packets sent (sequence, RNR, access, invalid request) */
-#define RNIC_STAT_COUNT              25           /* number of counters */
+#define RNIC_STAT_GUEST_ERRORS       25           /* register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range) */
+#define RNIC_STAT_COUNT              26           /* number of counters */
 
 /* Descriptor constants */
 #define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */

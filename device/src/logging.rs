@@ -1,0 +1,52 @@
+//! The process logger: `env_logger` (RUST_LOG) with one addition. The vfio-user library
+//! logs every request it refuses ("Error handling command") at error level, which a
+//! hostile client can trigger at will; those lines go through the same per-site limiter
+//! as [`crate::guest_warn!`] (a burst per interval, then a suppressed count). The refusals
+//! themselves are counted by [`crate::vfio`] in the function's statistics.
+//!
+//! Not handled here: panic messages (printed by the panic hook, not the logger).
+
+use crate::ratelimit::RateLimit;
+use log::{Level, Log, Metadata, Record};
+
+/// Log target of the rust-vmm vfio-user library.
+const VFIO_USER_TARGET: &str = "vfio_user";
+
+struct Limited {
+    inner: env_logger::Logger,
+    library_errors: RateLimit,
+}
+
+impl Log for Limited {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        self.inner.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record) {
+        if !self.inner.matches(record) {
+            return;
+        }
+        if !(record.target().starts_with(VFIO_USER_TARGET) && record.level() <= Level::Warn) {
+            return self.inner.log(record);
+        }
+        let Some(suppressed) = self.library_errors.check() else { return };
+        if suppressed > 0 {
+            let note = format_args!("({suppressed} similar client-triggered vfio-user messages suppressed)");
+            self.inner.log(&Record::builder().args(note).level(Level::Warn).target(record.target()).build());
+        }
+        self.inner.log(record);
+    }
+
+    fn flush(&self) {
+        self.inner.flush();
+    }
+}
+
+/// Installs the logger; RUST_LOG overrides `default_filter`.
+pub fn init(default_filter: &str) {
+    let inner = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter)).build();
+    let max = inner.filter();
+    if log::set_boxed_logger(Box::new(Limited { inner, library_errors: RateLimit::new() })).is_ok() {
+        log::set_max_level(max);
+    }
+}
