@@ -32,6 +32,11 @@ pub fn lock(f: &SharedFunction) -> MutexGuard<'_, dyn PciFunction + 'static> {
 /// is an mmap in this process, which the kernel limits (vm.max_map_count, 65530 by default).
 pub const MAX_DMA_MAPS: usize = 16384;
 
+/// Largest region access served through the socket. QEMU mmaps BAR1 and sends only
+/// register-sized accesses; the limit keeps a hostile REGION_READ of a large BAR from
+/// making the server copy gigabytes per message.
+pub const MAX_REGION_ACCESS: usize = 1 << 20;
+
 /// Counts and logs (rate-limited) a refused client request; returns the error reply.
 fn invalid(f: &dyn PciFunction, msg: std::fmt::Arguments) -> Error {
     f.guest_error();
@@ -108,7 +113,7 @@ impl Backend {
     fn check(&self, f: &dyn PciFunction, what: &str, region: u32, offset: u64, len: usize) -> Result<Option<usize>, Error> {
         let size = self.sizes.get(region as usize).copied().unwrap_or(0);
         let in_range = offset.checked_add(len as u64).is_some_and(|end| end <= size);
-        if !in_range || len == 0 {
+        if !in_range || len == 0 || len > MAX_REGION_ACCESS {
             return Err(invalid(f, format_args!("{what} of {len} bytes at {offset:#x} in region {region} (size {size:#x}) refused")));
         }
         match region {
