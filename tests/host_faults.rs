@@ -6,12 +6,15 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::ServerProcess;
+use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
 use rnic_emu::regs::pci_ids::RNIC_BAR0_SIZE;
 use rnic_emu::regs::rnic::*;
+use rnic_emu::shm::SharedMemory;
+use rnic_emu::verbs::abi::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
+use vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX as CFG;
 
 const REGION_READ: u16 = 9;
 const REGION_WRITE: u16 = 10;
@@ -92,4 +95,187 @@ fn a_million_bad_accesses_are_counted_not_logged() {
     eprintln!("log grew by {grown} bytes:\n{log}");
     assert!(grown < 100_000, "the log grew by {grown} bytes");
     assert!(log.contains("suppressed"), "the limiter reports what it dropped");
+}
+
+const MIB: u64 = 1 << 20;
+const WAIT: Duration = Duration::from_secs(30);
+const ACCESS: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+/// Bus address of the second RAM range the tests write into (as QEMU maps RAM above 4 GiB).
+const RAM2: u64 = 0x2_0000_0000;
+/// Virtual address of the MR over a second RAM range or GPU memory.
+const VA2: u64 = 0x7e00_0000_0000;
+/// A stream of WRITEs: this many WQEs of `PIECE` bytes, each to its own destination range,
+/// behind one doorbell: more than one engine pass, so a request can arrive in between.
+const WQES: u64 = 512;
+const PIECE: u64 = 128 << 10;
+
+/// A fresh server with the RNIC loaded by `hostdrv`; CQ 1 (1024 CQEs) and QP 1 (512 WQEs)
+/// connected to itself, PIECE bytes of patterned source data registered as MR 1.
+struct Rig {
+    server: ServerProcess,
+    h: HostDriver,
+    src_key: u32,
+    src: u64,
+    _dir: tempfile::TempDir,
+}
+
+fn rig(gpu_mem: bool) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let mem_dir = dir.path().join("mem");
+    std::fs::create_dir(&mem_dir).unwrap();
+    let server = ServerProcess::start(std::path::Path::new(bin()), &topology("single-switch"), dir.path(), gpu_mem.then_some(mem_dir.as_path())).unwrap();
+    let h = HostDriver::connect(&server.socket("rnic0"), 32 * MIB).unwrap();
+    let mut r = Rig { server, h, src_key: 0, src: 0, _dir: dir };
+    r.load_queues();
+    r
+}
+
+impl Rig {
+    /// CQ 1, QP 1 and the source MR (again after a reset).
+    fn load_queues(&mut self) {
+        let h = &mut self.h;
+        h.create_cq(1, 10, 1).unwrap();
+        h.create_qp(1, 1, 1, 9, ACCESS).unwrap();
+        h.connect_qp(1, 1).unwrap();
+        self.src = h.alloc(PIECE, 4096);
+        h.ram.write(self.src, &pattern(7, 0, PIECE as usize)).unwrap();
+        self.src_key = h.reg_mr(1, 1, ACCESS, self.src, PIECE).unwrap();
+    }
+
+    /// MR `index` over `len` bytes at bus address `bus` (contiguous 4 KiB pages), at VA2.
+    fn reg_bus(&mut self, index: u32, bus: u64, len: u64) -> u32 {
+        let pages: Vec<u64> = (0..len / 4096).map(|p| bus + p * 4096).collect();
+        self.h.reg_mr_pages(index, 1, ACCESS, VA2, len, &pages).unwrap()
+    }
+
+    /// Posts `n` signaled WRITEs of PIECE bytes from the source MR to VA2 + i * PIECE.
+    fn stream(&mut self, qpn: u32, key: u32, n: u64) {
+        let wqes: Vec<_> = (0..n)
+            .map(|i| {
+                let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: i, remote_addr: VA2 + i * PIECE, rkey: key, ..Default::default() };
+                (hdr, vec![Sge { addr: VA + self.src, length: PIECE as u32, lkey: self.src_key }])
+            })
+            .collect();
+        self.h.post(qpn, true, &wqes).unwrap();
+    }
+
+    /// One verified WRITE of PIECE bytes on a new QP `qpn` to VA2 with `key`; `read` reads
+    /// the destination back.
+    fn verified_write(&mut self, qpn: u32, key: u32, read: impl Fn(&mut [u8])) {
+        self.h.create_qp(qpn, 1, 1, 4, ACCESS).unwrap();
+        self.h.connect_qp(qpn, qpn).unwrap();
+        self.stream(qpn, key, 1);
+        let c = self.h.wait(1, WAIT).unwrap();
+        assert_eq!((c.status, c.wr_id), (WC_SUCCESS, 0), "{c:?}");
+        let mut got = vec![0u8; PIECE as usize];
+        read(&mut got);
+        assert!(got == pattern(7, 0, PIECE as usize), "the WRITE landed");
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        counter(&self.server, "rnic0", name)
+    }
+}
+
+fn read_all(m: &SharedMemory, len: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len as usize];
+    m.read(0, &mut v).unwrap();
+    v
+}
+
+/// How many PIECE-sized destination ranges hold the source pattern.
+fn landed(mem: &[u8]) -> usize {
+    let want = pattern(7, 0, PIECE as usize);
+    mem.chunks(PIECE as usize).filter(|c| *c == want.as_slice()).count()
+}
+
+/// DMA_UNMAP of the memory a stream of WRITEs is filling: after the unmap returns no byte
+/// changes there, the WRITE that found its memory gone completes with an error (the rest
+/// are flushed), every WRITE that succeeded did land, and the server keeps serving (a
+/// new map at the same address works for a new QP).
+#[test]
+fn dma_unmap_during_a_write_stream() {
+    let mut r = rig(false);
+    let len = WQES * PIECE;
+    let ram2 = r.h.map_more_ram(RAM2, len).unwrap();
+    let key = r.reg_bus(2, RAM2, len);
+    r.stream(1, key, WQES);
+    r.h.client.dma_unmap(RAM2, len).unwrap();
+    let after_unmap = read_all(&ram2, len);
+    let statuses: Vec<u8> = (0..WQES).map(|_| r.h.wait(1, WAIT).unwrap().status).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(read_all(&ram2, len) == after_unmap, "bytes changed after DMA_UNMAP returned");
+    let ok = statuses.iter().take_while(|&&s| s == WC_SUCCESS).count();
+    eprintln!("{ok} of {WQES} WRITEs completed before the unmap; first error {:?}", statuses.get(ok));
+    assert!(ok < WQES as usize, "the unmap arrived while WRITEs were queued");
+    assert!(statuses[ok..].iter().all(|&s| s != WC_SUCCESS), "nothing succeeds after the first error: {statuses:?}");
+    assert_ne!(statuses[ok], WC_WR_FLUSH_ERR, "the WRITE that met the unmap reports its own error");
+    assert!(r.counter("dma_errors") >= 1);
+    assert!(landed(&after_unmap) >= ok, "every successful WRITE landed");
+
+    let ram2 = r.h.map_more_ram(RAM2, len).unwrap();
+    r.verified_write(2, key, |buf| ram2.read(0, buf).unwrap());
+}
+
+/// The PCI Express capability's offset, by walking the capability list over the socket.
+fn pcie_cap(h: &mut HostDriver) -> u64 {
+    let mut b = [0u8; 2];
+    h.client.region_read(CFG, 0x34, &mut b[..1]).unwrap();
+    let mut at = u64::from(b[0]);
+    while at != 0 {
+        h.client.region_read(CFG, at, &mut b).unwrap();
+        if b[0] == 0x10 {
+            return at;
+        }
+        at = u64::from(b[1]);
+    }
+    panic!("no PCI Express capability");
+}
+
+/// Register reset, FLR and vfio-user DEVICE_RESET, each with a stream of WRITEs queued and
+/// in flight: after the reset returns nothing more is written, and the driver loads again
+/// on the same connection and does a verified WRITE.
+#[test]
+fn resets_with_writes_in_flight() {
+    let mut r = rig(false);
+    let len = WQES * PIECE;
+    let ram2 = r.h.map_more_ram(RAM2, len).unwrap();
+    let devctl = pcie_cap(&mut r.h) + 8;
+    for how in ["RNIC_REG_RESET", "FLR", "DEVICE_RESET"] {
+        let mut partial = false;
+        for _attempt in 0..3 {
+            ram2.write(0, &vec![0u8; len as usize]).unwrap();
+            let key = r.reg_bus(2, RAM2, len);
+            r.stream(1, key, WQES);
+            match how {
+                "RNIC_REG_RESET" => r.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap(),
+                "FLR" => r.h.client.region_write(CFG, devctl, &0x8000u16.to_le_bytes()).unwrap(),
+                _ => r.h.client.reset().unwrap(),
+            }
+            let after_reset = read_all(&ram2, len);
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(read_all(&ram2, len) == after_reset, "{how}: bytes written after the reset returned");
+            let n = landed(&after_reset);
+            eprintln!("{how}: {n} of {WQES} WRITEs landed before the reset");
+            assert_eq!(r.counter("send_wqes"), 0, "{how}: the engine forgot its work (counters cleared)");
+            r.h.reload().unwrap();
+            r.load_queues();
+            partial = n < WQES as usize;
+            if partial {
+                break;
+            }
+        }
+        assert!(partial, "{how}: the reset never arrived while WRITEs were queued (three tries)");
+        if how == "FLR" {
+            assert_eq!(r.h.r32(RNIC_REG_ID).unwrap(), ID_MAGIC, "registers answer after FLR");
+            // FLR returns config space to reset values: turn memory decoding back on.
+            r.h.client.region_write(CFG, 0x04, &0x6u16.to_le_bytes()).unwrap();
+        }
+        let key = r.reg_bus(2, RAM2, len);
+        let ram = &ram2;
+        r.verified_write(2, key, |buf| ram.read(0, buf).unwrap());
+        r.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap();
+        r.h.reload().unwrap();
+        r.load_queues();
+    }
 }

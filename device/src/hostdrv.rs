@@ -90,12 +90,35 @@ impl HostDriver {
         for (slot, size) in d.tables.iter_mut().zip(sizes) {
             *slot = Self::bump(&mut d.next_free, size, 4096);
         }
-        for (reg, off) in [(QP_CTX_BASE, d.tables[0]), (CQ_CTX_BASE, d.tables[1]), (MR_CTX_BASE, d.tables[2]), (MTT_BASE, d.tables[3])] {
-            d.w64(reg, IOVA + off)?;
-        }
-        d.w32(MTT_ENTRIES, MTT_ENTRIES_HOST)?;
-        d.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32)?;
+        d.load()?;
         Ok(d)
+    }
+
+    /// What a driver load does: program the context tables and enable DMA and interrupts.
+    fn load(&mut self) -> anyhow::Result<()> {
+        let t = self.tables;
+        for (reg, off) in [(QP_CTX_BASE, t[0]), (CQ_CTX_BASE, t[1]), (MR_CTX_BASE, t[2]), (MTT_BASE, t[3])] {
+            self.w64(reg, IOVA + off)?;
+        }
+        self.w32(MTT_ENTRIES, MTT_ENTRIES_HOST)?;
+        self.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32)
+    }
+
+    /// Loads the driver again on the same connection after a device reset: every QP, CQ
+    /// and MR is forgotten (their RAM is not reused) and the device brought up afresh.
+    pub fn reload(&mut self) -> anyhow::Result<()> {
+        self.qps.iter_mut().for_each(|q| *q = None);
+        self.cqs.iter_mut().for_each(|c| *c = None);
+        self.mtt_next = 0;
+        self.load()
+    }
+
+    /// Hands the server a second RAM range (a fresh memfd of `size` bytes at bus address
+    /// `iova`), as QEMU does for RAM above 4 GiB; returns it for inspection.
+    pub fn map_more_ram(&mut self, iova: u64, size: u64) -> anyhow::Result<SharedMemory> {
+        let (ram, fd) = test_ram(size)?;
+        self.client.dma_map(0, iova, size, fd.as_raw_fd())?;
+        Ok(ram)
     }
 
     fn bump(next: &mut u64, size: u64, align: u64) -> u64 {
