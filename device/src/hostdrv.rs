@@ -21,7 +21,8 @@ use vm_memory::ByteValued;
 pub const IOVA: u64 = 0x4000_0000;
 /// Virtual addresses used with MR keys are RAM offsets plus this.
 pub const VA: u64 = 0x7f00_0000_0000;
-const MTT_ENTRIES_HOST: u32 = 1 << 16;
+/// MTT entries the driver gives the device (MTT_ENTRIES).
+pub const MTT_ENTRIES_HOST: u32 = 1 << 16;
 
 /// How a QP is connected (RTR/RTS attributes); the default is loopback on this RNIC.
 #[derive(Clone, Debug)]
@@ -64,7 +65,8 @@ pub struct HostDriver {
     pub ram: SharedMemory,
     _fd: File,
     next_free: u64,
-    tables: [u64; 4],
+    /// RAM offsets of the QP, CQ and MR context tables and of the MTT.
+    pub tables: [u64; 4],
     mtt_next: u32,
     qps: Vec<Option<QpRings>>,
     cqs: Vec<Option<CqRing>>,
