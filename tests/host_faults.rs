@@ -436,10 +436,11 @@ fn IOVA_OF(ram_offset: u64) -> u64 {
     rnic_emu::hostdrv::IOVA + ram_offset
 }
 
-/// DMA maps: MAX_DMA_MAPS maps are accepted, one more is refused with EINVAL and counted,
-/// and the server keeps serving; an fd-backed map larger than its file is refused.
+/// vfio-user requests: MAX_DMA_MAPS maps are accepted, one more is refused and counted, and
+/// the server keeps serving; an fd-backed map larger than its file is refused; a region
+/// access of MAX_REGION_ACCESS bytes is served, one byte more is refused.
 #[test]
-fn dma_maps_at_the_limit_and_one_beyond() {
+fn vfio_user_bounds_at_the_limit_and_one_beyond() {
     use rnic_emu::vfio::MAX_DMA_MAPS;
     let dir = tempfile::tempdir().unwrap();
     let server = single_switch(dir.path());
@@ -462,6 +463,12 @@ fn dma_maps_at_the_limit_and_one_beyond() {
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2, "the oversized map was refused");
     client.dma_map(0, 0x4000_0000, 1 << 20, fd).unwrap();
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2);
+
+    let max = rnic_emu::vfio::MAX_REGION_ACCESS as u32;
+    let mut gpu = common::raw::Raw::connect(&server.socket("gpu0"));
+    assert_eq!(gpu.region_read(1, 0, max).unwrap().len(), max as usize, "a BAR1 read of the largest size");
+    assert!(gpu.region_read(1, 0, max + 1).is_err());
+    assert_eq!(counter(&server, "gpu0", "guest_errors"), 1);
 }
 
 /// An MR whose page count the MTT_ENTRIES the driver set allows, but whose page list no
@@ -480,4 +487,46 @@ fn mr_with_an_absurd_page_count_is_refused_cleanly() {
     let mr = MrCtx { iova: VA, length: u64::from(npages) * 4096, pd: 1, mtt_offset: 0, npages, access: ACCESS, key: 1, page_shift: 12, rsvd0: 0 };
     assert_ne!(cmd_with(&mut h, 2, 32, CMD_REG_MR, 1, &mr), CMD_OK);
     assert_eq!(h.r32(RNIC_REG_ID).unwrap(), ID_MAGIC, "the server is still there");
+}
+
+/// RDMA READs in flight per QP (docs/verbs.md, "Resource bounds"): with the responder
+/// deaf, a QP with MAX_READS + 1 READs posted puts exactly MAX_READS requests on the wire
+/// and holds the last one back; once the responder hears again, all complete with the data.
+#[test]
+fn reads_in_flight_per_qp_are_bounded() {
+    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    const MAX_READS: u64 = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [std::net::Ipv4Addr::new(127, 98, sub, 1), std::net::Ipv4Addr::new(127, 98, sub, 2)];
+    // Local ACK timeout 4.096 us * 2^18 (about 1 s): no retransmission while we count.
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 18, capture: false, rnr_retry: 7 };
+    let mut p = NodePair::start(std::path::Path::new(bin()), dir.path(), &o).unwrap();
+    let data = pattern(11, 0, 64 * (MAX_READS as usize + 1));
+    p.h[1].ram.write(p.buf[1], &data).unwrap();
+    let deaf = |p: &NodePair, on: bool| {
+        let req = format!("faults rx drop={}", if on { 1 } else { 0 });
+        rnic_emu::serve::control_request(&p.servers[1].socket_dir, "node1", &req).unwrap()
+    };
+    let stat = |p: &NodePair, name: &str| counter(&p.servers[0], "rnic0", name);
+    deaf(&p, true);
+    let wqes: Vec<_> = (0..=MAX_READS)
+        .map(|i| {
+            let hdr = WqeHeader { opcode: WQE_OP_RDMA_READ, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: i, remote_addr: VA + p.buf[1] + 64 * i, rkey: p.key[1], ..Default::default() };
+            (hdr, vec![Sge { addr: VA + p.buf[0] + 64 * i, length: 64, lkey: p.key[0] }])
+        })
+        .collect();
+    p.h[0].post(1, true, &wqes).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || stat(&p, "pkts_sent") >= MAX_READS));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stat(&p, "pkts_sent"), MAX_READS, "READ requests on the wire while the responder is deaf");
+    assert_eq!(stat(&p, "retransmits"), 0);
+    deaf(&p, false);
+    for i in 0..=MAX_READS {
+        let c = p.h[0].wait(1, WAIT).unwrap();
+        assert_eq!((c.status, c.wr_id), (WC_SUCCESS, i), "{c:?}");
+    }
+    let mut got = vec![0u8; data.len()];
+    p.h[0].ram.read(p.buf[0], &mut got).unwrap();
+    assert!(got == data, "every READ returned its data");
 }
