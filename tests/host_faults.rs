@@ -463,12 +463,29 @@ fn vfio_user_bounds_at_the_limit_and_one_beyond() {
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2, "the oversized map was refused");
     client.dma_map(0, 0x4000_0000, 1 << 20, fd).unwrap();
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2);
+    drop(client);
 
+    // The largest count a message can carry (fuzzing found it: the library allocates the
+    // count before the backend refuses it): refused, and the server's memory does not grow.
+    let rss = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap();
+        kb << 10
+    };
+    let mut raw = common::raw::Raw::connect(&server.socket("rnic0"));
+    let before = rss();
+    for _ in 0..8 {
+        assert!(raw.region_read(0, 0, u32::MAX - 3).is_err());
+    }
+    assert!(rss() < before + 64 * MIB, "RSS grew from {before} to {} bytes", rss());
+    assert_eq!(raw.region_read(0, RNIC_REG_ID, 4).unwrap(), ID_MAGIC.to_le_bytes());
+    drop(raw);
     let max = rnic_emu::vfio::MAX_REGION_ACCESS as u32;
     let mut gpu = common::raw::Raw::connect(&server.socket("gpu0"));
     assert_eq!(gpu.region_read(1, 0, max).unwrap().len(), max as usize, "a BAR1 read of the largest size");
     assert!(gpu.region_read(1, 0, max + 1).is_err());
     assert_eq!(counter(&server, "gpu0", "guest_errors"), 1);
+    assert_eq!(counter(&server, "rnic0", "guest_errors"), 10);
 }
 
 /// An MR whose page count the MTT_ENTRIES the driver set allows, but whose page list no

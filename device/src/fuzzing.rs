@@ -199,7 +199,9 @@ fn survive_library_panics() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if info.location().is_some_and(|l| l.file().contains("vfio_user-")) {
-                LIBRARY_PANICS.fetch_add(1, AtomicOrdering::Relaxed);
+                if LIBRARY_PANICS.fetch_add(1, AtomicOrdering::Relaxed) == 0 {
+                    eprintln!("vfio_stream: the vfio-user library panicked on a message ({info}); the connection ends, the server lives on (counted, not reported again)");
+                }
             } else {
                 previous(info);
             }
