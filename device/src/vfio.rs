@@ -214,3 +214,54 @@ impl ServerBackend for Backend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    fn backend() -> (Backend, SharedFunction) {
+        let t = Topology::parse(
+            "name = \"t\"\n[[node]]\nname = \"n\"\nport = [ { id = \"rp\", kind = \"root-port\" } ]\ndevice = [ { id = \"r\", kind = \"rnic\", port = \"rp\" } ]",
+            "t",
+        )
+        .unwrap();
+        let f: SharedFunction = Arc::new(Mutex::new(crate::rnic::Rnic::new("t".into(), &t.nodes[0].devices[0], Vec::new(), None).unwrap()));
+        (Backend::new(f.clone()), f)
+    }
+
+    fn guest_errors(f: &SharedFunction) -> u64 {
+        lock(f).stats().into_iter().find(|(n, _)| *n == "GuestErrors").map_or(0, |(_, v)| v)
+    }
+
+    #[test]
+    fn hostile_region_accesses_are_refused_and_counted() {
+        let (mut b, f) = backend();
+        let mut buf = [0u8; 4];
+        assert!(b.region_read(0, u64::MAX - 1, &mut buf).is_err(), "offset + length wraps");
+        assert!(b.region_write(VFIO_PCI_CONFIG_REGION_INDEX, u64::MAX, &buf).is_err());
+        assert!(b.region_read(u32::MAX, 0, &mut buf).is_err(), "no such region");
+        assert!(b.region_read(0, 0, &mut []).is_err(), "empty access");
+        let mut big = vec![0u8; MAX_REGION_ACCESS + 1];
+        assert!(b.region_read(0, 0, &mut big).is_err(), "larger than MAX_REGION_ACCESS");
+        assert_eq!(guest_errors(&f), 5);
+        assert!(b.region_read(0, 0, &mut buf).is_ok());
+        assert_eq!(guest_errors(&f), 5);
+    }
+
+    #[test]
+    fn dma_maps_are_bounded_and_must_lie_inside_their_file() {
+        let (mut b, f) = backend();
+        let (_ram, fd) = crate::dma::test_ram(1 << 20).unwrap();
+        assert!(b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x1000_0000, 2 << 20, Some(fd.try_clone().unwrap())).is_err(), "past the end of the file");
+        assert!(b.dma_map(DmaMapFlags::READ_WRITE, u64::MAX - 0xfff, 0x1000_0000, 0x1000, Some(fd.try_clone().unwrap())).is_err(), "offset + size wraps");
+        b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x1000_0000, 1 << 20, Some(fd)).unwrap();
+        for i in 1..MAX_DMA_MAPS as u64 {
+            b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x2000_0000 + i * 0x1000, 0x1000, None).unwrap();
+        }
+        assert!(b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x9000_0000, 0x1000, None).is_err(), "one map beyond MAX_DMA_MAPS");
+        assert_eq!(guest_errors(&f), 3);
+        b.dma_unmap(DmaUnmapFlags::empty(), 0x2000_1000, 0x1000).unwrap();
+        b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x9000_0000, 0x1000, None).unwrap();
+    }
+}
