@@ -95,15 +95,7 @@ pub fn bar0(data: &[u8]) {
 mod tests {
     /// A deterministic xorshift generator: the smoke test needs no extra crate.
     fn bytes(seed: u64, n: usize) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        super::smoke_bytes(seed, n)
     }
 
     #[test]
@@ -257,8 +249,11 @@ pub fn vfio_stream(data: &[u8]) {
 // smoke tests feed the same entry points, and the replay of every corpus file, which runs
 // in `cargo test`.
 
+/// A fuzz target's entry point.
+pub type Entry = fn(&[u8]);
+
 /// The fuzz targets and their entry points.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream)];
+pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream)];
 
 /// The pseudo-random bytes the smoke tests use (xorshift64).
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
