@@ -547,3 +547,34 @@ fn reads_in_flight_per_qp_are_bounded() {
     p.h[0].ram.read(p.buf[0], &mut got).unwrap();
     assert!(got == data, "every READ returned its data");
 }
+
+/// A VERSION message shorter than its own header makes the vfio-user library panic; the
+/// server drops that connection only. A thousand such connections leave the log small and
+/// the server serving.
+#[test]
+fn library_panics_on_hostile_versions_are_rate_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = single_switch(dir.path());
+    let before = std::fs::metadata(server.log_path()).unwrap().len();
+    for id in 0..1000u16 {
+        let mut s = UnixStream::connect(server.socket("rnic0")).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut msg = id.to_le_bytes().to_vec();
+        msg.extend_from_slice(&1u16.to_le_bytes()); // VERSION
+        msg.extend_from_slice(&16u32.to_le_bytes()); // size: less than the VERSION fields
+        msg.extend_from_slice(&[0; 8]);
+        msg.extend_from_slice(&[0, 0, 1, 0]); // major 0, minor 1
+        s.write_all(&msg).unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink); // the server hangs up
+    }
+    let mut raw = common::raw::Raw::connect(&server.socket("rnic0"));
+    assert_eq!(raw.region_read(0, RNIC_REG_ID, 4).unwrap(), ID_MAGIC.to_le_bytes());
+    let grown = std::fs::metadata(server.log_path()).unwrap().len() - before;
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    let reported = log.matches("vfio-user library panicked").count();
+    eprintln!("log grew by {grown} bytes; {reported} panic reports; last lines:\n{}", log.lines().rev().take(8).collect::<Vec<_>>().join("\n"));
+    assert!(reported > 0, "the panics are reported");
+    assert!(reported <= 2 * rnic_emu::ratelimit::BURST as usize, "{reported} panic reports: not rate-limited");
+    assert!(!log.contains("thread '"), "no default panic message");
+}

@@ -190,7 +190,7 @@ fn survive_library_panics() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if info.location().is_some_and(|l| l.file().contains("vfio_user-")) {
+            if info.location().is_some_and(|l| l.file().contains("vfio_user-")) || crate::logging::raised_by_the_library() {
                 if LIBRARY_PANICS.fetch_add(1, AtomicOrdering::Relaxed) == 0 {
                     eprintln!("vfio_stream: the vfio-user library panicked on a message ({info}); the connection ends, the server lives on (counted, not reported again)");
                 }
