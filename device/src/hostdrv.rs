@@ -320,7 +320,6 @@ impl ServerProcess {
         Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir, None)
     }
 
-    /// Starts node `node` of `topology` and waits (10 s at most) for its sockets.
     /// Starts node `node` of `topology` (capturing its fabric traffic to `pcap` if given)
     /// and waits (10 s at most) for its sockets.
     pub fn start_node(bin: &Path, topology: &Path, node: &str, socket_dir: &Path, gpu_mem_dir: Option<&Path>, pcap: Option<&Path>) -> anyhow::Result<ServerProcess> {
@@ -337,9 +336,13 @@ impl ServerProcess {
         let log = std::fs::File::create(socket_dir.join("server.log"))?;
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
         let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
-        let ctl = socket_dir.join(format!("{node}.ctl"));
+        // The control socket, then every function's socket (bound after it).
+        let topo = crate::topology::Topology::load(topology)?;
+        let (_, n) = topo.node(node).with_context(|| format!("no node {node}"))?;
+        let mut sockets = vec![socket_dir.join(format!("{node}.ctl"))];
+        sockets.extend(n.devices.iter().map(|d| socket_dir.join(n.socket_name(d))));
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !ctl.exists() {
+        while !sockets.iter().all(|s| s.exists()) {
             if Instant::now() > deadline {
                 bail!("the node server did not come up");
             }
