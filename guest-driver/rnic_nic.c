@@ -160,38 +160,7 @@ static void rnic_nic_remove(struct pci_dev *pdev)
 }
 
 /* sysfs `stats`: every device counter (docs/verbs.md §7), "name value" per line. */
-static const char *const rnic_stat_names[RNIC_STAT_COUNT] = {
-	[RNIC_STAT_SEND_WQES]		= "send_wqes",
-	[RNIC_STAT_RECV_WQES]		= "recv_wqes",
-	[RNIC_STAT_CQES]		= "cqes",
-	[RNIC_STAT_ERROR_CQES]		= "error_cqes",
-	[RNIC_STAT_BYTES_WRITTEN]	= "bytes_written",
-	[RNIC_STAT_BYTES_READ]		= "bytes_read",
-	[RNIC_STAT_BYTES_SENT]		= "bytes_sent",
-	[RNIC_STAT_DOORBELLS]		= "doorbells",
-	[RNIC_STAT_INTERRUPTS]		= "interrupts",
-	[RNIC_STAT_RNR_RETRIES]		= "rnr_retries",
-	[RNIC_STAT_COMMANDS]		= "commands",
-	[RNIC_STAT_COMMAND_ERRORS]	= "command_errors",
-	[RNIC_STAT_DMA_ERRORS]		= "dma_errors",
-	[RNIC_STAT_QP_ERRORS]		= "qp_errors",
-	[RNIC_STAT_DMA_HOST_BYTES]	= "dma_host_bytes",
-	[RNIC_STAT_DMA_P2P_SWITCH_BYTES] = "dma_p2p_switch_bytes",
-	[RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES] = "dma_p2p_root_complex_bytes",
-	[RNIC_STAT_APERTURE_ERRORS]	= "aperture_errors",
-	[RNIC_STAT_PKTS_SENT]		= "pkts_sent",
-	[RNIC_STAT_PKTS_RECEIVED]	= "pkts_received",
-	[RNIC_STAT_PKTS_DROPPED]	= "pkts_dropped",
-	[RNIC_STAT_RETRANSMITS]		= "retransmits",
-#ifdef RNIC_STAT_TIMEOUTS
-	[RNIC_STAT_TIMEOUTS]		= "timeouts",
-#endif
-	[RNIC_STAT_ACKS_SENT]		= "acks_sent",
-	[RNIC_STAT_NAKS_SENT]		= "naks_sent",
-#ifdef RNIC_STAT_GUEST_ERRORS
-	[RNIC_STAT_GUEST_ERRORS]	= "guest_errors",
-#endif
-};
+static const char *const rnic_stat_names[RNIC_STAT_COUNT] = RNIC_STAT_NAMES_INIT;
 
 static ssize_t stats_show(struct device *dev, struct device_attribute *attr, char *buf)
 {

@@ -19,6 +19,7 @@
 #include <linux/uaccess.h>
 #include <linux/wait.h>
 
+#include "rnic_dbpage.h"
 #include "rnic_verbs.h"
 
 #ifdef __BIG_ENDIAN
@@ -174,7 +175,8 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	writeq(nic->mr_ctx_dma, bar0 + MR_CTX_BASE);
 	writeq(nic->mtt_dma, bar0 + MTT_BASE);
 	iowrite32(RNIC_MTT_ENTRIES, bar0 + MTT_ENTRIES);
-	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE, bar0 + DMA_CTRL);
+	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE | rnic_dbpage_init(nic),
+		  bar0 + DMA_CTRL);
 	return 0;
 
 err_mr_ctx:
@@ -202,6 +204,7 @@ void rnic_verbs_fini(struct rnic_nic *nic)
 	iowrite32(0, bar0 + DMA_CTRL);
 	iowrite32(RNIC_RESET_MAGIC, bar0 + RNIC_REG_RESET);
 	(void)ioread32(bar0 + RNIC_REG_STATUS);
+	rnic_dbpage_fini(nic);
 
 	rnic_mtt_fini(nic);
 	dma_free_coherent(nic_dev(nic), nic->max_mr * sizeof(*nic->mr_ctx), nic->mr_ctx,
@@ -1021,6 +1024,7 @@ static int rnic_post(struct rnic_ucontext *uc, struct rnic_post *req, bool recv)
 	} *wr;
 	void __user *uptr = u64_to_user_ptr(req->wrs);
 	struct rnic_qp *qp;
+	u16 old_pi;
 	u8 *buf;
 	u32 i;
 	int ret = 0;
@@ -1039,6 +1043,7 @@ static int rnic_post(struct rnic_ucontext *uc, struct rnic_post *req, bool recv)
 	}
 	if (!req->num_wr)
 		return 0;
+	old_pi = recv ? qp->rq.pi : qp->sq.pi;
 
 	wr = kmalloc(sizeof(*wr), GFP_KERNEL);
 	buf = kmalloc(1U << RNIC_MAX_STRIDE_LOG, GFP_KERNEL);
@@ -1059,10 +1064,8 @@ static int rnic_post(struct rnic_ucontext *uc, struct rnic_post *req, bool recv)
 		req->num_posted++;
 	}
 
-	/* writel orders the WQE stores above before the doorbell. */
 	if (req->num_posted)
-		iowrite32(qp->qpn << RNIC_DB_OBJECT_SHIFT | (recv ? qp->rq.pi : qp->sq.pi),
-			  nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
+		rnic_ring_wq(nic, qp->qpn, recv, old_pi, recv ? qp->rq.pi : qp->sq.pi);
 out:
 	kfree(buf);
 	kfree(wr);
@@ -1146,8 +1149,7 @@ static u32 rnic_cq_poll(struct rnic_ucontext *uc, struct rnic_cq *cq, struct rni
 			got++;
 	}
 	if (consumed)
-		iowrite32(cq->cqn << RNIC_DB_OBJECT_SHIFT | (cq->ci & 0xffff),
-			  uc->nic->rd.bar0 + CQE_CONS_IDX);
+		rnic_cq_set_ci(uc->nic, cq->cqn, cq->ci & 0xffff);
 	return got;
 }
 

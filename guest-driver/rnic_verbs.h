@@ -55,6 +55,7 @@ struct rnic_nic {
 	bool dead;			/* remove() has torn the verbs state down */
 
 	u32 max_qp, max_cq, max_mr, max_ring_log2;
+	void __iomem *dbp;		/* doorbell page (BAR2), NULL: MMIO doorbells only */
 	atomic_t *vec_seq;		/* nvec counters, bumped by each interrupt */
 	atomic_t next_vector;		/* round-robin CQ vector choice */
 

@@ -175,7 +175,10 @@ fn hostile_requests_get_errors_and_the_server_keeps_serving() {
     assert!(c.region_write(CONFIG, u64::MAX - 1, &[0; 4]).is_err(), "wrapping offset");
     assert!(c.region_read(0, 0x1_0000, 4).is_err(), "past BAR0");
     assert!(c.region_read(0, u64::MAX, 4).is_err(), "wrapping BAR0 offset");
-    assert!(c.region_read(2, 0, 4).is_err(), "no BAR2");
+    assert!(c.region_read(4, 0, 4).is_err(), "no BAR4");
+    assert!(c.region_read(3, 0, 4).is_err(), "BAR3 is the upper half of 64-bit BAR2");
+    let db_size = rnic_emu::regs::pci_ids::RNIC_DB_BAR_SIZE;
+    assert!(c.region_read(2, db_size - 2, 4).is_err(), "past the doorbell page (BAR2)");
     assert!(c.region_read(8, 0, 4).is_err(), "VGA region absent");
     assert!(c.region_read(42, 0, 4).is_err(), "no such region");
     assert!(c.region_read(0, 0, 0).is_err(), "empty access");

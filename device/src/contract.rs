@@ -93,6 +93,22 @@ pub fn c_header() -> String {
     c_define(&mut o, "RNIC_CMD_OP_SHIFT", regs::rnic::CMD_OP_SHIFT.to_string(), "RNIC_REG_CMD: op [31:24], index [23:0]");
     c_define(&mut o, "RNIC_STATS_BASE", format!("{:#x}", regs::rnic::STATS_BASE), "64-bit RO counters");
     c_define(&mut o, "RNIC_APERTURE_SLOTS", regs::rnic::APERTURE_SLOTS.to_string(), "BAR1_APERTURE + 8 * slot");
+    c_define(&mut o, "RNIC_CAP_DB_PAGE", format!("{:#x}", regs::rnic::CAP_DB_PAGE), "RNIC_REG_CAPS bit: doorbell page");
+    c_define(&mut o, "RNIC_DMA_CTRL_DB_PAGE", format!("{:#x}", regs::rnic::DMA_CTRL_DB_PAGE), "DMA_CTRL bit: use the doorbell page");
+    c_define(&mut o, "RNIC_EMU_RNIC_DB_BAR", pci_ids::RNIC_DB_BAR.to_string(), "RNIC doorbell page BAR index, 64-bit");
+    c_define(&mut o, "RNIC_EMU_RNIC_DB_BAR_SIZE", format!("{:#x}", pci_ids::RNIC_DB_BAR_SIZE), "one page per QP, then per CQ");
+    {
+        use regs::rnic::dbpage as d;
+        let dp = |n: &str, v: u64, doc: &str, o: &mut String| c_define(o, n, format!("{v:#x}"), doc);
+        dp("RNIC_DBP_PAGE", d::PAGE, "doorbell page: bytes per object", &mut o);
+        dp("RNIC_DBP_QP_PAGES", d::QP_PAGES, "offset of QP q's page: + q * PAGE", &mut o);
+        dp("RNIC_DBP_CQ_PAGES", d::CQ_PAGES, "offset of CQ c's page: + c * PAGE", &mut o);
+        dp("RNIC_DBP_SQ_PI", d::SQ_PI, "QP page: SQ producer index (driver)", &mut o);
+        dp("RNIC_DBP_RQ_PI", d::RQ_PI, "QP page: RQ producer index (driver)", &mut o);
+        dp("RNIC_DBP_SQ_EVENT", d::SQ_EVENT, "QP page: SQ event index (device)", &mut o);
+        dp("RNIC_DBP_RQ_EVENT", d::RQ_EVENT, "QP page: RQ event index (device)", &mut o);
+        dp("RNIC_DBP_CQ_CI", d::CQ_CI, "CQ page: consumer index (driver)", &mut o);
+    }
     let g = |n: &str, v: u64, d: &str, o: &mut String| c_define(o, n, format!("{v:#x}"), d);
     g("GPU_ENG_OP_FILL32", regs::gpu::ENG_OP_FILL32, "GPU_ENG_LAUNCH: fill with VALUE", &mut o);
     g("GPU_ENG_OP_COPY", regs::gpu::ENG_OP_COPY, "GPU_ENG_LAUNCH: copy SRC -> DST", &mut o);
@@ -108,6 +124,12 @@ pub fn c_header() -> String {
         c_define(&mut o, &format!("RNIC_STAT_{}", snake_upper(name)), i.to_string(), doc);
     }
     c_define(&mut o, "RNIC_STAT_COUNT", COUNTERS.len().to_string(), "number of counters");
+    o.push_str("/* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */\n");
+    o.push_str("#define RNIC_STAT_NAMES_INIT { \\\n");
+    for (name, _) in COUNTERS.iter() {
+        let _ = writeln!(o, "\t[RNIC_STAT_{}] = \"{}\", \\", snake_upper(name), snake_lower(name));
+    }
+    o.push_str("}\n");
     o.push_str("\n/* Descriptor constants */\n");
     for group in CONSTANT_GROUPS {
         for (name, value, doc) in group.iter() {
@@ -151,8 +173,19 @@ pub fn markdown() -> String {
     let _ = writeln!(o, "| RNIC BAR0 | 64-bit non-prefetchable, {} KiB: registers, MSI-X table at `{:#x}`, PBA at `{:#x}` |", pci_ids::RNIC_BAR0_SIZE >> 10, pci_ids::MSIX_TABLE_OFFSET, pci_ids::MSIX_PBA_OFFSET);
     let _ = writeln!(o, "| GPU BAR0 | 32-bit non-prefetchable, {} KiB: registers, MSI-X table and PBA as above |", pci_ids::GPU_BAR0_SIZE >> 10);
     let _ = writeln!(o, "| GPU BAR1 | 64-bit prefetchable memory aperture, default {} MiB, shared memory QEMU maps directly |", pci_ids::GPU_BAR1_DEFAULT_SIZE >> 20);
+    let _ = writeln!(o, "| RNIC BAR{} | 64-bit non-prefetchable, {} KiB: the doorbell page (below), shared memory QEMU maps directly |", pci_ids::RNIC_DB_BAR, pci_ids::RNIC_DB_BAR_SIZE >> 10);
     let _ = writeln!(o, "| MSI-X vectors | RNIC {}, GPU {} |", pci_ids::RNIC_MSIX_VECTORS, pci_ids::GPU_MSIX_VECTORS);
     md_regs(&mut o, "RNIC BAR0", regs::rnic::REGS);
+    {
+        use regs::rnic::dbpage as d;
+        o.push_str("\n## RNIC doorbell page (BAR2, 32-bit fields; used when `DMA_CTRL` bit 2 is set)\n\n");
+        o.push_str("| Offset | Field | Written by | Meaning |\n|---|---|---|---|\n");
+        let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `SQ_PI` | driver | send-queue producer index of QP q (low 16 bits) |", d::PAGE, d::SQ_PI);
+        let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `RQ_PI` | driver | receive-queue producer index of QP q |", d::PAGE, d::RQ_PI);
+        let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `SQ_EVENT` | device | ring `WQE_DB_IDX` once `SQ_PI` moves past this index |", d::PAGE, d::SQ_EVENT);
+        let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `RQ_EVENT` | device | ring `RQ_DB_IDX` once `RQ_PI` moves past this index |", d::PAGE, d::RQ_EVENT);
+        let _ = writeln!(o, "| `{:#x} + c * {:#x} + {:#x}` | `CQ_CI` | driver | consumer index of CQ c (replaces `CQE_CONS_IDX` writes) |", d::CQ_PAGES, d::PAGE, d::CQ_CI);
+    }
     md_regs(&mut o, "GPU BAR0", regs::gpu::REGS);
     o.push_str("\n## RNIC statistics (BAR0, 64-bit, read-only)\n\n| Offset | Counter | Meaning |\n|---|---|---|\n");
     for (i, (name, doc)) in COUNTERS.iter().enumerate() {

@@ -62,6 +62,8 @@ struct CqRing {
 
 pub struct HostDriver {
     pub client: Client,
+    /// The doorbell page (BAR2) mapped from the region's fd, once enabled.
+    dbpage: Option<vm_memory::mmap::MmapRegion>,
     pub ram: SharedMemory,
     _fd: File,
     next_free: u64,
@@ -75,11 +77,17 @@ pub struct HostDriver {
 impl HostDriver {
     /// Connects to an RNIC socket, maps `ram_size` bytes of RAM and brings the device up.
     pub fn connect(sock: &Path, ram_size: u64) -> anyhow::Result<HostDriver> {
+        // The node server binds its sockets one after another: give it a moment.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let mut client = Client::new(sock).with_context(|| format!("connecting to {}", sock.display()))?;
         let (ram, fd) = test_ram(ram_size)?;
         client.dma_map(0, IOVA, ram_size, fd.as_raw_fd())?;
         let mut d = HostDriver {
             client,
+            dbpage: None,
             ram,
             _fd: fd,
             next_free: 0,
@@ -109,6 +117,7 @@ impl HostDriver {
     /// Loads the driver again on the same connection after a device reset: every QP, CQ
     /// and MR is forgotten (their RAM is not reused) and the device brought up afresh.
     pub fn reload(&mut self) -> anyhow::Result<()> {
+        self.dbpage = None; // reset turned it off
         self.qps.iter_mut().for_each(|q| *q = None);
         self.cqs.iter_mut().for_each(|c| *c = None);
         self.mtt_next = 0;
@@ -121,6 +130,32 @@ impl HostDriver {
         let (ram, fd) = test_ram(size)?;
         self.client.dma_map(0, iova, size, fd.as_raw_fd())?;
         Ok(ram)
+    }
+
+    /// Maps the doorbell page (BAR2) and turns it on (docs/verbs.md §3.1): from now on
+    /// `post` stores producer indices there and rings the MMIO doorbell only when the
+    /// device's event index asks for it, and `poll` reports consumer indices there.
+    pub fn use_doorbell_page(&mut self) -> anyhow::Result<()> {
+        use crate::regs::pci_ids::{RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
+        let region = self.client.region(RNIC_DB_BAR as u32).context("the RNIC offers no BAR2")?;
+        let fo = region.file_offset.clone().context("BAR2 comes without an fd to map")?;
+        let map = vm_memory::mmap::MmapRegion::from_file(fo, RNIC_DB_BAR_SIZE as usize)?;
+        self.dbpage = Some(map);
+        let ctrl = self.r32(DMA_CTRL)?;
+        self.w32(DMA_CTRL, ctrl | DMA_CTRL_DB_PAGE as u32)
+    }
+
+    fn page_store(&self, offset: u64, value: u16) {
+        use vm_memory::{Bytes, VolatileMemory};
+        if let Some(s) = self.dbpage.as_ref().and_then(|m| m.get_slice(0, m.len()).ok()) {
+            let _ = s.store(u32::from(value), offset as usize, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn page_load(&self, offset: u64) -> u16 {
+        use vm_memory::{Bytes, VolatileMemory};
+        let slice = self.dbpage.as_ref().and_then(|m| m.get_slice(0, m.len()).ok());
+        slice.and_then(|s| s.load::<u32>(offset as usize, std::sync::atomic::Ordering::SeqCst).ok()).unwrap_or(0) as u16
     }
 
     fn bump(next: &mut u64, size: u64, align: u64) -> u64 {
@@ -273,7 +308,17 @@ impl HostDriver {
             self.ram.write(base + u64::from(*pi & mask) * 64, &buf)?;
             *pi = pi.wrapping_add(1);
         }
-        let (reg, value) = (if send { WQE_DB_IDX } else { RQ_DB_IDX }, qpn << 16 | u32::from(*pi));
+        let (old, new) = (pi.wrapping_sub(wqes.len() as u16), *pi);
+        if self.dbpage.is_some() {
+            use crate::regs::rnic::dbpage::*;
+            let page = QP_PAGES + u64::from(qpn) * PAGE;
+            let (pi_off, event_off) = if send { (SQ_PI, SQ_EVENT) } else { (RQ_PI, RQ_EVENT) };
+            self.page_store(page + pi_off, new); // SeqCst: ordered before the load below
+            if !crate::doorbell::need_kick(self.page_load(page + event_off), new, old) {
+                return Ok(());
+            }
+        }
+        let (reg, value) = (if send { WQE_DB_IDX } else { RQ_DB_IDX }, qpn << 16 | u32::from(new));
         self.w32(reg, value)
     }
 
@@ -288,7 +333,12 @@ impl HostDriver {
         }
         cq.ci = cq.ci.wrapping_add(1);
         let ci = cq.ci;
-        self.w32(CQE_CONS_IDX, cqn << 16 | u32::from(ci))?;
+        if self.dbpage.is_some() {
+            use crate::regs::rnic::dbpage::*;
+            self.page_store(CQ_PAGES + u64::from(cqn) * PAGE + CQ_CI, ci);
+        } else {
+            self.w32(CQE_CONS_IDX, cqn << 16 | u32::from(ci))?;
+        }
         Ok(Some(c))
     }
 

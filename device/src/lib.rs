@@ -10,6 +10,7 @@
 //!   image; [`run`]: boot a topology and run a guest command.
 pub mod contract;
 pub mod dma;
+pub mod doorbell;
 pub mod fabric;
 pub mod function;
 #[doc(hidden)]
@@ -20,6 +21,7 @@ pub mod hostdrv;
 pub mod image;
 pub mod kv;
 pub mod logging;
+pub mod mem;
 pub mod msix;
 pub mod pci;
 pub mod qemu;

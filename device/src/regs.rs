@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0002;
+pub const CONTRACT_VERSION: u32 = 0x0001_0003;
 
 /// PCI identity and BAR layout shared with the guest driver.
 pub mod pci_ids {
@@ -90,6 +90,11 @@ pub mod pci_ids {
     pub const GPU_BAR0_SIZE: u64 = 0x1_0000;
     /// GPU BAR1: 64-bit prefetchable memory aperture (BAR slots 1 and 2); size per node.
     pub const GPU_BAR1_DEFAULT_SIZE: u64 = 1 << 30;
+    /// RNIC doorbell BAR (minor 3): the doorbell page, 64-bit non-prefetchable, shared
+    /// memory the guest writes without trapping (BAR slots 2 and 3; see `rnic::dbpage`).
+    pub const RNIC_DB_BAR: usize = 2;
+    /// Size of the RNIC's doorbell BAR: one 4 KiB page per QP, then one per CQ.
+    pub const RNIC_DB_BAR_SIZE: u64 = (super::rnic::MAX_QP + super::rnic::MAX_CQ) * super::rnic::dbpage::PAGE;
     /// Offset of the MSI-X table inside BAR0 (both functions).
     pub const MSIX_TABLE_OFFSET: u64 = 0x8000;
     /// Offset of the MSI-X pending-bit array inside BAR0 (both functions).
@@ -116,12 +121,18 @@ pub mod rnic {
     pub const RESET_MAGIC: u64 = 0x1;
     /// `RNIC_REG_CAPS` bit: the verbs engine (QPs, CQs, MRs; WRITE/READ/SEND/RECV).
     pub const CAP_VERBS: u64 = 1 << 2;
+    /// `RNIC_REG_CAPS` bit (minor 3): the doorbell page in BAR2 (`rnic::dbpage`), enabled
+    /// by `DMA_CTRL_DB_PAGE`.
+    pub const CAP_DB_PAGE: u64 = 1 << 3;
     /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
     pub const STATUS_ERROR: u64 = 1 << 2;
     /// `DMA_CTRL` bit 0: DMA engine enable (work requests wait while it is clear).
     pub const DMA_CTRL_ENABLE: u64 = 1 << 0;
     /// `DMA_CTRL` bit 1: completion interrupts enable (armed CQs raise their MSI-X vector).
     pub const DMA_CTRL_INT_ENABLE: u64 = 1 << 1;
+    /// `DMA_CTRL` bit 2 (minor 3): the engine also takes producer and consumer indices from
+    /// the doorbell page and publishes event indices there (`rnic::dbpage`).
+    pub const DMA_CTRL_DB_PAGE: u64 = 1 << 2;
     /// Shift of the object number in the doorbell and command registers ([31:16]).
     pub const DB_OBJECT_SHIFT: u32 = 16;
     /// Mask of the ring index in doorbell registers ([15:0]).
@@ -141,13 +152,40 @@ pub mod rnic {
     /// BAR1_APERTURE slots (0x2000 + 8 * i).
     pub const APERTURE_SLOTS: usize = 4;
 
+    /// The doorbell page (BAR2, contract minor 3): shared memory in which the driver writes
+    /// producer/consumer indices with plain stores and the device publishes, per queue,
+    /// the index after which it wants an MMIO doorbell (event index, as virtio's
+    /// `avail_event` / NVMe's Doorbell Buffer Config EventIdx). One 4 KiB page per object,
+    /// so a page can be mapped to the one process that owns the object. All fields are
+    /// 32-bit little-endian; indices use the low 16 bits. docs/verbs.md §6 has the
+    /// protocol and the race argument.
+    pub mod dbpage {
+        /// Size of one object's page.
+        pub const PAGE: u64 = 0x1000;
+        /// Page of QP `q`: `q * PAGE`.
+        pub const QP_PAGES: u64 = 0;
+        /// Page of CQ `c`: `CQ_PAGES + c * PAGE`.
+        pub const CQ_PAGES: u64 = super::MAX_QP * PAGE;
+        /// QP page: send-queue producer index (driver writes).
+        pub const SQ_PI: u64 = 0x0;
+        /// QP page: receive-queue producer index (driver writes).
+        pub const RQ_PI: u64 = 0x4;
+        /// QP page: send-queue event index (device writes): ring `WQE_DB_IDX` when the
+        /// producer index moves past it.
+        pub const SQ_EVENT: u64 = 0x8;
+        /// QP page: receive-queue event index (device writes), for `RQ_DB_IDX`.
+        pub const RQ_EVENT: u64 = 0xc;
+        /// CQ page: consumer index (driver writes; replaces `CQE_CONS_IDX` writes).
+        pub const CQ_CI: u64 = 0x0;
+    }
+
     register_map!(REGS {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010002, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010003, writable 0x0;
         /// Capability bits (CAP_*).
-        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7, writable 0x0;
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0xf, writable 0x0;
         /// Device status (STATUS_*).
         RNIC_REG_STATUS = 0x000c, 4, Ro, reset 0x3, writable 0x0;
         /// Write RESET_MAGIC to return every register to its reset value.
@@ -199,7 +237,8 @@ pub mod rnic {
         BAR1_APERTURE_2 = 0x2010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Aperture slot 3.
         BAR1_APERTURE_3 = 0x2018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
-        /// Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine.
+        /// Seed §3.1: DMA engine control [7:0]: bit 0 engine enable, bit 1 completion
+        /// interrupts, bit 2 doorbell page (DMA_CTRL_*); bits 3-7 reserved, ignored.
         DMA_CTRL = 0x3000, 4, Rw, reset 0x1, writable 0xff;
         /// Seed §3.1: base address of the memory translation table (64-bit page addresses).
         MTT_BASE = 0x3010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
@@ -219,7 +258,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010002, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010003, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.
@@ -308,7 +347,7 @@ mod tests {
         let nv = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_NUM_VECTORS).unwrap();
         assert_eq!(nv.reset, u64::from(pci_ids::RNIC_MSIX_VECTORS));
         let caps = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_CAPS).unwrap();
-        assert_eq!(caps.reset, rnic::CAP_MSIX | rnic::CAP_INT_TEST | rnic::CAP_VERBS);
+        assert_eq!(caps.reset, rnic::CAP_MSIX | rnic::CAP_INT_TEST | rnic::CAP_VERBS | rnic::CAP_DB_PAGE);
         let limits = [(rnic::RNIC_REG_MAX_QP, rnic::MAX_QP), (rnic::RNIC_REG_MAX_CQ, rnic::MAX_CQ),
             (rnic::RNIC_REG_MAX_MR, rnic::MAX_MR), (rnic::RNIC_REG_MAX_RING_LOG2, rnic::MAX_RING_LOG2)];
         for (reg, v) in limits {

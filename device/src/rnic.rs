@@ -6,11 +6,13 @@
 //! model only forwards doorbells and waits for command results.
 
 use crate::dma::DmaMaps;
+use crate::doorbell::DoorbellPage;
+use crate::shm::SharedMemory;
 use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace, LayoutError};
 use crate::regfile::RegisterFile;
-use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE};
+use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
 use crate::fabric::port::FabricPort;
@@ -34,6 +36,8 @@ pub struct Rnic {
     router: Arc<Router>,
     /// The node's fabric port (None: no fabric, loopback only).
     port: Option<Arc<FabricPort>>,
+    /// BAR2: the doorbell page, shared memory the guest maps directly.
+    dbpage: DoorbellPage,
 }
 
 /// Where an RNIC sits on the fabric.
@@ -55,7 +59,11 @@ impl Rnic {
     pub fn new(name: String, dev: &Device, peers: Vec<Peer>, fabric: Option<FabricConfig>) -> anyhow::Result<Self> {
         let vectors = dev.msix_vectors();
         let id = identity(dev, pci_ids::RNIC_CLASS);
-        let bars = [BarDef { index: 0, size: RNIC_BAR0_SIZE, is_64bit: true, prefetchable: false }];
+        let bars = [
+            BarDef { index: 0, size: RNIC_BAR0_SIZE, is_64bit: true, prefetchable: false },
+            BarDef { index: RNIC_DB_BAR, size: RNIC_DB_BAR_SIZE, is_64bit: true, prefetchable: false },
+        ];
+        let dbpage = DoorbellPage::new(Arc::new(SharedMemory::memfd(&format!("rnic-emu-{name}-dbpage"), RNIC_DB_BAR_SIZE)?));
         let caps = capabilities(vectors);
         let irqs = Arc::new(Interrupts::new(vectors));
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
@@ -70,7 +78,7 @@ impl Rnic {
             None => None,
         };
         let wire = port.clone().map(|p| p as Arc<dyn crate::verbs::rc::Wire>);
-        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared, wire)?;
+        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared, wire, Some(dbpage.clone()))?;
         if let Some(p) = port.clone() {
             let to_engine = engine.clone();
             std::thread::Builder::new()
@@ -79,7 +87,7 @@ impl Rnic {
         }
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router, port };
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router, port, dbpage };
         rnic.reset();
         Ok(rnic)
     }
@@ -91,7 +99,13 @@ impl Rnic {
         let ip = self.port.as_ref().map_or(0, |p| u32::from(p.address));
         self.regs.set(RNIC_REG_IPV4, u64::from(ip));
         self.router.apertures.iter().for_each(|a| a.store(0, Ordering::SeqCst));
+        self.dbpage.clear();
         self.update_status();
+    }
+
+    /// The doorbell page (BAR2), for the engine's event loop.
+    pub fn doorbell_page(&self) -> &DoorbellPage {
+        &self.dbpage
     }
 
     fn update_status(&mut self) {
@@ -159,7 +173,8 @@ impl Rnic {
             DMA_CTRL => {
                 self.update_status();
                 let (enabled, int_enabled) = (value & DMA_CTRL_ENABLE != 0, value & DMA_CTRL_INT_ENABLE != 0);
-                self.engine.send(Event::DmaCtrl { enabled, int_enabled });
+                let db_page = value & DMA_CTRL_DB_PAGE != 0;
+                self.engine.dma_ctrl(enabled, int_enabled, db_page);
             }
             WQE_DB_IDX | RQ_DB_IDX | CQE_CONS_IDX | CQ_ARM => {
                 let (object, index) = ((value >> DB_OBJECT_SHIFT) as u32, (value & DB_INDEX_MASK) as u16);
@@ -205,10 +220,20 @@ impl PciFunction for Rnic {
     }
 
     fn bar_regions(&self) -> Vec<BarRegion> {
-        vec![BarRegion { index: 0, size: RNIC_BAR0_SIZE, mmap_fd: None }]
+        vec![
+            BarRegion { index: 0, size: RNIC_BAR0_SIZE, mmap_fd: None },
+            BarRegion { index: RNIC_DB_BAR, size: RNIC_DB_BAR_SIZE, mmap_fd: Some(self.dbpage.memory().raw_fd()) },
+        ]
     }
 
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        if bar == RNIC_DB_BAR {
+            // A client that does not mmap the page reaches it through the socket.
+            if let Err(e) = self.dbpage.memory().read(offset, data) {
+                invalid_read(self, bar, offset, data, &e);
+            }
+            return;
+        }
         if bar != 0 || in_msix_area(offset) {
             data.fill(0);
             return;
@@ -227,6 +252,12 @@ impl PciFunction for Rnic {
     }
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if bar == RNIC_DB_BAR {
+            if let Err(e) = self.dbpage.memory().write(offset, data) {
+                invalid_write(self, bar, offset, data.len(), &e);
+            }
+            return;
+        }
         if bar != 0 || in_msix_area(offset) {
             return;
         }
@@ -364,6 +395,23 @@ mod tests {
         r.bar_write(0, DMA_CTRL, &[0u8; 2]);
         assert_eq!(rd(&mut r, DMA_CTRL), 1);
         assert_eq!(rd(&mut r, pci_ids::MSIX_TABLE_OFFSET), 0);
+    }
+
+    #[test]
+    fn doorbell_page_is_bar2_shared_memory_cleared_by_reset() {
+        use crate::regs::rnic::dbpage;
+        let mut r = rnic();
+        let region = r.bar_regions().into_iter().find(|b| b.index == RNIC_DB_BAR).unwrap();
+        assert_eq!(region.size, RNIC_DB_BAR_SIZE);
+        assert!(region.mmap_fd.is_some(), "offered for mmap: guest stores do not trap");
+        r.bar_write(RNIC_DB_BAR, 5 * dbpage::PAGE + dbpage::SQ_PI, &9u32.to_le_bytes());
+        assert_eq!(r.doorbell_page().sq_pi(5), Some(9), "a socket write lands in the page");
+        r.doorbell_page().set_sq_event(5, 4);
+        let mut b = [0u8; 4];
+        r.bar_read(RNIC_DB_BAR, 5 * dbpage::PAGE + dbpage::SQ_EVENT, &mut b);
+        assert_eq!(u32::from_le_bytes(b), 4);
+        wr(&mut r, RNIC_REG_RESET, RESET_MAGIC as u32);
+        assert_eq!(r.doorbell_page().sq_pi(5), Some(0), "reset zeroes the page");
     }
 
     #[test]

@@ -1,17 +1,33 @@
-//! The verbs engine's state and control path: QP/CQ/MR tables, the commands of
-//! RNIC_REG_CMD (docs/verbs.md §2), doorbells, completions, the ERROR state and flushing.
-//! Work-request execution is in [`super::exec`]. The engine runs on its own thread
+//! The verbs engine: the QP/CQ/MR tables, the commands of RNIC_REG_CMD (docs/verbs.md
+//! §2), doorbells, and the scheduling of the roles: each pass runs every QP's requester
+//! (and its completer's timers), hands incoming fabric packets and loopback messages to
+//! the responder or completer of the QP they name, and flushes QPs in ERROR.
+//!
+//! The protocol itself is in [`super::requester`], [`super::responder`] and
+//! [`super::completer`], which reach their peer only through a
+//! [`super::transport::Transport`]: [`Loopback`] when the peer QP is on this engine,
+//! [`Fabric`] when it is on another node. The engine runs on its own thread
 //! ([`super::worker`]) and reaches guest memory only through [`GuestMem`].
 
 use super::abi::*;
+use super::completer::{self, Completer};
 use super::copy::GuestMem;
-use super::cq::{Cq, OWNER_OFFSET};
+use super::cq::Cq;
+pub use super::ctx::{Shared, ASYNC_VECTOR};
+use super::ctx::{Ctx, Cqs};
 use super::mr::{Mr, MrTable};
-use super::qp::{transition_allowed, Qp, QpState, Ring};
+use super::opcode::info;
+use super::qp::{transition, Edge, Qp, QpState, Ring};
+use super::requester::{self, Requester};
+use super::responder::{self, Responder};
 use super::stats::{Counter, Stats};
-use crate::msix::Interrupts;
+use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
+use crate::dma::DmaError;
+use crate::fabric::packet::Packet;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use vm_memory::ByteValued;
@@ -26,31 +42,86 @@ pub struct Tables {
     pub mtt_entries: u64,
 }
 
-/// State shared with the MMIO side: interrupts, statistics, the async error latch.
-#[derive(Clone)]
-pub struct Shared {
-    pub irqs: Arc<Interrupts>,
-    pub stats: Arc<Stats>,
-    /// RNIC_REG_LAST_ERROR: code << 24 | index; 0 when none.
-    pub last_error: Arc<AtomicU64>,
+/// Where a connected QP's peer is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Path {
+    /// Not connected (RESET, INIT).
+    #[default]
+    None,
+    /// The peer QP is on this engine.
+    Loopback,
+    /// The peer is the node at `ip`; requests carry at most `mtu` bytes.
+    Fabric { ip: Ipv4Addr, mtu: u32 },
 }
 
-/// The MSI-X vector for asynchronous errors.
-pub const ASYNC_VECTOR: usize = 0;
+/// The per-QP state of the three roles, and where the peer is.
+#[derive(Clone, Debug, Default)]
+pub struct Roles {
+    pub path: Path,
+    pub req: Requester,
+    pub resp: Responder,
+    pub comp: Completer,
+}
 
 pub struct Engine {
     pub(super) name: String,
     pub(super) qps: Vec<Qp>,
-    pub(super) cqs: Vec<Option<Cq>>,
+    pub(super) roles: Vec<Roles>,
+    pub(super) cqs: Cqs,
     pub(super) mrs: MrTable,
     pub(super) tables: Tables,
     pub(super) enabled: bool,
-    pub(super) int_enabled: bool,
     pub(super) shared: Shared,
     /// Round-robin start for fairness between QPs.
     pub(super) next_qp: usize,
     /// The fabric, for QPs whose destination is another node.
-    pub(super) wire: Option<Arc<dyn super::rc::Wire>>,
+    pub(super) wire: Option<Arc<dyn Wire>>,
+    /// The one packet every fabric send is built in.
+    scratch: Packet,
+    /// Loopback messages not yet delivered (drained in the same pass).
+    loopq: VecDeque<LoopMsg>,
+}
+
+/// The transport of one QP for one call.
+enum Link<'a> {
+    Loopback(Loopback<'a>),
+    Fabric(Fabric<'a>),
+    Nowhere(Nowhere),
+}
+
+impl Transport for Link<'_> {
+    fn mtu(&self) -> u32 {
+        match self {
+            Link::Loopback(t) => t.mtu(),
+            Link::Fabric(t) => t.mtu(),
+            Link::Nowhere(t) => t.mtu(),
+        }
+    }
+
+    fn send(&mut self, mem: &dyn GuestMem, msg: &Msg<'_>) -> Result<(), DmaError> {
+        match self {
+            Link::Loopback(t) => t.send(mem, msg),
+            Link::Fabric(t) => t.send(mem, msg),
+            Link::Nowhere(t) => t.send(mem, msg),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn link<'a>(
+    path: Path,
+    from: u32,
+    to: u32,
+    loopq: &'a mut VecDeque<LoopMsg>,
+    wire: &'a Option<Arc<dyn Wire>>,
+    scratch: &'a mut Packet,
+    stats: &'a Stats,
+) -> Link<'a> {
+    match (path, wire) {
+        (Path::Loopback, _) => Link::Loopback(Loopback { queue: loopq, from, to }),
+        (Path::Fabric { ip, mtu }, Some(w)) => Link::Fabric(Fabric { wire: &**w, dst: ip, mtu, scratch, stats }),
+        _ => Link::Nowhere(Nowhere),
+    }
 }
 
 fn read_obj<T: ByteValued + Default>(mem: &dyn GuestMem, addr: u64) -> Option<T> {
@@ -64,36 +135,40 @@ impl Engine {
         Engine {
             name,
             qps: vec![Qp::new(); MAX_QP as usize],
-            cqs: vec![None; MAX_CQ as usize],
+            roles: vec![Roles::default(); MAX_QP as usize],
+            cqs: Cqs { cqs: vec![None; MAX_CQ as usize], shared: shared.clone(), int_enabled: false },
             mrs: MrTable::new(MAX_MR as usize),
             tables: Tables::default(),
             enabled: true,
-            int_enabled: false,
             shared,
             next_qp: 0,
             wire: None,
+            scratch: Packet::default(),
+            loopq: VecDeque::new(),
         }
     }
 
     /// Attaches the node's fabric port.
-    pub fn set_wire(&mut self, wire: Arc<dyn super::rc::Wire>) {
+    pub fn set_wire(&mut self, wire: Arc<dyn Wire>) {
         self.wire = Some(wire);
     }
 
     /// Forgets every object (device reset; the statistics are the caller's to clear).
     pub fn reset(&mut self) {
         self.qps.iter_mut().for_each(|q| *q = Qp::new());
-        self.cqs.iter_mut().for_each(|c| *c = None);
+        self.roles.iter_mut().for_each(|r| *r = Roles::default());
+        self.cqs.cqs.iter_mut().for_each(|c| *c = None);
         self.mrs.clear();
+        self.loopq.clear();
         self.tables = Tables::default();
         self.enabled = true;
-        self.int_enabled = false;
+        self.cqs.int_enabled = false;
         self.shared.last_error.store(0, Ordering::SeqCst);
     }
 
     pub fn set_dma_ctrl(&mut self, enabled: bool, int_enabled: bool) {
         self.enabled = enabled;
-        self.int_enabled = int_enabled;
+        self.cqs.int_enabled = int_enabled;
     }
 
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
@@ -101,7 +176,7 @@ impl Engine {
     }
 
     pub fn cq(&self, cqn: u32) -> Option<&Cq> {
-        self.cqs.get(cqn as usize).and_then(Option::as_ref)
+        self.cqs.get(cqn)
     }
 
     // ---- commands (docs/verbs.md §2) ----
@@ -114,11 +189,8 @@ impl Engine {
             CMD_CREATE_CQ => self.create_cq(mem, index),
             CMD_DESTROY_CQ => self.destroy_cq(index),
             CMD_MODIFY_QP => self.modify_qp(mem, index),
-            CMD_QUERY_QP => self.with_qp(index, |_| Ok(())),
-            CMD_DESTROY_QP => self.with_qp(index, |qp| {
-                *qp = Qp::new();
-                Ok(())
-            }),
+            CMD_QUERY_QP => self.qps.get(index as usize).map(|_| ()).ok_or(CMD_ERR_BAD_INDEX),
+            CMD_DESTROY_QP => self.forget_qp(index),
             CMD_REG_MR => self.reg_mr(mem, index),
             CMD_DEREG_MR => self.dereg_mr(index),
             _ => Err(CMD_ERR_BAD_OP),
@@ -130,21 +202,26 @@ impl Engine {
             Ok(()) => CMD_OK,
             Err(code) => {
                 self.shared.stats.inc(Counter::CommandErrors);
-                log::warn!("{}: command {op} on object {index} failed with code {code}", self.name);
+                crate::guest_warn!("{}: command {op} on object {index} failed with code {code}", self.name);
                 code
             }
         }
     }
 
-    fn with_qp(&mut self, index: u32, f: impl FnOnce(&mut Qp) -> Result<(), u32>) -> Result<(), u32> {
-        f(self.qps.get_mut(index as usize).ok_or(CMD_ERR_BAD_INDEX)?)
+    /// Back to RESET: attributes and role state forgotten.
+    fn forget_qp(&mut self, qpn: u32) -> Result<(), u32> {
+        let (qp, roles) = (self.qps.get_mut(qpn as usize), self.roles.get_mut(qpn as usize));
+        let (Some(qp), Some(roles)) = (qp, roles) else { return Err(CMD_ERR_BAD_INDEX) };
+        *qp = Qp::new();
+        *roles = Roles::default();
+        Ok(())
     }
 
     fn create_cq(&mut self, mem: &dyn GuestMem, cqn: u32) -> Result<(), u32> {
         if u64::from(cqn) >= MAX_CQ {
             return Err(CMD_ERR_BAD_INDEX);
         }
-        if self.cqs[cqn as usize].is_some() {
+        if self.cqs.get(cqn).is_some() {
             return Err(CMD_ERR_BUSY);
         }
         let addr = table_entry(self.tables.cq_ctx, cqn, 32)?;
@@ -153,29 +230,31 @@ impl Engine {
         let ring_bytes = 32u64 << ctx.log_size.min(63);
         let valid = u64::from(ctx.log_size) <= MAX_RING_LOG2
             && ctx.ring_addr != 0
-            && ctx.ring_addr % 32 == 0
+            && ctx.ring_addr.is_multiple_of(32)
             && ctx.ring_addr.checked_add(ring_bytes).is_some()
             && usize::from(ctx.msix_vector) < vectors
             && ctx.rsvd0 == 0;
         if !valid {
             return Err(CMD_ERR_INVALID);
         }
-        self.cqs[cqn as usize] = Some(Cq::new(ctx.ring_addr, ctx.log_size, ctx.msix_vector));
+        self.cqs.cqs[cqn as usize] = Some(Cq::new(ctx.ring_addr, ctx.log_size, ctx.msix_vector));
         Ok(())
     }
 
     fn destroy_cq(&mut self, cqn: u32) -> Result<(), u32> {
-        let slot = self.cqs.get(cqn as usize).ok_or(CMD_ERR_BAD_INDEX)?;
+        let slot = self.cqs.cqs.get(cqn as usize).ok_or(CMD_ERR_BAD_INDEX)?;
         if slot.is_none() {
             return Err(CMD_ERR_NOT_FOUND);
         }
         if self.qps.iter().any(|q| q.is_active() && (q.send_cqn == cqn || q.recv_cqn == cqn)) {
             return Err(CMD_ERR_BUSY);
         }
-        self.cqs[cqn as usize] = None;
+        self.cqs.cqs[cqn as usize] = None;
         Ok(())
     }
 
+    /// CMD_MODIFY_QP: the edge comes from the transition table; its attribute check runs
+    /// on a copy, committed only if all is well.
     fn modify_qp(&mut self, mem: &dyn GuestMem, qpn: u32) -> Result<(), u32> {
         if u64::from(qpn) >= MAX_QP {
             return Err(CMD_ERR_BAD_INDEX);
@@ -183,92 +262,97 @@ impl Engine {
         let addr = table_entry(self.tables.qp_ctx, qpn, 64)?;
         let ctx: QpCtx = read_obj(mem, addr).ok_or(CMD_ERR_DMA)?;
         let to = QpState::from_abi(ctx.state).ok_or(CMD_ERR_INVALID)?;
-        let cur = self.qps[qpn as usize].clone();
-        if !transition_allowed(cur.state, to) {
-            return Err(CMD_ERR_STATE);
-        }
-        // Validate everything the transition takes, on a copy; commit only if all is well.
+        let cur = &self.qps[qpn as usize];
+        let edge = transition(cur.state, to).ok_or(CMD_ERR_STATE)?;
         let mut next = cur.clone();
-        let access_ok = ctx.access & !super::mr::ACCESS_ALL == 0;
-        match (cur.state, to) {
-            (_, QpState::Reset) => next = Qp::new(),
-            (_, QpState::Err) => {}
-            (QpState::Reset, QpState::Init) => {
-                let cq_exists = |n: u32| self.cqs.get(n as usize).is_some_and(Option::is_some);
-                let ring_ok = |addr: u64, log_size: u8, log_stride: u8| {
-                    u64::from(log_size) <= MAX_RING_LOG2
-                        && (6..=8).contains(&log_stride)
-                        && addr != 0
-                        && addr % (1 << log_stride) == 0
-                        && addr.checked_add(1u64 << (log_size + log_stride)).is_some()
-                };
-                let ok = cq_exists(ctx.send_cqn)
-                    && cq_exists(ctx.recv_cqn)
-                    && ring_ok(ctx.sq_addr, ctx.sq_log_size, ctx.sq_log_stride)
-                    && ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride)
-                    && access_ok
-                    && ctx.rnr_retry <= 7;
-                if !ok {
-                    return Err(CMD_ERR_INVALID);
-                }
-                next = Qp {
-                    state: QpState::Init,
-                    err_reason: QP_ERR_NONE,
-                    pd: ctx.pd,
-                    send_cqn: ctx.send_cqn,
-                    recv_cqn: ctx.recv_cqn,
-                    dest_qpn: 0,
-                    access: ctx.access,
-                    rnr_retry: ctx.rnr_retry,
-                    rnr_timer_us: ctx.rnr_timer_us,
-                    sq: Ring { addr: ctx.sq_addr, log_size: ctx.sq_log_size, log_stride: ctx.sq_log_stride, pi: 0, ci: 0 },
-                    rq: Ring { addr: ctx.rq_addr, log_size: ctx.rq_log_size, log_stride: ctx.rq_log_stride, pi: 0, ci: 0 },
-                    rnr: None,
-                    remote: None,
-                };
+        let mut roles = None;
+        match edge {
+            Edge::Reset => return self.forget_qp(qpn),
+            Edge::Error => {
+                let qp = &mut self.qps[qpn as usize];
+                self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_MODIFY);
+                return Ok(());
             }
-            (QpState::Init, QpState::Init) | (QpState::Rts, QpState::Rts) => {
-                if !access_ok {
-                    return Err(CMD_ERR_INVALID);
-                }
-                next.access = ctx.access;
-            }
-            (QpState::Init, QpState::Rtr) => {
-                let mtu_ok = ctx.path_mtu == 0 || (8..=12).contains(&ctx.path_mtu);
-                if !mtu_ok || !access_ok || (ctx.dest_ip == 0 && u64::from(ctx.dest_qpn) >= MAX_QP) {
-                    return Err(CMD_ERR_INVALID);
-                }
-                if ctx.dest_ip != 0 {
-                    if self.wire.is_none() || ctx.dest_qpn > crate::fabric::packet::PSN_MASK {
-                        return Err(CMD_ERR_INVALID);
-                    }
-                    let ip = std::net::Ipv4Addr::from(ctx.dest_ip);
-                    next.remote = Some(Box::new(super::rc::Remote::new(ip, ctx.path_mtu, ctx.rq_psn)));
-                }
+            Edge::Create => next = self.check_create(&ctx)?,
+            Edge::Access => next.access = check_access(&ctx)?,
+            Edge::Connect => {
+                let path = self.check_connect(&ctx)?;
+                let mtu = match path {
+                    Path::Fabric { mtu, .. } => mtu,
+                    _ => super::transport::LOOPBACK_MTU,
+                };
                 next.dest_qpn = ctx.dest_qpn;
                 next.access = ctx.access;
                 next.state = QpState::Rtr;
+                roles = Some(Roles { path, req: Requester::new(mtu), resp: Responder::new(ctx.rq_psn), comp: Completer::default() });
             }
-            (QpState::Rtr, QpState::Rts) => {
+            Edge::Ready => {
                 if ctx.rnr_retry > 7 || ctx.retry_cnt > 7 || ctx.timeout > 31 {
                     return Err(CMD_ERR_INVALID);
                 }
                 next.rnr_retry = ctx.rnr_retry;
                 next.rnr_timer_us = ctx.rnr_timer_us;
                 next.state = QpState::Rts;
-                let sq_ci = next.sq.ci;
-                if let Some(r) = next.remote.as_deref_mut() {
-                    r.ready_to_send(ctx.sq_psn, ctx.retry_cnt, ctx.timeout, ctx.rnr_retry, sq_ci);
-                }
+                let r = &mut self.roles[qpn as usize];
+                r.req.ready_to_send(ctx.sq_psn, ctx.timeout, next.sq.ci);
+                r.comp.ready_to_send(ctx.retry_cnt, ctx.rnr_retry);
             }
-            _ => return Err(CMD_ERR_STATE),
         }
-        if to == QpState::Err {
-            self.qp_error(qpn, QP_ERR_MODIFY);
-        } else {
-            self.qps[qpn as usize] = next;
+        self.qps[qpn as usize] = next;
+        if let Some(r) = roles {
+            self.roles[qpn as usize] = r;
         }
         Ok(())
+    }
+
+    /// RESET -> INIT: the QP's rings, CQs, access and RNR attributes.
+    fn check_create(&self, ctx: &QpCtx) -> Result<Qp, u32> {
+        let cq_exists = |n: u32| self.cqs.get(n).is_some();
+        let ring_ok = |addr: u64, log_size: u8, log_stride: u8| {
+            u64::from(log_size) <= MAX_RING_LOG2
+                && (6..=8).contains(&log_stride)
+                && addr != 0
+                && addr.is_multiple_of(1 << log_stride)
+                && addr.checked_add(1u64 << (log_size + log_stride)).is_some()
+        };
+        let ok = cq_exists(ctx.send_cqn)
+            && cq_exists(ctx.recv_cqn)
+            && ring_ok(ctx.sq_addr, ctx.sq_log_size, ctx.sq_log_stride)
+            && ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride)
+            && ctx.rnr_retry <= 7;
+        if !ok {
+            return Err(CMD_ERR_INVALID);
+        }
+        Ok(Qp {
+            state: QpState::Init,
+            err_reason: QP_ERR_NONE,
+            pd: ctx.pd,
+            send_cqn: ctx.send_cqn,
+            recv_cqn: ctx.recv_cqn,
+            dest_qpn: 0,
+            access: check_access(ctx)?,
+            rnr_retry: ctx.rnr_retry,
+            rnr_timer_us: ctx.rnr_timer_us,
+            sq: Ring { addr: ctx.sq_addr, log_size: ctx.sq_log_size, log_stride: ctx.sq_log_stride, pi: 0, ci: 0 },
+            rq: Ring { addr: ctx.rq_addr, log_size: ctx.rq_log_size, log_stride: ctx.rq_log_stride, pi: 0, ci: 0 },
+        })
+    }
+
+    /// INIT -> RTR: where the peer is (this engine, or a node of the fabric).
+    fn check_connect(&self, ctx: &QpCtx) -> Result<Path, u32> {
+        let mtu_ok = ctx.path_mtu == 0 || (8..=12).contains(&ctx.path_mtu);
+        check_access(ctx)?;
+        if !mtu_ok || (ctx.dest_ip == 0 && u64::from(ctx.dest_qpn) >= MAX_QP) {
+            return Err(CMD_ERR_INVALID);
+        }
+        if ctx.dest_ip == 0 {
+            return Ok(Path::Loopback);
+        }
+        if self.wire.is_none() || ctx.dest_qpn > crate::fabric::packet::PSN_MASK {
+            return Err(CMD_ERR_INVALID);
+        }
+        let log = if ctx.path_mtu == 0 { 12 } else { ctx.path_mtu.clamp(8, 12) };
+        Ok(Path::Fabric { ip: Ipv4Addr::from(ctx.dest_ip), mtu: 1 << log })
     }
 
     fn reg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
@@ -281,25 +365,27 @@ impl Engine {
         let addr = table_entry(self.tables.mr_ctx, index, 32)?;
         let ctx: MrCtx = read_obj(mem, addr).ok_or(CMD_ERR_DMA)?;
         if let Err(why) = Mr::check_ctx(&ctx, self.tables.mtt_entries) {
-            log::warn!("{}: MR {index} context refused: {why}", self.name);
+            crate::guest_warn!("{}: MR {index} context refused: {why}", self.name);
             return Err(CMD_ERR_INVALID);
         }
         if self.tables.mtt == 0 {
             return Err(CMD_ERR_DMA);
         }
-        let mut pages = Vec::with_capacity(ctx.npages as usize);
-        let mut buf = vec![0u8; 8 * 4096];
+        const CHUNK: u64 = 4096;
+        // Grown as entries are read, not sized by the guest's count up front.
+        let mut pages = Vec::with_capacity((ctx.npages as usize).min(CHUNK as usize));
+        let mut buf = vec![0u8; 8 * CHUNK as usize];
         let mut next = u64::from(ctx.mtt_offset);
-        let end = next + u64::from(ctx.npages);
+        let end = next + u64::from(ctx.npages); // both u32: cannot overflow
         while next < end {
-            let n = (end - next).min(4096);
-            let at = self.tables.mtt.checked_add(next * 8).ok_or(CMD_ERR_DMA)?;
+            let n = (end - next).min(CHUNK);
+            let at = next.checked_mul(8).and_then(|o| self.tables.mtt.checked_add(o)).ok_or(CMD_ERR_DMA)?;
             mem.read(at, &mut buf[..(n * 8) as usize]).map_err(|_| CMD_ERR_DMA)?;
             pages.extend(buf[..(n * 8) as usize].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))));
             next += n;
         }
         let mr = Mr::from_ctx(&ctx, pages).map_err(|why| {
-            log::warn!("{}: MR {index} refused: {why}", self.name);
+            crate::guest_warn!("{}: MR {index} refused: {why}", self.name);
             CMD_ERR_INVALID
         })?;
         if let Some(slot) = self.mrs.slot(index as usize) {
@@ -321,49 +407,67 @@ impl Engine {
         idx[..2].copy_from_slice(&qp.sq.ci.to_le_bytes());
         idx[2..].copy_from_slice(&qp.rq.ci.to_le_bytes());
         let offs = std::mem::offset_of!(QpCtx, sq_ci) as u64;
-        if mem.write(addr, &head).is_err() || mem.write(addr + offs, &idx).is_err() {
-            log::warn!("{}: QP {qpn} context write-back failed (table unmapped)", self.name);
+        let written = match addr.checked_add(offs) {
+            Some(at) => mem.write(addr, &head).and_then(|_| mem.write(at, &idx)).is_ok(),
+            None => false,
+        };
+        if !written {
+            crate::guest_warn!("{}: QP {qpn} context write-back failed (table unmapped)", self.name);
         }
     }
 
     // ---- doorbells ----
 
+    /// An MMIO `WQE_DB_IDX` write.
     pub fn sq_doorbell(&mut self, qpn: u32, pi: u16) {
+        self.shared.stats.inc(Counter::Doorbells);
+        self.sq_doorbell_index(qpn, pi);
+    }
+
+    /// An MMIO `RQ_DB_IDX` write.
+    pub fn rq_doorbell(&mut self, qpn: u32, pi: u16) {
+        self.shared.stats.inc(Counter::Doorbells);
+        self.rq_doorbell_index(qpn, pi);
+    }
+
+    /// A new send-queue producer index (MMIO doorbell or doorbell page).
+    pub(super) fn sq_doorbell_index(&mut self, qpn: u32, pi: u16) {
         self.doorbell(qpn, pi, true);
     }
 
-    pub fn rq_doorbell(&mut self, qpn: u32, pi: u16) {
+    /// A new receive-queue producer index (MMIO doorbell or doorbell page).
+    pub(super) fn rq_doorbell_index(&mut self, qpn: u32, pi: u16) {
         self.doorbell(qpn, pi, false);
-        // A requester waiting for a RECV on this QP retries at once.
-        for qp in self.qps.iter_mut().filter(|q| q.dest_qpn == qpn) {
-            if let Some(w) = qp.rnr.as_mut() {
-                w.next_try = Instant::now();
+        // A requester on this engine waiting for a RECV on this QP retries at once.
+        let now = Instant::now();
+        for (qp, r) in self.qps.iter().zip(self.roles.iter_mut()) {
+            if qp.dest_qpn == qpn && r.path == Path::Loopback && r.req.hold_until.is_some() {
+                r.req.hold_until = Some(now);
             }
         }
     }
 
     fn doorbell(&mut self, qpn: u32, pi: u16, send: bool) {
-        self.shared.stats.inc(Counter::Doorbells);
         let Some(qp) = self.qps.get_mut(qpn as usize) else {
-            log::warn!("{}: doorbell for QP {qpn} beyond MAX_QP ignored", self.name);
+            crate::guest_warn!("{}: doorbell for QP {qpn} beyond MAX_QP ignored", self.name);
             return;
         };
         if qp.state == QpState::Reset {
-            log::warn!("{}: doorbell for QP {qpn} in RESET ignored", self.name);
+            crate::guest_warn!("{}: doorbell for QP {qpn} in RESET ignored", self.name);
             return;
         }
         let ring = if send { &mut qp.sq } else { &mut qp.rq };
         if !ring.ring(pi) {
-            log::warn!("{}: QP {qpn} doorbell {pi} overruns its ring (ci {})", self.name, ring.ci);
-            self.qp_error(qpn, QP_ERR_BAD_WQE);
+            crate::guest_warn!("{}: QP {qpn} doorbell {pi} overruns its ring (ci {})", self.name, ring.ci);
+            self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_BAD_WQE);
         }
     }
 
     pub fn cq_consumed(&mut self, cqn: u32, ci: u16) {
-        match self.cqs.get_mut(cqn as usize).and_then(Option::as_mut).map(|cq| cq.consume(ci)) {
+        match self.cqs.get_mut(cqn).map(|cq| cq.consume(ci)) {
             Some(true) => {}
-            Some(false) => log::warn!("{}: CQ {cqn} consumer index {ci} ahead of the producer: ignored", self.name),
-            None => log::warn!("{}: consumer index for CQ {cqn}, which does not exist", self.name),
+            Some(false) => crate::guest_warn!("{}: CQ {cqn} consumer index {ci} ahead of the producer: ignored", self.name),
+            None => crate::guest_warn!("{}: consumer index for CQ {cqn}, which does not exist", self.name),
         }
     }
 
@@ -371,8 +475,9 @@ impl Engine {
     /// CQE_CONS_IDX), the vector is raised at once instead: a completion that landed
     /// between the driver's last poll and its arm must not go unnoticed.
     pub fn cq_arm(&mut self, cqn: u32) {
-        let Some(cq) = self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) else {
-            log::warn!("{}: arm of CQ {cqn}, which does not exist", self.name);
+        let int_enabled = self.cqs.int_enabled;
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            crate::guest_warn!("{}: arm of CQ {cqn}, which does not exist", self.name);
             return;
         };
         if cq.used() == 0 {
@@ -381,113 +486,140 @@ impl Engine {
         }
         cq.armed = false;
         let vector = usize::from(cq.vector);
-        if self.int_enabled && self.shared.irqs.trigger(vector) {
+        if int_enabled && self.shared.irqs.trigger(vector) {
             self.shared.stats.inc(Counter::Interrupts);
         }
     }
 
-    // ---- completions and errors ----
+    // ---- scheduling the roles ----
 
-    /// Writes a CQE to `cqn` (owner byte last) and raises the CQ's vector if armed.
-    /// Returns false when the CQE could not be delivered (no CQ, overflow, DMA error).
-    pub(super) fn complete(&mut self, mem: &dyn GuestMem, cqn: u32, cqe: Cqe) -> bool {
-        let name = &self.name;
-        let Some(cq) = self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) else {
-            log::warn!("{name}: completion for missing CQ {cqn} dropped");
-            return false;
-        };
-        let Some(slot) = cq.push(cqe) else {
-            log::warn!("{name}: CQ {cqn} overflow: completion dropped");
-            self.shared.last_error.store(u64::from(ASYNC_ERR_CQ_OVERFLOW) << 24 | u64::from(cqn), Ordering::SeqCst);
-            self.raise_async();
-            return false;
-        };
-        let body = mem
-            .write(slot.addr, &slot.bytes[..OWNER_OFFSET])
-            .and_then(|_| mem.write(slot.addr + OWNER_OFFSET as u64 + 1, &slot.bytes[OWNER_OFFSET + 1..]))
-            .and_then(|_| mem.write(slot.addr + OWNER_OFFSET as u64, &slot.bytes[OWNER_OFFSET..OWNER_OFFSET + 1]));
-        if body.is_err() {
-            self.shared.stats.inc(Counter::DmaErrors);
-            log::warn!("{name}: CQ {cqn} ring at {:#x} is not mapped guest memory", slot.addr);
-            return false;
-        }
-        self.shared.stats.inc(Counter::Cqes);
-        if cqe.status != WC_SUCCESS {
-            self.shared.stats.inc(Counter::ErrorCqes);
-        }
-        let (armed, vector) = (cq.armed, cq.vector);
-        if armed && self.int_enabled {
-            cq.armed = false;
-            if self.shared.irqs.trigger(usize::from(vector)) {
-                self.shared.stats.inc(Counter::Interrupts);
+    /// Runs every runnable QP for a while; returns whether anything happened.
+    pub fn run(&mut self, mem: &dyn GuestMem, budget: usize) -> bool {
+        let mut progress = false;
+        let n = self.qps.len();
+        for k in 0..n {
+            let qpn = ((self.next_qp + k) % n) as u32;
+            // A fabric QP gets one step (a burst of packets) per pass, so that incoming
+            // ACKs are handled between bursts; a loopback QP's peer answers in the pass.
+            let steps = if matches!(self.roles[qpn as usize].path, Path::Fabric { .. }) { 1 } else { budget };
+            for _ in 0..steps {
+                let stepped = self.step(mem, qpn);
+                let delivered = self.drain(mem);
+                if !stepped && !delivered {
+                    break;
+                }
+                progress = true;
             }
         }
-        true
+        self.next_qp = (self.next_qp + 1) % n;
+        progress
     }
 
-    fn raise_async(&mut self) {
-        if self.int_enabled && self.shared.irqs.trigger(ASYNC_VECTOR) {
-            self.shared.stats.inc(Counter::Interrupts);
+    /// One unit of work on a QP: a flush in ERROR; READ responses to send, a timer, a
+    /// retransmission or a new WQE in RTR/RTS.
+    fn step(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
+        let i = qpn as usize;
+        let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, .. } = self;
+        let (qp, r) = (&mut qps[i], &mut roles[i]);
+        let mut ctx = Ctx { name, mem, mrs, cqs };
+        match qp.state {
+            QpState::Err => ctx.flush_one(qpn, qp),
+            QpState::Rtr | QpState::Rts if r.path != Path::None => {
+                let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
+                let responded = responder::send_responses(&mut ctx, &mut r.resp, qp.dest_qpn, &mut t);
+                if qp.state != QpState::Rts || !*enabled {
+                    return responded;
+                }
+                let now = Instant::now();
+                if r.req.timer.is_some_and(|at| now >= at) {
+                    completer::on_timeout(&mut ctx, qpn, qp, &mut r.req, &mut r.comp);
+                    return true;
+                }
+                if r.req.hold_until.is_some_and(|at| now < at) {
+                    return responded;
+                }
+                r.req.hold_until = None;
+                if let Some(from) = r.req.resend_from.take() {
+                    r.req.rewind(from);
+                }
+                let worked = if r.req.send_psn != r.req.next_psn {
+                    requester::send_burst(&mut ctx, qpn, qp, &mut r.req, &mut t)
+                } else {
+                    requester::start_next(&mut ctx, qpn, qp, &mut r.req, &mut t)
+                };
+                worked || responded
+            }
+            _ => false,
         }
     }
 
-    /// Moves a QP to ERROR (once) with `reason`; its queues are flushed by `run`.
-    pub(super) fn qp_error(&mut self, qpn: u32, reason: u8) {
-        let Some(qp) = self.qps.get_mut(qpn as usize) else { return };
-        if qp.state == QpState::Err || qp.state == QpState::Reset {
+    /// Delivers every queued loopback message (and what it provokes); true if any.
+    fn drain(&mut self, mem: &dyn GuestMem) -> bool {
+        let mut any = false;
+        while let Some(m) = self.loopq.pop_front() {
+            any = true;
+            self.deliver(mem, &m);
+        }
+        any
+    }
+
+    /// A loopback message to the responder or completer of the QP it names.
+    fn deliver(&mut self, mem: &dyn GuestMem, lm: &LoopMsg) {
+        let i = lm.to as usize;
+        let Engine { qps, roles, cqs, mrs, name, loopq, .. } = self;
+        let (Some(qp), Some(r)) = (qps.get_mut(i), roles.get_mut(i)) else { return };
+        let msg = lm.msg();
+        let mut ctx = Ctx { name, mem, mrs, cqs };
+        let mut t = Loopback { queue: loopq, from: lm.to, to: lm.from };
+        if info(msg.bth.opcode).is_some_and(|o| o.request) {
+            if !qp.state.can_receive() || r.path == Path::None {
+                responder::refuse(&ctx, &mut t, lm.from, &msg);
+                return;
+            }
+            responder::receive(&mut ctx, lm.to, qp, &mut r.resp, lm.from, &msg, &mut t);
+            while responder::send_responses(&mut ctx, &mut r.resp, lm.from, &mut t) {}
+        } else if qp.state == QpState::Rts && r.path == Path::Loopback {
+            completer::on_response(&mut ctx, lm.to, qp, &mut r.req, &mut r.comp, &msg);
+        }
+    }
+
+    /// A packet from the fabric: to the QP it names, if that QP talks to its sender.
+    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: Ipv4Addr, pkt: &Packet) {
+        let qpn = pkt.bth.dest_qp;
+        let i = qpn as usize;
+        let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { ip, .. } if ip == from) && qp.state.can_receive();
+        let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r));
+        if !ok {
+            self.shared.stats.inc(Counter::PktsDropped);
+            log::debug!("{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP)", self.name, pkt.bth.opcode, pkt.bth.psn);
             return;
         }
-        qp.state = QpState::Err;
-        qp.err_reason = reason;
-        qp.rnr = None;
-        if let Some(r) = qp.remote.as_deref_mut() {
-            r.inflight.clear();
-            r.timer = None;
-            r.hold_until = None;
+        self.shared.stats.inc(Counter::PktsReceived);
+        let Engine { qps, roles, cqs, mrs, name, loopq, wire, scratch, shared, .. } = self;
+        let (qp, r) = (&mut qps[i], &mut roles[i]);
+        let msg = packet_msg(pkt);
+        let mut ctx = Ctx { name, mem, mrs, cqs };
+        if info(msg.bth.opcode).is_some_and(|o| o.request) {
+            let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
+            responder::receive(&mut ctx, qpn, qp, &mut r.resp, qp.dest_qpn, &msg, &mut t);
+        } else if qp.state == QpState::Rts {
+            completer::on_response(&mut ctx, qpn, qp, &mut r.req, &mut r.comp, &msg);
         }
-        self.shared.stats.inc(Counter::QpErrors);
-        log::info!("{}: QP {qpn} -> ERROR (reason {reason})", self.name);
-        self.shared.last_error.store(u64::from(ASYNC_ERR_QP) << 24 | u64::from(qpn), Ordering::SeqCst);
-        self.raise_async();
     }
 
-    /// Flushes one WQE of an ERROR QP (send queue first); true if it did.
-    pub(super) fn flush_one(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
-        let qp = &self.qps[qpn as usize];
-        let (send, ring, cqn) = if !qp.sq.is_empty() {
-            (true, qp.sq, qp.send_cqn)
-        } else if !qp.rq.is_empty() {
-            (false, qp.rq, qp.recv_cqn)
-        } else {
-            return false;
-        };
-        let hdr: Option<WqeHeader> = ring.slot_addr(ring.ci).and_then(|a| read_obj(mem, a));
-        let hdr = hdr.unwrap_or_default();
-        let opcode = if send { send_cqe_opcode(hdr.opcode) } else { CQE_OP_RECV };
-        let cqe = Cqe { wr_id: hdr.wr_id, qpn, opcode, status: WC_WR_FLUSH_ERR, syndrome: u32::from(QP_ERR_NONE), ..Default::default() };
-        let qp = &mut self.qps[qpn as usize];
-        if send {
-            qp.sq.ci = qp.sq.ci.wrapping_add(1);
-        } else {
-            qp.rq.ci = qp.rq.ci.wrapping_add(1);
-        }
-        self.complete(mem, cqn, cqe);
-        true
-    }
-
-    /// The earliest time a waiting (RNR) requester wants to run again.
+    /// The earliest time a requester wants to run again (retransmission timer, RNR wait).
     pub fn next_deadline(&self) -> Option<Instant> {
-        let rts = self.qps.iter().filter(|q| q.state == QpState::Rts);
-        rts.flat_map(|q| [q.rnr.map(|w| w.next_try), q.remote.as_ref().and_then(|r| r.deadline())]).flatten().min()
+        let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
+        rts.filter_map(|(_, r)| r.req.deadline()).min()
     }
 }
 
-/// The CQE opcode reporting a send-queue WQE's completion.
-pub(super) fn send_cqe_opcode(wqe_op: u8) -> u8 {
-    match wqe_op {
-        WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
-        WQE_OP_SEND | WQE_OP_SEND_IMM => CQE_OP_SEND,
-        _ => CQE_OP_RDMA_WRITE,
+/// The access flags of a context, if they are known ones.
+fn check_access(ctx: &QpCtx) -> Result<u8, u32> {
+    if ctx.access & !super::mr::ACCESS_ALL == 0 {
+        Ok(ctx.access)
+    } else {
+        Err(CMD_ERR_INVALID)
     }
 }
 

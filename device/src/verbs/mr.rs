@@ -29,12 +29,7 @@ pub enum KeyError {
     Range,
 }
 
-/// A contiguous piece of a transfer: `len` bytes at bus address `addr`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Segment {
-    pub addr: u64,
-    pub len: u64,
-}
+pub use crate::mem::access::Segment;
 
 impl Mr {
     /// Checks an MR context (before its MTT entries are read); returns the page count it
@@ -68,9 +63,13 @@ impl Mr {
     }
 
     pub fn from_ctx(ctx: &MrCtx, pages: Vec<u64>) -> Result<Mr, &'static str> {
-        let mask = (1u64 << ctx.page_shift) - 1;
-        if pages.iter().any(|p| p & mask != 0) {
+        let page = 1u64 << ctx.page_shift;
+        if pages.iter().any(|p| p & (page - 1) != 0) {
             return Err("an MTT entry is not page aligned");
+        }
+        // The end of every page must be addressable: [p, p + page) may not reach 2^64.
+        if pages.iter().any(|p| p.checked_add(page).is_none()) {
+            return Err("an MTT entry's page runs past the end of the bus address space");
         }
         Ok(Mr {
             key: ctx.key,
@@ -85,28 +84,34 @@ impl Mr {
 
     /// Whether [va, va + len) lies inside the MR.
     fn contains(&self, va: u64, len: u64) -> bool {
-        va >= self.iova && va.checked_add(len).is_some_and(|end| end <= self.iova + self.length)
+        let mr_end = self.iova.checked_add(self.length);
+        va >= self.iova && va.checked_add(len).zip(mr_end).is_some_and(|(end, mr_end)| end <= mr_end)
     }
 
     /// Appends the bus segments of [va, va + len), merging physically contiguous pages.
-    /// The range must have been checked with [`MrTable::check`].
-    pub fn segments(&self, va: u64, len: u64, out: &mut Vec<Segment>) {
+    /// The range should have been checked with [`MrTable::check`]; a range outside the
+    /// page list or a segment whose end is not addressable is refused (`KeyError::Range`),
+    /// never a panic or a wrapped address.
+    pub fn segments(&self, va: u64, len: u64, out: &mut Vec<Segment>) -> Result<(), KeyError> {
         let page = 1u64 << self.page_shift;
         let base = self.iova & !(page - 1);
         let mut va = va;
         let mut left = len;
         while left > 0 {
-            let idx = ((va - base) >> self.page_shift) as usize;
+            let rel = va.checked_sub(base).ok_or(KeyError::Range)?;
+            let idx = usize::try_from(rel >> self.page_shift).map_err(|_| KeyError::Range)?;
             let off = va & (page - 1);
             let n = (page - off).min(left);
-            let addr = self.pages[idx] + off;
+            let addr = self.pages.get(idx).and_then(|p| p.checked_add(off)).ok_or(KeyError::Range)?;
+            addr.checked_add(n).ok_or(KeyError::Range)?;
             match out.last_mut() {
-                Some(last) if last.addr + last.len == addr => last.len += n,
+                Some(last) if last.addr.checked_add(last.len) == Some(addr) => last.len += n,
                 _ => out.push(Segment { addr, len: n }),
             }
-            va += n;
+            va = va.checked_add(n).ok_or(KeyError::Range)?;
             left -= n;
         }
+        Ok(())
     }
 }
 
@@ -200,14 +205,33 @@ mod tests {
     fn translation_splits_and_merges_pages() {
         let mr = Mr::from_ctx(&ctx(), vec![0x10_0000, 0x10_1000, 0x30_0000]).unwrap();
         let mut segs = Vec::new();
-        mr.segments(0x7000_0800, 0x2000, &mut segs);
+        mr.segments(0x7000_0800, 0x2000, &mut segs).unwrap();
         assert_eq!(
             segs,
             vec![Segment { addr: 0x10_0800, len: 0x1800 }, Segment { addr: 0x30_0000, len: 0x800 }],
             "pages 0 and 1 are contiguous and merge; page 2 is elsewhere"
         );
         segs.clear();
-        mr.segments(0x7000_1ffe, 4, &mut segs);
+        mr.segments(0x7000_1ffe, 4, &mut segs).unwrap();
         assert_eq!(segs, vec![Segment { addr: 0x10_1ffe, len: 2 }, Segment { addr: 0x30_0000, len: 2 }]);
+    }
+
+    #[test]
+    fn mtt_entries_near_the_top_of_the_address_space_are_refused_not_wrapped() {
+        let top = 0xFFFF_FFFF_FFFF_F000u64;
+        // REG_MR refuses a page whose end is not addressable (was `last.addr + last.len`).
+        assert!(Mr::from_ctx(&ctx(), vec![top, 0x1000, 0x2000]).is_err());
+        assert!(Mr::from_ctx(&MrCtx { page_shift: 30, ..ctx() }, vec![0xFFFF_FFFF_C000_0000, 0, 0]).is_err());
+        // An MR built around the check still translates without overflow: a clean error.
+        let mr = Mr { key: 1, pd: 3, access: 0, iova: 0x7000_0800, length: 0x2000, page_shift: 12, pages: vec![top, 0x1000, 0x2000] };
+        let mut segs = Vec::new();
+        assert_eq!(mr.segments(0x7000_0800, 0x2000, &mut segs), Err(KeyError::Range), "page + offset + length wraps");
+        let mr = Mr { pages: vec![0x1000], ..mr };
+        assert_eq!(mr.segments(0x7000_0800, 0x2000, &mut Vec::new()), Err(KeyError::Range), "range beyond the page list");
+        assert_eq!(mr.segments(0x6000_0000, 1, &mut Vec::new()), Err(KeyError::Range), "below the MR's first page");
+        // `iova + length` of a corrupted MR does not wrap in the range check.
+        let mut t = MrTable::new(4);
+        *t.slot(1).unwrap() = Some(Mr { iova: u64::MAX - 4, length: 100, ..mr });
+        assert_eq!(t.check(1 << 8 | 1, 3, 0, u64::MAX - 2, 1).err(), Some(KeyError::Range));
     }
 }

@@ -1,8 +1,9 @@
-//! Queue pairs: state machine (IBA ch. 10.3, as a transition table), the send and receive
-//! rings as the device sees them, and the RNR wait state of the requester.
+//! Queue pairs: state machine (IBA ch. 10.3, as a transition table that CMD_MODIFY_QP
+//! runs: each row names the attribute check of its edge), the send and receive rings as
+//! the device sees them, and a QP's attributes. The requester, responder and completer
+//! keep their own per-QP state in their modules.
 
 use super::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS};
-use std::time::Instant;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -41,17 +42,53 @@ impl QpState {
     }
 }
 
-/// The legal edges of CMD_MODIFY_QP. Any state may also go to RESET or ERR.
-const VALID_TRANSITIONS: &[(QpState, QpState)] = &[
-    (QpState::Reset, QpState::Init),
-    (QpState::Init, QpState::Init),
-    (QpState::Init, QpState::Rtr),
-    (QpState::Rtr, QpState::Rts),
-    (QpState::Rts, QpState::Rts),
+/// What an edge of CMD_MODIFY_QP takes and checks (the engine runs the check named here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// Any state -> RESET: forget everything.
+    Reset,
+    /// Any state -> ERR: flush.
+    Error,
+    /// RESET -> INIT: rings, CQs, PD, access, RNR attributes.
+    Create,
+    /// INIT -> INIT, RTS -> RTS: access flags only.
+    Access,
+    /// INIT -> RTR: destination (QP, address, path MTU), receive PSN.
+    Connect,
+    /// RTR -> RTS: send PSN, retry and RNR budgets, timeout.
+    Ready,
+}
+
+/// One legal edge: from (None: any state), to, and what it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub from: Option<QpState>,
+    pub to: QpState,
+    pub edge: Edge,
+}
+
+const fn edge(from: Option<QpState>, to: QpState, edge: Edge) -> Transition {
+    Transition { from, to, edge }
+}
+
+/// The legal edges of CMD_MODIFY_QP: the only list of them.
+pub const VALID_TRANSITIONS: &[Transition] = &[
+    edge(None, QpState::Reset, Edge::Reset),
+    edge(None, QpState::Err, Edge::Error),
+    edge(Some(QpState::Reset), QpState::Init, Edge::Create),
+    edge(Some(QpState::Init), QpState::Init, Edge::Access),
+    edge(Some(QpState::Init), QpState::Rtr, Edge::Connect),
+    edge(Some(QpState::Rtr), QpState::Rts, Edge::Ready),
+    edge(Some(QpState::Rts), QpState::Rts, Edge::Access),
 ];
 
+/// The edge `from -> to`, if it is legal.
+pub fn transition(from: QpState, to: QpState) -> Option<Edge> {
+    VALID_TRANSITIONS.iter().find(|t| t.to == to && t.from.is_none_or(|f| f == from)).map(|t| t.edge)
+}
+
 pub fn transition_allowed(from: QpState, to: QpState) -> bool {
-    matches!(to, QpState::Reset | QpState::Err) || VALID_TRANSITIONS.contains(&(from, to))
+    transition(from, to).is_some()
 }
 
 /// A work queue ring (SQ or RQ): where it is and the device's view of its indices.
@@ -99,13 +136,6 @@ impl Ring {
     }
 }
 
-/// A requester waiting for the responder to post a RECV.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RnrWait {
-    pub retries_done: u8,
-    pub next_try: Instant,
-}
-
 #[derive(Clone, Debug)]
 pub struct Qp {
     pub state: QpState,
@@ -119,9 +149,6 @@ pub struct Qp {
     pub rnr_timer_us: u32,
     pub sq: Ring,
     pub rq: Ring,
-    pub rnr: Option<RnrWait>,
-    /// Transport state when the destination is another node (None: loopback).
-    pub remote: Option<Box<super::rc::Remote>>,
 }
 
 impl Qp {
@@ -138,8 +165,6 @@ impl Qp {
             rnr_timer_us: 0,
             sq: Ring::default(),
             rq: Ring::default(),
-            rnr: None,
-            remote: None,
         }
     }
 
@@ -193,6 +218,9 @@ mod tests {
         let legal = all_edges.filter(|(f, t)| transition_allowed(*f, *t)).count();
         assert_eq!(legal + illegal.len(), 25, "every edge of the 5x5 table is covered");
         assert_eq!(legal, 15, "5 table edges, 5 to RESET, 5 to ERR");
+        assert_eq!(transition(Rts, Rts), Some(Edge::Access));
+        assert_eq!(transition(Init, Rtr), Some(Edge::Connect));
+        assert_eq!(transition(Rtr, Err), Some(Edge::Error));
     }
 
     #[test]

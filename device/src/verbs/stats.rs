@@ -23,7 +23,7 @@ counters! {
     BytesWritten, "payload bytes of RDMA WRITE / WRITE_IMM placed at the responder";
     BytesRead, "payload bytes of RDMA READ returned to the requester";
     BytesSent, "payload bytes of SEND / SEND_IMM placed at the responder";
-    Doorbells, "SQ and RQ doorbell writes";
+    Doorbells, "SQ and RQ doorbell register (MMIO) writes";
     Interrupts, "completion interrupts raised";
     RnrRetries, "receiver-not-ready retries";
     Commands, "commands executed through RNIC_REG_CMD";
@@ -41,6 +41,7 @@ counters! {
     Timeouts, "retransmission timer expiries";
     AcksSent, "ACK packets sent";
     NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
+    DbPageUpdates, "producer/consumer indices taken from the doorbell page (no MMIO write)";
     GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
 }
 

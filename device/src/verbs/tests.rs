@@ -13,35 +13,35 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vm_memory::ByteValued;
 
-const RAM: u64 = 64 << 20;
-const QP_TABLE: u64 = 0x1_0000;
-const CQ_TABLE: u64 = 0x2_0000;
-const MR_TABLE: u64 = 0x3_0000;
-const MTT: u64 = 0x5_0000;
-const MTT_ENTRIES: u64 = 0x4000;
-const RINGS: u64 = 0x10_0000;
-const DATA: u64 = 0x100_0000;
+pub(super) const RAM: u64 = 64 << 20;
+pub(super) const QP_TABLE: u64 = 0x1_0000;
+pub(super) const CQ_TABLE: u64 = 0x2_0000;
+pub(super) const MR_TABLE: u64 = 0x3_0000;
+pub(super) const MTT: u64 = 0x5_0000;
+pub(super) const MTT_ENTRIES: u64 = 0x4000;
+pub(super) const RINGS: u64 = 0x10_0000;
+pub(super) const DATA: u64 = 0x100_0000;
 /// User virtual addresses are bus addresses plus this (as if mapped by a process).
-const VA: u64 = 0x7f00_0000_0000;
+pub(super) const VA: u64 = 0x7f00_0000_0000;
 
-struct Dev {
-    e: Engine,
-    mem: DmaMaps,
-    ram: SharedMemory,
-    stats: Arc<Stats>,
-    last_error: Arc<AtomicU64>,
-    sq_pi: Vec<u16>,
-    rq_pi: Vec<u16>,
-    cq_ci: Vec<u16>,
-    mtt_next: u32,
+pub(super) struct Dev {
+    pub(super) e: Engine,
+    pub(super) mem: DmaMaps,
+    pub(super) ram: SharedMemory,
+    pub(super) stats: Arc<Stats>,
+    pub(super) last_error: Arc<AtomicU64>,
+    pub(super) sq_pi: Vec<u16>,
+    pub(super) rq_pi: Vec<u16>,
+    pub(super) cq_ci: Vec<u16>,
+    pub(super) mtt_next: u32,
 }
 
-fn tables() -> Tables {
+pub(super) fn tables() -> Tables {
     Tables { qp_ctx: QP_TABLE, cq_ctx: CQ_TABLE, mr_ctx: MR_TABLE, mtt: MTT, mtt_entries: MTT_ENTRIES }
 }
 
 impl Dev {
-    fn new() -> Dev {
+    pub(super) fn new() -> Dev {
         let (ram, fd) = test_ram(RAM).unwrap();
         let mut mem = DmaMaps::default();
         mem.map(0, RAM, Some(fd), 0).unwrap();
@@ -53,28 +53,28 @@ impl Dev {
         Dev { e, mem, ram, stats, last_error, sq_pi: vec![0; 8], rq_pi: vec![0; 8], cq_ci: vec![0; 8], mtt_next: 0 }
     }
 
-    fn cmd(&mut self, op: u32, index: u32) -> u32 {
+    pub(super) fn cmd(&mut self, op: u32, index: u32) -> u32 {
         self.e.command(&self.mem, op, index, tables())
     }
 
-    fn put<T: ByteValued>(&self, addr: u64, v: &T) {
+    pub(super) fn put<T: ByteValued>(&self, addr: u64, v: &T) {
         self.ram.write(addr, v.as_slice()).unwrap();
     }
 
-    fn create_cq(&mut self, cqn: u32, log_size: u8) {
+    pub(super) fn create_cq(&mut self, cqn: u32, log_size: u8) {
         let ctx = CqCtx { ring_addr: RINGS + 0x8_0000 + u64::from(cqn) * 0x2_0000, log_size, msix_vector: 1, ..Default::default() };
         self.ram.write(ctx.ring_addr, &vec![0u8; 32 << log_size]).unwrap();
         self.put(CQ_TABLE + u64::from(cqn) * 32, &ctx);
         assert_eq!(self.cmd(CMD_CREATE_CQ, cqn), CMD_OK);
     }
 
-    fn qp_ctx(&self, qpn: u32) -> QpCtx {
+    pub(super) fn qp_ctx(&self, qpn: u32) -> QpCtx {
         let mut c = QpCtx::default();
         self.ram.read(QP_TABLE + u64::from(qpn) * 64, c.as_mut_slice()).unwrap();
         c
     }
 
-    fn modify(&mut self, qpn: u32, f: impl FnOnce(&mut QpCtx)) -> u32 {
+    pub(super) fn modify(&mut self, qpn: u32, f: impl FnOnce(&mut QpCtx)) -> u32 {
         let mut c = self.qp_ctx(qpn);
         f(&mut c);
         self.put(QP_TABLE + u64::from(qpn) * 64, &c);
@@ -82,7 +82,7 @@ impl Dev {
     }
 
     /// QP qpn with both queues of 2^6 slots of 128 bytes, completions on CQ qpn.
-    fn create_qp(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8) {
+    pub(super) fn create_qp(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8) {
         let base = RINGS + u64::from(qpn) * 0x4000;
         let st = self.modify(qpn, |c| {
             *c = QpCtx {
@@ -104,7 +104,7 @@ impl Dev {
         assert_eq!(st, CMD_OK);
     }
 
-    fn connect(&mut self, a: u32, b: u32) {
+    pub(super) fn connect(&mut self, a: u32, b: u32) {
         let pairs = if a == b { vec![(a, a)] } else { vec![(a, b), (b, a)] };
         for (x, y) in pairs {
             assert_eq!(self.modify(x, |c| { c.state = QPS_RTR; c.dest_qpn = y; }), CMD_OK);
@@ -113,7 +113,7 @@ impl Dev {
     }
 
     /// A pair of connected QPs 1 <-> 2 in PD 7, CQs 1 and 2.
-    fn pair(access: u8) -> Dev {
+    pub(super) fn pair(access: u8) -> Dev {
         let mut d = Dev::new();
         d.create_cq(1, 6);
         d.create_cq(2, 6);
@@ -124,7 +124,7 @@ impl Dev {
     }
 
     /// Registers [bus, bus+len) as MR `index` at VA + bus; returns the key.
-    fn reg_mr(&mut self, index: u32, pd: u32, access: u8, bus: u64, len: u64) -> u32 {
+    pub(super) fn reg_mr(&mut self, index: u32, pd: u32, access: u8, bus: u64, len: u64) -> u32 {
         let first = bus & !0xfff;
         let npages = (bus + len - first).div_ceil(4096) as u32;
         for i in 0..npages {
@@ -138,7 +138,7 @@ impl Dev {
         index << 8 | u32::from(key)
     }
 
-    fn post(&mut self, qpn: u32, send: bool, hdr: WqeHeader, sges: &[Sge], inline: &[u8]) {
+    pub(super) fn post(&mut self, qpn: u32, send: bool, hdr: WqeHeader, sges: &[Sge], inline: &[u8]) {
         let qp = self.e.qp(qpn).unwrap().clone();
         let ring = if send { qp.sq } else { qp.rq };
         let pi = if send { self.sq_pi[qpn as usize] } else { self.rq_pi[qpn as usize] };
@@ -160,22 +160,22 @@ impl Dev {
         }
     }
 
-    fn send(&mut self, qpn: u32, op: u8, wr_id: u64, sges: &[Sge], remote: u64, rkey: u32) {
+    pub(super) fn send(&mut self, qpn: u32, op: u8, wr_id: u64, sges: &[Sge], remote: u64, rkey: u32) {
         let hdr = WqeHeader { opcode: op, flags: WQE_FLAG_SIGNALED, num_sge: sges.len() as u8, wr_id, remote_addr: remote, rkey, imm_data: 0x1234_5678, ..Default::default() };
         self.post(qpn, true, hdr, sges, &[]);
     }
 
-    fn recv(&mut self, qpn: u32, wr_id: u64, sges: &[Sge]) {
+    pub(super) fn recv(&mut self, qpn: u32, wr_id: u64, sges: &[Sge]) {
         let hdr = WqeHeader { opcode: WQE_OP_RECV, num_sge: sges.len() as u8, wr_id, ..Default::default() };
         self.post(qpn, false, hdr, sges, &[]);
     }
 
-    fn run(&mut self) {
+    pub(super) fn run(&mut self) {
         while self.e.run(&self.mem, 64) {}
     }
 
     /// Runs until `cqn` has `n` CQEs or a deadline passes (RNR waits are real time).
-    fn run_until(&mut self, cqn: u32, n: usize) -> Vec<Cqe> {
+    pub(super) fn run_until(&mut self, cqn: u32, n: usize) -> Vec<Cqe> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut got = Vec::new();
         while got.len() < n && Instant::now() < deadline {
@@ -186,7 +186,7 @@ impl Dev {
         got
     }
 
-    fn poll(&mut self, cqn: u32) -> Vec<Cqe> {
+    pub(super) fn poll(&mut self, cqn: u32) -> Vec<Cqe> {
         let cq = self.e.cq(cqn).unwrap().clone();
         let mut out = Vec::new();
         loop {
@@ -203,26 +203,26 @@ impl Dev {
         out
     }
 
-    fn fill(&self, bus: u64, len: usize, seed: u8) -> Vec<u8> {
+    pub(super) fn fill(&self, bus: u64, len: usize, seed: u8) -> Vec<u8> {
         let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
         self.ram.write(bus, &data).unwrap();
         data
     }
 
-    fn read(&self, bus: u64, len: usize) -> Vec<u8> {
+    pub(super) fn read(&self, bus: u64, len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
         self.ram.read(bus, &mut v).unwrap();
         v
     }
 }
 
-fn sge(bus: u64, len: u32, lkey: u32) -> Sge {
+pub(super) fn sge(bus: u64, len: u32, lkey: u32) -> Sge {
     Sge { addr: VA + bus, length: len, lkey }
 }
 
-const RW: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
-const SRC: u64 = DATA;
-const DST: u64 = DATA + (8 << 20);
+pub(super) const RW: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+pub(super) const SRC: u64 = DATA;
+pub(super) const DST: u64 = DATA + (8 << 20);
 
 #[test]
 fn rdma_write_moves_every_byte_at_each_size() {
@@ -563,4 +563,24 @@ fn arming_a_cq_with_unconsumed_completions_interrupts_at_once() {
     d.send(1, WQE_OP_RDMA_WRITE, 2, &[sge(SRC, 8, lk)], VA + DST, rk);
     d.run();
     assert!(efd.read(&mut n).is_ok(), "the next completion interrupts");
+}
+
+#[test]
+fn context_and_mtt_addresses_near_2_pow_64_fail_cleanly() {
+    // engine.rs `addr + offs`: a QP context table whose entry 0 ends past 2^64.
+    let mut d = Dev::new();
+    let top = Tables { qp_ctx: u64::MAX - 0x20, ..tables() };
+    assert_eq!(d.e.command(&d.mem, CMD_QUERY_QP, 0, top), CMD_OK, "query works; the write-back is refused, not wrapped");
+    assert_eq!(d.e.command(&d.mem, CMD_MODIFY_QP, 0, top), CMD_ERR_DMA);
+    // mr.rs: an MTT entry at the last page of the address space is refused by REG_MR.
+    d.ram.write(MTT + 2000 * 8, &0xFFFF_FFFF_FFFF_F000u64.to_le_bytes()).unwrap();
+    d.ram.write(MTT + 2001 * 8, &0x1000u64.to_le_bytes()).unwrap();
+    d.put(MR_TABLE + 6 * 32, &MrCtx { iova: 0x5000, length: 8192, pd: 7, mtt_offset: 2000, npages: 2, access: RW, key: 1, page_shift: 12, rsvd0: 0 });
+    assert_eq!(d.cmd(CMD_REG_MR, 6), CMD_ERR_INVALID);
+    // A WRITE through an SGE whose address + length wraps is a local protection error.
+    let mut d = Dev::pair(RW);
+    let lk = d.reg_mr(1, 7, RW, SRC, 4096);
+    let rk = d.reg_mr(2, 7, RW, DST, 4096);
+    d.send(1, WQE_OP_RDMA_WRITE, 1, &[Sge { addr: u64::MAX - 8, length: 64, lkey: lk }], VA + DST, rk);
+    expect_error_then_flush(&mut d, WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS);
 }

@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010002   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010003   /* major << 16 | minor */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
 #define RNIC_EMU_GPU_DEVICE_ID       0x52e2       /* default GPU device ID */
@@ -35,8 +35,8 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10002: Register-contract version, major << 16 | minor. */
-#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7: Capability bits (CAP_*). */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10003: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xf: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*). */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
 #define RNIC_REG_NUM_VECTORS         0x0014       /* RO 32-bit, reset 0x8: Number of MSI-X vectors the function offers. */
@@ -62,14 +62,14 @@
 #define BAR1_APERTURE_1              0x2008       /* RW 64-bit, reset 0x0: Aperture slot 1 (a second GPU); same meaning as BAR1_APERTURE. */
 #define BAR1_APERTURE_2              0x2010       /* RW 64-bit, reset 0x0: Aperture slot 2. */
 #define BAR1_APERTURE_3              0x2018       /* RW 64-bit, reset 0x0: Aperture slot 3. */
-#define DMA_CTRL                     0x3000       /* RW 32-bit, reset 0x1: Seed §3.1: DMA engine control [7:0]; bit 0 enables the engine. */
+#define DMA_CTRL                     0x3000       /* RW 32-bit, reset 0x1: Seed §3.1: DMA engine control [7:0]: bit 0 engine enable, bit 1 completion interrupts, bit 2 doorbell page (DMA_CTRL_*); bits 3-7 reserved, ignored. */
 #define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the memory translation table (64-bit page addresses). */
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10002: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10003: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -92,6 +92,18 @@
 #define RNIC_CMD_OP_SHIFT            24           /* RNIC_REG_CMD: op [31:24], index [23:0] */
 #define RNIC_STATS_BASE              0x4000       /* 64-bit RO counters */
 #define RNIC_APERTURE_SLOTS          4            /* BAR1_APERTURE + 8 * slot */
+#define RNIC_CAP_DB_PAGE             0x8          /* RNIC_REG_CAPS bit: doorbell page */
+#define RNIC_DMA_CTRL_DB_PAGE        0x4          /* DMA_CTRL bit: use the doorbell page */
+#define RNIC_EMU_RNIC_DB_BAR         2            /* RNIC doorbell page BAR index, 64-bit */
+#define RNIC_EMU_RNIC_DB_BAR_SIZE    0x200000     /* one page per QP, then per CQ */
+#define RNIC_DBP_PAGE                0x1000       /* doorbell page: bytes per object */
+#define RNIC_DBP_QP_PAGES            0x0          /* offset of QP q's page: + q * PAGE */
+#define RNIC_DBP_CQ_PAGES            0x100000     /* offset of CQ c's page: + c * PAGE */
+#define RNIC_DBP_SQ_PI               0x0          /* QP page: SQ producer index (driver) */
+#define RNIC_DBP_RQ_PI               0x4          /* QP page: RQ producer index (driver) */
+#define RNIC_DBP_SQ_EVENT            0x8          /* QP page: SQ event index (device) */
+#define RNIC_DBP_RQ_EVENT            0xc          /* QP page: RQ event index (device) */
+#define RNIC_DBP_CQ_CI               0x0          /* CQ page: consumer index (driver) */
 #define GPU_ENG_OP_FILL32            0x1          /* GPU_ENG_LAUNCH: fill with VALUE */
 #define GPU_ENG_OP_COPY              0x2          /* GPU_ENG_LAUNCH: copy SRC -> DST */
 #define GPU_ENG_OP_REDUCE_SUM_F32    0x3          /* GPU_ENG_LAUNCH: DST = SRC + SRC2 (f32) */
@@ -110,7 +122,7 @@
 #define RNIC_STAT_BYTES_WRITTEN      4            /* payload bytes of RDMA WRITE / WRITE_IMM placed at the responder */
 #define RNIC_STAT_BYTES_READ         5            /* payload bytes of RDMA READ returned to the requester */
 #define RNIC_STAT_BYTES_SENT         6            /* payload bytes of SEND / SEND_IMM placed at the responder */
-#define RNIC_STAT_DOORBELLS          7            /* SQ and RQ doorbell writes */
+#define RNIC_STAT_DOORBELLS          7            /* SQ and RQ doorbell register (MMIO) writes */
 #define RNIC_STAT_INTERRUPTS         8            /* completion interrupts raised */
 #define RNIC_STAT_RNR_RETRIES        9            /* receiver-not-ready retries */
 #define RNIC_STAT_COMMANDS           10           /* commands executed through RNIC_REG_CMD */
@@ -128,8 +140,39 @@
 #define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
 #define RNIC_STAT_NAKS_SENT          24           /* NAK packets sent (sequence, RNR, access, invalid request) */
-#define RNIC_STAT_GUEST_ERRORS       25           /* register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range) */
-#define RNIC_STAT_COUNT              26           /* number of counters */
+#define RNIC_STAT_DB_PAGE_UPDATES    25           /* producer/consumer indices taken from the doorbell page (no MMIO write) */
+#define RNIC_STAT_GUEST_ERRORS       26           /* register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range) */
+#define RNIC_STAT_COUNT              27           /* number of counters */
+/* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
+#define RNIC_STAT_NAMES_INIT { \
+	[RNIC_STAT_SEND_WQES] = "send_wqes", \
+	[RNIC_STAT_RECV_WQES] = "recv_wqes", \
+	[RNIC_STAT_CQES] = "cqes", \
+	[RNIC_STAT_ERROR_CQES] = "error_cqes", \
+	[RNIC_STAT_BYTES_WRITTEN] = "bytes_written", \
+	[RNIC_STAT_BYTES_READ] = "bytes_read", \
+	[RNIC_STAT_BYTES_SENT] = "bytes_sent", \
+	[RNIC_STAT_DOORBELLS] = "doorbells", \
+	[RNIC_STAT_INTERRUPTS] = "interrupts", \
+	[RNIC_STAT_RNR_RETRIES] = "rnr_retries", \
+	[RNIC_STAT_COMMANDS] = "commands", \
+	[RNIC_STAT_COMMAND_ERRORS] = "command_errors", \
+	[RNIC_STAT_DMA_ERRORS] = "dma_errors", \
+	[RNIC_STAT_QP_ERRORS] = "qp_errors", \
+	[RNIC_STAT_DMA_HOST_BYTES] = "dma_host_bytes", \
+	[RNIC_STAT_DMA_P2P_SWITCH_BYTES] = "dma_p2p_switch_bytes", \
+	[RNIC_STAT_DMA_P2P_ROOT_COMPLEX_BYTES] = "dma_p2p_root_complex_bytes", \
+	[RNIC_STAT_APERTURE_ERRORS] = "aperture_errors", \
+	[RNIC_STAT_PKTS_SENT] = "pkts_sent", \
+	[RNIC_STAT_PKTS_RECEIVED] = "pkts_received", \
+	[RNIC_STAT_PKTS_DROPPED] = "pkts_dropped", \
+	[RNIC_STAT_RETRANSMITS] = "retransmits", \
+	[RNIC_STAT_TIMEOUTS] = "timeouts", \
+	[RNIC_STAT_ACKS_SENT] = "acks_sent", \
+	[RNIC_STAT_NAKS_SENT] = "naks_sent", \
+	[RNIC_STAT_DB_PAGE_UPDATES] = "db_page_updates", \
+	[RNIC_STAT_GUEST_ERRORS] = "guest_errors", \
+}
 
 /* Descriptor constants */
 #define RNIC_WQE_OP_RDMA_WRITE       0x0          /* SQ: RDMA WRITE */

@@ -1,0 +1,215 @@
+//! The DMA router (ARCHITECTURE.md): the one place that knows where an RNIC DMA address
+//! lands. Built from (a) the client's DMA maps (guest RAM) and (b) the live BAR1 windows of
+//! the node's GPUs (address and memory-enable from their config space, published by the
+//! GPU model on every config write). A GPU window is reachable only when the driver named
+//! its address in a BAR1_APERTURE slot. Every access is bounds-checked and returns the
+//! PCIe path it took (host memory, P2P through a switch, P2P through the root complex);
+//! payload bytes are counted on that path. An address nothing claims is an error, never a
+//! guess. A view works on a snapshot of the DMA maps, not under their lock.
+
+use super::access::{GuestMem, PciePath};
+use super::dma::{DmaError, DmaMaps, MapSet};
+use crate::regs::rnic::APERTURE_SLOTS;
+use crate::shm::SharedMemory;
+pub use crate::topology::P2pPath;
+use crate::verbs::stats::{Counter, Stats};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use vm_memory::VolatileSlice;
+
+/// A GPU's BAR1 as its config space currently places it.
+pub struct PeerWindow {
+    addr: AtomicU64,
+    enabled: AtomicBool,
+    pub mem: Arc<SharedMemory>,
+}
+
+impl PeerWindow {
+    pub fn new(mem: Arc<SharedMemory>) -> Self {
+        PeerWindow { addr: AtomicU64::new(0), enabled: AtomicBool::new(false), mem }
+    }
+
+    /// Publishes the window (None: not decoding: memory disabled or BAR unassigned).
+    pub fn set(&self, window: Option<u64>) {
+        self.enabled.store(false, Ordering::SeqCst);
+        if let Some(addr) = window {
+            self.addr.store(addr, Ordering::SeqCst);
+            self.enabled.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// (bus address, size) while decoding.
+    pub fn get(&self) -> Option<(u64, u64)> {
+        self.enabled.load(Ordering::SeqCst).then(|| (self.addr.load(Ordering::SeqCst), self.mem.size()))
+    }
+}
+
+/// The byte counter of a path.
+fn counter(path: PciePath) -> Counter {
+    match path {
+        PciePath::Host => Counter::DmaHostBytes,
+        PciePath::P2p(P2pPath::Switch) => Counter::DmaP2pSwitchBytes,
+        PciePath::P2p(P2pPath::RootComplex) => Counter::DmaP2pRootComplexBytes,
+    }
+}
+
+pub struct Peer {
+    pub window: Arc<PeerWindow>,
+    pub path: P2pPath,
+}
+
+pub struct Router {
+    pub dma: Arc<RwLock<DmaMaps>>,
+    pub peers: Vec<Peer>,
+    /// BAR1_APERTURE slots as the driver programmed them (0: empty).
+    pub apertures: Arc<[AtomicU64; APERTURE_SLOTS]>,
+    pub stats: Arc<Stats>,
+}
+
+/// Where an access lands.
+enum Target<'a> {
+    Host,
+    Peer(&'a Peer, u64),
+}
+
+impl Router {
+    pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
+        Router { dma, peers, apertures: Arc::new(Default::default()), stats }
+    }
+
+    /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
+    /// take it). DMA_UNMAP waits for the view to be dropped (see [`super::dma`]).
+    pub fn view(&self) -> RouterView<'_> {
+        let maps = self.dma.read().unwrap_or_else(|p| p.into_inner()).snapshot();
+        RouterView { maps, router: self }
+    }
+
+    /// Whether `addr` is the live BAR1 address of one of the node's GPUs.
+    pub fn is_gpu_bar(&self, addr: u64) -> bool {
+        self.peers.iter().any(|p| p.window.get().is_some_and(|(a, _)| a == addr))
+    }
+
+    fn target(&self, addr: u64, len: usize) -> Result<Target<'_>, DmaError> {
+        for peer in &self.peers {
+            let Some((base, size)) = peer.window.get() else { continue };
+            if addr < base || addr - base >= size {
+                continue;
+            }
+            let off = addr - base;
+            if off.checked_add(len as u64).is_none_or(|end| end > size) {
+                return Err(DmaError::Unmapped { addr, len });
+            }
+            if !self.apertures.iter().any(|a| a.load(Ordering::SeqCst) == base) {
+                self.stats.inc(Counter::ApertureErrors);
+                return Err(DmaError::Aperture { addr });
+            }
+            return Ok(Target::Peer(peer, off));
+        }
+        Ok(Target::Host)
+    }
+}
+
+pub struct RouterView<'a> {
+    maps: Arc<MapSet>,
+    router: &'a Router,
+}
+
+impl RouterView<'_> {
+    /// The slices [addr, addr+len) lands in (one in a GPU's BAR1, or one per DMA map),
+    /// and the path that reaches them.
+    fn slices(&self, addr: u64, len: usize) -> Result<(Vec<VolatileSlice<'_, ()>>, PciePath), DmaError> {
+        match self.router.target(addr, len)? {
+            Target::Host => Ok((self.maps.slices(addr, len)?, PciePath::Host)),
+            Target::Peer(p, off) => {
+                let slice = p.window.mem.slice(off, len).map_err(|_| DmaError::Unmapped { addr, len })?;
+                Ok((vec![slice], PciePath::P2p(p.path)))
+            }
+        }
+    }
+}
+
+impl GuestMem for RouterView<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
+        let (slices, path) = self.slices(addr, buf.len())?;
+        let mut done = 0;
+        for s in slices {
+            s.copy_to(&mut buf[done..done + s.len()]);
+            done += s.len();
+        }
+        Ok(path)
+    }
+
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
+        let (slices, path) = self.slices(addr, buf.len())?;
+        let mut done = 0;
+        for s in slices {
+            s.copy_from(&buf[done..done + s.len()]);
+            done += s.len();
+        }
+        Ok(path)
+    }
+
+    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
+        let ((from, sp), (to, dp)) = (self.slices(src, len)?, self.slices(dst, len)?);
+        super::dma::copy_slices(&from, &to);
+        Ok((sp, dp))
+    }
+
+    fn account(&self, path: PciePath, bytes: u64) {
+        self.router.stats.add(counter(path), bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::dma::test_ram;
+
+    fn router() -> (Router, Arc<PeerWindow>, SharedMemoryPair) {
+        let (ram, fd) = test_ram(1 << 20).unwrap();
+        let mut maps = DmaMaps::default();
+        maps.map(0x1000_0000, 1 << 20, Some(fd), 0).unwrap();
+        let gpu = Arc::new(SharedMemory::memfd("gpu", 1 << 20).unwrap());
+        let window = Arc::new(PeerWindow::new(gpu.clone()));
+        let peers = vec![Peer { window: window.clone(), path: P2pPath::Switch }];
+        let r = Router::new(Arc::new(RwLock::new(maps)), peers, Arc::new(Stats::default()));
+        (r, window, SharedMemoryPair { ram, gpu })
+    }
+
+    struct SharedMemoryPair {
+        ram: SharedMemory,
+        gpu: Arc<SharedMemory>,
+    }
+
+    #[test]
+    fn classifies_host_peer_and_nothing() {
+        let (r, window, m) = router();
+        let v = r.view();
+        assert!(v.write(0x8000_0000, b"x").is_err(), "BAR not decoding yet: nothing there");
+        window.set(Some(0x8000_0000));
+        assert_eq!(v.write(0x8000_0010, b"x"), Err(DmaError::Aperture { addr: 0x8000_0010 }), "no aperture slot names it");
+        r.apertures[2].store(0x8000_0000, Ordering::SeqCst);
+        v.write(0x8000_0010, b"peer").unwrap();
+        let mut b = [0u8; 4];
+        m.gpu.read(0x10, &mut b).unwrap();
+        assert_eq!(&b, b"peer");
+        v.write(0x1000_0020, b"host").unwrap();
+        m.ram.read(0x20, &mut b).unwrap();
+        assert_eq!(&b, b"host");
+        assert!(v.write(0x8000_0000 + (1 << 20) - 2, b"xyz").is_err(), "straddles the end of BAR1");
+        assert!(v.read(u64::MAX - 1, &mut b).is_err());
+        v.copy(0x8000_0010, 0x1000_0100, 4).unwrap();
+        m.ram.read(0x100, &mut b).unwrap();
+        assert_eq!(&b, b"peer", "GPU to host in one copy");
+        assert_eq!(v.copy(0x8000_0010, 0x1000_0100, 4), Ok((PciePath::P2p(P2pPath::Switch), PciePath::Host)));
+        assert_eq!(v.read(0x1000_0000, &mut b), Ok(PciePath::Host));
+        v.account(PciePath::P2p(P2pPath::Switch), 100);
+        v.account(PciePath::Host, 7);
+        assert_eq!(r.stats.get(Counter::DmaP2pSwitchBytes), 100);
+        assert_eq!(r.stats.get(Counter::DmaHostBytes), 7);
+        assert!(r.is_gpu_bar(0x8000_0000) && !r.is_gpu_bar(0x8000_1000));
+        window.set(None);
+        assert!(v.write(0x8000_0010, b"x").is_err(), "memory decoding off: unreachable");
+        assert_eq!(r.stats.get(Counter::ApertureErrors), 1);
+    }
+}
