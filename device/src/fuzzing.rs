@@ -233,10 +233,13 @@ pub fn vfio_stream(data: &[u8]) {
     let mut guard = target.lock().unwrap_or_else(|p| p.into_inner());
     let t = &mut *guard;
     let Ok(s) = UnixStream::connect(&t.socket) else { return };
-    std::thread::scope(|scope| {
-        scope.spawn(|| client(s, stream));
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.server.run(&mut t.backend)));
-    });
+    // A joined thread, not a scoped one: scope() returns when the closure is done, join()
+    // when the thread has exited, so no thread of this input outlives it (LeakSanitizer
+    // would count its thread-local destructor record as a leak).
+    let bytes = stream.to_vec();
+    let Ok(sender) = std::thread::Builder::new().spawn(move || client(s, &bytes)) else { return };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.server.run(&mut t.backend)));
+    let _ = sender.join();
     t.backend.disconnected();
     let mut id = [0u8; 2];
     let cfg = vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
