@@ -59,9 +59,16 @@ struct rnic_dev {
 	unsigned int nvec;		/* MSI-X vectors allocated and requested */
 	struct rnic_vec *vecs;		/* nvec entries */
 	wait_queue_head_t irq_wq;	/* woken by every interrupt */
-	/* Optional, set before rnic_irq_setup(): runs in hard-irq context for each vector. */
-	void (*vec_event)(struct rnic_dev *rd, unsigned int vec);
+	/*
+	 * Optional, set before rnic_irq_setup(): runs in hard-irq context for each vector and
+	 * says whether anything was waiting for that interrupt. Interrupts nobody waited for
+	 * are answered IRQ_NONE, so the kernel's spurious-interrupt detection notices a
+	 * device that storms (and disables the line) instead of the CPU spinning forever.
+	 */
+	bool (*vec_event)(struct rnic_dev *rd, unsigned int vec);
+	atomic64_t spurious_irqs;
 	struct mutex irq_test_lock;	/* one interrupt self-test at a time */
+	atomic_t irq_test_vec;		/* the vector the self-test waits for, or -1 */
 };
 
 static inline unsigned int rnic_version_major(u32 version)
@@ -73,6 +80,9 @@ static inline unsigned int rnic_version_minor(u32 version)
 {
 	return version & 0xffff;
 }
+
+/* True when @rd's @reg reads all-ones: the function went away (surprise removal). */
+bool rnic_dev_reads_ones(struct rnic_dev *rd, unsigned int reg);
 
 int rnic_dev_setup(struct rnic_dev *rd, struct pci_dev *pdev,
 		   const struct rnic_hw_desc *hw, const char *res_name);

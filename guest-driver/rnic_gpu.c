@@ -13,6 +13,11 @@
  * (rnic_p2p.c) that programs the RNICs' BAR1_APERTURE slots. /dev/rnic_gpuN
  * (include/uapi/rnic_emu_gpu_uapi.h) drives the copy/fill/reduce engine; the engine
  * signals the end of an operation on MSI-X vector RNIC_GPU_ENG_VECTOR.
+ *
+ * Removal never waits on user space: VA_TO_OFFSET pins outside dead_lock, a launch's wait
+ * is killable and ends as soon as remove() marks the GPU dead, and the GPU's MRs at every
+ * RNIC are revoked (rnic_p2p.c) before P2PDMA teardown waits for their pins. A GPU that
+ * reads all-ones (its server died) fails launches with -ENODEV, logged once.
  */
 #include <linux/fs.h>
 #include <linux/idr.h>
@@ -29,6 +34,7 @@
 #include <linux/wait.h>
 
 #include "rnic_common.h"
+#include "rnic_ioctl.h"
 #include "rnic_p2p.h"
 #include "uapi/rnic_emu_gpu_uapi.h"
 
@@ -44,7 +50,9 @@ struct rnic_gpu {
 
 	struct kref ref;		/* probe + one per open file of /dev/rnic_gpuN */
 	struct rw_semaphore dead_lock;	/* ioctls (read) vs remove (write) */
-	bool dead;			/* remove() ran: BAR0 is gone */
+	bool dead;			/* remove() started: fail calls, end waits */
+	bool gone;			/* BAR0 reads all-ones (logged once) */
+	atomic_t launch_pending;	/* a launch waits for the engine's vector */
 	struct mutex launch_lock;	/* one engine operation at a time */
 
 	int misc_id;
@@ -99,14 +107,24 @@ static void rnic_gpu_query(struct rnic_gpu *gpu, struct rnic_gpu_query *q)
 	q->pci_devfn = pdev->devfn;
 }
 
-/* Pins the page under @va (P2PDMA pages allowed), checks it is this GPU's BAR1. */
-static int rnic_gpu_va_to_offset(struct rnic_gpu *gpu, struct rnic_gpu_va_to_offset *req)
+/*
+ * Pins the page under @va (P2PDMA pages allowed), checks it is this GPU's BAR1. Runs
+ * without dead_lock: the pin may wait on user space (userfaultfd, FUSE) for as long as it
+ * likes, and needs nothing of the device (reg.phys and reg.size are set before the misc
+ * device exists).
+ */
+static int rnic_gpu_va_to_offset(void *ctx, void *arg)
 {
+	struct rnic_gpu *gpu = ctx;
+	struct rnic_gpu_va_to_offset *req = arg;
 	struct device *dev = &gpu->common.pdev->dev;
 	struct page *page;
 	phys_addr_t phys;
+	bool p2p;
 	int ret;
 
+	if (READ_ONCE(gpu->dead))
+		return -ENODEV;
 	if (req->va > TASK_SIZE_MAX)
 		return -EINVAL;
 	ret = pin_user_pages_fast(req->va & PAGE_MASK, 1, FOLL_PCI_P2PDMA, &page);
@@ -115,8 +133,9 @@ static int rnic_gpu_va_to_offset(struct rnic_gpu *gpu, struct rnic_gpu_va_to_off
 		return ret < 0 && ret != -EFAULT ? -EINVAL : -EFAULT;
 	}
 	phys = page_to_phys(page);
+	p2p = is_pci_p2pdma_page(page);	/* while the pin keeps the page ours */
 	unpin_user_page(page);
-	if (!is_pci_p2pdma_page(page) || phys < gpu->reg.phys ||
+	if (!p2p || phys < gpu->reg.phys ||
 	    phys - gpu->reg.phys >= gpu->reg.size) {
 		dev_dbg(dev, "GPU_VA_TO_OFFSET 0x%llx: not memory of this GPU (phys %pa)\n",
 			req->va, &phys);
@@ -141,12 +160,35 @@ static int rnic_gpu_eng_errno(u32 result)
 	}
 }
 
+/* True (and logged once) when the GPU's BAR0 reads all-ones: its server is gone. */
+static bool rnic_gpu_is_gone(struct rnic_gpu *gpu)
+{
+	if (gpu->gone)
+		return true;
+	if (!rnic_dev_reads_ones(&gpu->common, GPU_REG_ID))
+		return false;
+	gpu->gone = true;
+	dev_err(&gpu->common.pdev->dev, "GPU not responding (ID register reads 0xffffffff): device gone, calls now fail with -ENODEV\n");
+	return true;
+}
+
+/* Interrupt hook: the engine's vector is expected while a launch waits for it. */
+static bool rnic_gpu_vec_event(struct rnic_dev *rd, unsigned int vec)
+{
+	struct rnic_gpu *gpu = container_of(rd, struct rnic_gpu, common);
+
+	return vec == RNIC_GPU_ENG_VECTOR && atomic_read(&gpu->launch_pending);
+}
+
 /*
  * One engine operation: program the registers, launch, wait for the engine's MSI-X vector
- * with GPU_ENG_DONE advanced (10 s), read the result from GPU_ENG_STATUS.
+ * with GPU_ENG_DONE advanced (10 s; killable, and ended by remove()), read the result
+ * from GPU_ENG_STATUS. Called under dead_lock (read).
  */
-static int rnic_gpu_launch(struct rnic_gpu *gpu, struct rnic_gpu_launch *req)
+static int rnic_gpu_launch(void *ctx, void *arg)
 {
+	struct rnic_gpu *gpu = ctx;
+	struct rnic_gpu_launch *req = arg;
 	struct rnic_dev *rd = &gpu->common;
 	void __iomem *bar0 = rd->bar0;
 	struct device *dev = &rd->pdev->dev;
@@ -165,9 +207,14 @@ static int rnic_gpu_launch(struct rnic_gpu *gpu, struct rnic_gpu_launch *req)
 	}
 	vec = &rd->vecs[RNIC_GPU_ENG_VECTOR];
 
-	ret = mutex_lock_interruptible(&gpu->launch_lock);
+	req->result = 0;
+	ret = mutex_lock_killable(&gpu->launch_lock);
 	if (ret)
 		return ret;
+	if (READ_ONCE(gpu->dead) || rnic_gpu_is_gone(gpu)) {
+		ret = -ENODEV;
+		goto out;
+	}
 	writeq(req->src, bar0 + GPU_ENG_SRC);
 	writeq(req->src2, bar0 + GPU_ENG_SRC2);
 	writeq(req->dst, bar0 + GPU_ENG_DST);
@@ -176,18 +223,29 @@ static int rnic_gpu_launch(struct rnic_gpu *gpu, struct rnic_gpu_launch *req)
 	iowrite32(RNIC_GPU_ENG_VECTOR, bar0 + GPU_ENG_VECTOR);
 	done0 = ioread32(bar0 + GPU_ENG_DONE);
 	irq0 = atomic64_read(&vec->count);
+	atomic_set(&gpu->launch_pending, 1);
 	iowrite32(req->op, bar0 + GPU_ENG_LAUNCH);
 
-	left = wait_event_timeout(rd->irq_wq,
-				  atomic64_read(&vec->count) != irq0 &&
-				  ioread32(bar0 + GPU_ENG_DONE) != done0,
-				  msecs_to_jiffies(RNIC_GPU_LAUNCH_TIMEOUT_MS));
+	left = wait_event_killable_timeout(rd->irq_wq,
+					   READ_ONCE(gpu->dead) ||
+					   (atomic64_read(&vec->count) != irq0 &&
+					    ioread32(bar0 + GPU_ENG_DONE) != done0),
+					   msecs_to_jiffies(RNIC_GPU_LAUNCH_TIMEOUT_MS));
+	atomic_set(&gpu->launch_pending, 0);
+	if (left < 0 || READ_ONCE(gpu->dead)) {
+		ret = left < 0 ? left : -ENODEV;
+		goto out;
+	}
 	status = ioread32(bar0 + GPU_ENG_STATUS);
+	if (!left && rnic_gpu_is_gone(gpu)) {
+		ret = -ENODEV;
+		goto out;
+	}
 	if (!left) {
-		dev_warn(dev, "GPU_LAUNCH op %u: no completion within %u ms (MSI-X vector %u %s, GPU_ENG_DONE %u -> %u, GPU_ENG_STATUS 0x%x)\n",
-			 req->op, RNIC_GPU_LAUNCH_TIMEOUT_MS, RNIC_GPU_ENG_VECTOR,
-			 atomic64_read(&vec->count) != irq0 ? "fired" : "did not fire",
-			 done0, ioread32(bar0 + GPU_ENG_DONE), status);
+		dev_warn_ratelimited(dev, "GPU_LAUNCH op %u: no completion within %u ms (MSI-X vector %u %s, GPU_ENG_DONE %u -> %u, GPU_ENG_STATUS 0x%x)\n",
+				     req->op, RNIC_GPU_LAUNCH_TIMEOUT_MS, RNIC_GPU_ENG_VECTOR,
+				     atomic64_read(&vec->count) != irq0 ? "fired" : "did not fire",
+				     done0, ioread32(bar0 + GPU_ENG_DONE), status);
 		ret = -ETIMEDOUT;
 		goto out;
 	}
@@ -201,60 +259,52 @@ out:
 	return ret;
 }
 
-union rnic_gpu_ioctl_arg {
-	struct rnic_gpu_query query;
-	struct rnic_gpu_va_to_offset va;
-	struct rnic_gpu_launch launch;
+static int rnic_gpu_ioc_query(void *gpu, void *arg)
+{
+	rnic_gpu_query(gpu, arg);
+	return 0;
+}
+
+static const struct rnic_ioctl_desc rnic_gpu_ioctls[] = {
+	RNIC_IOCTL(RNIC_GPU_IOCTL_QUERY, rnic_gpu_ioc_query, RNIC_IOCTL_LOCKED),
+	RNIC_IOCTL(RNIC_GPU_IOCTL_VA_TO_OFFSET, rnic_gpu_va_to_offset, 0),
+	/* result says what the engine reported */
+	RNIC_IOCTL(RNIC_GPU_IOCTL_LAUNCH, rnic_gpu_launch,
+		   RNIC_IOCTL_LOCKED | RNIC_IOCTL_COPY_BACK_ON_ERROR),
 };
 
-static long rnic_gpu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+/* dead_lock (read) for LOCKED ioctls: remove() takes it for writing once it marked dead. */
+static int rnic_gpu_lock(void *ctx)
 {
-	struct rnic_gpu *gpu = rnic_file_gpu(file);
-	void __user *uarg = (void __user *)arg;
-	union rnic_gpu_ioctl_arg u;
-	size_t size = _IOC_SIZE(cmd);
-	bool copy_back_on_error = false;
-	int ret;
+	struct rnic_gpu *gpu = ctx;
+	int ret = down_read_killable(&gpu->dead_lock);
 
-	switch (cmd) {
-	case RNIC_GPU_IOCTL_QUERY:
-	case RNIC_GPU_IOCTL_VA_TO_OFFSET:
-		break;
-	case RNIC_GPU_IOCTL_LAUNCH:
-		copy_back_on_error = true;	/* result says what the engine reported */
-		break;
-	default:
-		return -ENOTTY;
-	}
-	if (WARN_ON_ONCE(size > sizeof(u)))
-		return -EINVAL;
-	if (copy_from_user(&u, uarg, size))
-		return -EFAULT;
-
-	down_read(&gpu->dead_lock);
+	if (ret)
+		return ret;
 	if (gpu->dead) {
 		up_read(&gpu->dead_lock);
 		return -ENODEV;
 	}
-	switch (cmd) {
-	case RNIC_GPU_IOCTL_QUERY:
-		rnic_gpu_query(gpu, &u.query);
-		ret = 0;
-		break;
-	case RNIC_GPU_IOCTL_VA_TO_OFFSET:
-		ret = rnic_gpu_va_to_offset(gpu, &u.va);
-		break;
-	case RNIC_GPU_IOCTL_LAUNCH:
-		u.launch.result = 0;
-		ret = rnic_gpu_launch(gpu, &u.launch);
-		break;
-	default:
-		ret = -ENOTTY;
-	}
+	return 0;
+}
+
+static void rnic_gpu_unlock(void *ctx)
+{
+	struct rnic_gpu *gpu = ctx;
+
 	up_read(&gpu->dead_lock);
-	if ((!ret || copy_back_on_error) && copy_to_user(uarg, &u, size))
-		return -EFAULT;
-	return ret;
+}
+
+static const struct rnic_ioctl_ops rnic_gpu_ioctl_ops = {
+	.descs	= rnic_gpu_ioctls,
+	.n	= ARRAY_SIZE(rnic_gpu_ioctls),
+	.lock	= rnic_gpu_lock,
+	.unlock	= rnic_gpu_unlock,
+};
+
+static long rnic_gpu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	return rnic_ioctl(&rnic_gpu_ioctl_ops, rnic_file_gpu(file), cmd, arg);
 }
 
 /*
@@ -326,6 +376,7 @@ static int rnic_gpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		dev_warn(dev, "GPU_REG_MEM_SIZE reports %llu bytes but BAR%d is %llu bytes\n",
 			 gpu->reg_mem_size, mem_bar, (unsigned long long)mem_len);
 
+	gpu->common.vec_event = rnic_gpu_vec_event;
 	ret = rnic_irq_setup(&gpu->common, RNIC_GPU_NUM_VECTORS, RNIC_EMU_GPU_DRV_NAME);
 	if (ret)
 		goto err_teardown;
@@ -333,6 +384,11 @@ static int rnic_gpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	pci_set_drvdata(pdev, &gpu->common);
 	mutex_init(&gpu->launch_lock);
 
+	/* What VA_TO_OFFSET and QUERY read, set before the misc device can be opened. */
+	gpu->reg.pdev = pdev;
+	gpu->reg.bus_addr = pci_bus_address(pdev, mem_bar);
+	gpu->reg.phys = pci_resource_start(pdev, mem_bar);
+	gpu->reg.size = mem_len;
 	rnic_gpu_p2p_setup(gpu);
 
 	ret = ida_alloc(&rnic_gpu_ida, GFP_KERNEL);
@@ -353,10 +409,6 @@ static int rnic_gpu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_ida;
 	}
 
-	gpu->reg.pdev = pdev;
-	gpu->reg.bus_addr = pci_bus_address(pdev, mem_bar);
-	gpu->reg.phys = pci_resource_start(pdev, mem_bar);
-	gpu->reg.size = mem_len;
 	rnic_p2p_gpu_add(&gpu->reg);
 
 	dev_info(dev, "rnic-emu GPU: id 0x%08x version %u.%u, %u MSI-X vectors, BAR0 %pR, BAR%d %pR (%llu bytes), GPU_REG_MEM_SIZE %llu\n",
@@ -387,11 +439,14 @@ static void rnic_gpu_remove(struct pci_dev *pdev)
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
 	struct rnic_gpu *gpu = container_of(rd, struct rnic_gpu, common);
 
+	/* Every RNIC revokes its MRs over this GPU's memory (P2PDMA teardown needs the pins). */
 	rnic_p2p_gpu_remove(&gpu->reg);
 	misc_deregister(&gpu->misc);
 	ida_free(&rnic_gpu_ida, gpu->misc_id);
-	down_write(&gpu->dead_lock);	/* waits for ioctls in progress (a launch: <= 10 s) */
-	gpu->dead = true;
+	/* Mark dead and wake a waiting launch, then wait for the ioctls in progress. */
+	WRITE_ONCE(gpu->dead, true);
+	wake_up_all(&rd->irq_wq);
+	down_write(&gpu->dead_lock);
 	up_write(&gpu->dead_lock);
 	rnic_irq_teardown(rd);
 	rnic_dev_teardown(rd);

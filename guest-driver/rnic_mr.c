@@ -17,9 +17,20 @@
  * addresses through a switch, or a mapping through the host bridge, or refusal
  * (-EREMOTEIO). On refusal the MR falls back to a host bounce buffer (path BOUNCE, synced
  * by MR_SYNC), or with RNIC_MR_FLAG_STRICT_P2P the registration fails.
+ *
+ * Pages are mapped with the direction the access flags allow: DMA_TO_DEVICE unless
+ * LOCAL_WRITE or REMOTE_WRITE was asked for (and MR_SYNC FROM_BOUNCE, which writes the GPU
+ * pages, is refused on such an MR). Pinning runs before the file's mutex is taken.
+ *
+ * Revocation: a GPU going away (rnic_p2p.c) first clears its BAR1_APERTURE slots, then
+ * every MR over its memory is revoked: the QPs of the MR's PD go to ERROR, the MR is
+ * deregistered at the device, unmapped and unpinned (P2PDMA teardown waits for those
+ * pins). The MR's number stays until DEREG_MR; its keys fail at the device, MR_SYNC fails
+ * with -ENODEV.
  */
 #include <linux/dma-mapping.h>
 #include <linux/highmem.h>
+#include <linux/io.h>
 #include <linux/memremap.h>
 #include <linux/mm.h>
 #include <linux/pci-p2pdma.h>
@@ -211,13 +222,14 @@ static void rnic_mr_bounce_copy(struct rnic_mr *mr, u64 off, u64 len, bool to_bo
 		size_t in = pos & ~PAGE_MASK;
 		size_t chunk = min_t(u64, PAGE_SIZE - in, len);
 		/* P2PDMA pages are ZONE_DEVICE memory in the kernel's linear map. */
-		u8 *gpu = page_address(mr->pages[i]) + in;
+		void __iomem *gpu = (void __force __iomem *)page_address(mr->pages[i]) + in;
 		u8 *host = kmap_local_page(mr->bounce[i]);
 
+		/* Uncached device memory (a BAR): I/O accessors, not memcpy. */
 		if (to_bounce)
-			memcpy(host + in, gpu, chunk);
+			memcpy_fromio(host + in, gpu, chunk);
 		else
-			memcpy(gpu, host + in, chunk);
+			memcpy_toio(gpu, host + in, chunk);
 		kunmap_local(host);
 		pos += chunk;
 		len -= chunk;
@@ -264,7 +276,7 @@ static int rnic_mr_bounce_setup(struct rnic_nic *nic, struct rnic_mr *mr)
 					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
 	if (ret)
 		goto err_free;
-	ret = dma_map_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	ret = dma_map_sgtable(dev, &mr->sgt, mr->dir, 0);
 	if (ret) {
 		sg_free_table(&mr->sgt);
 		goto err_free;
@@ -292,7 +304,7 @@ static int rnic_mr_map(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, co
 		return ret;
 
 	*why = "DMA-mapping the pages";
-	ret = dma_map_sgtable(dev, &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	ret = dma_map_sgtable(dev, &mr->sgt, mr->dir, 0);
 	if (!ret) {
 		mr->path = mr->provider ? rnic_p2p_path(nic->rd.pdev, mr->provider) :
 			   RNIC_MR_PATH_HOST;
@@ -303,8 +315,8 @@ static int rnic_mr_map(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, co
 		return ret;
 
 	if (strict) {
-		dev_err(dev, "REG_MR (strict P2P): RNIC %s cannot DMA to GPU %s memory peer-to-peer: %d\n",
-			pci_name(nic->rd.pdev), pci_name(mr->provider), ret);
+		dev_err_ratelimited(dev, "REG_MR (strict P2P): RNIC %s cannot DMA to GPU %s memory peer-to-peer: %d\n",
+				    pci_name(nic->rd.pdev), pci_name(mr->provider), ret);
 		*why = "peer-to-peer DMA-mapping the GPU memory (strict)";
 		return ret;
 	}
@@ -321,7 +333,7 @@ static int rnic_mr_map(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, co
 
 static void rnic_mr_unmap(struct rnic_nic *nic, struct rnic_mr *mr)
 {
-	dma_unmap_sgtable(nic_dev(nic), &mr->sgt, DMA_BIDIRECTIONAL, 0);
+	dma_unmap_sgtable(nic_dev(nic), &mr->sgt, mr->dir, 0);
 	sg_free_table(&mr->sgt);
 	if (mr->bounce)
 		rnic_mr_bounce_free(nic, mr);
@@ -351,6 +363,11 @@ static int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
 	return i == mr->npages ? 0 : -EIO;
 }
 
+/*
+ * REG_MR, called without uc->lock: the user pages are pinned first (a fault there may
+ * take as long as user space wants), then the mutex is taken for everything the device
+ * and the file's objects see.
+ */
 int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 {
 	struct rnic_nic *nic = uc->nic;
@@ -377,17 +394,14 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 				     req->addr, req->length, RNIC_UAPI_MAX_MR_SIZE);
 		return -EINVAL;
 	}
-	pd = xa_load(&uc->pds, req->pd);
-	if (!pd)
-		return -ENOENT;
 
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
 	if (!mr)
 		return -ENOMEM;
 	mr->access = req->access;
+	mr->dir = rnic_mr_writable(mr->access) ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
 	mr->iova = req->addr;
 	mr->length = req->length;
-	mr->pd = pd;
 	start = req->addr & PAGE_MASK;
 	end = PAGE_ALIGN(last + 1);
 	mr->npages = (end - start) >> PAGE_SHIFT;
@@ -400,7 +414,7 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 
 	why = "page array";
 	ret = -ENOMEM;
-	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages), GFP_KERNEL);
+	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages), GFP_KERNEL_ACCOUNT);
 	if (!mr->pages)
 		goto err_unaccount;
 
@@ -415,9 +429,27 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 			goto err_unpin;
 	}
 
-	ret = rnic_mr_map(nic, mr, req->flags & RNIC_MR_FLAG_STRICT_P2P, &why);
+	why = "the device went away";
+	ret = rnic_uc_lock(uc);
 	if (ret)
 		goto err_unpin;
+
+	why = "the protection domain";
+	ret = -ENOENT;
+	pd = xa_load(&uc->pds, req->pd);
+	if (!pd)
+		goto err_unlock;
+	mr->pd = pd;
+
+	/* A GPU whose removal started no longer counts (its MRs are being revoked). */
+	why = "the GPU that provides the memory is going away";
+	ret = -ENODEV;
+	if (mr->provider && !rnic_p2p_provider_live(mr->provider))
+		goto err_unlock;
+
+	ret = rnic_mr_map(nic, mr, req->flags & RNIC_MR_FLAG_STRICT_P2P, &why);
+	if (ret)
+		goto err_unlock;
 
 	why = "MTT space";
 	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
@@ -463,6 +495,7 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 
 	pd->users++;
 	atomic64_add(mr->npages, &nic->stats.mr_pinned_pages);
+	rnic_uc_unlock(uc);
 	req->lkey = mr->key;
 	req->rkey = mr->key;
 	req->index = mr->index;
@@ -477,6 +510,8 @@ err_mtt:
 	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
 err_unmap:
 	rnic_mr_unmap(nic, mr);
+err_unlock:
+	rnic_uc_unlock(uc);
 err_unpin:
 	unpin_user_pages(mr->pages, pinned);
 	pci_dev_put(mr->provider);
@@ -491,22 +526,41 @@ err_free:
 	return ret;
 }
 
-/* Deregisters at the device, then unmaps and unpins. The caller removed it from its file. */
-void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr)
+/* Unmaps, unpins and unaccounts an MR's memory and frees its MTT range. */
+void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr)
 {
-	mutex_lock(&nic->cmd_lock);
-	/* On failure (logged) the device is gone or already forgot it: unpin anyway. */
-	rnic_cmd(nic, RNIC_CMD_DEREG_MR, mr->index);
-	mutex_unlock(&nic->cmd_lock);
-
-	ida_free(&nic->mr_ida, mr->index);
 	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
 	rnic_mr_unmap(nic, mr);
 	rnic_mr_unpin(mr);
 	kvfree(mr->pages);
+	mr->pages = NULL;
 	rnic_mr_unaccount(mr);
 	atomic64_sub(mr->npages, &nic->stats.mr_pinned_pages);
+}
+
+/*
+ * Deregisters at the device, then unmaps and unpins. The caller removed it from its file.
+ * When the device refuses, its memory stays pinned and mapped (zombie) until remove().
+ */
+void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr)
+{
 	mr->pd->users--;
+	if (mr->revoked) {
+		ida_free(&nic->mr_ida, mr->index);
+		kfree(mr);
+		return;
+	}
+	if (!rnic_cmd_release(nic, RNIC_CMD_DEREG_MR, mr->index)) {
+		atomic64_add((u64)mr->npages << PAGE_SHIFT, &nic->stats.zombie_bytes);
+		dev_warn_ratelimited(nic_dev(nic), "the device refused to deregister MR %u: its %u pages stay pinned until the device is removed\n",
+				     mr->index, mr->npages);
+		mutex_lock(&nic->zombie_lock);
+		list_add(&mr->zombie, &nic->zombie_mrs);
+		mutex_unlock(&nic->zombie_lock);
+		return;
+	}
+	ida_free(&nic->mr_ida, mr->index);
+	rnic_mr_release_mem(nic, mr);
 	kfree(mr);
 }
 
@@ -535,9 +589,73 @@ int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req)
 				     mr->index, req->direction, req->offset, req->length, mr->length);
 		return -EINVAL;
 	}
+	if (mr->revoked)
+		return -ENODEV;
+	if (req->direction == RNIC_MR_SYNC_FROM_BOUNCE && !rnic_mr_writable(mr->access)) {
+		dev_warn_ratelimited(nic_dev(uc->nic), "MR_SYNC MR %u: FROM_BOUNCE would write an MR registered read-only\n",
+				     mr->index);
+		return -EPERM;
+	}
 	if (mr->path != RNIC_MR_PATH_BOUNCE || !req->length)
 		return 0;
 	rnic_mr_bounce_copy(mr, req->offset, req->length,
 			    req->direction == RNIC_MR_SYNC_TO_BOUNCE);
 	return 0;
+}
+
+/* Revokes the MRs of one file over @provider's memory (uc->lock held). */
+static unsigned int rnic_uc_revoke(struct rnic_ucontext *uc, struct pci_dev *provider)
+{
+	struct rnic_nic *nic = uc->nic;
+	unsigned long i, j;
+	unsigned int n = 0;
+	struct rnic_mr *mr;
+	struct rnic_qp *qp;
+
+	lockdep_assert_held(&uc->lock);
+	xa_for_each(&uc->mrs, i, mr) {
+		if (mr->revoked || mr->provider != provider)
+			continue;
+		/* Quiesce: every QP that could name the MR (same PD) stops. */
+		xa_for_each(&uc->qps, j, qp)
+			if (qp->pd == mr->pd)
+				rnic_qp_to_err(uc, qp);
+		/*
+		 * Even a refused DEREG_MR cannot reach the GPU any more: its BAR1_APERTURE slot
+		 * is already cleared. The pin must go, or the GPU's removal waits forever.
+		 */
+		if (!rnic_cmd_release(nic, RNIC_CMD_DEREG_MR, mr->index))
+			dev_err_ratelimited(nic_dev(nic), "revoking MR %u: the device refused DEREG_MR; unpinning anyway\n",
+					    mr->index);
+		rnic_mr_release_mem(nic, mr);
+		mr->revoked = true;
+		atomic64_inc(&nic->stats.revoked_mrs);
+		n++;
+	}
+	return n;
+}
+
+/**
+ * rnic_nic_revoke_provider() - revoke every MR of @nic over the memory of @provider
+ * @nic: an RNIC
+ * @provider: a GPU going away, already out of the registry and the aperture slots
+ *
+ * Called by rnic_p2p.c from the GPU's remove(); takes files_lock and each uc->lock.
+ */
+void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider)
+{
+	struct rnic_ucontext *uc;
+	unsigned int n = 0;
+
+	mutex_lock(&nic->files_lock);
+	list_for_each_entry(uc, &nic->files, node) {
+		mutex_lock(&uc->lock);
+		if (!uc->dead)
+			n += rnic_uc_revoke(uc, provider);
+		mutex_unlock(&uc->lock);
+	}
+	mutex_unlock(&nic->files_lock);
+	if (n)
+		dev_info(nic_dev(nic), "GPU %s is going away: revoked %u MRs over its memory (their QPs moved to ERROR)\n",
+			 pci_name(provider), n);
 }

@@ -7,6 +7,9 @@
  * asynchronous errors, the others: CQs), the verbs engine's tables (rnic_verbs.c,
  * rnic_mr.c) and the character device /dev/rnic_emuN (rnic_cdev.c). sysfs adds `stats`
  * (the device's counters) and `driver_stats` (the driver's own).
+ *
+ * Remove: quiesce, then free (see rnic_nic_remove()). Sizes the device reports are
+ * bounded before anything is allocated from them.
  */
 #include <linux/io.h>
 #include <linux/module.h>
@@ -36,6 +39,7 @@ static void rnic_nic_release(struct kref *ref)
 {
 	struct rnic_nic *nic = container_of(ref, struct rnic_nic, ref);
 
+	kfree(nic->vec_armed);
 	kfree(nic->vec_seq);
 	kfree(nic);
 }
@@ -68,6 +72,12 @@ static int rnic_nic_read_limits(struct rnic_nic *nic)
 			RNIC_MAX_MR_INDEX, nic->max_ring_log2);
 		return -ENODEV;
 	}
+	/* The MR context table is one DMA-coherent allocation: bound it (4 MiB). */
+	nic->max_mr_hw = nic->max_mr;
+	nic->max_mr = min_t(u32, nic->max_mr, RNIC_MAX_TABLE_BYTES / sizeof(struct rnic_mr_ctx));
+	if (nic->max_mr != nic->max_mr_hw)
+		dev_info(dev, "RNIC offers %u MR contexts; the driver uses %u\n",
+			 nic->max_mr_hw, nic->max_mr);
 	return 0;
 }
 
@@ -105,7 +115,8 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	}
 
 	nic->vec_seq = kcalloc(nvec, sizeof(*nic->vec_seq), GFP_KERNEL);
-	if (!nic->vec_seq) {
+	nic->vec_armed = kcalloc(nvec, sizeof(*nic->vec_armed), GFP_KERNEL);
+	if (!nic->vec_seq || !nic->vec_armed) {
 		ret = -ENOMEM;
 		goto err_teardown;
 	}
@@ -136,6 +147,7 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 err_verbs:
 	pci_set_drvdata(pdev, NULL);
+	rnic_verbs_quiesce(nic);
 	rnic_verbs_fini(nic);
 err_irq:
 	rnic_irq_teardown(rd);
@@ -151,8 +163,14 @@ static void rnic_nic_remove(struct pci_dev *pdev)
 	struct rnic_dev *rd = pci_get_drvdata(pdev);
 	struct rnic_nic *nic = to_nic(rd);
 
+	/*
+	 * Quiesce first, then free: no new file, the engine reset and stopped (it forgets every
+	 * table, ring and MR), and only then the objects of open files and the tables freed.
+	 */
 	rnic_p2p_nic_remove(nic);
 	rnic_cdev_unregister(nic);
+	rnic_verbs_quiesce(nic);
+	rnic_cdev_kill_files(nic);
 	rnic_verbs_fini(nic);
 	rnic_irq_teardown(rd);
 	rnic_dev_teardown(rd);
@@ -183,7 +201,7 @@ static ssize_t driver_stats_show(struct device *dev, struct device_attribute *at
 	struct rnic_drv_stats *s = &nic->stats;
 
 	return sysfs_emit(buf,
-			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\np2p_fallbacks %lld\nmr_bounce_pages %lld\n",
+			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\np2p_fallbacks %lld\nmr_bounce_pages %lld\nzombie_bytes %lld\nrevoked_mrs %lld\nspurious_irqs %lld\ngone %d\n",
 			  (long long)atomic64_read(&s->cmd_errors),
 			  (long long)atomic64_read(&s->mr_reg_failures),
 			  (long long)atomic64_read(&s->mr_pinned_pages),
@@ -191,7 +209,11 @@ static ssize_t driver_stats_show(struct device *dev, struct device_attribute *at
 			  (long long)atomic64_read(&s->stale_cqes),
 			  (long long)atomic64_read(&s->async_errors),
 			  (long long)atomic64_read(&s->p2p_fallbacks),
-			  (long long)atomic64_read(&s->mr_bounce_pages));
+			  (long long)atomic64_read(&s->mr_bounce_pages),
+			  (long long)atomic64_read(&s->zombie_bytes),
+			  (long long)atomic64_read(&s->revoked_mrs),
+			  (long long)atomic64_read(&nic->rd.spurious_irqs),
+			  test_bit(RNIC_NIC_GONE, &nic->flags));
 }
 static DEVICE_ATTR_RO(driver_stats);
 

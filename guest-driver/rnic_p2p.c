@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * rnic-emu guest driver: the registry of GPUs and RNICs behind GPUDirect RDMA, the
- * BAR1_APERTURE programming (seed §3.1, docs/gpudirect.md) and the P2P path decision.
+ * BAR1_APERTURE programming (docs/gpudirect.md) and the P2P path decision.
  *
  * The registry is module-wide because both PCI drivers live in this module and either may
  * bind first. One mutex guards both lists and every aperture write, so an RNIC always
- * sees one consistent slot assignment.
+ * sees one consistent slot assignment; a spinlock also guards the GPU list, for the
+ * lookups REG_MR makes under a file's mutex (which ranks below the registry mutex).
+ *
+ * A GPU going away is first taken out of the list and out of every RNIC's aperture slots
+ * (the RNIC can no longer DMA to it), then every RNIC revokes the MRs over its memory
+ * (rnic_mr.c), so that no pin is left for the P2PDMA teardown to wait for.
  */
 #include <linux/io.h>
 #include <linux/mutex.h>
@@ -15,6 +20,7 @@
 #include "rnic_verbs.h"
 
 static DEFINE_MUTEX(rnic_p2p_lock);
+static DEFINE_SPINLOCK(rnic_p2p_gpus_spin);	/* also guards rnic_p2p_gpus */
 static LIST_HEAD(rnic_p2p_gpus);	/* struct rnic_p2p_gpu, sorted by pci_name() */
 static LIST_HEAD(rnic_p2p_nics);	/* struct rnic_nic via p2p_node */
 
@@ -56,16 +62,24 @@ void rnic_p2p_gpu_add(struct rnic_p2p_gpu *gpu)
 	list_for_each_entry(pos, &rnic_p2p_gpus, node)
 		if (strcmp(pci_name(gpu->pdev), pci_name(pos->pdev)) < 0)
 			break;
+	spin_lock(&rnic_p2p_gpus_spin);
 	list_add_tail(&gpu->node, &pos->node);	/* before pos, or at the end */
+	spin_unlock(&rnic_p2p_gpus_spin);
 	rnic_p2p_program_all();
 	mutex_unlock(&rnic_p2p_lock);
 }
 
 void rnic_p2p_gpu_remove(struct rnic_p2p_gpu *gpu)
 {
+	struct rnic_nic *nic;
+
 	mutex_lock(&rnic_p2p_lock);
+	spin_lock(&rnic_p2p_gpus_spin);
 	list_del(&gpu->node);
+	spin_unlock(&rnic_p2p_gpus_spin);
 	rnic_p2p_program_all();
+	list_for_each_entry(nic, &rnic_p2p_nics, p2p_node)
+		rnic_nic_revoke_provider(nic, gpu->pdev);
 	mutex_unlock(&rnic_p2p_lock);
 }
 
@@ -89,15 +103,27 @@ struct pci_dev *rnic_p2p_find_provider(phys_addr_t phys)
 	struct pci_dev *found = NULL;
 	struct rnic_p2p_gpu *gpu;
 
-	mutex_lock(&rnic_p2p_lock);
+	spin_lock(&rnic_p2p_gpus_spin);
 	list_for_each_entry(gpu, &rnic_p2p_gpus, node) {
 		if (phys >= gpu->phys && phys - gpu->phys < gpu->size) {
 			found = pci_dev_get(gpu->pdev);
 			break;
 		}
 	}
-	mutex_unlock(&rnic_p2p_lock);
+	spin_unlock(&rnic_p2p_gpus_spin);
 	return found;
+}
+
+bool rnic_p2p_provider_live(struct pci_dev *provider)
+{
+	struct rnic_p2p_gpu *gpu;
+	bool live = false;
+
+	spin_lock(&rnic_p2p_gpus_spin);
+	list_for_each_entry(gpu, &rnic_p2p_gpus, node)
+		live |= gpu->pdev == provider;
+	spin_unlock(&rnic_p2p_gpus_spin);
+	return live;
 }
 
 static bool rnic_p2p_is_ancestor(struct pci_dev *bridge, struct pci_dev *dev)

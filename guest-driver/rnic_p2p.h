@@ -28,12 +28,16 @@ struct rnic_p2p_gpu {
 };
 
 void rnic_p2p_gpu_add(struct rnic_p2p_gpu *gpu);
+/* Takes the GPU out, clears its aperture slots and revokes every MR over its memory. */
 void rnic_p2p_gpu_remove(struct rnic_p2p_gpu *gpu);
 void rnic_p2p_nic_add(struct rnic_nic *nic);
 void rnic_p2p_nic_remove(struct rnic_nic *nic);
 
 /* The GPU whose BAR1 holds @phys, with a reference (pci_dev_put() it), or NULL. */
 struct pci_dev *rnic_p2p_find_provider(phys_addr_t phys);
+
+/* Whether @provider is still a registered GPU (false once its removal started). */
+bool rnic_p2p_provider_live(struct pci_dev *provider);
 
 /* RNIC_MR_PATH_P2P_SWITCH or RNIC_MR_PATH_P2P_HOST_BRIDGE for @client <-> @provider. */
 u32 rnic_p2p_path(struct pci_dev *client, struct pci_dev *provider);

@@ -6,10 +6,21 @@
  * tables and MTT the device reads (bring-up, §1), the command mutex (§2), and the files
  * open on its character device. Objects (PD, CQ, QP, MR) belong to one open file
  * (struct rnic_ucontext) and are found through that file's xarrays; every ioctl of a file
- * runs under the file's mutex, except the sleep of POLL_CQ.
+ * works on them under the file's mutex. User memory is never touched with that mutex
+ * held (REG_MR pins before taking it, POST_* copy the work requests in before, POLL_CQ
+ * copies completions out after), so removal never waits for a page fault user space
+ * controls.
  *
- * Locking order: rnic_ucontext.lock -> rnic_nic.cmd_lock / rnic_nic.mtt_lock.
- * rnic_nic.files_lock -> rnic_ucontext.lock (only at remove).
+ * One file per object kind: rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c,
+ * rnic_mr.c; rnic_verbs.c holds bring-up, commands, surprise-removal detection and the
+ * teardown of a whole file. They all include this header and nothing of each other.
+ *
+ * Locking order: rnic_p2p_lock (GPU removal) -> rnic_nic.files_lock ->
+ * rnic_ucontext.lock -> rnic_nic.cmd_lock / rnic_nic.mtt_lock / rnic_nic.zombie_lock.
+ *
+ * Memory the device may still own is never freed while it may: a destroy the device
+ * refused leaves its rings or pages on the zombie lists, freed at remove() after the
+ * engine was reset and stopped.
  */
 #ifndef _RNIC_VERBS_H
 #define _RNIC_VERBS_H
@@ -20,6 +31,7 @@
 #include <linux/miscdevice.h>
 #include <linux/mm_types.h>
 #include <linux/mutex.h>
+#include <linux/dma-direction.h>
 #include <linux/scatterlist.h>
 #include <linux/xarray.h>
 
@@ -36,6 +48,16 @@
 #define RNIC_PATH_MTU_MAX_LOG2	12		/* 4096 bytes */
 #define RNIC_QP_DEFAULT_RETRY_CNT	7
 #define RNIC_QP_DEFAULT_TIMEOUT	14		/* 4.096 us * 2^14 = 67 ms */
+/*
+ * Rings and context tables are physically contiguous (the device takes one bus address
+ * each): at most an order-10 allocation (4 MiB), asked for with __GFP_NOWARN so that a
+ * user asking for too much gets -EINVAL or -ENOMEM, never a page-allocator warning.
+ */
+#define RNIC_MAX_RING_BYTES	(4U << 20)
+#define RNIC_RING_GFP		(GFP_KERNEL_ACCOUNT | __GFP_NOWARN)
+#define RNIC_MAX_TABLE_BYTES	(4U << 20)
+/* How often an empty POLL_CQ may read a register to notice a device that went away. */
+#define RNIC_ALIVE_CHECK_MS	100
 
 /* Driver-side counters, shown in the driver_stats sysfs attribute. */
 struct rnic_drv_stats {
@@ -47,16 +69,23 @@ struct rnic_drv_stats {
 	atomic64_t async_errors;
 	atomic64_t p2p_fallbacks;	/* GPU MRs that fell back to a bounce buffer */
 	atomic64_t mr_bounce_pages;	/* bounce pages allocated now */
+	atomic64_t zombie_bytes;	/* freed only at remove: the device refused to let go */
+	atomic64_t revoked_mrs;		/* GPU MRs revoked because their GPU went away */
+	atomic64_t spurious_irqs;	/* interrupts nothing was waiting for */
 };
 
 struct rnic_nic {
 	struct rnic_dev rd;		/* first: drvdata and the common sysfs use it */
 	struct kref ref;		/* probe + one per open file */
 	bool dead;			/* remove() has torn the verbs state down */
+	bool quiesced;			/* engine reset and stopped: no more commands */
+	unsigned long flags;		/* RNIC_NIC_GONE */
+	unsigned long next_alive_check;	/* jiffies */
 
 	u32 max_qp, max_cq, max_mr, max_ring_log2;
 	void __iomem *dbp;		/* doorbell page (BAR2), NULL: MMIO doorbells only */
 	atomic_t *vec_seq;		/* nvec counters, bumped by each interrupt */
+	atomic_t *vec_armed;		/* nvec: CQ_ARMs not yet answered by an interrupt */
 	atomic_t next_vector;		/* round-robin CQ vector choice */
 
 	struct mutex cmd_lock;		/* one command at a time; guards the context tables */
@@ -75,6 +104,7 @@ struct rnic_nic {
 	struct ida pd_ida, cq_ida, qp_ida, mr_ida;
 	u8 *mr_gen;			/* max_mr key bytes (generation per MR index) */
 	u32 *qp_gen;			/* max_qp generations, tags wr_ids of a QP */
+	u32 max_mr_hw;			/* MAX_MR as the device reports it (max_mr may be less) */
 
 	char misc_name[32];
 	int misc_id;
@@ -85,8 +115,18 @@ struct rnic_nic {
 
 	struct rnic_drv_stats stats;
 
+	struct mutex zombie_lock;	/* guards the two lists below */
+	struct list_head zombie_rings;	/* struct rnic_zombie_ring */
+	struct list_head zombie_mrs;	/* struct rnic_mr via zombie */
+
 	struct list_head p2p_node;	/* in the GPUDirect registry (rnic_p2p.c) */
 };
+
+/* Bit 16 of the wr_id the device sees: the WQE is a receive (rnic_post.c, rnic_poll.c). */
+#define RNIC_WRID_RECV		BIT_ULL(16)
+
+/* nic->flags: reads of the ID register returned all-ones (the device is gone). */
+#define RNIC_NIC_GONE		0
 
 /* rnic_main.c: the node index from rnic_emu.node=N, or -1 */
 extern int rnic_node;
@@ -128,6 +168,14 @@ struct rnic_cq {
 	dma_addr_t ring_dma;
 };
 
+/* DMA-coherent memory the device refused to give back (freed at remove()). */
+struct rnic_zombie_ring {
+	struct list_head node;
+	void *ring;
+	size_t size;
+	dma_addr_t dma;
+};
+
 /* One work queue (SQ or RQ) of a QP, ring memory owned by the driver. */
 struct rnic_wq {
 	u32 log_size;
@@ -135,6 +183,7 @@ struct rnic_wq {
 	u16 pi, ci;			/* free-running producer, consumer (slots freed) */
 	void *ring;
 	dma_addr_t ring_dma;
+	size_t ring_bytes;
 	u64 *wr_id;			/* the caller's wr_id per slot */
 	unsigned long *busy;		/* per slot: a WQE is outstanding */
 };
@@ -173,39 +222,68 @@ struct rnic_mr {
 	u32 path;			/* RNIC_MR_PATH_* */
 	struct pci_dev *provider;	/* GPU memory: the GPU (a reference) */
 	struct page **bounce;		/* BOUNCE: npages host pages, page i mirrors pages[i] */
+	enum dma_data_direction dir;	/* DMA_TO_DEVICE unless the access flags allow writes */
+	bool revoked;			/* its GPU went away: unmapped, unpinned, off the device */
+	struct list_head zombie;	/* in nic->zombie_mrs when the device kept it */
 };
 
-/* rnic_verbs.c */
+/* rnic_verbs.c: bring-up, commands, liveness, teardown */
 int rnic_verbs_init(struct rnic_nic *nic);
+void rnic_verbs_quiesce(struct rnic_nic *nic);
 void rnic_verbs_fini(struct rnic_nic *nic);
-void rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec);
+bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec);
 int rnic_cmd(struct rnic_nic *nic, u32 op, u32 index);
+bool rnic_cmd_release(struct rnic_nic *nic, u32 op, u32 index);
+bool rnic_nic_alive(struct rnic_nic *nic);
+bool rnic_nic_alive_ratelimited(struct rnic_nic *nic);
+void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma);
+void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma, bool device_let_go);
+void rnic_zombies_free(struct rnic_nic *nic);
 void rnic_nic_put(struct rnic_nic *nic);
+int rnic_uc_lock(struct rnic_ucontext *uc);
+void rnic_uc_unlock(struct rnic_ucontext *uc);
+void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
 
+/* rnic_pd.c */
 int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
 int rnic_dealloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
+void rnic_pd_free(struct rnic_ucontext *uc, struct rnic_pd *pd);
+
+/* rnic_cq.c */
 int rnic_create_cq(struct rnic_ucontext *uc, struct rnic_create_cq *req);
 int rnic_destroy_cq(struct rnic_ucontext *uc, u32 cqn);
+void rnic_cq_destroy(struct rnic_ucontext *uc, struct rnic_cq *cq);
+void rnic_cq_put(struct rnic_cq *cq);
+
+/* rnic_qp.c */
 int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req);
 int rnic_destroy_qp(struct rnic_ucontext *uc, u32 qpn);
+void rnic_qp_destroy(struct rnic_ucontext *uc, struct rnic_qp *qp);
 int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req);
 int rnic_query_qp(struct rnic_ucontext *uc, struct rnic_query_qp *req);
+void rnic_qp_to_err(struct rnic_ucontext *uc, struct rnic_qp *qp);
+
+/* rnic_post.c: runs without uc->lock held (takes it per chunk of work requests) */
 int rnic_post_send(struct rnic_ucontext *uc, struct rnic_post *req);
 int rnic_post_recv(struct rnic_ucontext *uc, struct rnic_post *req);
+
+/* rnic_poll.c: runs without uc->lock held */
 int rnic_poll_cq(struct rnic_ucontext *uc, struct rnic_poll_cq *req);
-void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
 
 /* rnic_mr.c */
 int rnic_mtt_init(struct rnic_nic *nic);
 void rnic_mtt_fini(struct rnic_nic *nic);
-int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req);
+int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req);	/* without uc->lock */
 int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index);
 int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);
+void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr);
+void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);
 
 /* rnic_cdev.c */
 int rnic_cdev_register(struct rnic_nic *nic);
 void rnic_cdev_unregister(struct rnic_nic *nic);
+void rnic_cdev_kill_files(struct rnic_nic *nic);
 
 extern const struct attribute_group rnic_nic_stats_group;
 

@@ -28,21 +28,6 @@ fn stats_after(out: &str, marker: &str) -> HashMap<String, u64> {
         .collect()
 }
 
-/// `rnic-verbs-check all` output: scenario name -> its "key: value" lines.
-fn scenarios(out: &str) -> HashMap<String, HashMap<String, String>> {
-    let mut all: HashMap<String, HashMap<String, String>> = HashMap::new();
-    let mut cur = None;
-    for line in out.lines() {
-        if let Some(name) = line.strip_prefix("scenario: ") {
-            cur = Some(name.trim().to_string());
-            all.entry(name.trim().to_string()).or_default();
-        } else if let (Some(c), Some((k, v))) = (&cur, line.split_once(": ")) {
-            all.get_mut(c).unwrap().insert(k.trim().to_string(), v.trim().to_string());
-        }
-    }
-    all
-}
-
 #[test]
 fn loopback_verbs_errors_and_ten_thousand_writes() {
     let sizes = SIZES.map(|s| s.to_string()).join(" ");

@@ -75,6 +75,22 @@ pub fn value<'a>(text: &'a str, key: &str) -> &'a str {
     v[0]
 }
 
+/// Output of the guest's scenario tools (`rnic-verbs-check`, `rnic-driver-check`): scenario
+/// name (from "scenario: NAME" lines) -> the "key: value" lines after it.
+pub fn scenarios(out: &str) -> std::collections::HashMap<String, std::collections::HashMap<String, String>> {
+    let mut all: std::collections::HashMap<String, std::collections::HashMap<String, String>> = Default::default();
+    let mut cur = None;
+    for line in out.lines() {
+        if let Some(name) = line.strip_prefix("scenario: ") {
+            cur = Some(name.trim().to_string());
+            all.entry(name.trim().to_string()).or_default();
+        } else if let (Some(c), Some((k, v))) = (&cur, line.split_once(": ")) {
+            all.get_mut(c).unwrap().insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    all
+}
+
 /// The sections `rnic-status` prints: ("rnic"|"gpu", bdf, body).
 pub fn status_sections(text: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();

@@ -11,7 +11,11 @@
  * Errors: -EINVAL for a malformed request (unknown flag bits, non-zero padding, a value
  * out of range, a wrong QP state), -ENOENT for an unknown object number, -EBUSY for an
  * object still in use, -ENOMEM when a ring is full or memory is short, -EFAULT for bad
- * user pointers, -EIO when the device failed a command, -ENODEV after the device is gone.
+ * user pointers, -EIO when the device failed a command, -ENODEV after the device is gone
+ * (removed, or not answering: its registers read all-ones).
+ *
+ * The opcode, flag, access and state values below are the register contract's
+ * (rnic_emu_regs.h); the driver checks at build time that they agree.
  */
 #ifndef _UAPI_RNIC_EMU_UAPI_H
 #define _UAPI_RNIC_EMU_UAPI_H
@@ -25,8 +29,10 @@
  * 3: the fabric (docs/fabric.md): MODIFY_QP takes the remote attributes (dest_ip, PSNs,
  *    path MTU, retry count, ACK timeout); QUERY_DEVICE reports the RNIC's IPv4 address
  *    and the node index.
+ * 4: QUERY_DEVICE reports max_ring_bytes (the largest SQ/RQ ring CREATE_QP accepts);
+ *    MR_SYNC FROM_BOUNCE on an MR without write access fails with -EPERM.
  */
-#define RNIC_UAPI_VERSION		3
+#define RNIC_UAPI_VERSION		4
 
 #define RNIC_UAPI_MAX_SGE		14	/* (256 - 32) / 16: the largest WQE stride */
 #define RNIC_UAPI_MAX_INLINE		224	/* 256 - 32 */
@@ -76,6 +82,8 @@ struct rnic_query_device {
 	__aligned_u64 max_mr_size;	/* out: RNIC_UAPI_MAX_MR_SIZE */
 	__u32 ipv4;			/* out: RNIC_REG_IPV4, a.b.c.d as a << 24 | ...; 0: no fabric */
 	__u32 node;			/* out: rnic_emu.node=N, or RNIC_NODE_UNKNOWN */
+	__u32 max_ring_bytes;		/* out: largest SQ or RQ ring: slots x WQE stride */
+	__u32 pad;
 };
 
 /* node of struct rnic_query_device when the module parameter rnic_emu.node is not set */
@@ -102,6 +110,7 @@ struct rnic_create_qp {
 	__u32 max_send_sge;		/* in/out: 0..RNIC_UAPI_MAX_SGE (the stride allows more) */
 	__u32 max_recv_sge;		/* in/out: 1..RNIC_UAPI_MAX_SGE */
 	__u32 max_inline;		/* in/out: 0..RNIC_UAPI_MAX_INLINE */
+	/* each ring (slots x stride) at most QUERY_DEVICE max_ring_bytes, else -EINVAL */
 	__u32 qpn;			/* out (CREATE_QP) / in (DESTROY_QP) */
 	__u32 pad;
 };
@@ -199,7 +208,7 @@ struct rnic_reg_mr {
 	__u32 pad;
 };
 
-/* direction of struct rnic_mr_sync */
+/* direction of struct rnic_mr_sync (FROM_BOUNCE needs an MR with a write access flag) */
 #define RNIC_MR_SYNC_TO_BOUNCE		1	/* GPU memory -> bounce, before the device reads */
 #define RNIC_MR_SYNC_FROM_BOUNCE	2	/* bounce -> GPU memory, after the device wrote */
 
