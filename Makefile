@@ -7,9 +7,11 @@
 #               boot two guests and RDMA WRITE GPU to GPU between them over the RoCEv2 fabric;
 #               last, four guests run a ring all_reduce GPU to GPU (rnic-coll, nccl-tests table)
 #   make test   unit, host-level (vfio-user client) and guest-level (QEMU) tests
+#   make fuzz   every fuzz target for FUZZ_SECONDS (default 120) each from the kept corpus
+#               (device/fuzz/README.md); make fuzz-seed rewrites the corpus's seed inputs
 CARGO ?= cargo
 
-.PHONY: demo test image
+.PHONY: demo test image fuzz fuzz-seed
 image:
 	bash images/build.sh
 
@@ -29,3 +31,9 @@ demo: image
 
 test: image
 	$(CARGO) test --workspace
+
+fuzz:
+	bash device/fuzz/run-all.sh
+
+fuzz-seed:
+	$(CARGO) test -q -p rnic-emu --lib fuzzing::corpus_tests::write_seed_corpus -- --ignored

@@ -18,11 +18,12 @@ pub use rnic_emu_core::{
     timing, topology, verbs,
 };
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
-#[doc(hidden)]
-pub use rnic_emu_core::fuzzing;
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hostdrv;
 pub mod image;
 pub mod kv;
+pub mod logging;
 pub mod qemu;
 pub mod run;

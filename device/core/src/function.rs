@@ -64,6 +64,10 @@ pub trait PciFunction: Send {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Counts one refused guest request (bad register or region access, refused DMA map
+    /// or interrupt request) in the function's statistics. Its log line is rate-limited
+    /// ([`crate::guest_warn!`]); the count is not.
+    fn guest_error(&self);
 }
 
 /// Whether a BAR0 access falls in the MSI-X table or PBA, which QEMU's vfio-user client
@@ -72,14 +76,18 @@ pub fn in_msix_area(offset: u64) -> bool {
     offset >= MSIX_TABLE_OFFSET.min(MSIX_PBA_OFFSET)
 }
 
-/// Fills a read of an invalid register access with all-ones (STYLE §8).
-pub fn invalid_read(who: &str, bar: usize, offset: u64, data: &mut [u8], why: &dyn std::fmt::Display) {
-    log::warn!("{who}: BAR{bar} read of {} bytes at {offset:#x} refused: {why}", data.len());
+/// Fills a read of an invalid register access with all-ones, counts it and logs it
+/// (rate-limited).
+pub fn invalid_read(f: &dyn PciFunction, bar: usize, offset: u64, data: &mut [u8], why: &dyn std::fmt::Display) {
+    f.guest_error();
+    crate::guest_warn!("{}: BAR{bar} read of {} bytes at {offset:#x} refused: {why}", f.name(), data.len());
     data.fill(0xff);
 }
 
-pub fn invalid_write(who: &str, bar: usize, offset: u64, len: usize, why: &dyn std::fmt::Display) {
-    log::warn!("{who}: BAR{bar} write of {len} bytes at {offset:#x} dropped: {why}");
+/// Drops an invalid register write, counts it and logs it (rate-limited).
+pub fn invalid_write(f: &dyn PciFunction, bar: usize, offset: u64, len: usize, why: &dyn std::fmt::Display) {
+    f.guest_error();
+    crate::guest_warn!("{}: BAR{bar} write of {len} bytes at {offset:#x} dropped: {why}", f.name());
 }
 
 /// A function's PCI identity from its node description, with the documented defaults.

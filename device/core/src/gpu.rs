@@ -18,7 +18,7 @@ use crate::topology::Device;
 use crate::gpu_engine::{GpuEngine, Launch, Runner};
 use crate::verbs::worker::Mailbox;
 use crate::mem::router::PeerWindow;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Index of the memory aperture BAR.
@@ -34,6 +34,8 @@ pub struct Gpu {
     mem: Arc<SharedMemory>,
     /// Where BAR1 decodes now, for the node's RNIC (DMA router).
     window: Arc<PeerWindow>,
+    /// Refused guest requests ([`PciFunction::guest_error`]).
+    guest_errors: AtomicU64,
 }
 
 impl Gpu {
@@ -57,6 +59,7 @@ impl Gpu {
             engine,
             window: Arc::new(PeerWindow::new(mem.clone())),
             mem,
+            guest_errors: AtomicU64::new(0),
         };
         gpu.reset();
         Ok(gpu)
@@ -105,7 +108,8 @@ impl Gpu {
         if reg == GPU_REG_INT_TRIGGER {
             let raised = usize::try_from(value).is_ok_and(|v| self.irqs.trigger(v));
             if !raised {
-                log::warn!("{}: self-test interrupt on vector {value} not raised (not enabled)", self.name);
+                self.guest_error();
+                crate::guest_warn!("{}: self-test interrupt on vector {value} not raised (not enabled)", self.name);
             }
             self.regs.set(GPU_REG_INT_COUNT, self.irqs.raised() & 0xffff_ffff);
         }
@@ -138,12 +142,12 @@ impl PciFunction for Gpu {
             0 => {
                 self.sync_engine_registers();
                 if let Err(e) = self.regs.read(offset, data) {
-                    invalid_read(&self.name, bar, offset, data, &e);
+                    invalid_read(self, bar, offset, data, &e);
                 }
             }
             MEM_BAR => {
                 if let Err(e) = self.mem.read(offset, data) {
-                    invalid_read(&self.name, bar, offset, data, &e);
+                    invalid_read(self, bar, offset, data, &e);
                 }
             }
             _ => data.fill(0xff),
@@ -156,11 +160,11 @@ impl PciFunction for Gpu {
             0 => match self.regs.write(offset, data) {
                 Ok(Some(w)) => self.on_register_write(w.reg, w.value),
                 Ok(None) => {}
-                Err(e) => invalid_write(&self.name, bar, offset, data.len(), &e),
+                Err(e) => invalid_write(self, bar, offset, data.len(), &e),
             },
             MEM_BAR => {
                 if let Err(e) = self.mem.write(offset, data) {
-                    invalid_write(&self.name, bar, offset, data.len(), &e);
+                    invalid_write(self, bar, offset, data.len(), &e);
                 }
             }
             _ => {}
@@ -178,6 +182,7 @@ impl PciFunction for Gpu {
     fn reset(&mut self) {
         self.disconnect();
         self.engine.state.reset();
+        self.guest_errors.store(0, Ordering::Relaxed);
     }
 
     fn disconnect(&mut self) {
@@ -191,7 +196,12 @@ impl PciFunction for Gpu {
             ("engine_ops", st.ops.load(Ordering::SeqCst)),
             ("engine_bytes", st.bytes.load(Ordering::SeqCst)),
             ("engine_done", st.done.load(Ordering::SeqCst)),
+            ("guest_errors", self.guest_errors.load(Ordering::Relaxed)),
         ]
+    }
+
+    fn guest_error(&self) {
+        self.guest_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     fn config_written(&mut self) {

@@ -83,7 +83,7 @@ impl GpuEngine {
     pub fn launch(&mut self, l: Launch) {
         let idle = self.state.status.fetch_or(ENG_STATUS_BUSY, Ordering::SeqCst) & ENG_STATUS_BUSY == 0;
         if !idle {
-            log::warn!("GPU engine launch {l:?} refused: busy");
+            crate::guest_warn!("GPU engine launch {l:?} refused: busy");
             return;
         }
         match &mut self.slot {
@@ -152,7 +152,7 @@ impl Runner {
                 ENG_OK
             }
             Err(code) => {
-                log::warn!("GPU engine op {l:?} failed with code {code}");
+                crate::guest_warn!("GPU engine op {l:?} failed with code {code}");
                 code
             }
         };

@@ -19,8 +19,6 @@ pub mod contract;
 pub mod doorbell;
 pub mod fabric;
 pub mod function;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod gpu;
 pub mod gpu_engine;
 pub mod mem;

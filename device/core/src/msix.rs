@@ -118,7 +118,7 @@ impl Interrupts {
                 true
             }
             Err(e) => {
-                log::warn!("raising MSI-X vector {vector}: {e}");
+                crate::guest_warn!("raising MSI-X vector {vector}: {e}");
                 false
             }
         }

@@ -151,11 +151,15 @@ impl Rnic {
                 log::info!("{}: reset through RNIC_REG_RESET", self.name);
                 self.reset();
             }
-            RNIC_REG_RESET => log::warn!("{}: RNIC_REG_RESET write {value:#x} ignored (not RESET_MAGIC)", self.name),
+            RNIC_REG_RESET => {
+                self.guest_error();
+                crate::guest_warn!("{}: RNIC_REG_RESET write {value:#x} ignored (not RESET_MAGIC)", self.name);
+            }
             RNIC_REG_INT_TRIGGER => {
                 let raised = usize::try_from(value).is_ok_and(|v| self.irqs.trigger(v));
                 if !raised {
-                    log::warn!("{}: self-test interrupt on vector {value} not raised (not enabled)", self.name);
+                    self.guest_error();
+                    crate::guest_warn!("{}: self-test interrupt on vector {value} not raised (not enabled)", self.name);
                 }
                 self.regs.set(RNIC_REG_INT_COUNT, self.irqs.raised() & 0xffff_ffff);
             }
@@ -181,7 +185,8 @@ impl Rnic {
                     a.store(value, Ordering::SeqCst);
                 }
                 if value != 0 && !self.router.is_gpu_bar(value) {
-                    log::warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
+                    self.guest_error();
+                    crate::guest_warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
                     self.last_error.store(u64::from(ASYNC_ERR_APERTURE) << 24 | slot as u64, Ordering::SeqCst);
                 }
             }
@@ -220,7 +225,7 @@ impl PciFunction for Rnic {
         if bar == RNIC_DB_BAR {
             // A client that does not mmap the page reaches it through the socket.
             if let Err(e) = self.dbpage.memory().read(offset, data) {
-                invalid_read(&self.name, bar, offset, data, &e);
+                invalid_read(self, bar, offset, data, &e);
             }
             return;
         }
@@ -233,18 +238,18 @@ impl PciFunction for Rnic {
             return;
         }
         if stats_range().contains(&offset) {
-            invalid_read(&self.name, bar, offset, data, &"statistics take aligned 4- or 8-byte reads");
+            invalid_read(self, bar, offset, data, &"statistics take aligned 4- or 8-byte reads");
             return;
         }
         if let Err(e) = self.regs.read(offset, data) {
-            invalid_read(&self.name, bar, offset, data, &e);
+            invalid_read(self, bar, offset, data, &e);
         }
     }
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
         if bar == RNIC_DB_BAR {
             if let Err(e) = self.dbpage.memory().write(offset, data) {
-                invalid_write(&self.name, bar, offset, data.len(), &e);
+                invalid_write(self, bar, offset, data.len(), &e);
             }
             return;
         }
@@ -254,7 +259,7 @@ impl PciFunction for Rnic {
         match self.regs.write(offset, data) {
             Ok(Some(w)) => self.on_register_write(w.reg, w.value),
             Ok(None) => log::debug!("{}: write to read-only register {offset:#x} ignored", self.name),
-            Err(e) => invalid_write(&self.name, bar, offset, data.len(), &e),
+            Err(e) => invalid_write(self, bar, offset, data.len(), &e),
         }
     }
 
@@ -278,6 +283,10 @@ impl PciFunction for Rnic {
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         self.stats.snapshot()
+    }
+
+    fn guest_error(&self) {
+        self.stats.inc(crate::verbs::stats::Counter::GuestErrors);
     }
 
     /// `trace [qp=N] [since=N]` (recent WQEs as JSON) and `trace on|off`: the device's

@@ -141,7 +141,8 @@
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
 #define RNIC_STAT_NAKS_SENT          24           /* NAK packets sent (sequence, RNR, access, invalid request) */
 #define RNIC_STAT_DB_PAGE_UPDATES    25           /* producer/consumer indices taken from the doorbell page (no MMIO write) */
-#define RNIC_STAT_COUNT              26           /* number of counters */
+#define RNIC_STAT_GUEST_ERRORS       26           /* register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range) */
+#define RNIC_STAT_COUNT              27           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -170,6 +171,7 @@
 	[RNIC_STAT_ACKS_SENT] = "acks_sent", \
 	[RNIC_STAT_NAKS_SENT] = "naks_sent", \
 	[RNIC_STAT_DB_PAGE_UPDATES] = "db_page_updates", \
+	[RNIC_STAT_GUEST_ERRORS] = "guest_errors", \
 }
 
 /* Descriptor constants */

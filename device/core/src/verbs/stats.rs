@@ -42,6 +42,7 @@ counters! {
     AcksSent, "ACK packets sent";
     NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
     DbPageUpdates, "producer/consumer indices taken from the doorbell page (no MMIO write)";
+    GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
 }
 
 #[derive(Default)]
