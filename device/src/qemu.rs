@@ -68,9 +68,7 @@ pub fn device_args(node: &Node, socket_dir: &Path) -> Vec<String> {
 pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &GuestFiles) -> Vec<String> {
     let g = &topo.guest;
     let node = &topo.nodes[index];
-    // no_timer_check: under TCG on a busy host the kernel's early IO-APIC timer test can
-    // miss its ticks and panic ("IO-APIC + timer doesn't work!"); the emulated timer is fine.
-    let mut append = format!("console=ttyS0 panic=-1 oops=panic no_timer_check rnic_emu.node={index}");
+    let mut append = format!("console=ttyS0 panic=-1 oops=panic rnic_emu.node={index}");
     if !g.kernel_args.is_empty() {
         append.push(' ');
         append.push_str(&g.kernel_args);
