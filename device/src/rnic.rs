@@ -152,7 +152,9 @@ impl Rnic {
         }
     }
 
-    fn on_register_write(&mut self, reg: u64, value: u64) {
+    /// A register write took effect; `low_half`: only the low 4 bytes of a 64-bit
+    /// register were written (its high half is expected next).
+    fn on_register_write(&mut self, reg: u64, value: u64, low_half: bool) {
         match reg {
             RNIC_REG_RESET if value == RESET_MAGIC => {
                 log::info!("{}: reset through RNIC_REG_RESET", self.name);
@@ -186,9 +188,13 @@ impl Rnic {
                 if let Some(a) = self.router.apertures.get(slot) {
                     a.store(value, Ordering::SeqCst);
                 }
-                if value != 0 && !self.router.is_gpu_bar(value) {
-                    log::warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
+                // Checked once the whole value is there (docs/programming.md R-APT-2).
+                if !low_half && value != 0 && !self.router.is_gpu_bar(value) {
+                    crate::guest_warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
                     self.last_error.store(u64::from(ASYNC_ERR_APERTURE) << 24 | slot as u64, Ordering::SeqCst);
+                    if self.regs.get(DMA_CTRL) & DMA_CTRL_INT_ENABLE != 0 && self.irqs.trigger(crate::verbs::engine::ASYNC_VECTOR) {
+                        self.stats.inc(crate::verbs::stats::Counter::Interrupts);
+                    }
                 }
             }
             RNIC_REG_CMD => {
@@ -257,7 +263,10 @@ impl PciFunction for Rnic {
             return;
         }
         match self.regs.write(offset, data) {
-            Ok(Some(w)) => self.on_register_write(w.reg, w.value),
+            Ok(Some(w)) => {
+                let wide = REGS.iter().any(|r| r.offset == w.reg && r.width == 8);
+                self.on_register_write(w.reg, w.value, wide && data.len() == 4 && offset == w.reg)
+            }
             Ok(None) => log::debug!("{}: write to read-only register {offset:#x} ignored", self.name),
             Err(e) => invalid_write(&self.name, bar, offset, data.len(), &e),
         }

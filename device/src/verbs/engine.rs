@@ -521,13 +521,18 @@ impl Engine {
         let i = qpn as usize;
         let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
+        // DMA_CTRL ENABLE clear: no DMA at all, flushes and responses included
+        // (docs/programming.md R-RST-2); the work waits.
+        if !*enabled {
+            return false;
+        }
         let mut ctx = Ctx { name, mem, mrs, cqs };
         match qp.state {
             QpState::Err => ctx.flush_one(qpn, qp),
             QpState::Rtr | QpState::Rts if r.path != Path::None => {
                 let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
                 let responded = responder::send_responses(&mut ctx, &mut r.resp, qp.dest_qpn, &mut t);
-                if qp.state != QpState::Rts || !*enabled {
+                if qp.state != QpState::Rts {
                     return responded;
                 }
                 let now = Instant::now();
@@ -589,7 +594,8 @@ impl Engine {
         let i = qpn as usize;
         let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { ip, .. } if ip == from) && qp.state.can_receive();
         let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r));
-        if !ok {
+        // With DMA disabled the node is as if its link were down: the peer retransmits.
+        if !ok || !self.enabled {
             self.shared.stats.inc(Counter::PktsDropped);
             log::debug!("{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP)", self.name, pkt.bth.opcode, pkt.bth.psn);
             return;
@@ -609,6 +615,9 @@ impl Engine {
 
     /// The earliest time a requester wants to run again (retransmission timer, RNR wait).
     pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.enabled {
+            return None; // nothing runs until DMA_CTRL enables the engine again
+        }
         let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
         rts.filter_map(|(_, r)| r.req.deadline()).min()
     }
