@@ -1,6 +1,7 @@
 //! The register contract of both emulated functions: the one source of truth.
 //!
-//! Models the RNIC's BAR0 register block of the seed's §3.1 table (QP_CTX_BASE 0x1000,
+//! Models the RNIC's BAR0 register block of the original register map (docs/programming.md
+//! §0: QP_CTX_BASE 0x1000,
 //! WQE_DB_IDX 0x1008, CQE_CONS_IDX 0x100C, BAR1_APERTURE 0x2000, DMA_CTRL 0x3000 with reset
 //! value 0x01, MTT_BASE 0x3010), extended with what a real device needs to be probed
 //! (identification, version, capabilities, status, reset, scratch, interrupt self-test),

@@ -1,4 +1,4 @@
-//! The RNIC function: PCI identity, BAR0 register block (seed §3.1, `regs::rnic`), MSI-X.
+//! The RNIC function: PCI identity, BAR0 register block (`regs::rnic`, docs/programming.md §0), MSI-X.
 //!
 //! Registers with their reset values and access rules, device reset (register, FLR,
 //! vfio-user reset), the interrupt self-test, statistics, and the verbs engine behind the
