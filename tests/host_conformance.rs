@@ -98,14 +98,14 @@ impl Dev {
         c
     }
 
-    /// Writes QP context n with `f` applied to a valid RESET->INIT context; MODIFY_QP status.
+    /// Writes QP context n and runs CMD_MODIFY_QP on it; returns the status.
     fn modify(&mut self, qpn: u32, ctx: QpCtx) -> u32 {
         let at = self.table(QP_CTX_BASE) + u64::from(qpn) * 64;
         self.h.put(at, &ctx).unwrap();
         self.h.cmd(CMD_MODIFY_QP, qpn).unwrap()
     }
 
-    fn to_state(&mut self, qpn: u32, state: u8) -> u32 {
+    fn set_state(&mut self, qpn: u32, state: u8) -> u32 {
         let mut c = self.ctx_of(qpn);
         c.state = state;
         self.modify(qpn, c)
@@ -428,7 +428,7 @@ fn cq_destroy_busy() {
     let mut d = dev();
     d.qp_to_2(3, 3, 4);
     assert_eq!(d.h.cmd(CMD_DESTROY_CQ, 3).unwrap(), CMD_ERR_BUSY, "QP 3 (RTS) uses it");
-    assert_eq!(d.to_state(3, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(3, QPS_ERR), CMD_OK);
     assert_eq!(d.h.cmd(CMD_DESTROY_CQ, 3).unwrap(), CMD_ERR_BUSY, "QP 3 in ERROR still uses it");
     assert_eq!(d.h.cmd(CMD_DESTROY_QP, 3).unwrap(), CMD_OK);
     let (ring, len) = d.cq_ring(3);
@@ -451,19 +451,19 @@ fn qp_states() {
     let mut d = dev();
     d.h.create_qp(3, 1, 1, 4, QP_ACC).unwrap();
     for bad in [4u8, 5, 7, 0xff] {
-        assert_eq!(d.to_state(3, bad), CMD_ERR_INVALID, "state value {bad}");
+        assert_eq!(d.set_state(3, bad), CMD_ERR_INVALID, "state value {bad}");
     }
-    assert_eq!(d.to_state(3, QPS_RTS), CMD_ERR_STATE, "INIT -> RTS");
+    assert_eq!(d.set_state(3, QPS_RTS), CMD_ERR_STATE, "INIT -> RTS");
     let c = d.ctx_of(3);
     assert_eq!(c.state, QPS_INIT, "written back after a failed command: unchanged");
-    assert_eq!(d.to_state(3, QPS_ERR), CMD_OK);
-    assert_eq!(d.to_state(3, QPS_INIT), CMD_ERR_STATE, "ERR -> INIT");
+    assert_eq!(d.set_state(3, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(3, QPS_INIT), CMD_ERR_STATE, "ERR -> INIT");
     let c = d.ctx_of(3);
     assert_eq!((c.state, c.err_reason), (QPS_ERR, QP_ERR_MODIFY));
-    assert_eq!(d.to_state(3, QPS_RESET), CMD_OK);
+    assert_eq!(d.set_state(3, QPS_RESET), CMD_OK);
     let c = d.ctx_of(3);
     assert_eq!((c.state, c.err_reason, c.sq_ci, c.rq_ci), (QPS_RESET, QP_ERR_NONE, 0, 0));
-    assert_eq!(d.to_state(3, QPS_RTR), CMD_ERR_STATE, "RESET -> RTR");
+    assert_eq!(d.set_state(3, QPS_RTR), CMD_ERR_STATE, "RESET -> RTR");
 }
 
 #[test]
@@ -638,7 +638,7 @@ fn flush_contents() {
     d.h.post(1, true, &[w, s]).unwrap();
     let rs = [d.recv_wqe(3), d.recv_wqe(4)];
     d.h.post(1, false, &rs).unwrap();
-    assert_eq!(d.to_state(1, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(1, QPS_ERR), CMD_OK);
     d.h.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32).unwrap();
     let want = [(1, CQE_OP_RDMA_WRITE), (2, CQE_OP_SEND), (3, CQE_OP_RECV), (4, CQE_OP_RECV)];
     for (id, op) in want {
@@ -658,16 +658,16 @@ fn async_errors() {
     for q in [3, 4, 5] {
         d.h.create_qp(q, 1, 1, 4, QP_ACC).unwrap();
     }
-    assert_eq!(d.to_state(3, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(3, QPS_ERR), CMD_OK);
     assert!(fired(&mut efd, SECOND), "vector 0 raised");
     assert_ne!(u64::from(d.h.r32(RNIC_REG_STATUS).unwrap()) & STATUS_ERROR, 0);
-    assert_eq!(d.to_state(4, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(4, QPS_ERR), CMD_OK);
     assert_eq!(d.h.r32(RNIC_REG_LAST_ERROR).unwrap(), ASYNC_ERR_QP << 24 | 4, "a second error replaces the first");
     assert_eq!(u64::from(d.h.r32(RNIC_REG_STATUS).unwrap()) & STATUS_ERROR, 0, "reading LAST_ERROR clears STATUS_ERROR");
     assert_eq!(d.h.r32(RNIC_REG_LAST_ERROR).unwrap(), 0);
     fired(&mut efd, Duration::from_millis(50)); // drain the second error's interrupt
     d.h.w32(DMA_CTRL, DMA_CTRL_ENABLE as u32).unwrap();
-    assert_eq!(d.to_state(5, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(5, QPS_ERR), CMD_OK);
     assert!(quiet(&mut efd), "INT_ENABLE clear: no interrupt");
     assert_eq!(d.h.r32(RNIC_REG_LAST_ERROR).unwrap(), ASYNC_ERR_QP << 24 | 5, "latched all the same");
 }
@@ -725,7 +725,7 @@ fn dma_disable_quiescent() {
     d.qp_to_2(3, 3, 4);
     let rs = [d.recv_wqe(2), d.recv_wqe(3)];
     d.h.post(3, false, &rs).unwrap();
-    assert_eq!(d.to_state(3, QPS_ERR), CMD_OK, "commands work with DMA disabled");
+    assert_eq!(d.set_state(3, QPS_ERR), CMD_OK, "commands work with DMA disabled");
     let (r1, l1) = d.cq_ring(1);
     let (r3, l3) = d.cq_ring(3);
     std::thread::sleep(WATCH);
@@ -774,7 +774,7 @@ fn reset() {
 #[test]
 fn responder_not_ready_loopback() {
     let mut d = dev();
-    assert_eq!(d.to_state(2, QPS_ERR), CMD_OK);
+    assert_eq!(d.set_state(2, QPS_ERR), CMD_OK);
     let w = d.write_wqe(1, 64);
     d.h.post(1, true, &[w]).unwrap();
     let c = d.h.wait(1, SECOND).unwrap();
