@@ -491,6 +491,9 @@ fn qp_invalid() {
         assert_eq!(d.ctx_of(4).state, QPS_RESET, "nothing applied");
     }
     assert_eq!(d.modify(4, good), CMD_OK);
+    assert_eq!(d.modify(4, QpCtx { access: 0x40, ..good }), CMD_ERR_INVALID, "INIT->INIT, unknown access bit");
+    assert_eq!(d.h.r32(RNIC_REG_IPV4).unwrap(), 0, "single-switch has no fabric");
+    assert_eq!(d.modify(4, QpCtx { state: QPS_RTR, dest_qpn: 2, dest_ip: 0x7f00_0001, ..good }), CMD_ERR_INVALID, "dest_ip without a fabric");
     for (i, c) in [QpCtx { state: QPS_RTR, dest_qpn: MAX_QP as u32, ..good }, QpCtx { state: QPS_RTR, dest_qpn: 2, path_mtu: 7, ..good }].iter().enumerate() {
         assert_eq!(d.modify(4, *c), CMD_ERR_INVALID, "bad INIT->RTR context {i}");
     }
@@ -767,6 +770,10 @@ fn reset() {
     // The MSI-X table is the VMM's: the vector still reaches its eventfd.
     d.h.w32(RNIC_REG_INT_TRIGGER, 1).unwrap();
     assert!(fired(&mut efd, SECOND), "MSI-X routing kept across RESET");
+    assert_eq!(d.h.r32(RNIC_REG_INT_COUNT).unwrap(), 1);
+    d.h.w32(RNIC_REG_INT_TRIGGER, 8).unwrap(); // beyond NUM_VECTORS
+    d.h.w32(RNIC_REG_INT_TRIGGER, 2).unwrap(); // not enabled by the VMM
+    assert_eq!(d.h.r32(RNIC_REG_INT_COUNT).unwrap(), 1, "nothing raised");
 }
 
 // ---- fabric ----
@@ -812,7 +819,10 @@ fn fabric_conformance() {
     let access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
     // QPs n = 2..=4 on both nodes, each with its own CQ, connected n <-> n with `c(n, i)`.
     let conn = |n: u32, i: usize| {
-        let mut c = Connection { dest_qpn: n, dest_ip: Some(ips[1 - i]), retry_cnt: 2, timeout: 10, ..Default::default() };
+        // Generous timers where success is expected (a loaded machine delays ACKs); QP 2
+        // must exhaust its retries: 2 x 16 ms.
+        let (retry_cnt, timeout) = if n == 2 { (1, 12) } else { (7, 16) };
+        let mut c = Connection { dest_qpn: n, dest_ip: Some(ips[1 - i]), retry_cnt, timeout, ..Default::default() };
         match n {
             3 => c.path_mtu_log = if i == 0 { 12 } else { 8 },
             4 => (c.sq_psn, c.rq_psn) = if i == 0 { (100, 100) } else { (300, 300) },
@@ -850,7 +860,7 @@ fn fabric_conformance() {
     for q in [5u32, 6] {
         p.h[0].create_cq(q, 6, 1).unwrap();
         p.h[0].create_qp(q, 1, q, 6, access).unwrap();
-        let c = Connection { dest_qpn: 11 - q, dest_ip: Some(ips[0]), ..Default::default() };
+        let c = Connection { dest_qpn: 11 - q, dest_ip: Some(ips[0]), timeout: 16, ..Default::default() };
         p.h[0].connect_with(q, &c).unwrap();
     }
     let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 4, remote_addr: VA + p.buf[0] + (2 << 20), rkey: p.key[0], ..Default::default() };
