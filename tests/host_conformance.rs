@@ -630,6 +630,37 @@ fn wqe_zero_sge() {
     assert!(d.untouched(d.dst, 64, POISON), "a zero-length WRITE moves no byte");
 }
 
+#[test]
+fn doorbell_page_fields() {
+    use rnic_emu::regs::pci_ids::RNIC_DB_BAR;
+    use rnic_emu::regs::rnic::dbpage::*;
+    let mut d = dev();
+    let bar = RNIC_DB_BAR as u32;
+    let rd = |d: &mut Dev, off: u64| {
+        let mut b = [0u8; 4];
+        d.h.client.region_read(bar, off, &mut b).unwrap();
+        u32::from_le_bytes(b)
+    };
+    let ws: Vec<_> = (0..3).map(|i| d.write_wqe(i, 64)).collect();
+    d.h.post(1, true, &ws).unwrap(); // MMIO doorbell, page off
+    for _ in 0..3 {
+        d.h.wait(1, SECOND).unwrap();
+    }
+    let q1 = QP_PAGES + PAGE;
+    assert_eq!((rd(&mut d, q1 + SQ_PI), rd(&mut d, q1 + SQ_EVENT)), (0, 0), "page off: untouched");
+    d.h.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE | DMA_CTRL_DB_PAGE) as u32).unwrap();
+    assert_eq!((rd(&mut d, q1 + SQ_PI), rd(&mut d, q1 + SQ_EVENT)), (3, 3), "turning it on copies the indices");
+    assert_eq!(d.h.cmd(CMD_DESTROY_QP, 1).unwrap(), CMD_OK);
+    assert_eq!((rd(&mut d, q1 + SQ_PI), rd(&mut d, q1 + SQ_EVENT)), (0, 0), "a QP entering RESET: zeroed");
+    let c5 = CQ_PAGES + 5 * PAGE + CQ_CI;
+    d.h.client.region_write(bar, c5, &7u32.to_le_bytes()).unwrap();
+    d.h.create_cq(5, 4, 1).unwrap();
+    assert_eq!(rd(&mut d, c5), 0, "CREATE_CQ zeroes the CQ's consumer index");
+    d.h.client.region_write(bar, q1 + RQ_PI, &9u32.to_le_bytes()).unwrap();
+    d.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap();
+    assert_eq!(rd(&mut d, q1 + RQ_PI), 0, "RESET zeroes the page");
+}
+
 // ---- completions, errors, interrupts ----
 
 #[test]
