@@ -31,6 +31,14 @@ const BUF: u64 = 64 << 10;
 const QP_ACC: u8 = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 const MR_ACC: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 
+/// The scenarios run one at a time: each starts its own server, and dozens of them starting
+/// at once on a loaded machine would turn timing margins into failures.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serialized() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One node server and a host driver on its RNIC; QP 1 -> QP 2 loopback over CQ 1 / CQ 2,
 /// MR 1 (src) and MR 2 (dst), `BUF` bytes each.
 struct Dev {
@@ -41,9 +49,11 @@ struct Dev {
     rkey: u32,
     _server: ServerProcess,
     _dir: tempfile::TempDir,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 fn dev() -> Dev {
+    let turn = serialized();
     let dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(Path::new(bin()), &topology("single-switch"), dir.path(), None).unwrap();
     let mut h = HostDriver::connect(&server.socket("rnic0"), 32 << 20).unwrap();
@@ -57,7 +67,7 @@ fn dev() -> Dev {
     h.ram.write(src, &pattern(3, 0, BUF as usize)).unwrap();
     let lkey = h.reg_mr(1, 1, MR_ACC, src, BUF).unwrap();
     let rkey = h.reg_mr(2, 1, MR_ACC, dst, BUF).unwrap();
-    Dev { h, src, dst, lkey, rkey, _server: server, _dir: dir }
+    Dev { h, src, dst, lkey, rkey, _server: server, _dir: dir, _turn: turn }
 }
 
 impl Dev {
@@ -743,6 +753,18 @@ fn arm_interrupts() {
     d.h.post(1, true, &[w]).unwrap();
     assert!(fired(&mut efd, SECOND), "the arm survived the completion that raised nothing");
     d.h.wait(1, SECOND).unwrap();
+    // INT_ENABLE clear and an arm over an unconsumed completion: disarmed, nothing raised.
+    d.h.w32(DMA_CTRL, DMA_CTRL_ENABLE as u32).unwrap();
+    let w = d.write_wqe(6, 64);
+    d.h.post(1, true, &[w]).unwrap();
+    assert!(wait_until(SECOND, || d.stat(Counter::Cqes) == 6));
+    d.h.w32(CQ_ARM, 1 << 16).unwrap();
+    d.h.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32).unwrap();
+    d.h.wait(1, SECOND).unwrap();
+    let w = d.write_wqe(7, 64);
+    d.h.post(1, true, &[w]).unwrap();
+    d.h.wait(1, SECOND).unwrap();
+    assert!(quiet(&mut efd), "that arm was used up without an interrupt");
 }
 
 // ---- reset, enable ----
@@ -822,12 +844,14 @@ fn responder_not_ready_loopback() {
 /// Two nodes (own loopback addresses): a responder in RESET drops packets (the requester
 /// retries, then RETRY_EXC_ERR, and no byte reaches the destroyed QP's memory); mismatched
 /// path MTUs are refused (REM_INV_REQ_ERR); a send PSN behind the responder's expected PSN
-/// is taken for a duplicate (acknowledged, nothing written); a QP whose dest_ip is its own
+/// is taken for a duplicate (acknowledged, nothing written), one ahead of it is a sequence
+/// error (retried, then RETRY_EXC_ERR); a QP whose dest_ip is its own
 /// node's address goes through the fabric port like any remote QP.
 #[test]
 fn fabric_conformance() {
     use rnic_emu::hostdrv::{Connection, NodePair, PairOptions};
     use std::net::Ipv4Addr;
+    let _turn = serialized();
     let dir = tempfile::tempdir().unwrap();
     let sub = (std::process::id() % 200) as u8;
     let ips = [Ipv4Addr::new(127, 110, sub, 1), Ipv4Addr::new(127, 110, sub, 2)];
@@ -848,20 +872,21 @@ fn fabric_conformance() {
     p.h[0].ram.write(p.buf[0], &pattern(5, 0, 1 << 20)).unwrap();
     p.h[1].ram.write(p.buf[1], &vec![POISON; 1 << 20]).unwrap();
     let access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
-    // QPs n = 2..=4 on both nodes, each with its own CQ, connected n <-> n with `c(n, i)`.
+    // QPs n = 2..=5 on both nodes, each with its own CQ, connected n <-> n with `c(n, i)`.
     let conn = |n: u32, i: usize| {
         // Generous timers where success is expected (a loaded machine delays ACKs); QP 2
         // must exhaust its retries: 2 x 16 ms.
-        let (retry_cnt, timeout) = if n == 2 { (1, 12) } else { (7, 16) };
+        let (retry_cnt, timeout) = if matches!(n, 2 | 5) { (1, 12) } else { (7, 16) };
         let mut c = Connection { dest_qpn: n, dest_ip: Some(ips[1 - i]), retry_cnt, timeout, ..Default::default() };
         match n {
             3 => c.path_mtu_log = if i == 0 { 12 } else { 8 },
             4 => (c.sq_psn, c.rq_psn) = if i == 0 { (100, 100) } else { (300, 300) },
+            5 => (c.sq_psn, c.rq_psn) = if i == 0 { (500, 500) } else { (300, 300) },
             _ => {}
         }
         c
     };
-    for n in 2..=4u32 {
+    for n in 2..=5u32 {
         for i in 0..2 {
             p.h[i].create_cq(n, 6, 1).unwrap();
             p.h[i].create_qp(n, 1, n, 6, access).unwrap();
@@ -886,17 +911,22 @@ fn fabric_conformance() {
     let c = p.h[0].wait(4, Duration::from_secs(30)).unwrap();
     assert_eq!((c.wr_id, c.status), (3, WC_SUCCESS));
     assert!(untouched(&p, 1, 16384, 4096), "PSN mismatch: the data never lands");
+    // Send PSN 500 against expected 300: a sequence error, retried, then RETRY_EXC_ERR.
+    write(&mut p, 5, 0, 24576, 4096, 5);
+    let c = p.h[0].wait(5, Duration::from_secs(30)).unwrap();
+    assert_eq!((c.wr_id, c.status), (5, WC_RETRY_EXC_ERR));
+    assert!(untouched(&p, 1, 24576, 4096));
     // dest_ip = this node's own address: through the fabric port, like a remote node.
     let sent = stat(&mut p.h[0], Counter::PktsSent);
-    for q in [5u32, 6] {
+    for q in [6u32, 7] {
         p.h[0].create_cq(q, 6, 1).unwrap();
         p.h[0].create_qp(q, 1, q, 6, access).unwrap();
-        let c = Connection { dest_qpn: 11 - q, dest_ip: Some(ips[0]), timeout: 16, ..Default::default() };
+        let c = Connection { dest_qpn: 13 - q, dest_ip: Some(ips[0]), timeout: 16, ..Default::default() };
         p.h[0].connect_with(q, &c).unwrap();
     }
     let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 4, remote_addr: VA + p.buf[0] + (2 << 20), rkey: p.key[0], ..Default::default() };
-    p.h[0].post(5, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 8192, lkey: p.key[0] }])]).unwrap();
-    let c = p.h[0].wait(5, Duration::from_secs(30)).unwrap();
+    p.h[0].post(6, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 8192, lkey: p.key[0] }])]).unwrap();
+    let c = p.h[0].wait(6, Duration::from_secs(30)).unwrap();
     assert_eq!((c.wr_id, c.status), (4, WC_SUCCESS));
     let mut got = vec![0u8; 8192];
     p.h[0].ram.read(p.buf[0] + (2 << 20), &mut got).unwrap();
