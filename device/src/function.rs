@@ -85,11 +85,63 @@ pub fn identity(dev: &Device, class_code: u32) -> Identity {
 }
 
 /// The capability list both functions carry: power management, MSI-X with table and PBA
-/// in BAR0, PCI Express endpoint.
-pub fn capabilities(vectors: u16) -> [Capability; 3] {
+/// in BAR0, PCI Express endpoint with the topology's link (`[timing]` pcie_gen and
+/// pcie_width), and Advanced Error Reporting in extended space.
+pub fn capabilities(dev: &Device) -> [Capability; 4] {
     [
         caps::power_management(),
-        caps::msix(vectors, 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
-        caps::pcie_endpoint(),
+        caps::msix(dev.msix_vectors(), 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
+        caps::pcie_endpoint_link(dev.link.gen, dev.link.width, dev.link.mps, dev.link.mrrs),
+        caps::aer(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pci::config::BarDef;
+    use crate::topology::Topology;
+
+    fn config_of(timing: &str) -> ConfigSpace {
+        let text = crate::topology::tests::SWITCH.replace("name = \"t\"", &format!("name = \"t\"\n{timing}"));
+        let t = Topology::parse(&text, "t").unwrap();
+        let dev = &t.nodes[0].devices[0];
+        let bars = [BarDef { index: 0, size: 0x1_0000, is_64bit: true, prefetchable: false }];
+        ConfigSpace::new(identity(dev, 0x020000), &bars, &capabilities(dev)).unwrap()
+    }
+
+    /// Offset of the capability `id` in the standard list.
+    fn find(cs: &ConfigSpace, id: u8) -> usize {
+        let mut at = usize::from(cs.get16(0x34) as u8);
+        while at != 0 && cs.get16(at) as u8 != id {
+            at = usize::from((cs.get16(at) >> 8) as u8);
+        }
+        at
+    }
+
+    #[test]
+    fn the_link_is_the_topologys_and_aer_sits_in_extended_space() {
+        let cs = config_of("");
+        let pcie = find(&cs, caps::CAP_ID_PCIE);
+        assert_ne!(pcie, 0);
+        assert_eq!(cs.get32(pcie + 0x0c) & 0x3ff, 16 << 4 | 5, "LinkCap: x16, 32 GT/s by default");
+        assert_eq!(cs.get16(pcie + 0x12) & 0x3ff, 16 << 4 | 5, "LinkSta");
+        assert_eq!(cs.get32(pcie + 0x2c), 0b11_1110, "LinkCap2: 2.5..=32 GT/s");
+        assert_eq!((cs.get32(pcie + 4) & 7, cs.get16(pcie + 8) >> 12 & 7), (2, 2), "MPS supported 512, MRRS 512");
+        let cs4 = config_of("[timing]\npcie_gen = 4\npcie_width = 8\nmps = 256\nmrrs = 1024");
+        let pcie4 = find(&cs4, caps::CAP_ID_PCIE);
+        assert_eq!(cs4.get16(pcie4 + 0x12) & 0x3ff, 8 << 4 | 4, "Gen4 x8 from [timing]");
+        assert_eq!((cs4.get32(pcie4 + 4) & 7, cs4.get16(pcie4 + 8) >> 12 & 7), (1, 3), "MPS 256, MRRS 1024");
+        let mut cs = cs;
+        assert_eq!(cs.get32(0x100), u32::from(caps::EXT_CAP_ID_AER) | 2 << 16, "AER v2, last extended capability");
+        assert_eq!(cs.get32(0x10c), 0x0046_2030, "default severity");
+        // Status bits are write-one-to-clear: nothing set, nothing to clear; masks take writes.
+        cs.write(0x104, &u32::MAX.to_le_bytes()).unwrap();
+        assert_eq!(cs.get32(0x104), 0);
+        cs.write(0x108, &0x1000u32.to_le_bytes()).unwrap();
+        assert_eq!(cs.get32(0x108), 0x1000);
+        cs.reset();
+        assert_eq!(cs.get32(0x108), 0x0040_0000, "reset restores the default mask");
+        assert_ne!(find(&cs, caps::CAP_ID_MSIX), 0);
+    }
 }

@@ -2,8 +2,9 @@
 //! large 64-bit prefetchable memory aperture backed by shared memory that QEMU maps
 //! directly into the guest (sparse mmap), so guest CPU access to it never traps.
 //!
-//! Not yet modelled (the GPUDirect issue): the copy/fill/reduce engine and statistics.
-//! Reset leaves BAR1 contents alone, as GPU memory survives a function reset.
+//! The copy/fill/reduce engine (`gpu_engine`) runs on the node's event loop once the
+//! server attaches it; the model itself starts no thread. Reset leaves BAR1 contents
+//! alone, as GPU memory survives a function reset.
 
 use crate::dma::DmaMaps;
 use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
@@ -14,7 +15,8 @@ use crate::regs::gpu::*;
 use crate::regs::pci_ids::{self, GPU_BAR0_SIZE};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
-use crate::gpu_engine::{GpuEngine, Launch};
+use crate::gpu_engine::{GpuEngine, Launch, Runner};
+use crate::verbs::worker::Mailbox;
 use crate::router::PeerWindow;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -43,9 +45,9 @@ impl Gpu {
             BarDef { index: MEM_BAR, size: mem.size(), is_64bit: true, prefetchable: true },
         ];
         let vectors = dev.msix_vectors();
-        let caps = capabilities(vectors);
+        let caps = capabilities(dev);
         let irqs = Arc::new(Interrupts::new(vectors));
-        let engine = GpuEngine::spawn(&name, mem.clone(), irqs.clone())?;
+        let engine = GpuEngine::new(mem.clone(), irqs.clone());
         let mut gpu = Gpu {
             name,
             config: ConfigSpace::new(id, &bars, &caps)?,
@@ -58,6 +60,12 @@ impl Gpu {
         };
         gpu.reset();
         Ok(gpu)
+    }
+
+    /// Hands the copy engine to the node's event loop (launches go to `mailbox`); returns
+    /// what the loop runs. None: already attached.
+    pub fn attach(&mut self, mailbox: Arc<Mailbox<Launch>>) -> Option<Runner> {
+        self.engine.attach(mailbox)
     }
 
     /// The BAR1 memory, for the host side (statistics, inspection, peer DMA).

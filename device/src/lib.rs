@@ -11,6 +11,7 @@
 pub mod contract;
 pub mod dma;
 pub mod doorbell;
+pub mod evloop;
 pub mod fabric;
 pub mod function;
 #[doc(hidden)]
@@ -32,6 +33,7 @@ pub mod router;
 pub mod run;
 pub mod serve;
 pub mod shm;
+pub mod timing;
 pub mod topology;
 pub mod verbs;
 pub mod vfio;

@@ -1,5 +1,8 @@
 //! The `rnic-emu` command: serve a node, boot a topology and run a guest command, print
-//! QEMU arguments, generate the C header and register doc.
+//! QEMU arguments, generate the C header and register doc, print modelled hardware time
+//! (`model`) and a running node's WQE trace (`trace`).
+
+mod timing_cli;
 
 use clap::{Parser, Subcommand};
 use rnic_emu::{contract, image, qemu, run, serve, topology::Topology};
@@ -96,6 +99,54 @@ enum Cmd {
         #[arg(long, default_value = "node0")]
         node: String,
     },
+    /// Print modelled hardware time (docs/timing.md): one work request's per-stage
+    /// timeline, or a ring all_reduce's bandwidth and latency percentiles, from the
+    /// topology's [timing] parameters, without booting anything.
+    Model {
+        /// Topology file (default: the embedded single-switch topology).
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        #[arg(long, default_value = "write")]
+        op: rnic_emu::timing::Op,
+        /// Message bytes (all_reduce: bytes per node).
+        #[arg(long, default_value_t = 4096)]
+        size: u64,
+        #[arg(long, default_value = "gpu")]
+        src: rnic_emu::timing::Mem,
+        #[arg(long, default_value = "gpu")]
+        dst: rnic_emu::timing::Mem,
+        /// Nodes of the collective.
+        #[arg(long, default_value_t = 8)]
+        nodes: u32,
+        /// Model a collective instead of one request (all_reduce: ring, GPUDirect on and off).
+        #[arg(long)]
+        collective: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a running node's recent WQEs: measured host-time stages beside the modelled
+    /// timeline of the same request.
+    Trace {
+        /// The server's --socket-dir.
+        #[arg(long)]
+        socket_dir: PathBuf,
+        #[arg(long, default_value = "node0")]
+        node: String,
+        /// Only this QP.
+        #[arg(long)]
+        qp: Option<u32>,
+        /// Keep printing new records until interrupted.
+        #[arg(long)]
+        follow: bool,
+        /// Topology whose [timing] parameters the modelled column uses (default: defaults).
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        /// Turn recording on or off (it is on from the start; a few clock reads per WQE).
+        #[arg(long, value_name = "on|off")]
+        record: Option<String>,
+    },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
     /// Print the C register header generated from the register contract.
@@ -179,6 +230,22 @@ fn real_main() -> anyhow::Result<ExitCode> {
         }
         Cmd::Stats { socket_dir, node } => {
             println!("{}", serde_json::to_string_pretty(&serve::query_stats(&socket_dir, &node)?)?);
+        }
+        Cmd::Model { topology, op, size, src, dst, nodes, collective, json } => {
+            let topo = match topology {
+                Some(t) => Topology::load(&t)?,
+                None => Topology::parse(DEFAULT_TOPOLOGY, "single-switch.toml")?,
+            };
+            print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
+        }
+        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record } => {
+            if let Some(r) = record {
+                anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
+                println!("{}", serve::control_request(&socket_dir, &node, &format!("trace {r}"))?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let topo = topology.map(|t| Topology::load(&t)).transpose()?;
+            timing_cli::trace(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
         }
         Cmd::Image => image::build()?,
         Cmd::GenHeader => print!("{}", contract::c_header()),

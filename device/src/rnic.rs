@@ -2,8 +2,10 @@
 //!
 //! Registers with their reset values and access rules, device reset (register, FLR,
 //! vfio-user reset), the interrupt self-test, statistics, and the verbs engine behind the
-//! doorbells and commands (docs/verbs.md), which runs on its own thread: this socket-side
-//! model only forwards doorbells and waits for command results.
+//! doorbells and commands (docs/verbs.md). The model binds no socket and starts no thread:
+//! the server (`serve`) hands its engine to the node's event loop ([`Rnic::attach`]) and
+//! gives it the fabric port; from then on this socket-side model only posts doorbells and
+//! waits for command results. Unattached (unit tests, fuzzing) it runs the engine inline.
 
 use crate::dma::DmaMaps;
 use crate::doorbell::DoorbellPage;
@@ -15,12 +17,12 @@ use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
-use crate::fabric::port::FabricPort;
 use crate::router::{Peer, Router};
 use crate::verbs::abi::ASYNC_ERR_APERTURE;
-use crate::verbs::engine::{Shared, Tables};
+use crate::verbs::engine::{Engine, Shared, Tables};
 use crate::verbs::stats::{Stats, COUNTERS};
-use crate::verbs::worker::{EngineHandle, Event};
+use crate::verbs::worker::{Driver, EngineSlot, Event, Mailbox};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -32,20 +34,12 @@ pub struct Rnic {
     dma: Arc<RwLock<DmaMaps>>,
     stats: Arc<Stats>,
     last_error: Arc<AtomicU64>,
-    engine: EngineHandle,
+    engine: EngineSlot,
     router: Arc<Router>,
-    /// The node's fabric port (None: no fabric, loopback only).
-    port: Option<Arc<FabricPort>>,
+    /// The RNIC's fabric address (None: no fabric, loopback only).
+    address: Option<Ipv4Addr>,
     /// BAR2: the doorbell page, shared memory the guest maps directly.
     dbpage: DoorbellPage,
-}
-
-/// Where an RNIC sits on the fabric.
-#[derive(Clone, Debug)]
-pub struct FabricConfig {
-    pub address: std::net::Ipv4Addr,
-    pub faults: crate::topology::NodeFaults,
-    pub pcap: Option<std::path::PathBuf>,
 }
 
 /// Byte range of the statistics counters in BAR0.
@@ -54,9 +48,9 @@ fn stats_range() -> std::ops::Range<u64> {
 }
 
 impl Rnic {
-    /// An RNIC whose DMA can reach `peers` (the node's GPUs) besides guest RAM, attached to
-    /// the fabric when `fabric` is given.
-    pub fn new(name: String, dev: &Device, peers: Vec<Peer>, fabric: Option<FabricConfig>) -> anyhow::Result<Self> {
+    /// An RNIC whose DMA can reach `peers` (the node's GPUs) besides guest RAM, with the
+    /// fabric address `address` (RNIC_REG_IPV4; the server attaches the port).
+    pub fn new(name: String, dev: &Device, peers: Vec<Peer>, address: Option<Ipv4Addr>) -> anyhow::Result<Self> {
         let vectors = dev.msix_vectors();
         let id = identity(dev, pci_ids::RNIC_CLASS);
         let bars = [
@@ -64,39 +58,38 @@ impl Rnic {
             BarDef { index: RNIC_DB_BAR, size: RNIC_DB_BAR_SIZE, is_64bit: true, prefetchable: false },
         ];
         let dbpage = DoorbellPage::new(Arc::new(SharedMemory::memfd(&format!("rnic-emu-{name}-dbpage"), RNIC_DB_BAR_SIZE)?));
-        let caps = capabilities(vectors);
+        let caps = capabilities(dev);
         let irqs = Arc::new(Interrupts::new(vectors));
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
         let router = Arc::new(Router::new(dma.clone(), peers, stats.clone()));
         let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone() };
-        let port = match &fabric {
-            Some(f) => Some(Arc::new(FabricPort::bind(f.address, &f.faults, f.pcap.as_deref(), stats.clone()).map_err(|e| {
-                anyhow::anyhow!("binding the fabric port {}:4791: {e}", f.address)
-            })?)),
-            None => None,
-        };
-        let wire = port.clone().map(|p| p as Arc<dyn crate::verbs::rc::Wire>);
-        let engine = EngineHandle::spawn(name.clone(), router.clone(), shared, wire, Some(dbpage.clone()))?;
-        if let Some(p) = port.clone() {
-            let to_engine = engine.clone();
-            std::thread::Builder::new()
-                .name(format!("{name}-fabric-rx"))
-                .spawn(move || p.receive_loop(&|from, pkt| to_engine.send(Event::Packet { from, pkt })))?;
-        }
+        let engine = EngineSlot::Inline(Box::new(Driver::new(Engine::new(name.clone(), shared), Some(dbpage.clone()))));
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router, port, dbpage };
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router, address, dbpage };
         rnic.reset();
         Ok(rnic)
+    }
+
+    /// Hands the verbs engine (with the doorbell page) to an event loop: returns it with
+    /// the DMA router it works through; doorbells and commands go to `mailbox` from now
+    /// on. None: already attached.
+    pub fn attach(&mut self, mailbox: Arc<Mailbox>) -> Option<(Driver, Arc<Router>)> {
+        self.engine.attach(mailbox).map(|e| (e, self.router.clone()))
+    }
+
+    /// The statistics block (the fabric port counts packets into it).
+    pub fn stats_block(&self) -> Arc<Stats> {
+        self.stats.clone()
     }
 
     fn reset_registers(&mut self) {
         self.regs.reset();
         self.regs.set(RNIC_REG_NUM_VECTORS, self.irqs.count() as u64);
         self.regs.set(RNIC_REG_NUM_GPUS, self.router.peers.len() as u64);
-        let ip = self.port.as_ref().map_or(0, |p| u32::from(p.address));
+        let ip = self.address.map_or(0, u32::from);
         self.regs.set(RNIC_REG_IPV4, u64::from(ip));
         self.router.apertures.iter().for_each(|a| a.store(0, Ordering::SeqCst));
         self.dbpage.clear();
@@ -172,16 +165,17 @@ impl Rnic {
                 self.update_status();
                 let (enabled, int_enabled) = (value & DMA_CTRL_ENABLE != 0, value & DMA_CTRL_INT_ENABLE != 0);
                 let db_page = value & DMA_CTRL_DB_PAGE != 0;
-                self.engine.dma_ctrl(enabled, int_enabled, db_page);
+                self.engine.dma_ctrl(&self.router, enabled, int_enabled, db_page);
             }
             WQE_DB_IDX | RQ_DB_IDX | CQE_CONS_IDX | CQ_ARM => {
                 let (object, index) = ((value >> DB_OBJECT_SHIFT) as u32, (value & DB_INDEX_MASK) as u16);
-                self.engine.send(match reg {
+                let ev = match reg {
                     WQE_DB_IDX => Event::SqDoorbell { qpn: object, pi: index },
                     RQ_DB_IDX => Event::RqDoorbell { qpn: object, pi: index },
                     CQE_CONS_IDX => Event::CqConsumed { cqn: object, ci: index },
                     _ => Event::CqArm { cqn: object },
-                });
+                };
+                self.engine.post(&self.router, ev);
             }
             BAR1_APERTURE | BAR1_APERTURE_1 | BAR1_APERTURE_2 | BAR1_APERTURE_3 => {
                 let slot = ((reg - BAR1_APERTURE) / 8) as usize;
@@ -199,7 +193,8 @@ impl Rnic {
             }
             RNIC_REG_CMD => {
                 let (op, index) = ((value >> CMD_OP_SHIFT) as u32, (value & CMD_INDEX_MASK) as u32);
-                let status = self.engine.command(op, index, self.tables());
+                let tables = self.tables();
+                let status = self.engine.command(&self.router, op, index, tables);
                 self.regs.set(RNIC_REG_CMD_STATUS, u64::from(status));
             }
             _ => {}
@@ -286,7 +281,7 @@ impl PciFunction for Rnic {
     }
 
     fn disconnect(&mut self) {
-        self.engine.reset();
+        self.engine.reset(&self.router);
         self.reset_registers();
     }
 
@@ -294,39 +289,14 @@ impl PciFunction for Rnic {
         self.stats.snapshot()
     }
 
-    /// `faults tx|rx key=value ...` changes the fault injection of this RNIC's fabric port.
+    /// `trace [qp=N] [since=N]` (recent WQEs as JSON) and `trace on|off`: the device's
+    /// WQE trace (docs/timing.md).
     fn control(&mut self, request: &str) -> Option<Result<String, String>> {
         let mut words = request.split_whitespace();
-        if words.next() != Some("faults") {
+        if words.next() != Some("trace") {
             return None;
         }
-        let Some(port) = &self.port else { return Some(Err("this node has no fabric".into())) };
-        let dir = words.next();
-        let mut f = crate::topology::Faults::default();
-        for kv in words {
-            let Some((k, v)) = kv.split_once('=') else { return Some(Err(format!("expected key=value, got '{kv}'"))) };
-            let prob = v.parse::<f64>();
-            match (k, prob) {
-                ("drop", Ok(p)) => f.drop = p,
-                ("duplicate", Ok(p)) => f.duplicate = p,
-                ("reorder", Ok(p)) => f.reorder = p,
-                ("corrupt", Ok(p)) => f.corrupt = p,
-                ("delay_us", _) => match v.parse() {
-                    Ok(d) => f.delay_us = d,
-                    Err(_) => return Some(Err(format!("bad delay_us '{v}'"))),
-                },
-                _ => return Some(Err(format!("unknown or bad fault '{kv}'"))),
-            }
-        }
-        if let Err(e) = f.validate() {
-            return Some(Err(e));
-        }
-        match dir {
-            Some("tx") => port.set_faults(Some(f), None),
-            Some("rx") => port.set_faults(None, Some(f)),
-            _ => return Some(Err("expected 'faults tx|rx key=value ...'".into())),
-        }
-        Some(Ok(format!("{} faults set", dir.unwrap_or(""))))
+        Some(self.stats.trace.control(&words.collect::<Vec<_>>().join(" ")))
     }
 }
 

@@ -1,12 +1,20 @@
 //! `rnic-emu serve`: one process per emulated node, one vfio-user socket per PCI function.
 //!
+//! The server layer puts the node together: it builds the device models (which own no
+//! sockets and no threads), binds the node's fabric port, hands every RNIC's verbs engine
+//! and the port to the node's event loop (`evloop`), and serves each function's socket.
 //! rust-vmm's `Server::run` accepts one connection and blocks on it, so each function gets
 //! a socket thread that serves a client until it disconnects, resets the function and
 //! accepts the next one (QEMU restarts, a test client comes and goes). A panic inside the
-//! vfio-user library while handling a hostile message ends that connection only.
+//! vfio-user library while handling a hostile message ends that connection only. The
+//! control socket has its own thread too (its requests lock functions; the loop never
+//! takes a function lock).
 
+use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
+use crate::fabric::port::{self, FabricPort};
 use crate::gpu::Gpu;
-use crate::rnic::{FabricConfig, Rnic};
+use crate::rnic::Rnic;
+use crate::verbs::worker::Mailbox;
 use crate::router::Peer;
 use crate::shm::SharedMemory;
 use crate::topology::{DeviceKind, Topology};
@@ -30,9 +38,20 @@ pub struct ServeOptions {
     pub pcap: Option<PathBuf>,
 }
 
-/// A node's functions, built from its description, before serving.
+/// A node's functions, built from its description, before serving, with the engines and
+/// fabric ports its event loop will drive.
 pub struct NodeDevices {
+    pub name: String,
     pub functions: Vec<(PathBuf, SharedFunction)>,
+    pub ports: Vec<Arc<FabricPort>>,
+    engines: Vec<NodeEngine>,
+    gpu_engines: Vec<NodeGpu>,
+}
+
+/// A serving node: its socket threads and its event loop (stopped when dropped).
+pub struct Serving {
+    pub sockets: Vec<JoinHandle<()>>,
+    pub event_loop: LoopHandle,
 }
 
 impl NodeDevices {
@@ -42,30 +61,47 @@ impl NodeDevices {
         let node = &topo.nodes[index];
         let mut functions = Vec::new();
         let mut gpus = Vec::new();
+        let (mut ports, mut engines, mut gpu_engines) = (Vec::new(), Vec::new(), Vec::new());
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
             let name = format!("{}-{}", node.name, dev.id);
             let mem = match &opts.gpu_mem_dir {
                 Some(dir) => SharedMemory::file(&dir.join(format!("{name}.bar1")), dev.bar1_size())?,
                 None => SharedMemory::memfd(&format!("rnic-emu-{name}-bar1"), dev.bar1_size())?,
             };
-            let gpu = Gpu::new(name, dev, mem)?;
+            let mut gpu = Gpu::new(name, dev, mem)?;
+            let mailbox = Arc::new(Mailbox::new()?);
+            let runner = gpu.attach(mailbox.clone()).context("the GPU's engine is already attached")?;
+            gpu_engines.push(NodeGpu { runner, mailbox });
             gpus.push((dev, gpu.window()));
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(gpu)) as SharedFunction));
         }
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Rnic) {
             let peers = gpus.iter().map(|(g, w)| Peer { window: w.clone(), path: node.p2p_path(dev, g) }).collect();
             // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
-            let fabric = (topo.nodes.len() > 1)
-                .then(|| FabricConfig { address: topo.address(index), faults: node.faults, pcap: opts.pcap.clone() });
-            let rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, fabric)?;
+            let address = (topo.nodes.len() > 1).then(|| topo.address(index));
+            let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
+            let port = match address {
+                Some(a) => Some(Arc::new(
+                    FabricPort::bind(a, &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                        .map_err(|e| anyhow::anyhow!("binding the fabric port {a}:4791: {e}"))?,
+                )),
+                None => None,
+            };
+            let mailbox = Arc::new(Mailbox::new()?);
+            let (mut driver, router) = rnic.attach(mailbox.clone()).context("the RNIC's engine is already attached")?;
+            if let Some(p) = &port {
+                driver.engine.set_wire(p.clone());
+                ports.push(p.clone());
+            }
+            engines.push(NodeEngine { driver, router, mailbox, port });
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
-        Ok(NodeDevices { functions })
+        Ok(NodeDevices { name: node.name.clone(), functions, ports, engines, gpu_engines })
     }
 
-    /// Binds every socket, then serves each on its own thread. Returns once all sockets
-    /// exist, so a caller may start QEMU right away.
-    pub fn serve(self) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    /// Binds every socket, starts the event loop, then serves each socket on its own
+    /// thread. Returns once all sockets exist, so a caller may start QEMU right away.
+    pub fn serve(self) -> anyhow::Result<Serving> {
         let mut servers = Vec::new();
         for (path, f) in self.functions {
             let (regions, irqs) = {
@@ -77,10 +113,14 @@ impl NodeDevices {
             log::info!("{}: listening on {}", vfio::lock(&f).name(), path.display());
             servers.push((server, f));
         }
-        Ok(servers
-            .into_iter()
-            .map(|(server, f)| std::thread::spawn(move || serve_forever(&server, f)))
-            .collect())
+        let work = NodeEngines::new(self.engines, self.gpu_engines);
+        let event_loop = evloop::spawn(&self.name, work, evloop::busy_poll_from_env()).context("starting the event loop")?;
+        let mut sockets = Vec::new();
+        for (server, f) in servers {
+            let name = format!("{}-vfio", vfio::lock(&f).name());
+            sockets.push(std::thread::Builder::new().name(name).spawn(move || serve_forever(&server, f))?);
+        }
+        Ok(Serving { sockets, event_loop })
     }
 }
 
@@ -133,8 +173,28 @@ pub fn stats_json(functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value 
     all.into()
 }
 
-/// Hands a control request to the first function that takes it.
-fn control(functions: &[(PathBuf, SharedFunction)], request: &str) -> String {
+/// `faults tx|rx key=value ...` changes the fault injection of the node's fabric port.
+fn control_faults(ports: &[Arc<FabricPort>], request: &str) -> Result<String, String> {
+    let mut words = request.split_whitespace().skip(1);
+    let dir = words.next();
+    let Some(port) = ports.first() else { return Err("this node has no fabric".into()) };
+    let f = port::parse_faults(words)?;
+    match dir {
+        Some("tx") => port.set_faults(Some(f), None),
+        Some("rx") => port.set_faults(None, Some(f)),
+        _ => return Err("expected 'faults tx|rx key=value ...'".into()),
+    }
+    Ok(format!("{} faults set", dir.unwrap_or("")))
+}
+
+/// Hands a control request to the node (fabric faults) or the first function that takes it.
+fn control(functions: &[(PathBuf, SharedFunction)], ports: &[Arc<FabricPort>], request: &str) -> String {
+    if request.split_whitespace().next() == Some("faults") {
+        return match control_faults(ports, request) {
+            Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
+            Err(e) => serde_json::json!({ "error": e }).to_string(),
+        };
+    }
     for (_, f) in functions {
         match vfio::lock(f).control(request) {
             Some(Ok(msg)) => return serde_json::json!({ "ok": msg }).to_string(),
@@ -159,7 +219,7 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
 }
 
 /// Answers `stats` requests on the control socket (one JSON line per request line).
-fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>) {
+fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>) {
     use std::io::{BufRead, BufReader, Write};
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -169,7 +229,7 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
             let Ok(line) = line else { break };
             let reply = match line.trim() {
                 "stats" => stats_json(&functions).to_string(),
-                other => control(&functions, other),
+                other => control(&functions, &ports, other),
             };
             if writeln!(out, "{reply}").is_err() {
                 break;
@@ -185,17 +245,19 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let devices = NodeDevices::build(topo, index, opts)?;
     remove_stale_sockets(&devices.functions);
     let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
-    let ctl = control_path(&opts.socket_dir, &node.name);
-    let _ = std::fs::remove_file(&ctl);
-    let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
-    let functions = devices.functions.clone();
-    std::thread::spawn(move || serve_control(listener, functions));
-    paths.push(ctl);
+    let (functions, ports) = (devices.functions.clone(), devices.ports.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
     })?;
-    let _threads = devices.serve()?;
+    let _serving = devices.serve()?;
+    // The control socket comes last: its existence tells callers (the host driver, `run`)
+    // that every function's socket is there.
+    let ctl = control_path(&opts.socket_dir, &node.name);
+    let _ = std::fs::remove_file(&ctl);
+    let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
+    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(listener, functions, ports))?;
+    paths.push(ctl);
     log::info!("node {} ready ({} functions)", node.name, paths.len());
     let _ = rx.recv();
     log::info!("node {}: signal received, shutting down", node.name);

@@ -27,6 +27,9 @@ pub struct Topology {
     pub description: String,
     #[serde(default)]
     pub guest: GuestConfig,
+    /// Physical parameters of the timing model (`docs/timing.md`); defaults when absent.
+    #[serde(default)]
+    pub timing: crate::timing::Params,
     #[serde(rename = "node")]
     pub nodes: Vec<Node>,
 }
@@ -157,6 +160,32 @@ pub struct Device {
     pub msix_vectors: Option<u16>,
     /// GPU BAR1 (memory aperture) size in MiB: a power of two; default 1024.
     pub bar1_mib: Option<u64>,
+    /// What its PCI Express capability reports: the topology's `[timing]` link and
+    /// payload sizes, filled in when the topology is parsed.
+    #[serde(skip)]
+    pub link: PcieLink,
+}
+
+/// A function's PCIe link and payload sizes (from `[timing]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcieLink {
+    pub gen: u8,
+    pub width: u8,
+    /// Max Payload Size supported, and the Max Read Request Size at reset (bytes).
+    pub mps: u32,
+    pub mrrs: u32,
+}
+
+impl PcieLink {
+    pub fn of(p: &crate::timing::Params) -> PcieLink {
+        PcieLink { gen: p.pcie_gen, width: p.pcie_width, mps: p.mps, mrrs: p.mrrs }
+    }
+}
+
+impl Default for PcieLink {
+    fn default() -> Self {
+        PcieLink::of(&crate::timing::Params::default())
+    }
 }
 
 impl Device {
@@ -191,9 +220,11 @@ impl Topology {
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Topology, TopologyError> {
-        let topo: Topology = toml::from_str(text)
+        let mut topo: Topology = toml::from_str(text)
             .map_err(|e| TopologyError::Parse { path: origin.to_string(), source: Box::new(e) })?;
         topo.validate()?;
+        let link = PcieLink::of(&topo.timing);
+        topo.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()).for_each(|d| d.link = link);
         Ok(topo)
     }
 
@@ -214,6 +245,7 @@ impl Topology {
                 return Err(self.invalid(format!("node {i}: address {} is used twice", self.address(i))));
             }
         }
+        self.timing.validate().map_err(|e| self.invalid(e))?;
         if !(128..=65536).contains(&self.guest.memory_mib) || !(1..=16).contains(&self.guest.cpus) {
             return Err(self.invalid("guest memory_mib must be 128..=65536 and cpus 1..=16".into()));
         }
@@ -414,5 +446,15 @@ pub(crate) mod tests {
         rejects(&SWITCH.replace("kind = \"rnic\"", "kind = \"gpu\""), "no rnic");
         rejects(&SWITCH.replace("id = \"gpu0\"", "id = \"rnic0\""), "duplicated");
         rejects(&SWITCH.replace("name = \"t\"", "name = \"t\"\nbogus = 1"), "unknown field");
+        rejects(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\nmps = 100"), "mps and mrrs");
+        rejects(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\nlink_gbs = 1"), "unknown field");
+    }
+
+    #[test]
+    fn the_timing_table_is_optional_and_partial() {
+        let t = Topology::parse(SWITCH, "t").unwrap();
+        assert_eq!(t.timing, crate::timing::Params::default());
+        let t = Topology::parse(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\npcie_gen = 4\nlink_gbps = 200.0"), "t").unwrap();
+        assert_eq!((t.timing.pcie_gen, t.timing.link_gbps, t.timing.pcie_width), (4, 200.0, 16));
     }
 }

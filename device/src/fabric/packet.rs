@@ -164,9 +164,6 @@ pub fn udp_header(ep: &Endpoints, udp_payload_len: usize) -> [u8; 8] {
     h
 }
 
-/// Slice-by-16 tables: the ICRC covers every payload byte of every packet, both ways.
-const CRC32: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
-
 /// The invariant CRC of a RoCEv2 packet over IPv4 (annex A17.3.3): CRC-32 over 8 bytes of
 /// ones, the IPv4 header with TOS, TTL and checksum set to ones, the UDP header with its
 /// checksum set to ones, the BTH with its reserved byte (FECN/BECN/resv) set to ones, and
@@ -180,7 +177,9 @@ pub fn icrc(ep: &Endpoints, body: &[u8]) -> u32 {
     let mut udp = udp_header(ep, body.len() + ICRC_LEN);
     udp[6] = 0xff;
     udp[7] = 0xff;
-    let mut digest = CRC32.digest();
+    // CRC-32 (ISO-HDLC) with hardware carry-less multiply where the CPU has it: the ICRC
+    // covers every payload byte of every packet, both ways.
+    let mut digest = crc32fast::Hasher::new();
     digest.update(&[0xff; 8]);
     digest.update(&ip);
     digest.update(&udp);
@@ -199,8 +198,16 @@ pub fn icrc(ep: &Endpoints, body: &[u8]) -> u32 {
 impl Packet {
     /// The UDP payload: headers, payload, pad to 4 bytes, ICRC (little-endian).
     pub fn encode(&self, ep: &Endpoints) -> Vec<u8> {
+        let mut b = Vec::with_capacity(BTH_LEN + RETH_LEN + 8 + self.payload.len() + 3 + ICRC_LEN);
+        self.encode_into(ep, &mut b);
+        b
+    }
+
+    /// Like [`Packet::encode`], into a caller's buffer (cleared first; its capacity is
+    /// reused, so a pooled buffer costs no allocation).
+    pub fn encode_into(&self, ep: &Endpoints, b: &mut Vec<u8>) {
+        b.clear();
         let pad = (4 - self.payload.len() % 4) % 4;
-        let mut b = Vec::with_capacity(BTH_LEN + RETH_LEN + 8 + self.payload.len() + pad + ICRC_LEN);
         let h = &self.bth;
         b.push(h.opcode);
         b.push(u8::from(h.solicited) << 7 | (pad as u8) << 4); // MigReq 0, TVer 0
@@ -220,13 +227,21 @@ impl Packet {
         }
         b.extend_from_slice(&self.payload);
         b.resize(b.len() + pad, 0);
-        let crc = icrc(ep, &b);
+        let crc = icrc(ep, b);
         b.extend_from_slice(&crc.to_le_bytes());
-        b
     }
 
     /// Parses and checks a received UDP payload.
     pub fn decode(data: &[u8], ep: &Endpoints) -> Result<Packet, PacketError> {
+        let mut pkt = Packet::default();
+        pkt.decode_into(data, ep)?;
+        Ok(pkt)
+    }
+
+    /// Like [`Packet::decode`], into this packet (its payload buffer is reused, so a
+    /// receive loop decodes without allocating). On error the packet's contents are
+    /// unspecified.
+    pub fn decode_into(&mut self, data: &[u8], ep: &Endpoints) -> Result<(), PacketError> {
         let short = PacketError::Short(data.len());
         if data.len() < BTH_LEN + ICRC_LEN {
             return Err(short);
@@ -258,19 +273,22 @@ impl Packet {
             return Err(PacketError::Icrc { carried, computed });
         }
         let mut at = BTH_LEN;
-        let mut pkt = Packet { bth, ..Default::default() };
+        self.bth = bth;
+        self.reth = None;
+        self.aeth = None;
+        self.imm = None;
         if l.reth {
             let va = u64::from_be_bytes(body[at..at + 8].try_into().map_err(|_| PacketError::Short(data.len()))?);
-            pkt.reth = Some(Reth { va, rkey: be32(at + 8), len: be32(at + 12) });
+            self.reth = Some(Reth { va, rkey: be32(at + 8), len: be32(at + 12) });
             at += RETH_LEN;
         }
         if l.aeth {
             let v = be32(at);
-            pkt.aeth = Some(Aeth { syndrome: (v >> 24) as u8, msn: v & PSN_MASK });
+            self.aeth = Some(Aeth { syndrome: (v >> 24) as u8, msn: v & PSN_MASK });
             at += AETH_LEN;
         }
         if l.imm {
-            pkt.imm = Some(be32(at));
+            self.imm = Some(be32(at));
             at += IMM_LEN;
         }
         let rest = &body[at..];
@@ -278,8 +296,9 @@ impl Packet {
         if pad > rest.len() || (!l.payload && !rest.is_empty()) {
             return Err(PacketError::Pad { pad: bth.pad, len: rest.len() });
         }
-        pkt.payload = rest[..rest.len() - pad].to_vec();
-        Ok(pkt)
+        self.payload.clear();
+        self.payload.extend_from_slice(&rest[..rest.len() - pad]);
+        Ok(())
     }
 }
 
@@ -313,6 +332,23 @@ mod tests {
         assert_eq!(Packet::decode(&ack.encode(&ep()), &ep()), Ok(ack));
         let imm = Packet { bth: Bth { opcode: op::SEND_ONLY_IMM, solicited: true, psn: PSN_MASK, pad: 1, ..Default::default() }, imm: Some(0xdead_beef), payload: vec![1, 2, 3], ..Default::default() };
         assert_eq!(Packet::decode(&imm.encode(&ep()), &ep()), Ok(imm));
+    }
+
+    #[test]
+    fn into_variants_reuse_buffers_and_match() {
+        let e = ep();
+        let p = write_first();
+        let mut buf = vec![0xee; 3];
+        p.encode_into(&e, &mut buf);
+        assert_eq!(buf, p.encode(&e), "encode_into clears the buffer first");
+        let ack = Packet { bth: Bth { opcode: op::ACK, psn: 9, ..Default::default() }, aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 1 }), ..Default::default() };
+        let mut reused = Packet::decode(&buf, &e).unwrap();
+        let cap = reused.payload.capacity();
+        reused.decode_into(&ack.encode(&e), &e).unwrap();
+        assert_eq!(reused, ack, "every header of the earlier packet is cleared");
+        assert_eq!(reused.payload.capacity(), cap, "the payload buffer is kept");
+        reused.decode_into(&buf, &e).unwrap();
+        assert_eq!(reused, Packet::decode(&buf, &e).unwrap());
     }
 
     #[test]

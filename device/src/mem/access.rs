@@ -32,6 +32,12 @@ pub trait GuestMem {
     /// Counts `bytes` of payload moved on `path` (the router feeds its statistics).
     fn account(&self, _path: PciePath, _bytes: u64) {}
 
+    /// The path an access at `addr` would take, without moving data or counting anything
+    /// (the WQE trace names the path of each buffer).
+    fn path_of(&self, _addr: u64) -> PciePath {
+        PciePath::Host
+    }
+
     /// Copies between two guest addresses (source path, destination path); the default
     /// goes through a small buffer.
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {

@@ -158,6 +158,11 @@ impl GuestMem for RouterView<'_> {
     fn account(&self, path: PciePath, bytes: u64) {
         self.router.stats.add(counter(path), bytes);
     }
+
+    fn path_of(&self, addr: u64) -> PciePath {
+        let claims = |p: &&Peer| p.window.get().is_some_and(|(base, size)| addr >= base && addr - base < size);
+        self.router.peers.iter().find(claims).map_or(PciePath::Host, |p| PciePath::P2p(p.path))
+    }
 }
 
 #[cfg(test)]

@@ -15,13 +15,15 @@ pub struct Capability {
     pub bytes: Vec<u8>,
     pub wmask: Vec<u8>,
     pub w1c: Vec<u8>,
+    /// An extended capability (PCIe extended configuration space, from 0x100).
+    pub extended: bool,
 }
 
 impl Capability {
     fn new(id: u8, len: usize) -> Self {
         let mut bytes = vec![0; len];
         bytes[0] = id;
-        Capability { bytes, wmask: vec![0; len], w1c: vec![0; len] }
+        Capability { bytes, wmask: vec![0; len], w1c: vec![0; len], extended: false }
     }
 
     pub fn id(&self) -> u8 {
@@ -85,5 +87,52 @@ pub fn pcie_endpoint() -> Capability {
     c.put32(0x2c, 0b1_1110); // LinkCap2: 2.5, 5, 8 and 16 GT/s supported
     c.put16(0x30, LINK_SPEED_16GT); // LinkCtl2: target speed
     c.wmask16(0x30, 0x000f);
+    c
+}
+
+/// The PCI Express endpoint capability with the link the topology gives: Link
+/// Capabilities and Link Status report `gen` (1..=6: 2.5 to 64 GT/s) and `width` lanes,
+/// Link Capabilities 2 every speed up to it, Link Control 2 it as the target speed;
+/// Device Capabilities the largest payload `mps`, Device Control `mrrs` as the reset
+/// Max Read Request Size (PCIe Base 5.0 §7.5.3.3, 7.5.3.4, 7.5.3.6, 7.5.3.8, 7.5.3.18,
+/// 7.5.3.19). Sizes are powers of two in 128..=4096 (others are clamped to them).
+pub fn pcie_endpoint_link(gen: u8, width: u8, mps: u32, mrrs: u32) -> Capability {
+    let mut c = pcie_endpoint();
+    let code = |bytes: u32| bytes.clamp(128, 4096).ilog2() - 7;
+    let devcap = c.bytes[0x04..0x08].try_into().map(u32::from_le_bytes).unwrap_or(0);
+    c.put32(0x04, (devcap & !7) | code(mps));
+    let devctl = u16::from_le_bytes([c.bytes[PCIE_DEVCTL], c.bytes[PCIE_DEVCTL + 1]]);
+    c.put16(PCIE_DEVCTL, (devctl & !0x7000) | (code(mrrs) as u16) << 12);
+    let speed = u16::from(gen.clamp(1, 6));
+    let width = u16::from(width.clamp(1, 32));
+    let cap = c.bytes[0x0c..0x10].try_into().map(u32::from_le_bytes).unwrap_or(0);
+    c.put32(0x0c, (cap & !0x3ff) | u32::from(width) << 4 | u32::from(speed));
+    c.put16(0x12, width << 4 | speed);
+    c.put32(0x2c, ((1u32 << speed) - 1) << 1);
+    c.put16(0x30, speed);
+    c
+}
+
+/// Extended capability ID of Advanced Error Reporting.
+pub const EXT_CAP_ID_AER: u16 = 0x0001;
+
+/// Advanced Error Reporting (PCIe Base 5.0 §7.8.4), version 2, of an endpoint: error
+/// status registers write-one-to-clear, masks and severity writable, the specification's
+/// default mask and severity values, no ECRC, header and TLP prefix logs empty. The
+/// device never reports an error through it; it exists so that software finds it
+/// (Linux's per-device `aer_dev_*` counters).
+pub fn aer() -> Capability {
+    let mut c = Capability::new(0, 0x48);
+    c.extended = true;
+    c.put32(0x00, u32::from(EXT_CAP_ID_AER) | 2 << 16);
+    const UNCOR: u32 = 0x07ff_f030; // bits 4, 5, 12..=26
+    const COR: u32 = 0x0000_f1c1; // bits 0, 6, 7, 8, 12..=15
+    c.put32(0x08, 0x0040_0000); // uncorrectable mask: internal error masked
+    c.put32(0x0c, 0x0046_2030); // severity: DLP, SDES, FCP, overflow, malformed, internal
+    c.put32(0x14, 0x0000_e000); // correctable mask: advisory non-fatal, internal, header log overflow
+    for (off, w1c, wmask) in [(0x04, UNCOR, 0), (0x08, 0, UNCOR), (0x0c, 0, UNCOR), (0x10, COR, 0), (0x14, 0, COR)] {
+        c.w1c[off..off + 4].copy_from_slice(&u32::to_le_bytes(w1c));
+        c.wmask[off..off + 4].copy_from_slice(&u32::to_le_bytes(wmask));
+    }
     c
 }

@@ -158,7 +158,8 @@ impl ConfigSpace {
     fn add_capabilities(&mut self, caps: &[Capability]) -> Result<(), LayoutError> {
         let mut next = FIRST_CAPABILITY;
         let mut prev_link = CAPABILITIES_POINTER;
-        for cap in caps {
+        self.add_extended(caps.iter().filter(|c| c.extended))?;
+        for cap in caps.iter().filter(|c| !c.extended) {
             let len = cap.bytes.len();
             if next + len > 0x100 {
                 return Err(LayoutError::CapabilitySpace);
@@ -267,5 +268,32 @@ impl ConfigSpace {
         let bar = self.bars.iter().find(|b| b.index == index)?;
         let addr = self.bar_address(index)?;
         (self.memory_enabled() && addr != 0).then_some((addr, bar.size))
+    }
+}
+
+impl ConfigSpace {
+    /// Lays out extended capabilities from 0x100, each header's next pointer naming the
+    /// one after (PCIe Base 5.0 §7.6.3); none: 0x100 stays zero.
+    fn add_extended<'a>(&mut self, caps: impl Iterator<Item = &'a Capability>) -> Result<(), LayoutError> {
+        let mut at = 0x100;
+        let mut prev: Option<usize> = None;
+        for cap in caps {
+            let len = cap.bytes.len();
+            if len < 4 || at + len > CONFIG_SPACE_SIZE {
+                return Err(LayoutError::CapabilitySpace);
+            }
+            if let Some(p) = prev {
+                let header = self.get32(p) & 0x000f_ffff | (at as u32) << 20;
+                self.put32(p, header);
+            }
+            self.data[at..at + len].copy_from_slice(&cap.bytes);
+            self.wmask[at..at + len].copy_from_slice(&cap.wmask);
+            self.w1c[at..at + len].copy_from_slice(&cap.w1c);
+            let header = self.get32(at) & 0x000f_ffff;
+            self.put32(at, header);
+            prev = Some(at);
+            at = (at + len + 3) & !3;
+        }
+        Ok(())
     }
 }

@@ -72,7 +72,11 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
         if front.is_read() || psn_diff(psn, front.last_psn()) < 0 {
             break;
         }
-        let Some(w) = rq.inflight.pop_front() else { break };
+        let Some(mut w) = rq.inflight.pop_front() else { break };
+        if let Some(t) = w.trace.as_mut() {
+            t.stamp(crate::timing::trace::Stage::Ack);
+        }
+        rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
         ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
     }
     let mut next = psn_add(psn, 1);
@@ -182,7 +186,11 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
     cs.progress();
     cs.retries_left = cs.retry_cnt;
     if done {
-        if let Some(w) = rq.inflight.pop_front() {
+        if let Some(mut w) = rq.inflight.pop_front() {
+            if let Some(t) = w.trace.as_mut() {
+                t.stamp(crate::timing::trace::Stage::Placed);
+            }
+            rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
             ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
         }
     }

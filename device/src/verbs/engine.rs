@@ -456,6 +456,11 @@ impl Engine {
             crate::guest_warn!("{}: doorbell for QP {qpn} in RESET ignored", self.name);
             return;
         }
+        if send {
+            if let Some(r) = self.roles.get_mut(qpn as usize) {
+                r.req.rang.get_or_insert_with(Instant::now);
+            }
+        }
         let ring = if send { &mut qp.sq } else { &mut qp.rq };
         if !ring.ring(pi) {
             crate::guest_warn!("{}: QP {qpn} doorbell {pi} overruns its ring (ci {})", self.name, ring.ci);

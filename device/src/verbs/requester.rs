@@ -18,6 +18,7 @@ use super::stats::Counter;
 use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
 use super::wqe::{read_wqe, SlotError, Wqe};
 use crate::fabric::packet::{Bth, Reth, PSN_MASK};
+use crate::timing::trace::{Pending, Stage};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,8 @@ pub struct InFlight {
     pub npkts: u32,
     /// READ: response packets received so far.
     pub received: u32,
+    /// Its stage times so far (`rnic-emu trace`).
+    pub trace: Option<Pending>,
 }
 
 impl InFlight {
@@ -76,6 +79,8 @@ pub struct Requester {
     pub resend_from: Option<u32>,
     /// Waiting (RNR) until then.
     pub hold_until: Option<Instant>,
+    /// The earliest send doorbell whose WQEs have not all started (trace time zero).
+    pub rang: Option<Instant>,
 }
 
 impl Requester {
@@ -113,6 +118,25 @@ impl Requester {
     /// Restarts (or stops, when nothing is in flight) the retransmission timer.
     pub fn restart_timer(&mut self) {
         self.timer = if self.inflight.is_empty() { None } else { self.timeout.map(|t| Instant::now() + t) };
+    }
+
+    /// A WQE started: once every rung WQE has, the doorbell time is spent.
+    fn note_started(&mut self, pi: u16) {
+        if self.started == pi {
+            self.rang = None;
+        }
+    }
+
+    /// Ends the trace of WQE `w` (completed with `status`) into the device's ring.
+    pub fn trace_done(&self, trace: &crate::timing::trace::Trace, qpn: u32, dest_qpn: u32, w: &mut InFlight, status: u8) {
+        let Some(p) = w.trace.take() else { return };
+        let op = match w.kind {
+            Kind::ReadRequest => "read",
+            Kind::Send => "send",
+            _ => "write",
+        };
+        let loopback = self.mtu == super::transport::LOOPBACK_MTU;
+        trace.finish(p, qpn, w.hdr.wr_id, op, w.len, loopback.then_some(dest_qpn), status);
     }
 }
 
@@ -168,11 +192,16 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     }
     let idle = rq.inflight.is_empty();
     // A failure carries the header the error completion reports.
+    let on = ctx.stats().trace.enabled();
+    let mut trace = Pending::start(rq.rang.unwrap_or_else(Instant::now), on);
     let started: Result<(Wqe, Vec<Segment>, u64), (Failure, WqeHeader)> = match read_wqe(ctx.mem, &qp.sq, rq.started, true) {
-        Ok(w) => match resolve(ctx, qp, &w) {
-            Ok((segs, len)) => Ok((w, segs, len)),
-            Err(f) => Err((f, w.hdr)),
-        },
+        Ok(w) => {
+            trace.stamp(Stage::WqeData);
+            match resolve(ctx, qp, &w) {
+                Ok((segs, len)) => Ok((w, segs, len)),
+                Err(f) => Err((f, w.hdr)),
+            }
+        }
         Err(SlotError::Dma) => Err((fail(WC_FATAL_ERR, QP_ERR_DMA), WqeHeader::default())),
         Err(SlotError::Malformed(h)) => Err((fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE), h)),
     };
@@ -193,17 +222,27 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
                 }
             }
             rq.started = rq.started.wrapping_add(1);
+            rq.note_started(qp.sq.pi);
             ctx.finish_send(qpn, qp, &hdr, Err(f));
             return true;
         }
     };
+    trace.stamp(Stage::SglParsed);
+    // The path of the local buffer (source of WRITE/SEND, destination of a READ).
+    let path = local.first().filter(|_| on).map(|s| ctx.mem.path_of(s.addr));
+    if wqe_op(w.hdr.opcode).is_some_and(|o| o.kind == Kind::ReadRequest) {
+        trace.dst = path;
+    } else {
+        trace.src = path;
+    }
     ctx.stats().inc(Counter::SendWqes);
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
-    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0 };
+    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, trace: on.then_some(trace) };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
+    rq.note_started(qp.sq.pi);
     rq.inflight.push_back(fl);
     send_burst(ctx, qpn, qp, rq, t);
     true
@@ -217,14 +256,22 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
             break;
         }
         let psn = rq.send_psn;
-        let found = rq.inflight.iter().find(|w| psn_diff(psn, w.first_psn) >= 0 && psn_diff(psn, w.last_psn()) <= 0);
-        let Some(w) = found else {
+        let found = rq.inflight.iter().position(|w| psn_diff(psn, w.first_psn) >= 0 && psn_diff(psn, w.last_psn()) <= 0);
+        let Some(pos) = found else {
             rq.send_psn = rq.next_psn; // nothing left to (re)send
             break;
         };
+        let w = &rq.inflight[pos];
         let i = psn_diff(psn, w.first_psn) as u32;
         let (i, next) = if w.is_read() { (i.max(w.received), psn_add(w.first_psn, w.npkts)) } else { (i, psn_add(psn, 1)) };
         let result = t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i));
+        let last = w.is_read() || i + 1 == w.npkts;
+        if let Some(tr) = rq.inflight[pos].trace.as_mut() {
+            tr.stamp(Stage::Packetized);
+            if last {
+                tr.stamp(Stage::OnWire);
+            }
+        }
         rq.send_psn = next;
         let again = psn_diff(psn, rq.sent_high) < 0;
         if !again {
@@ -249,7 +296,8 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
 
 /// Fails the oldest in-flight WQE (the QP then goes to ERROR and flushes the rest).
 pub fn fail_front(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, f: Failure) {
-    let Some(w) = rq.inflight.pop_front() else { return };
+    let Some(mut w) = rq.inflight.pop_front() else { return };
+    rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, f.status);
     rq.inflight.clear();
     rq.timer = None;
     rq.hold_until = None;
@@ -276,6 +324,7 @@ mod tests {
             first_psn: PSN_MASK,
             npkts: 2,
             received: 0,
+            trace: None,
         };
         let a = request(4, 4096, &w, 0);
         let b = request(4, 4096, &w, 1);

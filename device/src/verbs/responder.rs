@@ -208,6 +208,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             ctx.stats().add(Counter::BytesSent, n);
             *offset += n;
             if op.last {
+                trace_placed(ctx, qpn, "send", segs, *offset, t);
                 let mut cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, ..Default::default() };
                 if let Some(imm) = m.imm {
                     cqe.imm_data = imm;
@@ -238,6 +239,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             ctx.stats().add(Counter::BytesWritten, n);
             *offset += n;
             if op.last {
+                trace_placed(ctx, qpn, "write", segs, *offset, t);
                 if let Some(r) = recv {
                     let imm = m.imm.unwrap_or_default();
                     let cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, imm_data: imm, flags: CQE_FLAG_IMM, ..Default::default() };
@@ -250,6 +252,15 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     }
     rs.incoming = Some(incoming);
     Ok(true)
+}
+
+/// Trace: the last byte of a message is placed (the path of its first segment).
+fn trace_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u64, t: &dyn Transport) {
+    if !ctx.stats().trace.enabled() {
+        return;
+    }
+    let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
+    ctx.stats().trace.placed(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU);
 }
 
 /// Answers an RDMA READ request (again, for a duplicate): the data goes back in READ

@@ -47,6 +47,8 @@ counters! {
 #[derive(Default)]
 pub struct Stats {
     values: [AtomicU64; COUNTERS.len()],
+    /// Recent WQEs' stage times and paths (`rnic-emu trace`), cleared with the counters.
+    pub trace: crate::timing::trace::Trace,
 }
 
 impl Stats {
@@ -69,6 +71,7 @@ impl Stats {
 
     pub fn reset(&self) {
         self.values.iter().for_each(|v| v.store(0, Ordering::Relaxed));
+        self.trace.clear();
     }
 
     /// (name, value) pairs, for the host side.

@@ -1,0 +1,19 @@
+//! Modelled hardware time. Under emulation every measured time is the emulator's; this
+//! module says how long the same work would take on the hardware the topology describes:
+//! - [`params`]: the physical parameters (`[timing]` in a topology) and derived rates;
+//! - [`model`]: the per-stage timeline of one work request;
+//! - [`collective`]: ring all_reduce bandwidth and latency percentiles (a stated
+//!   queueing model);
+//! - [`trace`]: the device's bounded ring of recent WQEs with their measured host-time
+//!   stages and PCIe paths, which `rnic-emu trace` prints next to the model.
+//!
+//! It does not slow the emulation down to modelled time, and nothing here feeds back into
+//! the device's behaviour. Documented in `docs/timing.md`.
+pub mod collective;
+pub mod model;
+pub mod params;
+pub mod render;
+pub mod trace;
+
+pub use model::{timeline, Layout, Mem, Op, Request, Timeline};
+pub use params::Params;

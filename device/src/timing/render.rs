@@ -1,0 +1,97 @@
+//! Text renderings of the model for `rnic-emu model` and `rnic-emu trace`: a timeline in
+//! the "[T+ns] stage" form beside the design document's reference, the ring all_reduce
+//! rows beside the reference table, and a traced WQE's measured stages beside its
+//! modelled ones.
+
+use super::collective::{reference, Ring};
+use super::model::{compare, Mem, Op, Timeline, REFERENCE_ON_WIRE, REFERENCE_WRITE_4K};
+use super::trace::Record;
+use super::Params;
+use std::fmt::Write;
+
+fn mem_name(m: Mem) -> &'static str {
+    match m {
+        Mem::Host => "host",
+        Mem::Gpu => "gpu",
+    }
+}
+
+/// One line describing the parameters that matter most.
+pub fn params_line(p: &Params) -> String {
+    format!(
+        "PCIe Gen{} x{} (MPS {}, MRRS {}), core {} MHz, {} Gb/s, MTU {}, wire {} ns",
+        p.pcie_gen, p.pcie_width, p.mps, p.mrrs, p.core_clock_mhz, p.link_gbps, p.mtu, p.wire_latency_ns
+    )
+}
+
+/// The timeline; for a 4 KiB GPU-to-GPU WRITE with the reference column.
+pub fn timeline_text(t: &Timeline, p: &Params) -> String {
+    let r = &t.request;
+    let mut out = String::new();
+    let _ = writeln!(out, "{:?} of {} bytes, {} -> {}; {}", r.op, r.len, mem_name(r.src), mem_name(r.dst), params_line(p));
+    let reference = r.op == Op::Write && r.len == 4096 && r.src == Mem::Gpu && r.dst == Mem::Gpu;
+    let rows = if reference { compare(t) } else { Vec::new() };
+    let _ = writeln!(out, "  {:<14} {:<18} {:<4} stage", "model", if reference { "design doc." } else { "" }, "");
+    for s in &t.stages {
+        let model = format!("[T+{:.1}ns]", s.at_ns);
+        let refcol = REFERENCE_WRITE_4K.iter().find(|x| x.0 == s.key).filter(|_| reference).map(|&(_, v, remote)| {
+            if remote {
+                format!("[T{REFERENCE_ON_WIRE:.0}ns+RTT+{v:.0}ns]")
+            } else {
+                format!("[T{v:.0}ns]")
+            }
+        });
+        let verdict = rows.iter().find(|x| x.0 == s.key).map_or("", |x| if x.3 { "ok" } else { "OFF" });
+        let side = if s.remote { "remote: " } else { "" };
+        let _ = writeln!(out, "  {model:<14} {:<18} {verdict:<4} {side}{}", refcol.unwrap_or_default(), s.what);
+    }
+    if reference {
+        let _ = writeln!(out, "  (RTT: the reference's symbol; the model's one-way wire latency is {} ns; ok: within 10% or 5 ns)", t.wire_latency_ns);
+    }
+    out
+}
+
+/// Ring all_reduce rows (GPUDirect on and off) beside the reference rows.
+pub fn ring_text(rows: &[Ring]) -> String {
+    let mut out = String::new();
+    if let Some(r) = rows.first() {
+        let _ = writeln!(out, "ring all_reduce, {} nodes, {} bytes (chunk {} bytes)", r.nodes, r.bytes, r.chunk);
+    }
+    let _ = writeln!(out, "  {:<12} {:<24} {:>8} {:>8} {:>8} {:>12}", "GPUDirect", "", "P50 us", "P99 us", "P999 us", "busbw GB/s");
+    for r in rows {
+        let on = if r.gdr { "on" } else { "off (bounce)" };
+        let l = &r.latency;
+        let _ = writeln!(out, "  {on:<12} {:<24} {:>8.1} {:>8.1} {:>8.1} {:>12.1}", "model", l.p50_us, l.p99_us, l.p999_us, r.busbw_gbps);
+        if let Some(x) = reference(r.nodes, r.gdr) {
+            let l = &x.latency;
+            let err = 100.0 * (r.busbw_gbps - x.busbw_gbps) / x.busbw_gbps;
+            let src = format!("document ({})", x.fabric);
+            let _ = writeln!(out, "  {:<12} {src:<24} {:>8.1} {:>8.1} {:>8.1} {:>12.1}  (bandwidth {err:+.1}%)", "", l.p50_us, l.p99_us, l.p999_us, x.busbw_gbps);
+        }
+        let _ = writeln!(out, "  {:<12} step {:.2} us, total {:.1} us, NIC egress utilisation {:.2}", "", r.step_us, r.time_us, r.utilisation);
+    }
+    out
+}
+
+/// A traced WQE: measured host-time stages, then the modelled timeline of the same
+/// request (when its op and paths are known).
+pub fn record_text(rec: &Record, model: Option<&Timeline>) -> String {
+    let mut out = String::new();
+    let path = |p: Option<&'static str>| p.unwrap_or("remote");
+    let _ = writeln!(
+        out,
+        "#{} {} QP {} wr_id {:#x} {} {} bytes via {} (src {}, dst {}) status {}",
+        rec.seq, rec.role, rec.qpn, rec.wr_id, rec.op, rec.len, rec.transport, path(rec.src), path(rec.dst), rec.status
+    );
+    for (stage, ns) in &rec.stages {
+        let modelled = model.and_then(|t| t.at(stage)).map(|m| format!("[T+{m:.1}ns]")).unwrap_or_default();
+        let _ = writeln!(out, "  measured [T+{ns}ns] {stage:<14} modelled {modelled}");
+    }
+    if let Some(t) = model {
+        let _ = writeln!(out, "  modelled stages:");
+        for s in &t.stages {
+            let _ = writeln!(out, "    [T+{:.1}ns] {}{}", s.at_ns, if s.remote { "remote: " } else { "" }, s.what);
+        }
+    }
+    out
+}

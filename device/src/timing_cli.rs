@@ -1,0 +1,116 @@
+//! `rnic-emu model` and `rnic-emu trace`: the model's and the trace's command-line side.
+
+use rnic_emu::serve::control_request;
+use rnic_emu::timing::collective::{reference, ring_all_reduce};
+use rnic_emu::timing::render::{record_text, ring_text, timeline_text};
+use rnic_emu::timing::trace::Record;
+use rnic_emu::timing::{timeline, Layout, Mem, Op, Params, Request};
+use rnic_emu::topology::Topology;
+use std::path::Path;
+use std::time::Duration;
+
+/// The output of `rnic-emu model`.
+#[allow(clippy::too_many_arguments)]
+pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32, collective: Option<&str>, json: bool) -> anyhow::Result<String> {
+    let p = &topo.timing;
+    let layout = Layout::of(&topo.nodes[0]);
+    anyhow::ensure!(size <= 1 << 31, "--size is at most 2^31 bytes (the largest message)");
+    match collective {
+        None => {
+            let t = timeline(p, &layout, &Request { op, len: size, src, dst });
+            if !json {
+                return Ok(timeline_text(&t, p));
+            }
+            let reference = (op == Op::Write && size == 4096 && src == Mem::Gpu && dst == Mem::Gpu).then(|| {
+                let rows = rnic_emu::timing::model::compare(&t);
+                rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect::<Vec<_>>()
+            });
+            Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
+        }
+        Some("all_reduce") => {
+            anyhow::ensure!((2..=4096).contains(&nodes), "--nodes must be 2..=4096");
+            let rows: Vec<_> = [true, false].into_iter().map(|gdr| ring_all_reduce(p, &layout, nodes, size, gdr)).collect();
+            if !json {
+                return Ok(ring_text(&rows));
+            }
+            let with_ref: Vec<_> = rows.iter().map(|r| serde_json::json!({ "model": r, "reference": reference(r.nodes, r.gdr) })).collect();
+            Ok(serde_json::to_string_pretty(&with_ref)? + "\n")
+        }
+        Some(other) => anyhow::bail!("unknown collective '{other}' (all_reduce)"),
+    }
+}
+
+fn mem_of(path: Option<&str>) -> Option<Mem> {
+    path.map(|p| if p == "host" { Mem::Host } else { Mem::Gpu })
+}
+
+/// The modelled timeline of a traced request (the destination, when on another node,
+/// is assumed to be the same kind of memory as the source).
+pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::timing::Timeline> {
+    let op = rec.op.parse::<Op>().ok()?;
+    let src = mem_of(rec.src)?;
+    let dst = mem_of(rec.dst).unwrap_or(src);
+    let (src, dst) = if op == Op::Read { (dst, src) } else { (src, dst) };
+    // The path the device recorded says where the GPU is, whatever the layout assumed.
+    let mut layout = *layout;
+    for path in [rec.src, rec.dst].into_iter().flatten() {
+        match path {
+            "p2p-switch" => layout.gpu_path = rnic_emu::topology::P2pPath::Switch,
+            "p2p-root-complex" => layout.gpu_path = rnic_emu::topology::P2pPath::RootComplex,
+            _ => {}
+        }
+    }
+    Some(timeline(p, &layout, &Request { op, len: rec.len, src, dst }))
+}
+
+/// Prints the node's trace (and, with `follow`, what comes after) until interrupted.
+pub fn trace(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo: Option<&Topology>, json: bool) -> anyhow::Result<()> {
+    let p = topo.map(|t| t.timing.clone()).unwrap_or_default();
+    let layout = topo.and_then(|t| t.node(node)).map(|(_, n)| Layout::of(n)).unwrap_or_default();
+    let mut since = 0u64;
+    loop {
+        let q = qp.map(|q| format!(" qp={q}")).unwrap_or_default();
+        let reply = control_request(socket_dir, node, &format!("trace since={since}{q}"))?;
+        let Some(text) = reply["ok"].as_str() else { anyhow::bail!("{}", reply["error"].as_str().unwrap_or("bad reply")) };
+        let records: Vec<serde_json::Value> = serde_json::from_str(text)?;
+        for v in &records {
+            since = since.max(v["seq"].as_u64().unwrap_or(0));
+            if json {
+                println!("{v}");
+                continue;
+            }
+            let rec = parse_record(v);
+            let m = model_of(&rec, &p, &layout);
+            print!("{}", record_text(&rec, m.as_ref()));
+        }
+        if !follow {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A record back from JSON (names interned to the ones the device uses).
+fn parse_record(v: &serde_json::Value) -> Record {
+    const NAMES: &[&str] = &[
+        "requester", "responder", "loopback", "fabric", "host", "p2p-switch", "p2p-root-complex", "write", "read", "send", "doorbell",
+        "wqe_data", "sgl_parsed", "packetized", "on_wire", "placed", "ack", "cqe",
+    ];
+    let intern = |s: Option<&str>| s.and_then(|s| NAMES.iter().copied().find(|n| *n == s));
+    let stages = v["stages"].as_array().map(|a| {
+        a.iter().filter_map(|s| Some((intern(s[0].as_str())?, s[1].as_u64()?))).collect()
+    });
+    Record {
+        seq: v["seq"].as_u64().unwrap_or(0),
+        role: intern(v["role"].as_str()).unwrap_or("?"),
+        qpn: v["qpn"].as_u64().unwrap_or(0) as u32,
+        wr_id: v["wr_id"].as_u64().unwrap_or(0),
+        op: intern(v["op"].as_str()).unwrap_or("?"),
+        len: v["len"].as_u64().unwrap_or(0),
+        transport: intern(v["transport"].as_str()).unwrap_or("?"),
+        src: intern(v["src"].as_str()),
+        dst: intern(v["dst"].as_str()),
+        status: v["status"].as_u64().unwrap_or(0) as u8,
+        stages: stages.unwrap_or_default(),
+    }
+}
