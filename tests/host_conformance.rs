@@ -11,7 +11,7 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, IOVA, VA};
+use rnic_emu::hostdrv::{Connection, HostDriver, ServerProcess, IOVA, VA};
 use rnic_emu::regs::rnic::*;
 use rnic_emu::verbs::abi::*;
 use rnic_emu::verbs::stats::Counter;
@@ -849,7 +849,7 @@ fn responder_not_ready_loopback() {
 /// node's address goes through the fabric port like any remote QP.
 #[test]
 fn fabric_conformance() {
-    use rnic_emu::hostdrv::{Connection, NodePair, PairOptions};
+    use rnic_emu::hostdrv::{NodePair, PairOptions};
     use std::net::Ipv4Addr;
     let _turn = serialized();
     let dir = tempfile::tempdir().unwrap();
@@ -932,6 +932,73 @@ fn fabric_conformance() {
     p.h[0].ram.read(p.buf[0] + (2 << 20), &mut got).unwrap();
     assert_eq!(got, pattern(5, 0, 8192));
     assert!(stat(&mut p.h[0], Counter::PktsSent) > sent, "the packets went through the fabric port");
+}
+
+/// DEREG_MR while a message over the fabric still holds the MR's pages (every packet
+/// delayed 20 ms, so messages stay in flight): a READ's destination on the requester, and
+/// a multi-packet WRITE's destination on the responder. From the command's return no byte
+/// lands in either.
+#[test]
+fn fabric_dereg_in_flight() {
+    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    use std::net::Ipv4Addr;
+    let _turn = serialized();
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, 111, sub, 1), Ipv4Addr::new(127, 111, sub, 2)];
+    let o = PairOptions { ips, node_toml: "faults = { tx = { delay_us = 20000 } }", retry_cnt: 7, timeout: 16, capture: false, rnr_retry: 7 };
+    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
+    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
+    let acc = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+    let region = 8u64 << 20;
+    let untouched = |p: &NodePair, i: usize, len: u64| {
+        let mut got = vec![0u8; len as usize];
+        p.h[i].ram.read(p.buf[i] + region, &mut got).unwrap();
+        got.iter().all(|b| *b == POISON)
+    };
+    // Requester side: READ 1 MiB into node 0's MR 2, deregistered once the request is out.
+    p.h[1].ram.write(p.buf[1], &pattern(9, 0, 1 << 20)).unwrap();
+    p.h[0].ram.write(p.buf[0] + region, &vec![POISON; 1 << 20]).unwrap();
+    let key = p.h[0].reg_mr(2, 1, acc, p.buf[0] + region, 1 << 20).unwrap();
+    let sent = stat(&mut p.h[0], Counter::PktsSent);
+    let hdr = WqeHeader { opcode: WQE_OP_RDMA_READ, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 21, remote_addr: VA + p.buf[1], rkey: p.key[1], ..Default::default() };
+    p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0] + region, length: 1 << 20, lkey: key }])]).unwrap();
+    assert!(wait_until(SECOND, || stat(&mut p.h[0], Counter::PktsSent) > sent), "the READ request went out");
+    assert_eq!(p.h[0].cmd(CMD_DEREG_MR, 2).unwrap(), CMD_OK);
+    let c = p.h[0].wait(1, SECOND).unwrap();
+    assert_eq!((c.wr_id, c.status, c.syndrome), (21, WC_LOC_PROT_ERR, u32::from(QP_ERR_LOCAL_ACCESS)), "the READ in flight fails");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(untouched(&p, 0, 1 << 20), "no READ response landed after DEREG_MR");
+    // Responder side: a 4 MiB WRITE into node 1's MR 3, deregistered mid-message.
+    let len = 4u64 << 20;
+    p.h[1].ram.write(p.buf[1] + region, &vec![POISON; len as usize]).unwrap();
+    let rkey = p.h[1].reg_mr(3, 1, acc, p.buf[1] + region, len).unwrap();
+    let (mut q0, mut q1) = (Connection::default(), Connection::default());
+    (q0.dest_qpn, q0.dest_ip, q0.timeout) = (2, Some(ips[1]), 16);
+    (q1.dest_qpn, q1.dest_ip, q1.timeout) = (2, Some(ips[0]), 16);
+    for (h, c) in p.h.iter_mut().zip([q0, q1]) {
+        h.create_cq(2, 6, 1).unwrap();
+        h.create_qp(2, 1, 2, 6, acc).unwrap();
+        h.connect_with(2, &c).unwrap();
+    }
+    let got = stat(&mut p.h[1], Counter::PktsReceived);
+    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 22, remote_addr: VA + p.buf[1] + region, rkey, ..Default::default() };
+    p.h[0].post(2, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: len as u32, lkey: p.key[0] }])]).unwrap();
+    assert!(wait_until(SECOND, || stat(&mut p.h[1], Counter::PktsReceived) > got), "the WRITE started arriving");
+    assert_eq!(p.h[1].cmd(CMD_DEREG_MR, 3).unwrap(), CMD_OK);
+    let written = stat(&mut p.h[1], Counter::BytesWritten);
+    assert!(written < len, "still mid-message: {written} bytes placed");
+    p.h[1].ram.write(p.buf[1] + region, &vec![POISON; len as usize]).unwrap();
+    let c = p.h[0].wait(2, Duration::from_secs(30)).unwrap();
+    assert_eq!(c.wr_id, 22);
+    assert_ne!(c.status, WC_SUCCESS, "the WRITE cannot complete");
+    assert!(untouched(&p, 1, len), "nothing placed after DEREG_MR");
+    assert_eq!(stat(&mut p.h[1], Counter::BytesWritten), written);
+    assert_eq!(p.h[1].cmd(CMD_QUERY_QP, 2).unwrap(), CMD_OK);
+    let at = p.h[1].r64(QP_CTX_BASE).unwrap() - IOVA + 2 * 64;
+    let mut state = [0u8; 1];
+    p.h[1].ram.read(at, &mut state).unwrap();
+    assert_eq!(state[0], QPS_RTS, "the responder's QP stays usable");
 }
 
 // ---- the rule index ----

@@ -77,7 +77,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0001, "Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics."),
     (0x0001_0002, "BAR1_APERTURE slots, RNIC_REG_NUM_GPUS, GPU engine, DMA path counters; later under the same minor: the RoCEv2 fabric (RNIC_REG_IPV4, dest_ip/PSN/MTU/retry fields of rnic_qp_ctx, packet counters)."),
     (0x0001_0003, "Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES."),
-    (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; BAR1_APERTURE checked on its full or high-half write."),
+    (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.

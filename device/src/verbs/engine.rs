@@ -14,7 +14,7 @@ use super::completer::{self, Completer};
 use super::copy::GuestMem;
 use super::cq::Cq;
 pub use super::ctx::{Shared, ASYNC_VECTOR};
-use super::ctx::{Ctx, Cqs};
+use super::ctx::{fail, Ctx, Cqs};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring};
@@ -192,7 +192,7 @@ impl Engine {
             CMD_QUERY_QP => self.qps.get(index as usize).map(|_| ()).ok_or(CMD_ERR_BAD_INDEX),
             CMD_DESTROY_QP => self.forget_qp(index),
             CMD_REG_MR => self.reg_mr(mem, index),
-            CMD_DEREG_MR => self.dereg_mr(index),
+            CMD_DEREG_MR => self.dereg_mr(mem, index),
             _ => Err(CMD_ERR_BAD_OP),
         };
         if matches!(op, CMD_MODIFY_QP | CMD_QUERY_QP | CMD_DESTROY_QP) && (index as u64) < MAX_QP {
@@ -394,9 +394,23 @@ impl Engine {
         Ok(())
     }
 
-    fn dereg_mr(&mut self, index: u32) -> Result<(), u32> {
+    /// Removes MR `index`, and with it every use still in flight (docs/programming.md
+    /// R-MR-3): a requester whose outstanding WQE holds its pages fails its oldest WQE
+    /// (LOC_PROT_ERR; the QP goes to ERROR, the rest is flushed, late responses are
+    /// dropped), a responder forgets the message or READ responses that use it. After the
+    /// command no byte of the MR's pages moves.
+    fn dereg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
         let slot = self.mrs.slot(index as usize).ok_or(CMD_ERR_BAD_INDEX)?;
-        slot.take().map(|_| ()).ok_or(CMD_ERR_NOT_FOUND)
+        slot.take().ok_or(CMD_ERR_NOT_FOUND)?;
+        let Engine { qps, roles, cqs, mrs, name, .. } = self;
+        for (qpn, (qp, r)) in qps.iter_mut().zip(roles.iter_mut()).enumerate() {
+            r.resp.drop_mr(index);
+            if r.req.uses_mr(index) {
+                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs };
+                requester::fail_front(&mut ctx, qpn as u32, qp, &mut r.req, fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS));
+            }
+        }
+        Ok(())
     }
 
     fn write_back_qp(&self, mem: &dyn GuestMem, qpn: u32) {

@@ -21,7 +21,7 @@
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
  *   1.2: BAR1_APERTURE slots, RNIC_REG_NUM_GPUS, GPU engine, DMA path counters; later under the same minor: the RoCEv2 fabric (RNIC_REG_IPV4, dest_ip/PSN/MTU/retry fields of rnic_qp_ctx, packet counters).
  *   1.3: Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES.
- *   1.4: Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; BAR1_APERTURE checked on its full or high-half write.
+ *   1.4: Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
