@@ -68,7 +68,7 @@ pub fn c_header() -> String {
     o.push_str("#include <linux/types.h>\n#ifdef __KERNEL__\n#include <linux/stddef.h>\n#else\n#include <stddef.h>\n#endif\n\n");
     o.push_str("/* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */\n\n");
     c_define(&mut o, "RNIC_EMU_CONTRACT_VERSION", format!("{:#010x}", regs::CONTRACT_VERSION), "major << 16 | minor");
-    o.push_str("/* Contract changelog (a minor version only adds):\n");
+    o.push_str("/* Contract changelog (a minor version only adds or tightens a guarantee):\n");
     for (v, what) in regs::CHANGELOG {
         let _ = writeln!(o, " *   {}.{}: {what}", v >> 16, v & 0xffff);
     }
@@ -187,7 +187,7 @@ fn md_bits(o: &mut String) {
     }
     o.push_str("\nDoorbells and `CQ_ARM`/`CQE_CONS_IDX`: object number in bits [31:16], index in [15:0]\n");
     o.push_str("(`CQ_ARM` ignores [15:0]). `RNIC_REG_CMD`: opcode in [31:24], object index in [23:0].\n");
-    o.push_str("\n## Contract changelog (major 1; a minor version only adds)\n\n| Version | Added |\n|---|---|\n");
+    o.push_str("\n## Contract changelog (major 1; a minor version only adds or tightens a guarantee)\n\n| Version | Added |\n|---|---|\n");
     for (v, what) in regs::CHANGELOG {
         let _ = writeln!(o, "| {}.{} | {what} |", v >> 16, v & 0xffff);
     }

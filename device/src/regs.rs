@@ -68,8 +68,9 @@ macro_rules! register_map {
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
 pub const CONTRACT_VERSION: u32 = 0x0001_0004;
 
-/// What each minor version of the contract added (major 1). A minor version only adds:
-/// registers, capability bits, fields or values that were reserved before; a driver
+/// What each minor version of the contract added (major 1). A minor version only adds
+/// (registers, capability bits, fields or values that were reserved before) or tightens a
+/// guarantee (behaviour that was undefined becomes defined); a driver
 /// written for minor n works unchanged on any later minor. Rendered into
 /// docs/registers.md and the C header's comment.
 pub const CHANGELOG: &[(u32, &str)] = &[

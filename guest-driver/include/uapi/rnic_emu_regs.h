@@ -16,7 +16,7 @@
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
 #define RNIC_EMU_CONTRACT_VERSION    0x00010004   /* major << 16 | minor */
-/* Contract changelog (a minor version only adds):
+/* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
  *   1.2: BAR1_APERTURE slots, RNIC_REG_NUM_GPUS, GPU engine, DMA path counters; later under the same minor: the RoCEv2 fabric (RNIC_REG_IPV4, dest_ip/PSN/MTU/retry fields of rnic_qp_ctx, packet counters).
