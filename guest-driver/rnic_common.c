@@ -3,7 +3,7 @@
  * rnic-emu guest driver: BAR0 bring-up, MSI-X vectors and sysfs attributes shared by the
  * RNIC and GPU functions.
  *
- * Register contract: include/uapi/rnic_emu_regs.h (generated from device/src/regs.rs).
+ * Register contract: include/uapi/rnic_emu_regs.h (generated from device/core/src/regs.rs).
  * Only BAR0 is requested here. The GPU's BAR1 aperture stays unclaimed on purpose: with
  * CONFIG_IO_STRICT_DEVMEM a claimed region could no longer be mapped by user space
  * through /sys/bus/pci/devices/<bdf>/resource1.

@@ -3,7 +3,7 @@
 //! WQEs, contexts and MTT entries fed to the verbs engine, and hostile BAR0/config accesses
 //! fed to the RNIC model. They must never panic, hang or touch memory outside guest RAM.
 
-use crate::dma::{test_ram, DmaMaps};
+use crate::mem::dma::{test_ram, DmaMaps};
 use crate::function::PciFunction;
 use crate::msix::Interrupts;
 use crate::rnic::Rnic;
@@ -95,15 +95,7 @@ pub fn bar0(data: &[u8]) {
 mod tests {
     /// A deterministic xorshift generator: the smoke test needs no extra crate.
     fn bytes(seed: u64, n: usize) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        super::smoke_bytes(seed, n)
     }
 
     #[test]
@@ -137,6 +129,285 @@ mod tests {
     fn bar0_survives_random_accesses() {
         for seed in 0..50 {
             super::bar0(&bytes(seed, 3072));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// vfio-user message streams: arbitrary bytes sent over a real socket to the rust-vmm
+// `vfio_user::Server` with our `vfio::Backend` behind it, exactly as `rnic-emu serve`
+// runs them (headers, sizes, VERSION, region info/read/write, DMA_MAP/UNMAP without fds,
+// IRQ info, SET_IRQS, reset). A byte stream cannot carry fds, so every DMA_MAP is fd-less.
+
+use crate::vfio::Backend;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::{Mutex, Once, OnceLock};
+
+/// Panics raised inside the vfio-user library by a hostile message (for instance a
+/// VERSION shorter than its header, or version data without a NUL). `rnic-emu serve`
+/// catches them (serve.rs) and drops only that connection; the stream target does the
+/// same and counts them here. A panic anywhere else is a crash.
+pub static LIBRARY_PANICS: AtomicU64 = AtomicU64::new(0);
+
+struct StreamTarget {
+    server: vfio_user::Server,
+    backend: Backend,
+    socket: std::path::PathBuf,
+    vendor_id: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// Builds the served function: the RNIC (`gpu` false) or a 1 MiB-BAR1 GPU.
+fn stream_target(gpu: bool) -> Option<StreamTarget> {
+    let kind = if gpu { "gpu\", bar1_mib = 1" } else { "rnic\"" };
+    let toml = format!(
+        "name = \"f\"\n[[node]]\nname = \"n\"\nport = [ {{ id = \"rp\", kind = \"root-port\" }} ]\ndevice = [ {{ id = \"d\", kind = \"{kind}, port = \"rp\" }} ]"
+    );
+    let topo = Topology::parse(&toml, "fuzz").ok()?;
+    let dev = &topo.nodes[0].devices[0];
+    let f: crate::vfio::SharedFunction = if gpu {
+        let mem = crate::shm::SharedMemory::memfd("fuzz-bar1", dev.bar1_size()).ok()?;
+        Arc::new(Mutex::new(crate::gpu::Gpu::new("fuzz-gpu".into(), dev, mem).ok()?))
+    } else {
+        Arc::new(Mutex::new(Rnic::new("fuzz-rnic".into(), dev, Vec::new(), None).ok()?))
+    };
+    let (regions, irqs, vendor_id) = {
+        let g = crate::vfio::lock(&f);
+        let mut id = [0u8; 2];
+        g.config().read(0, &mut id);
+        (crate::vfio::regions(&*g), crate::vfio::irqs(&*g), u16::from_le_bytes(id))
+    };
+    let dir = tempfile::tempdir().ok()?;
+    let socket = dir.path().join("fuzz.sock");
+    let server = vfio_user::Server::new(&socket, true, irqs, regions).ok()?;
+    Some(StreamTarget { server, backend: Backend::new(f), socket, vendor_id, _dir: dir })
+}
+
+fn survive_library_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.location().is_some_and(|l| l.file().contains("vfio_user-")) || crate::logging::raised_by_the_library() {
+                if LIBRARY_PANICS.fetch_add(1, AtomicOrdering::Relaxed) == 0 {
+                    eprintln!("vfio_stream: the vfio-user library panicked on a message ({info}); the connection ends, the server lives on (counted, not reported again)");
+                }
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Sends all of `data` (without SIGPIPE: the server may hang up first), half-closes, and
+/// reads replies until the server closes the connection.
+fn client(mut s: UnixStream, data: &[u8]) {
+    use std::io::Read;
+    let mut sent = 0;
+    while sent < data.len() {
+        let rest = &data[sent..];
+        // SAFETY: send() reads at most rest.len() bytes from a live slice on an owned socket.
+        let n = unsafe { libc::send(s.as_raw_fd(), rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+        if n <= 0 {
+            break;
+        }
+        sent += n as usize;
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut sink = vec![0u8; 1 << 16];
+    while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+}
+
+/// First byte: which function (bit 0: GPU, else RNIC); the rest: the client's byte stream.
+/// After the connection ends the function is reset as for a departing client and must
+/// still answer a config-space read with its vendor ID.
+pub fn vfio_stream(data: &[u8]) {
+    use vfio_user::ServerBackend;
+    static TARGETS: [OnceLock<Option<Mutex<StreamTarget>>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let Some((&select, stream)) = data.split_first() else { return };
+    let gpu = select & 1 == 1;
+    let Some(target) = TARGETS[usize::from(gpu)].get_or_init(|| stream_target(gpu).map(Mutex::new)) else { return };
+    survive_library_panics();
+    let mut guard = target.lock().unwrap_or_else(|p| p.into_inner());
+    let t = &mut *guard;
+    let Ok(s) = UnixStream::connect(&t.socket) else { return };
+    // A joined thread, not a scoped one: scope() returns when the closure is done, join()
+    // when the thread has exited, so no thread of this input outlives it (LeakSanitizer
+    // would count its thread-local destructor record as a leak).
+    let bytes = stream.to_vec();
+    let Ok(sender) = std::thread::Builder::new().spawn(move || client(s, &bytes)) else { return };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.server.run(&mut t.backend)));
+    let _ = sender.join();
+    t.backend.disconnected();
+    let mut id = [0u8; 2];
+    let cfg = vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
+    assert!(t.backend.region_read(cfg, 0, &mut id).is_ok(), "config space read refused after a stream");
+    assert_eq!(u16::from_le_bytes(id), t.vendor_id, "the function no longer serves its config space");
+}
+
+// ---------------------------------------------------------------------------------------
+// The kept corpus (device/fuzz/corpus/<target>/): seed inputs built from what the unit and
+// smoke tests feed the same entry points, and the replay of every corpus file, which runs
+// in `cargo test`.
+
+/// A fuzz target's entry point.
+pub type Entry = fn(&[u8]);
+
+/// The fuzz targets and their entry points.
+pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream)];
+
+/// The pseudo-random bytes the smoke tests use (xorshift64).
+pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// One vfio-user message: header (id, command, size, flags, error) and payload.
+pub fn vfio_message(id: u16, command: u16, payload: &[u8]) -> Vec<u8> {
+    let mut m = id.to_le_bytes().to_vec();
+    m.extend_from_slice(&command.to_le_bytes());
+    m.extend_from_slice(&(16 + payload.len() as u32).to_le_bytes());
+    m.extend_from_slice(&[0; 8]);
+    m.extend_from_slice(payload);
+    m
+}
+
+fn le(fields: &[u64], widths: &[usize]) -> Vec<u8> {
+    fields.iter().zip(widths).flat_map(|(v, w)| v.to_le_bytes()[..*w].to_vec()).collect()
+}
+
+/// A client session as QEMU (and the host tests' rust-vmm client) opens one, plus the
+/// hostile requests of host_server.rs: every command the server implements.
+fn vfio_session(gpu: bool) -> Vec<u8> {
+    let mut s = vec![u8::from(gpu)];
+    let caps = b"{\"capabilities\":{\"max_msg_fds\":16,\"max_data_xfer_size\":1048576,\"migration\":{\"pgsize\":4096}}}\0";
+    let mut version = le(&[0, 1], &[2, 2]);
+    version.extend_from_slice(caps);
+    let access = |region: u64, offset: u64, count: u64, data: &[u8]| {
+        let mut p = le(&[offset, region, count], &[8, 4, 4]);
+        p.extend_from_slice(data);
+        p
+    };
+    let msgs: Vec<(u16, Vec<u8>)> = vec![
+        (1, version),
+        (4, le(&[16, 0, 0, 0], &[4, 4, 4, 4])),                              // DEVICE_GET_INFO
+        (5, le(&[32, 0, 0, 0, 0, 0], &[4, 4, 4, 4, 8, 8])),                  // GET_REGION_INFO config
+        (5, le(&[32, 0, 1, 0, 0, 0], &[4, 4, 4, 4, 8, 8])),                  // GET_REGION_INFO BAR1
+        (7, le(&[16, 0, 4, 0], &[4, 4, 4, 4])),                              // GET_IRQ_INFO MSI-X
+        (9, access(7, 0, 4, &[])),                                           // config read
+        (10, access(7, 4, 2, &[6, 0])),                                      // enable decoding
+        (9, access(0, 0, 4, &[])),                                           // BAR0 read
+        (10, access(0, 0x20, 4, &1u32.to_le_bytes())),                       // BAR0 write
+        (9, access(1, 0x100, 8, &[])),                                       // BAR1 read
+        (9, access(0, 0xfff_ffff, 4, &[])),                                  // past the BAR
+        (2, le(&[32, 3, 0, 0x8000_0000, 0x1000], &[4, 4, 8, 8, 8])),         // DMA_MAP, no fd
+        (2, le(&[32, 3, 0, u64::MAX - 10, 0x1000], &[4, 4, 8, 8, 8])),       // wrapping map
+        (3, le(&[32, 0, 0x8000_0000, 0x1000], &[4, 4, 8, 8])),               // DMA_UNMAP
+        (3, le(&[32, 2, 0, 0], &[4, 4, 8, 8])),                              // DMA_UNMAP all
+        (8, le(&[20, 0x24, 2, 0, 1], &[4, 4, 4, 4, 4])),                     // SET_IRQS fd-less
+        (8, le(&[20, 0x21, 2, 0, 0], &[4, 4, 4, 4, 4])),                     // SET_IRQS trigger none
+        (8, le(&[20, 0x24, 9, 0, 1], &[4, 4, 4, 4, 4])),                     // unsupported index
+        (13, Vec::new()),                                                    // DEVICE_RESET
+        (11, le(&[0, 16], &[8, 8])),                                         // DMA_READ (unsupported)
+    ];
+    for (i, (cmd, payload)) in msgs.iter().enumerate() {
+        s.extend_from_slice(&vfio_message(i as u16, *cmd, payload));
+    }
+    s
+}
+
+/// Seed inputs of `target`.
+pub fn seeds(target: &str) -> Vec<Vec<u8>> {
+    match target {
+        "engine" => (0..4).map(|seed| smoke_bytes(seed, 4096)).collect(),
+        "bar0" => {
+            // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
+            // a narrow read, config reads and a command write, as the unit tests do.
+            let rec = |kind: u8, size: u8, off: u16, v: u64| {
+                let mut r = vec![kind, size];
+                r.extend_from_slice(&off.to_le_bytes());
+                r.extend_from_slice(&v.to_le_bytes());
+                r
+            };
+            vec![
+                [rec(0, 2, 0, 0), rec(1, 2, 0x20, 0), rec(0, 2, 0x24, 0), rec(1, 2, 0x10, 0x5245_5345)].concat(),
+                [rec(2, 1, 0, 0), rec(3, 1, 4, 6), rec(2, 2, 0x10, 0), rec(3, 2, 0x10, 0xffff_ffff)].concat(),
+                smoke_bytes(1, 3072),
+            ]
+        }
+        "packet" => {
+            use crate::fabric::packet::*;
+            let ep = Endpoints { src: std::net::Ipv4Addr::new(127, 0, 0, 11), dst: std::net::Ipv4Addr::new(127, 0, 0, 12), src_port: 4791 };
+            let bth = |opcode| Bth { opcode, psn: 9, dest_qp: 1, ..Default::default() };
+            let pkts = [
+                Packet { bth: bth(op::WRITE_ONLY), reth: Some(Reth { va: 0x1000, rkey: 0x15a, len: 33 }), payload: vec![7; 33], ..Default::default() },
+                Packet { bth: bth(op::SEND_ONLY_IMM), imm: Some(0xfeed), payload: vec![1; 64], ..Default::default() },
+                Packet { bth: bth(op::READ_REQUEST), reth: Some(Reth { va: 0x2000, rkey: 0x25a, len: 4096 }), ..Default::default() },
+                Packet { bth: bth(op::ACK), aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 3 }), ..Default::default() },
+            ];
+            pkts.iter().map(|p| p.encode(&ep)).collect()
+        }
+        "vfio_stream" => vec![vfio_session(false), vfio_session(true), [&[0u8][..], &smoke_bytes(3, 512)].concat()],
+        _ => Vec::new(),
+    }
+}
+
+/// The kept corpus of `target`: `device/fuzz/corpus/<target>/`.
+pub fn corpus_dir(target: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target)
+}
+
+#[cfg(test)]
+mod corpus_tests {
+    use super::*;
+
+    /// Every kept corpus input once through its entry point (the fuzzers' regression set).
+    #[test]
+    fn corpus_replay() {
+        for (target, entry) in TARGETS {
+            let dir = corpus_dir(target);
+            let files: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).collect();
+            assert!(!files.is_empty(), "{} holds no corpus", dir.display());
+            for f in files {
+                let path = f.unwrap().path();
+                entry(&std::fs::read(&path).unwrap());
+            }
+        }
+    }
+
+    /// (Re)writes the seed inputs into the kept corpus: `make fuzz-seed`.
+    #[test]
+    #[ignore = "writes device/fuzz/corpus; run by make fuzz-seed"]
+    fn write_seed_corpus() {
+        for (target, _) in TARGETS {
+            let dir = corpus_dir(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (i, s) in seeds(target).iter().enumerate() {
+                std::fs::write(dir.join(format!("seed-{i}")), s).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn vfio_streams_survive_random_and_mutated_sessions() {
+        for seed in 0..50u64 {
+            let mut s = vfio_session(seed % 2 == 1);
+            let noise = smoke_bytes(seed, 8);
+            for pair in noise.chunks(2) {
+                let i = 1 + usize::from(pair[0]) * s.len() / 256 % (s.len() - 1);
+                s[i] ^= pair[1] | 1;
+            }
+            vfio_stream(&s);
+            vfio_stream(&smoke_bytes(seed, 300));
         }
     }
 }

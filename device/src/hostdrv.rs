@@ -4,7 +4,7 @@
 //! need no QEMU. Not a general driver: no teardown, no ring-space accounting beyond what
 //! its callers do.
 
-use crate::dma::test_ram;
+use crate::mem::dma::test_ram;
 use crate::regs::rnic::*;
 use crate::shm::SharedMemory;
 use crate::verbs::abi::*;
@@ -21,7 +21,8 @@ use vm_memory::ByteValued;
 pub const IOVA: u64 = 0x4000_0000;
 /// Virtual addresses used with MR keys are RAM offsets plus this.
 pub const VA: u64 = 0x7f00_0000_0000;
-const MTT_ENTRIES_HOST: u32 = 1 << 16;
+/// MTT entries the driver gives the device (MTT_ENTRIES).
+pub const MTT_ENTRIES_HOST: u32 = 1 << 16;
 
 /// How a QP is connected (RTR/RTS attributes); the default is loopback on this RNIC.
 #[derive(Clone, Debug)]
@@ -66,7 +67,8 @@ pub struct HostDriver {
     pub ram: SharedMemory,
     _fd: File,
     next_free: u64,
-    tables: [u64; 4],
+    /// RAM offsets of the QP, CQ and MR context tables and of the MTT.
+    pub tables: [u64; 4],
     mtt_next: u32,
     qps: Vec<Option<QpRings>>,
     cqs: Vec<Option<CqRing>>,
@@ -105,12 +107,36 @@ impl HostDriver {
         for (slot, size) in d.tables.iter_mut().zip(sizes) {
             *slot = Self::bump(&mut d.next_free, size, 4096);
         }
-        for (reg, off) in [(QP_CTX_BASE, d.tables[0]), (CQ_CTX_BASE, d.tables[1]), (MR_CTX_BASE, d.tables[2]), (MTT_BASE, d.tables[3])] {
-            d.w64(reg, IOVA + off)?;
-        }
-        d.w32(MTT_ENTRIES, MTT_ENTRIES_HOST)?;
-        d.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32)?;
+        d.load()?;
         Ok(d)
+    }
+
+    /// What a driver load does: program the context tables and enable DMA and interrupts.
+    fn load(&mut self) -> anyhow::Result<()> {
+        let t = self.tables;
+        for (reg, off) in [(QP_CTX_BASE, t[0]), (CQ_CTX_BASE, t[1]), (MR_CTX_BASE, t[2]), (MTT_BASE, t[3])] {
+            self.w64(reg, IOVA + off)?;
+        }
+        self.w32(MTT_ENTRIES, MTT_ENTRIES_HOST)?;
+        self.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32)
+    }
+
+    /// Loads the driver again on the same connection after a device reset: every QP, CQ
+    /// and MR is forgotten (their RAM is not reused) and the device brought up afresh.
+    pub fn reload(&mut self) -> anyhow::Result<()> {
+        self.dbpage = None; // reset turned it off
+        self.qps.iter_mut().for_each(|q| *q = None);
+        self.cqs.iter_mut().for_each(|c| *c = None);
+        self.mtt_next = 0;
+        self.load()
+    }
+
+    /// Hands the server a second RAM range (a fresh memfd of `size` bytes at bus address
+    /// `iova`), as QEMU does for RAM above 4 GiB; returns it for inspection.
+    pub fn map_more_ram(&mut self, iova: u64, size: u64) -> anyhow::Result<SharedMemory> {
+        let (ram, fd) = test_ram(size)?;
+        self.client.dma_map(0, iova, size, fd.as_raw_fd())?;
+        Ok(ram)
     }
 
     /// Maps the doorbell page (BAR2) and turns it on (docs/verbs.md §3.1): from now on
@@ -351,7 +377,6 @@ impl ServerProcess {
         Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir, None)
     }
 
-    /// Starts node `node` of `topology` and waits (10 s at most) for its sockets.
     /// Starts node `node` of `topology` (capturing its fabric traffic to `pcap` if given)
     /// and waits (10 s at most) for its sockets.
     pub fn start_node(bin: &Path, topology: &Path, node: &str, socket_dir: &Path, gpu_mem_dir: Option<&Path>, pcap: Option<&Path>) -> anyhow::Result<ServerProcess> {
@@ -363,12 +388,18 @@ impl ServerProcess {
         if let Some(dir) = gpu_mem_dir {
             cmd.arg("--gpu-mem-dir").arg(dir);
         }
+        // Log as `rnic-emu run` has its servers log (info unless RUST_LOG says otherwise).
+        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
         let log = std::fs::File::create(socket_dir.join("server.log"))?;
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
         let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
-        let ctl = socket_dir.join(format!("{node}.ctl"));
+        // The control socket, then every function's socket (bound after it).
+        let topo = crate::topology::Topology::load(topology)?;
+        let (_, n) = topo.node(node).with_context(|| format!("no node {node}"))?;
+        let mut sockets = vec![socket_dir.join(format!("{node}.ctl"))];
+        sockets.extend(n.devices.iter().map(|d| socket_dir.join(n.socket_name(d))));
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !ctl.exists() {
+        while !sockets.iter().all(|s| s.exists()) {
             if Instant::now() > deadline {
                 bail!("the node server did not come up");
             }
@@ -379,6 +410,15 @@ impl ServerProcess {
 
     pub fn socket(&self, device: &str) -> PathBuf {
         self.socket_dir.join(format!("{}-{device}.sock", self.node))
+    }
+
+    /// The server's stderr (its log).
+    pub fn log_path(&self) -> PathBuf {
+        self.socket_dir.join("server.log")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -1,39 +1,29 @@
 //! rnic-emu: an emulated PCIe RDMA NIC and a co-emulated GPU, served to QEMU over vfio-user.
+//! This crate is the `rnic-emu` command and its harness; the work is split in three crates,
+//! each depending only on the ones before it:
 //!
-//! Layout (one module per hardware object, STYLE §2):
-//! - [`regs`], [`regfile`], [`contract`]: the register contract and its C/Markdown renderings.
-//! - [`pci`]: configuration space and capabilities; [`msix`]: interrupts; [`dma`]: the
-//!   client's DMA maps; [`shm`]: shared memory.
-//! - [`function`]: what a PCI function offers; [`rnic`] and [`gpu`]: the two models.
-//! - [`vfio`]: the vfio-user adapter; [`serve`]: a node's server process.
-//! - [`topology`]: topology files; [`qemu`]: QEMU command lines; [`image`]: the guest
-//!   image; [`run`]: boot a topology and run a guest command.
-pub mod contract;
-pub mod dma;
-pub mod doorbell;
-pub mod evloop;
-pub mod fabric;
-pub mod function;
+//! - `rnic-emu-core` (device/core): the device model: registers, configuration space,
+//!   verbs, fabric packets, the DMA router, the GPU engine. No sockets, no threads.
+//! - `rnic-emu-server` (device/server): a node's server: the vfio-user adapter, the event
+//!   loop, the fabric sockets, the control socket.
+//! - this crate: [`run`] (boot a topology and run a guest command), [`qemu`] (QEMU command
+//!   lines), [`image`] (the guest image), [`kv`] (the rendezvous store of multi-node runs)
+//!   and [`hostdrv`] (the host test driver, a vfio-user client).
+//!
+//! The model's and the server's modules are re-exported here under their own names, so
+//! `rnic_emu::regs`, `rnic_emu::verbs::abi` or `rnic_emu::serve` name the same items
+//! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
+pub use rnic_emu_core::{
+    contract, doorbell, function, gpu, gpu_engine, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
+    timing, topology, verbs,
+};
+pub use rnic_emu_server::{evloop, fabric, serve, vfio};
+
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod gpu;
-pub mod gpu_engine;
 pub mod hostdrv;
 pub mod image;
 pub mod kv;
-pub mod mem;
-pub mod msix;
-pub mod pci;
+pub mod logging;
 pub mod qemu;
-pub mod ratelimit;
-pub mod regfile;
-pub mod regs;
-pub mod rnic;
-pub mod router;
 pub mod run;
-pub mod serve;
-pub mod shm;
-pub mod timing;
-pub mod topology;
-pub mod verbs;
-pub mod vfio;

@@ -162,7 +162,7 @@ fn load_node(topology: &Path, node: &str) -> anyhow::Result<(Topology, usize)> {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    rnic_emu::logging::init("warn");
     match real_main() {
         Ok(code) => code,
         Err(e) => {

@@ -111,7 +111,7 @@ fn wait_until(deadline: Instant, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Builds the guest's initrd: our initramfs plus an archive with the command.
-fn write_initrd(img: &Image, dest: &Path, command: &str, load_driver: bool) -> anyhow::Result<()> {
+pub fn write_initrd(img: &Image, dest: &Path, command: &str, load_driver: bool) -> anyhow::Result<()> {
     let mut out = std::fs::File::create(dest)?;
     let len = std::io::copy(&mut std::fs::File::open(&img.initramfs)?, &mut out)?;
     // The kernel only looks for a further archive at a 4-byte aligned offset; it skips

@@ -1,0 +1,342 @@
+//! How work reaches a verbs engine (STYLE §3: work off the MMIO path). The socket thread
+//! only records doorbells and posts them to the engine's [`Mailbox`]: a queue and an
+//! `EventFd` that wakes the node's event loop (`evloop` in `rnic-emu-server`), which owns
+//! the engine. Commands wait for the engine's answer (with a timeout), so a register read
+//! after RNIC_REG_CMD sees its status.
+//!
+//! With the doorbell page on (docs/verbs.md §3.1) the engine also takes indices from the
+//! page ([`Driver`]): the loop polls it within [`POLL_WINDOW`] after activity and
+//! publishes event indices before it sleeps, so the driver rings MMIO only when asked.
+//!
+//! An RNIC not (yet) attached to an event loop drives its engine itself, on the caller's
+//! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
+//! Memory is reached through the DMA router, whose view is taken once per pass.
+
+use super::copy::GuestMem;
+use super::engine::{Engine, Tables};
+use crate::doorbell::DoorbellPage;
+use crate::mem::router::Router;
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, SyncSender};
+use std::sync::Mutex;
+use std::time::Duration;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+pub enum Event {
+    SqDoorbell { qpn: u32, pi: u16 },
+    RqDoorbell { qpn: u32, pi: u16 },
+    CqConsumed { cqn: u32, ci: u16 },
+    CqArm { cqn: u32 },
+    /// Synchronous, like commands: turning the doorbell page on copies the device's
+    /// indices into it before the register write completes.
+    DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool, reply: SyncSender<()> },
+    Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
+    Reset { reply: SyncSender<()> },
+}
+
+/// How long a command may take before the register reports the engine as unresponsive.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Work requests per QP per pass before other QPs and events get their turn.
+pub const BUDGET: usize = 64;
+/// Passes an inline engine runs after one event at most (the loop interleaves instead).
+const INLINE_PASSES: usize = 1024;
+/// With the doorbell page on: how long the loop keeps polling the page after the last
+/// activity before it publishes event indices and sleeps (docs/verbs.md §3.1).
+pub const POLL_WINDOW: Duration = Duration::from_micros(200);
+
+struct Queue<E> {
+    events: VecDeque<E>,
+    /// The loop is (about to be) asleep in epoll: the next post must kick it.
+    sleeping: bool,
+}
+
+/// Events for one engine (verbs [`Event`]s, or a GPU engine's launches), posted by socket
+/// threads and taken by the event loop.
+///
+/// Wake-up rule: a post kicks the `EventFd` only when the loop has declared, under the
+/// same lock, that it is going to sleep ([`Mailbox::prepare_sleep`]); while the loop runs
+/// or busy-polls, posting costs no system call. Because the flag and the queue share one
+/// lock, a post either lands before the loop's last look (it sees the event and does not
+/// sleep) or after it (it sees `sleeping` and kicks).
+pub struct Mailbox<E = Event> {
+    queue: Mutex<Queue<E>>,
+    kick: EventFd,
+}
+
+impl<E> Mailbox<E> {
+    pub fn new() -> std::io::Result<Mailbox<E>> {
+        Ok(Mailbox { queue: Mutex::new(Queue { events: VecDeque::new(), sleeping: false }), kick: EventFd::new(EFD_NONBLOCK)? })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<E>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn post(&self, ev: E) {
+        self.post_with(ev, true);
+    }
+
+    /// Posts an event; `wake: false` leaves a sleeping loop asleep (the event waits for
+    /// the next pass, which drains the mailbox before it does anything else).
+    pub fn post_with(&self, ev: E, wake: bool) {
+        let wake = {
+            let mut q = self.lock();
+            q.events.push_back(ev);
+            wake && std::mem::take(&mut q.sleeping)
+        };
+        if wake {
+            if let Err(e) = self.kick.write(1) {
+                log::error!("waking the event loop: {e}");
+            }
+        }
+    }
+
+    /// The `EventFd` a sleeping loop waits on.
+    pub fn kick_fd(&self) -> &EventFd {
+        &self.kick
+    }
+
+    /// Loop side: moves every queued event to `out`; the loop is awake.
+    pub fn drain(&self, out: &mut VecDeque<E>) {
+        let mut q = self.lock();
+        q.sleeping = false;
+        out.append(&mut q.events);
+    }
+
+    /// Loop side: declares the loop is going to sleep. False (and not sleeping) when an
+    /// event is already queued.
+    pub fn prepare_sleep(&self) -> bool {
+        let mut q = self.lock();
+        q.sleeping = q.events.is_empty();
+        q.sleeping
+    }
+}
+
+impl Mailbox<Event> {
+    /// Runs a command on the engine and waits for its status.
+    pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::Command { op, index, tables, reply });
+        rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(super::abi::CMD_ERR_DISABLED)
+    }
+
+    /// Resets the engine and waits until it has forgotten every object.
+    pub fn reset(&self) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::Reset { reply });
+        if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
+            log::error!("the verbs engine did not confirm a reset within {COMMAND_TIMEOUT:?}");
+        }
+    }
+
+    /// Applies a DMA_CTRL write and waits until the engine has.
+    pub fn dma_ctrl(&self, enabled: bool, int_enabled: bool, db_page: bool) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
+    }
+}
+
+/// An engine with what drives it besides events: the doorbell page, once the driver has
+/// turned it on.
+pub struct Driver {
+    pub engine: Engine,
+    page: Option<DoorbellPage>,
+    db_on: bool,
+}
+
+impl Driver {
+    pub fn new(engine: Engine, page: Option<DoorbellPage>) -> Driver {
+        Driver { engine, page, db_on: false }
+    }
+
+    /// Whether the driver uses the doorbell page (the loop then polls it for a while).
+    pub fn page_on(&self) -> bool {
+        self.db_on && self.page.is_some()
+    }
+
+    /// Applies one event to the engine.
+    pub fn handle(&mut self, mem: &dyn GuestMem, ev: Event) {
+        let engine = &mut self.engine;
+        match ev {
+            Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
+            Event::RqDoorbell { qpn, pi } => engine.rq_doorbell(qpn, pi),
+            Event::CqConsumed { cqn, ci } => engine.cq_consumed(cqn, ci),
+            Event::CqArm { cqn } => {
+                if let Some(p) = self.page.as_ref().filter(|_| self.db_on) {
+                    engine.poll_doorbell_page(p); // the consumer index the driver left there
+                }
+                engine.cq_arm(cqn)
+            }
+            Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
+                engine.set_dma_ctrl(enabled, int_enabled);
+                let on = db_page && self.page.is_some();
+                if let (Some(p), true, false) = (&self.page, on, self.db_on) {
+                    engine.init_doorbell_page(p);
+                }
+                self.db_on = on;
+                let _ = reply.send(());
+            }
+            Event::Command { op, index, tables, reply } => {
+                let status = engine.command(mem, op, index, tables);
+                if let Some(p) = &self.page {
+                    engine.sync_doorbell_page(p, op, index);
+                }
+                let _ = reply.send(status);
+            }
+            Event::Reset { reply } => {
+                engine.reset();
+                self.db_on = false;
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// One pass of work: indices from the page (when on), then the engine's budget.
+    /// True when anything moved.
+    pub fn pass(&mut self, mem: &dyn GuestMem) -> bool {
+        let polled = match self.page.as_ref().filter(|_| self.db_on) {
+            Some(p) => self.engine.poll_doorbell_page(p),
+            None => false,
+        };
+        self.engine.run(mem, BUDGET) || polled
+    }
+
+    /// Before the loop sleeps: publishes the page's event indices. False when the page
+    /// moved meanwhile (the loop must not sleep).
+    pub fn prepare_sleep(&mut self) -> bool {
+        match self.page.as_ref().filter(|_| self.db_on) {
+            Some(p) => !self.engine.publish_doorbell_events(p),
+            None => true,
+        }
+    }
+}
+
+/// Where an RNIC's engine runs.
+pub enum EngineSlot {
+    /// Not attached to an event loop: events run on the caller's thread.
+    Inline(Box<Driver>),
+    /// Owned by the node's event loop; events go through the mailbox.
+    Loop(std::sync::Arc<Mailbox>),
+}
+
+impl EngineSlot {
+    pub fn post(&mut self, router: &Router, ev: Event) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let view = router.view();
+                d.handle(&view, ev);
+                for _ in 0..INLINE_PASSES {
+                    if !d.pass(&view) {
+                        break;
+                    }
+                }
+            }
+            EngineSlot::Loop(m) => {
+                // A consumer index only matters to the next CQE the engine writes, and
+                // every pass drains the mailbox first: no need to wake the loop for it.
+                let wake = !matches!(ev, Event::CqConsumed { .. });
+                m.post_with(ev, wake);
+            }
+        }
+    }
+
+    pub fn command(&mut self, router: &Router, op: u32, index: u32, tables: Tables) -> u32 {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::Command { op, index, tables, reply });
+                rx.try_recv().unwrap_or(super::abi::CMD_ERR_DISABLED)
+            }
+            EngineSlot::Loop(m) => m.command(op, index, tables),
+        }
+    }
+
+    /// Applies a DMA_CTRL write; returns once the engine has.
+    pub fn dma_ctrl(&mut self, router: &Router, enabled: bool, int_enabled: bool, db_page: bool) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+            }
+            EngineSlot::Loop(m) => m.dma_ctrl(enabled, int_enabled, db_page),
+        }
+    }
+
+    pub fn reset(&mut self, router: &Router) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::Reset { reply });
+            }
+            EngineSlot::Loop(m) => m.reset(),
+        }
+    }
+
+    /// Hands the engine to an event loop; later events go to `mailbox`. None: already
+    /// attached.
+    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox>) -> Option<Driver> {
+        match std::mem::replace(self, EngineSlot::Loop(mailbox)) {
+            EngineSlot::Inline(d) => Some(*d),
+            loop_slot @ EngineSlot::Loop(_) => {
+                *self = loop_slot;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm() -> Event {
+        Event::CqArm { cqn: 1 }
+    }
+
+    #[test]
+    fn posts_kick_only_a_sleeping_loop() {
+        let m = Mailbox::new().unwrap();
+        let mut out = VecDeque::new();
+        m.post(arm());
+        assert!(m.kick_fd().read().is_err(), "awake loop: no kick (EAGAIN)");
+        assert!(!m.prepare_sleep(), "an event is queued: do not sleep");
+        m.drain(&mut out);
+        assert_eq!(out.len(), 1);
+        assert!(m.prepare_sleep());
+        m.post(arm());
+        m.post(arm());
+        assert_eq!(m.kick_fd().read().unwrap(), 1, "one kick for the first post after prepare_sleep");
+        m.drain(&mut out);
+        assert_eq!(out.len(), 3);
+        assert!(m.prepare_sleep());
+        m.post_with(Event::CqConsumed { cqn: 1, ci: 1 }, false);
+        assert!(m.kick_fd().read().is_err(), "a quiet post leaves the loop asleep");
+        m.post(arm());
+        assert_eq!(m.kick_fd().read().unwrap(), 1, "the next loud post wakes it");
+        out.clear();
+        m.drain(&mut out);
+        assert!(matches!((&out[0], &out[1]), (Event::CqConsumed { .. }, Event::CqArm { .. })), "in posting order");
+    }
+
+    #[test]
+    fn command_times_out_without_a_loop_only_through_its_reply() {
+        // A loop that answers: the command's status comes back.
+        let m = std::sync::Arc::new(Mailbox::new().unwrap());
+        let loop_side = m.clone();
+        let t = std::thread::spawn(move || {
+            let mut out = VecDeque::new();
+            while out.is_empty() {
+                loop_side.drain(&mut out);
+                std::thread::yield_now();
+            }
+            match out.pop_front() {
+                Some(Event::Command { op, reply, .. }) => reply.send(op + 1).unwrap(),
+                _ => panic!("expected a command"),
+            }
+        });
+        let tables = Tables { qp_ctx: 0, cq_ctx: 0, mr_ctx: 0, mtt: 0, mtt_entries: 0 };
+        assert_eq!(m.command(41, 0, tables), 42);
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,272 @@
+//! `rnic-emu serve`: one process per emulated node, one vfio-user socket per PCI function.
+//!
+//! The server layer puts the node together: it builds the device models (which own no
+//! sockets and no threads), binds the node's fabric port, hands every RNIC's verbs engine
+//! and the port to the node's event loop (`evloop`), and serves each function's socket.
+//! rust-vmm's `Server::run` accepts one connection and blocks on it, so each function gets
+//! a socket thread that serves a client until it disconnects, resets the function and
+//! accepts the next one (QEMU restarts, a test client comes and goes). A panic inside the
+//! vfio-user library while handling a hostile message ends that connection only. The
+//! control socket has its own thread too (its requests lock functions; the loop never
+//! takes a function lock).
+
+use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
+use crate::fabric::port::{self, FabricPort};
+use rnic_emu_core::gpu::Gpu;
+use rnic_emu_core::rnic::Rnic;
+use rnic_emu_core::verbs::worker::Mailbox;
+use rnic_emu_core::mem::router::Peer;
+use rnic_emu_core::shm::SharedMemory;
+use rnic_emu_core::topology::{DeviceKind, Topology};
+use crate::vfio::{self, Backend, SharedFunction};
+use anyhow::Context;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use vfio_user::Server;
+
+/// Options of `serve` that are not part of the topology.
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    /// Directory for the vfio-user sockets.
+    pub socket_dir: PathBuf,
+    /// Back GPU memory with files `<dir>/<node>-<gpu>.bar1` instead of anonymous memfds.
+    pub gpu_mem_dir: Option<PathBuf>,
+    /// Capture the node's fabric traffic to this pcap file.
+    pub pcap: Option<PathBuf>,
+}
+
+/// A node's functions, built from its description, before serving, with the engines and
+/// fabric ports its event loop will drive.
+pub struct NodeDevices {
+    pub name: String,
+    pub functions: Vec<(PathBuf, SharedFunction)>,
+    pub ports: Vec<Arc<FabricPort>>,
+    engines: Vec<NodeEngine>,
+    gpu_engines: Vec<NodeGpu>,
+}
+
+/// A serving node: its socket threads and its event loop (stopped when dropped).
+pub struct Serving {
+    pub sockets: Vec<JoinHandle<()>>,
+    pub event_loop: LoopHandle,
+}
+
+impl NodeDevices {
+    /// Builds the node's functions: GPUs first, so that each RNIC's DMA router knows every
+    /// GPU's BAR1 window and the PCIe path to it (from the topology).
+    pub fn build(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<NodeDevices> {
+        let node = &topo.nodes[index];
+        let mut functions = Vec::new();
+        let mut gpus = Vec::new();
+        let (mut ports, mut engines, mut gpu_engines) = (Vec::new(), Vec::new(), Vec::new());
+        for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
+            let name = format!("{}-{}", node.name, dev.id);
+            let mem = match &opts.gpu_mem_dir {
+                Some(dir) => SharedMemory::file(&dir.join(format!("{name}.bar1")), dev.bar1_size())?,
+                None => SharedMemory::memfd(&format!("rnic-emu-{name}-bar1"), dev.bar1_size())?,
+            };
+            let mut gpu = Gpu::new(name, dev, mem)?;
+            let mailbox = Arc::new(Mailbox::new()?);
+            let runner = gpu.attach(mailbox.clone()).context("the GPU's engine is already attached")?;
+            gpu_engines.push(NodeGpu { runner, mailbox });
+            gpus.push((dev, gpu.window()));
+            functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(gpu)) as SharedFunction));
+        }
+        for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Rnic) {
+            let peers = gpus.iter().map(|(g, w)| Peer { window: w.clone(), path: node.p2p_path(dev, g) }).collect();
+            // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
+            let address = (topo.nodes.len() > 1).then(|| topo.address(index));
+            let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
+            let port = match address {
+                Some(a) => Some(Arc::new(
+                    FabricPort::bind(a, &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                        .map_err(|e| anyhow::anyhow!("binding the fabric port {a}:4791: {e}"))?,
+                )),
+                None => None,
+            };
+            let mailbox = Arc::new(Mailbox::new()?);
+            let (mut driver, router) = rnic.attach(mailbox.clone()).context("the RNIC's engine is already attached")?;
+            if let Some(p) = &port {
+                driver.engine.set_wire(p.clone());
+                ports.push(p.clone());
+            }
+            engines.push(NodeEngine { driver, router, mailbox, port });
+            functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
+        }
+        Ok(NodeDevices { name: node.name.clone(), functions, ports, engines, gpu_engines })
+    }
+
+    /// Binds every socket, starts the event loop, then serves each socket on its own
+    /// thread. Returns once all sockets exist, so a caller may start QEMU right away.
+    pub fn serve(self) -> anyhow::Result<Serving> {
+        let mut servers = Vec::new();
+        for (path, f) in self.functions {
+            let (regions, irqs) = {
+                let guard = vfio::lock(&f);
+                (vfio::regions(&*guard), vfio::irqs(&*guard))
+            };
+            let server = Server::new(&path, true, irqs, regions)
+                .with_context(|| format!("binding vfio-user socket {}", path.display()))?;
+            log::info!("{}: listening on {}", vfio::lock(&f).name(), path.display());
+            servers.push((server, f));
+        }
+        let work = NodeEngines::new(self.engines, self.gpu_engines);
+        let event_loop = evloop::spawn(&self.name, work, evloop::busy_poll_from_env()).context("starting the event loop")?;
+        let mut sockets = Vec::new();
+        for (server, f) in servers {
+            let name = format!("{}-vfio", vfio::lock(&f).name());
+            sockets.push(std::thread::Builder::new().name(name).spawn(move || serve_forever(&server, f))?);
+        }
+        Ok(Serving { sockets, event_loop })
+    }
+}
+
+fn serve_forever(server: &Server, f: SharedFunction) {
+    let name = vfio::lock(&f).name().to_string();
+    let mut backend = Backend::new(f);
+    loop {
+        match catch_unwind(AssertUnwindSafe(|| server.run(&mut backend))) {
+            Ok(Ok(())) => log::info!("{name}: client disconnected"),
+            Ok(Err(e)) => {
+                log::warn!("{name}: connection ended: {e}");
+                std::thread::sleep(Duration::from_millis(50)); // no hot loop if accept keeps failing
+            }
+            Err(_) => log::error!("{name}: the vfio-user handler panicked on a client message; connection dropped"),
+        }
+        backend.disconnected();
+        log::info!("{name}: reset; waiting for the next client");
+    }
+}
+
+/// Removes sockets left by an earlier server that died without cleaning up.
+pub fn remove_stale_sockets(functions: &[(PathBuf, SharedFunction)]) {
+    for (path, _) in functions {
+        if path.exists() {
+            log::warn!("removing stale socket {}", path.display());
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The control socket of a node: `<socket_dir>/<node>.ctl`.
+pub fn control_path(socket_dir: &Path, node: &str) -> PathBuf {
+    socket_dir.join(format!("{node}.ctl"))
+}
+
+/// Asks a running node server for its counters (`rnic-emu stats`).
+pub fn query_stats(socket_dir: &Path, node: &str) -> anyhow::Result<serde_json::Value> {
+    control_request(socket_dir, node, "stats")
+}
+
+/// Every function's counters as JSON: {"<function>": {"<counter>": value, ...}, ...}.
+pub fn stats_json(functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value {
+    let mut all = serde_json::Map::new();
+    for (_, f) in functions {
+        let f = vfio::lock(f);
+        let counters: serde_json::Map<String, serde_json::Value> =
+            f.stats().into_iter().map(|(k, v)| (rnic_emu_core::contract::snake_lower(k), v.into())).collect();
+        all.insert(f.name().to_string(), counters.into());
+    }
+    all.into()
+}
+
+/// `faults tx|rx key=value ...` changes the fault injection of the node's fabric port.
+fn control_faults(ports: &[Arc<FabricPort>], request: &str) -> Result<String, String> {
+    let mut words = request.split_whitespace().skip(1);
+    let dir = words.next();
+    let Some(port) = ports.first() else { return Err("this node has no fabric".into()) };
+    let f = port::parse_faults(words)?;
+    match dir {
+        Some("tx") => port.set_faults(Some(f), None),
+        Some("rx") => port.set_faults(None, Some(f)),
+        _ => return Err("expected 'faults tx|rx key=value ...'".into()),
+    }
+    Ok(format!("{} faults set", dir.unwrap_or("")))
+}
+
+/// Hands a control request to the node (fabric faults) or the first function that takes it.
+fn control(functions: &[(PathBuf, SharedFunction)], ports: &[Arc<FabricPort>], request: &str) -> String {
+    if request.split_whitespace().next() == Some("faults") {
+        return match control_faults(ports, request) {
+            Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
+            Err(e) => serde_json::json!({ "error": e }).to_string(),
+        };
+    }
+    for (_, f) in functions {
+        match vfio::lock(f).control(request) {
+            Some(Ok(msg)) => return serde_json::json!({ "ok": msg }).to_string(),
+            Some(Err(e)) => return serde_json::json!({ "error": e }).to_string(),
+            None => {}
+        }
+    }
+    let shown: String = request.chars().take(64).collect();
+    serde_json::json!({ "error": format!("unknown request '{shown}'") }).to_string()
+}
+
+/// Sends one control request to a running node server; returns its JSON reply.
+pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::Result<serde_json::Value> {
+    use std::io::{BufRead, BufReader, Write};
+    let path = control_path(socket_dir, node);
+    let mut s = std::os::unix::net::UnixStream::connect(&path).with_context(|| format!("connecting to {}", path.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    writeln!(s, "{request}")?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line)?;
+    Ok(serde_json::from_str(&line)?)
+}
+
+/// Answers `stats` requests on the control socket (one JSON line per request line).
+fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>) {
+    use std::io::{BufRead, BufReader, Write};
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let Ok(mut out) = conn.try_clone() else { continue };
+        for line in BufReader::new(conn).lines().take(64) {
+            let Ok(line) = line else { break };
+            let reply = match line.trim() {
+                "stats" => stats_json(&functions).to_string(),
+                other => control(&functions, &ports, other),
+            };
+            if writeln!(out, "{reply}").is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Serves a node until SIGINT/SIGTERM, then removes its sockets.
+pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<()> {
+    let node = &topo.nodes[index];
+    std::fs::create_dir_all(&opts.socket_dir)?;
+    let devices = NodeDevices::build(topo, index, opts)?;
+    remove_stale_sockets(&devices.functions);
+    let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
+    let (functions, ports) = (devices.functions.clone(), devices.ports.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    })?;
+    let _serving = devices.serve()?;
+    // The control socket comes last: its existence tells callers (the host driver, `run`)
+    // that every function's socket is there.
+    let ctl = control_path(&opts.socket_dir, &node.name);
+    let _ = std::fs::remove_file(&ctl);
+    let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
+    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(listener, functions, ports))?;
+    paths.push(ctl);
+    log::info!("node {} ready ({} functions)", node.name, paths.len());
+    let _ = rx.recv();
+    log::info!("node {}: signal received, shutting down", node.name);
+    remove_sockets(&paths);
+    Ok(())
+}
+
+fn remove_sockets(paths: &[PathBuf]) {
+    for p in paths {
+        let _ = std::fs::remove_file(Path::new(p));
+    }
+}
