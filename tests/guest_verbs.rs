@@ -2,7 +2,8 @@
 //! tools against the emulated RNIC, and the host checks what they report and what the device
 //! counted: loopback WRITE, READ, SEND/RECV and WRITE_WITH_IMM at 1 B, 4 KiB, a size that is
 //! not a multiple of the page size and 1 MiB, verified byte for byte in the guest; every
-//! error scenario's completion status; 10,000 small writes with no lost or duplicated
+//! error scenario's completion status (the rnic-verbs-check scenarios docs/programming.md
+//! names as `guest:` checks); 10,000 small writes with no lost or duplicated
 //! completion (the device's own counters read back); and a device still serving afterwards.
 
 mod common;
@@ -81,6 +82,10 @@ fn loopback_verbs_errors_and_ten_thousand_writes() {
     assert_eq!(get("write-imm", "recv_imm"), "0x12345678");
     assert_eq!(get("write-imm", "data_ok"), "1");
     assert_eq!(get("driver-checks", "stale_rkey_status"), "REM_ACCESS_ERR");
+    // Teardown quiescence (docs/programming.md R-RST-4): no DMA into poisoned memory after
+    // DESTROY_QP and DEREG_MR returned.
+    assert_eq!(get("teardown-poison", "stale_status"), "REM_OP_ERR", "the peer QP is gone");
+    assert_eq!(get("teardown-poison", "untouched"), "1", "bytes changed: {}", get("teardown-poison", "bytes_changed"));
     assert!(sc.values().all(|m| m.get("ran").map(String::as_str) == Some("1")), "every scenario ran");
 
     // 10,000 signaled 64-byte writes: exactly 10,000 WQEs and CQEs, no error, per the device.

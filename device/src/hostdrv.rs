@@ -82,7 +82,14 @@ impl HostDriver {
         while !sock.exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let mut client = Client::new(sock).with_context(|| format!("connecting to {}", sock.display()))?;
+        // The socket file appears just before the server listens on it: retry a refusal.
+        let mut client = loop {
+            match Client::new(sock) {
+                Ok(c) => break c,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(e).with_context(|| format!("connecting to {}", sock.display())),
+            }
+        };
         let (ram, fd) = test_ram(ram_size)?;
         client.dma_map(0, IOVA, ram_size, fd.as_raw_fd())?;
         let mut d = HostDriver {

@@ -672,6 +672,45 @@ out:
 	return ret;
 }
 
+/*
+ * Teardown quiescence (docs/programming.md R-RST-4): a burst of WRITEs into dst, then at
+ * once DESTROY_QP of the requester and DEREG_MR of the destination. From the moment those
+ * calls return the device must not write dst: it is poisoned and watched for 300 ms, and
+ * a WRITE from QP B, whose peer QP A is gone, must fail (REM_OP_ERR) without touching it.
+ */
+static int sc_teardown_poison(struct chk *c)
+{
+	struct rnic_send_wr wrs[8];
+	struct rnic_create_qp qp = { .qpn = c->qp_a };
+	struct rnic_reg_mr mr = { .index = c->dst_mr.index };
+	struct rnic_wc wc;
+	size_t i, bad = 0;
+
+	for (i = 0; i < 8; i++) {
+		write_wr(c, &wrs[i], 10 + i, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN,
+			 (uintptr_t)c->dst + i * CHK_LEN, c->dst_mr.rkey, c->src_mr.lkey);
+		wrs[i].flags = 0;
+		wrs[i].sge[0].addr = (uintptr_t)c->src + i * CHK_LEN;
+	}
+	if (rv_post_send(c->fd, c->qp_a, wrs, 8) ||
+	    rv_ioctl(c->fd, RNIC_IOCTL_DESTROY_QP, &qp, "DESTROY_QP") ||
+	    rv_ioctl(c->fd, RNIC_IOCTL_DEREG_MR, &mr, "DEREG_MR"))
+		return -1;
+	memset(c->dst, 0x5a, CHK_BUF);
+	/* QP B is still connected to the destroyed QP A's number. */
+	write_wr(c, &wrs[0], 99, RNIC_WQE_OP_RDMA_WRITE, CHK_LEN, (uintptr_t)c->dst,
+		 c->dst_mr.rkey, c->src_mr.lkey);
+	if (rv_post_send(c->fd, c->qp_b, wrs, 1) || poll_one(c, c->cq_b, &wc, "the WRITE to a destroyed QP"))
+		return -1;
+	printf("stale_status: %s\n", rv_wc_status_name(wc.status));
+	usleep(300 * 1000);
+	for (i = 0; i < CHK_BUF; i++)
+		bad += c->dst[i] != 0x5a;
+	printf("bytes_changed: %zu\n", bad);
+	printf("untouched: %d\n", bad == 0);
+	return 0;
+}
+
 struct scenario {
 	const char *name;
 	int (*run)(struct chk *c);
@@ -702,6 +741,8 @@ static const struct scenario scenarios[] = {
 	  false },
 	{ "wait-timeout", sc_wait_timeout, ACC_ALL, 7,
 	  "POLL_CQ with timeout_ms 3000 on an idle CQ: 0 completions after ~3 s", false },
+	{ "teardown-poison", sc_teardown_poison, ACC_ALL, 7,
+	  "WRITEs, DESTROY_QP + DEREG_MR at once, dst poisoned: never written again", false },
 	{ "aperture", sc_aperture, ACC_ALL, 7,
 	  "WRITE into GPU 0 memory, then with its BAR1_APERTURE slot cleared: FATAL_ERR / APERTURE (not in all)",
 	  true },

@@ -68,6 +68,11 @@ pub fn c_header() -> String {
     o.push_str("#include <linux/types.h>\n#ifdef __KERNEL__\n#include <linux/stddef.h>\n#else\n#include <stddef.h>\n#endif\n\n");
     o.push_str("/* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */\n\n");
     c_define(&mut o, "RNIC_EMU_CONTRACT_VERSION", format!("{:#010x}", regs::CONTRACT_VERSION), "major << 16 | minor");
+    o.push_str("/* Contract changelog (a minor version only adds or tightens a guarantee):\n");
+    for (v, what) in regs::CHANGELOG {
+        let _ = writeln!(o, " *   {}.{}: {what}", v >> 16, v & 0xffff);
+    }
+    o.push_str(" */\n");
     c_define(&mut o, "RNIC_EMU_VENDOR_ID", format!("{:#06x}", pci_ids::VENDOR_ID), "default PCI vendor ID");
     c_define(&mut o, "RNIC_EMU_RNIC_DEVICE_ID", format!("{:#06x}", pci_ids::RNIC_DEVICE_ID), "default RNIC device ID");
     c_define(&mut o, "RNIC_EMU_GPU_DEVICE_ID", format!("{:#06x}", pci_ids::GPU_DEVICE_ID), "default GPU device ID");
@@ -94,6 +99,8 @@ pub fn c_header() -> String {
     c_define(&mut o, "RNIC_STATS_BASE", format!("{:#x}", regs::rnic::STATS_BASE), "64-bit RO counters");
     c_define(&mut o, "RNIC_APERTURE_SLOTS", regs::rnic::APERTURE_SLOTS.to_string(), "BAR1_APERTURE + 8 * slot");
     c_define(&mut o, "RNIC_CAP_DB_PAGE", format!("{:#x}", regs::rnic::CAP_DB_PAGE), "RNIC_REG_CAPS bit: doorbell page");
+    c_define(&mut o, "RNIC_CAP_FABRIC", format!("{:#x}", regs::rnic::CAP_FABRIC), "RNIC_REG_CAPS bit: RoCEv2 fabric transport");
+    c_define(&mut o, "RNIC_CAP_P2P", format!("{:#x}", regs::rnic::CAP_P2P), "RNIC_REG_CAPS bit: P2P DMA to GPU BAR1");
     c_define(&mut o, "RNIC_DMA_CTRL_DB_PAGE", format!("{:#x}", regs::rnic::DMA_CTRL_DB_PAGE), "DMA_CTRL bit: use the doorbell page");
     c_define(&mut o, "RNIC_EMU_RNIC_DB_BAR", pci_ids::RNIC_DB_BAR.to_string(), "RNIC doorbell page BAR index, 64-bit");
     c_define(&mut o, "RNIC_EMU_RNIC_DB_BAR_SIZE", format!("{:#x}", pci_ids::RNIC_DB_BAR_SIZE), "one page per QP, then per CQ");
@@ -156,6 +163,36 @@ fn md_regs(out: &mut String, title: &str, regs: &[RegDef]) {
     }
 }
 
+/// The bit fields and magic values of RNIC BAR0 registers, and the version changelog.
+fn md_bits(o: &mut String) {
+    use regs::rnic as r;
+    o.push_str("\n## RNIC register bits and values\n\n| Register | Name | Value | Meaning |\n|---|---|---|---|\n");
+    let bits: &[(&str, &str, u64, &str)] = &[
+        ("RNIC_REG_CAPS", "RNIC_CAP_MSIX", r::CAP_MSIX, "MSI-X completion interrupts"),
+        ("RNIC_REG_CAPS", "RNIC_CAP_INT_TEST", r::CAP_INT_TEST, "interrupt self-test through RNIC_REG_INT_TRIGGER"),
+        ("RNIC_REG_CAPS", "RNIC_CAP_VERBS", r::CAP_VERBS, "the verbs engine (QPs, CQs, MRs, commands)"),
+        ("RNIC_REG_CAPS", "RNIC_CAP_DB_PAGE", r::CAP_DB_PAGE, "the doorbell page in BAR2 (minor 3)"),
+        ("RNIC_REG_CAPS", "RNIC_CAP_FABRIC", r::CAP_FABRIC, "RoCEv2 fabric transport; attached when RNIC_REG_IPV4 is not 0 (minor 4)"),
+        ("RNIC_REG_CAPS", "RNIC_CAP_P2P", r::CAP_P2P, "P2P DMA to GPU BAR1 through BAR1_APERTURE; RNIC_REG_NUM_GPUS GPUs (minor 4)"),
+        ("RNIC_REG_STATUS", "RNIC_STATUS_READY", r::STATUS_READY, "always set while the device serves"),
+        ("RNIC_REG_STATUS", "RNIC_STATUS_DMA_ENABLED", r::STATUS_DMA_ENABLED, "mirrors DMA_CTRL bit 0"),
+        ("RNIC_REG_STATUS", "RNIC_STATUS_ERROR", r::STATUS_ERROR, "RNIC_REG_LAST_ERROR holds an error; reading it clears both"),
+        ("DMA_CTRL", "RNIC_DMA_CTRL_ENABLE", r::DMA_CTRL_ENABLE, "engine enable: clear, the device starts no DMA except for commands"),
+        ("DMA_CTRL", "RNIC_DMA_CTRL_INT_ENABLE", r::DMA_CTRL_INT_ENABLE, "completion and async-error interrupts"),
+        ("DMA_CTRL", "RNIC_DMA_CTRL_DB_PAGE", r::DMA_CTRL_DB_PAGE, "take indices from the doorbell page (minor 3)"),
+        ("RNIC_REG_RESET", "RNIC_RESET_MAGIC", r::RESET_MAGIC, "the only value that resets; others are ignored"),
+    ];
+    for (reg, name, v, what) in bits {
+        let _ = writeln!(o, "| `{reg}` | `{name}` | `{v:#x}` | {what} |");
+    }
+    o.push_str("\nDoorbells and `CQ_ARM`/`CQE_CONS_IDX`: object number in bits [31:16], index in [15:0]\n");
+    o.push_str("(`CQ_ARM` ignores [15:0]). `RNIC_REG_CMD`: opcode in [31:24], object index in [23:0].\n");
+    o.push_str("\n## Contract changelog (major 1; a minor version only adds or tightens a guarantee)\n\n| Version | Added |\n|---|---|\n");
+    for (v, what) in regs::CHANGELOG {
+        let _ = writeln!(o, "| {}.{} | {what} |", v >> 16, v & 0xffff);
+    }
+}
+
 /// The Markdown register reference, for `docs/registers.md`.
 pub fn markdown() -> String {
     let mut o = String::new();
@@ -176,6 +213,7 @@ pub fn markdown() -> String {
     let _ = writeln!(o, "| RNIC BAR{} | 64-bit non-prefetchable, {} KiB: the doorbell page (below), shared memory QEMU maps directly |", pci_ids::RNIC_DB_BAR, pci_ids::RNIC_DB_BAR_SIZE >> 10);
     let _ = writeln!(o, "| MSI-X vectors | RNIC {}, GPU {} |", pci_ids::RNIC_MSIX_VECTORS, pci_ids::GPU_MSIX_VECTORS);
     md_regs(&mut o, "RNIC BAR0", regs::rnic::REGS);
+    md_bits(&mut o);
     {
         use regs::rnic::dbpage as d;
         o.push_str("\n## RNIC doorbell page (BAR2, 32-bit fields; used when `DMA_CTRL` bit 2 is set)\n\n");

@@ -1,6 +1,7 @@
 //! The register contract of both emulated functions: the one source of truth.
 //!
-//! Models the RNIC's BAR0 register block of the seed's §3.1 table (QP_CTX_BASE 0x1000,
+//! Models the RNIC's BAR0 register block of the original register map (docs/programming.md
+//! §0: QP_CTX_BASE 0x1000,
 //! WQE_DB_IDX 0x1008, CQE_CONS_IDX 0x100C, BAR1_APERTURE 0x2000, DMA_CTRL 0x3000 with reset
 //! value 0x01, MTT_BASE 0x3010), extended with what a real device needs to be probed
 //! (identification, version, capabilities, status, reset, scratch, interrupt self-test),
@@ -65,7 +66,20 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0003;
+pub const CONTRACT_VERSION: u32 = 0x0001_0004;
+
+/// What each minor version of the contract added (major 1). A minor version only adds
+/// (registers, capability bits, fields or values that were reserved before) or tightens a
+/// guarantee (behaviour that was undefined becomes defined); a driver
+/// written for minor n works unchanged on any later minor. Rendered into
+/// docs/registers.md and the C header's comment.
+pub const CHANGELOG: &[(u32, &str)] = &[
+    (0x0001_0000, "RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1."),
+    (0x0001_0001, "Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics."),
+    (0x0001_0002, "BAR1_APERTURE slots, RNIC_REG_NUM_GPUS, GPU engine, DMA path counters; later under the same minor: the RoCEv2 fabric (RNIC_REG_IPV4, dest_ip/PSN/MTU/retry fields of rnic_qp_ctx, packet counters)."),
+    (0x0001_0003, "Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES."),
+    (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write."),
+];
 
 /// PCI identity and BAR layout shared with the guest driver.
 pub mod pci_ids {
@@ -124,6 +138,14 @@ pub mod rnic {
     /// `RNIC_REG_CAPS` bit (minor 3): the doorbell page in BAR2 (`rnic::dbpage`), enabled
     /// by `DMA_CTRL_DB_PAGE`.
     pub const CAP_DB_PAGE: u64 = 1 << 3;
+    /// `RNIC_REG_CAPS` bit (minor 4): the RoCEv2 fabric transport (QP contexts with
+    /// `dest_ip`); this node is attached when `RNIC_REG_IPV4` is not 0.
+    pub const CAP_FABRIC: u64 = 1 << 4;
+    /// `RNIC_REG_CAPS` bit (minor 4): peer-to-peer DMA to GPU BAR1 through
+    /// `BAR1_APERTURE` slots; `RNIC_REG_NUM_GPUS` says how many GPUs are reachable.
+    pub const CAP_P2P: u64 = 1 << 5;
+    /// Every capability bit this device sets (the reset value of `RNIC_REG_CAPS`).
+    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P;
     /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
     pub const STATUS_ERROR: u64 = 1 << 2;
     /// `DMA_CTRL` bit 0: DMA engine enable (work requests wait while it is clear).
@@ -157,7 +179,7 @@ pub mod rnic {
     /// the index after which it wants an MMIO doorbell (event index, as virtio's
     /// `avail_event` / NVMe's Doorbell Buffer Config EventIdx). One 4 KiB page per object,
     /// so a page can be mapped to the one process that owns the object. All fields are
-    /// 32-bit little-endian; indices use the low 16 bits. docs/verbs.md §6 has the
+    /// 32-bit little-endian; indices use the low 16 bits. docs/verbs.md §3.1 has the
     /// protocol and the race argument.
     pub mod dbpage {
         /// Size of one object's page.
@@ -183,10 +205,11 @@ pub mod rnic {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010003, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010004, writable 0x0;
         /// Capability bits (CAP_*).
-        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0xf, writable 0x0;
-        /// Device status (STATUS_*).
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x3f, writable 0x0;
+        /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
+        /// RNIC_REG_LAST_ERROR holds an error (reading that register clears both).
         RNIC_REG_STATUS = 0x000c, 4, Ro, reset 0x3, writable 0x0;
         /// Write RESET_MAGIC to return every register to its reset value.
         RNIC_REG_RESET = 0x0010, 4, Wo, reset 0x0, writable 0xffffffff;
@@ -217,11 +240,11 @@ pub mod rnic {
         RNIC_REG_CMD_STATUS = 0x0044, 4, Ro, reset 0x0, writable 0x0;
         /// Last asynchronous error: code << 24 | object index (0: none); cleared by reading.
         RNIC_REG_LAST_ERROR = 0x0048, 4, Ro, reset 0x0, writable 0x0;
-        /// Seed §3.1: base address of the QP context table (MAX_QP x 64-byte rnic_qp_ctx).
+        /// Base address of the QP context table (MAX_QP x 64-byte rnic_qp_ctx).
         QP_CTX_BASE = 0x1000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
-        /// Seed §3.1: send-queue doorbell: QPN [31:16], new SQ producer index [15:0].
+        /// Send-queue doorbell: QPN [31:16], new SQ producer index [15:0].
         WQE_DB_IDX = 0x1008, 4, Rw, reset 0x0, writable 0xffffffff;
-        /// Seed §3.1: CQ consumer index: CQN [31:16], new consumer index [15:0].
+        /// CQ consumer index: CQN [31:16], new consumer index [15:0].
         CQE_CONS_IDX = 0x100c, 4, Rw, reset 0x0, writable 0xffffffff;
         /// Receive-queue doorbell: QPN [31:16], new RQ producer index [15:0].
         RQ_DB_IDX = 0x1010, 4, Rw, reset 0x0, writable 0xffffffff;
@@ -229,7 +252,7 @@ pub mod rnic {
         CQ_ARM = 0x1014, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Base address of the CQ context table (MAX_CQ x 32-byte rnic_cq_ctx).
         CQ_CTX_BASE = 0x1018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
-        /// Seed §3.1: bus address of a local GPU's BAR1 the driver allows peer-to-peer DMA to.
+        /// Bus address of a local GPU's BAR1 the driver allows peer-to-peer DMA to.
         BAR1_APERTURE = 0x2000, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Aperture slot 1 (a second GPU); same meaning as BAR1_APERTURE.
         BAR1_APERTURE_1 = 0x2008, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
@@ -237,10 +260,10 @@ pub mod rnic {
         BAR1_APERTURE_2 = 0x2010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Aperture slot 3.
         BAR1_APERTURE_3 = 0x2018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
-        /// Seed §3.1: DMA engine control [7:0]: bit 0 engine enable, bit 1 completion
+        /// DMA engine control [7:0]: bit 0 engine enable, bit 1 completion
         /// interrupts, bit 2 doorbell page (DMA_CTRL_*); bits 3-7 reserved, ignored.
         DMA_CTRL = 0x3000, 4, Rw, reset 0x1, writable 0xff;
-        /// Seed §3.1: base address of the memory translation table (64-bit page addresses).
+        /// Base address of the memory translation table (64-bit page addresses).
         MTT_BASE = 0x3010, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx).
         MR_CTX_BASE = 0x3018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
@@ -258,7 +281,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010003, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010004, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.
@@ -347,7 +370,8 @@ mod tests {
         let nv = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_NUM_VECTORS).unwrap();
         assert_eq!(nv.reset, u64::from(pci_ids::RNIC_MSIX_VECTORS));
         let caps = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_CAPS).unwrap();
-        assert_eq!(caps.reset, rnic::CAP_MSIX | rnic::CAP_INT_TEST | rnic::CAP_VERBS | rnic::CAP_DB_PAGE);
+        assert_eq!(caps.reset, rnic::CAPS_ALL);
+        assert_eq!(CHANGELOG.last().map(|c| c.0), Some(CONTRACT_VERSION), "the changelog names the current version");
         let limits = [(rnic::RNIC_REG_MAX_QP, rnic::MAX_QP), (rnic::RNIC_REG_MAX_CQ, rnic::MAX_CQ),
             (rnic::RNIC_REG_MAX_MR, rnic::MAX_MR), (rnic::RNIC_REG_MAX_RING_LOG2, rnic::MAX_RING_LOG2)];
         for (reg, v) in limits {

@@ -1,4 +1,4 @@
-//! The RNIC function: PCI identity, BAR0 register block (seed §3.1, `regs::rnic`), MSI-X.
+//! The RNIC function: PCI identity, BAR0 register block (`regs::rnic`, docs/programming.md §0), MSI-X.
 //!
 //! Registers with their reset values and access rules, device reset (register, FLR,
 //! vfio-user reset), the interrupt self-test, statistics, and the verbs engine behind the
@@ -145,7 +145,9 @@ impl Rnic {
         }
     }
 
-    fn on_register_write(&mut self, reg: u64, value: u64) {
+    /// A register write took effect; `low_half`: only the low 4 bytes of a 64-bit
+    /// register were written (its high half is expected next).
+    fn on_register_write(&mut self, reg: u64, value: u64, low_half: bool) {
         match reg {
             RNIC_REG_RESET if value == RESET_MAGIC => {
                 log::info!("{}: reset through RNIC_REG_RESET", self.name);
@@ -184,10 +186,14 @@ impl Rnic {
                 if let Some(a) = self.router.apertures.get(slot) {
                     a.store(value, Ordering::SeqCst);
                 }
-                if value != 0 && !self.router.is_gpu_bar(value) {
+                // Checked once the whole value is there (docs/programming.md R-APT-2).
+                if !low_half && value != 0 && !self.router.is_gpu_bar(value) {
                     self.guest_error();
                     crate::guest_warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
                     self.last_error.store(u64::from(ASYNC_ERR_APERTURE) << 24 | slot as u64, Ordering::SeqCst);
+                    if self.regs.get(DMA_CTRL) & DMA_CTRL_INT_ENABLE != 0 && self.irqs.trigger(crate::verbs::engine::ASYNC_VECTOR) {
+                        self.stats.inc(crate::verbs::stats::Counter::Interrupts);
+                    }
                 }
             }
             RNIC_REG_CMD => {
@@ -257,7 +263,10 @@ impl PciFunction for Rnic {
             return;
         }
         match self.regs.write(offset, data) {
-            Ok(Some(w)) => self.on_register_write(w.reg, w.value),
+            Ok(Some(w)) => {
+                let wide = REGS.iter().any(|r| r.offset == w.reg && r.width == 8);
+                self.on_register_write(w.reg, w.value, wide && data.len() == 4 && offset == w.reg)
+            }
             Ok(None) => log::debug!("{}: write to read-only register {offset:#x} ignored", self.name),
             Err(e) => invalid_write(self, bar, offset, data.len(), &e),
         }

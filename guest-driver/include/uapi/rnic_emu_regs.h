@@ -15,7 +15,14 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010003   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010004   /* major << 16 | minor */
+/* Contract changelog (a minor version only adds or tightens a guarantee):
+ *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
+ *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
+ *   1.2: BAR1_APERTURE slots, RNIC_REG_NUM_GPUS, GPU engine, DMA path counters; later under the same minor: the RoCEv2 fabric (RNIC_REG_IPV4, dest_ip/PSN/MTU/retry fields of rnic_qp_ctx, packet counters).
+ *   1.3: Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES.
+ *   1.4: Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write.
+ */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
 #define RNIC_EMU_GPU_DEVICE_ID       0x52e2       /* default GPU device ID */
@@ -35,9 +42,9 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10003: Register-contract version, major << 16 | minor. */
-#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xf: Capability bits (CAP_*). */
-#define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*). */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10004: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x3f: Capability bits (CAP_*). */
+#define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both). */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
 #define RNIC_REG_NUM_VECTORS         0x0014       /* RO 32-bit, reset 0x8: Number of MSI-X vectors the function offers. */
 #define RNIC_REG_SCRATCH             0x0018       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
@@ -52,24 +59,24 @@
 #define RNIC_REG_CMD                 0x0040       /* WO 32-bit, reset 0x0: Command: write op << 24 | object index; executes before the next register access. */
 #define RNIC_REG_CMD_STATUS          0x0044       /* RO 32-bit, reset 0x0: Result of the last command: 0 or an error code (CMD_ERR_*). */
 #define RNIC_REG_LAST_ERROR          0x0048       /* RO 32-bit, reset 0x0: Last asynchronous error: code << 24 | object index (0: none); cleared by reading. */
-#define QP_CTX_BASE                  0x1000       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the QP context table (MAX_QP x 64-byte rnic_qp_ctx). */
-#define WQE_DB_IDX                   0x1008       /* RW 32-bit, reset 0x0: Seed §3.1: send-queue doorbell: QPN [31:16], new SQ producer index [15:0]. */
-#define CQE_CONS_IDX                 0x100c       /* RW 32-bit, reset 0x0: Seed §3.1: CQ consumer index: CQN [31:16], new consumer index [15:0]. */
+#define QP_CTX_BASE                  0x1000       /* RW 64-bit, reset 0x0: Base address of the QP context table (MAX_QP x 64-byte rnic_qp_ctx). */
+#define WQE_DB_IDX                   0x1008       /* RW 32-bit, reset 0x0: Send-queue doorbell: QPN [31:16], new SQ producer index [15:0]. */
+#define CQE_CONS_IDX                 0x100c       /* RW 32-bit, reset 0x0: CQ consumer index: CQN [31:16], new consumer index [15:0]. */
 #define RQ_DB_IDX                    0x1010       /* RW 32-bit, reset 0x0: Receive-queue doorbell: QPN [31:16], new RQ producer index [15:0]. */
 #define CQ_ARM                       0x1014       /* WO 32-bit, reset 0x0: Arm a CQ: CQN [31:16]; its next completion raises the CQ's MSI-X vector once. */
 #define CQ_CTX_BASE                  0x1018       /* RW 64-bit, reset 0x0: Base address of the CQ context table (MAX_CQ x 32-byte rnic_cq_ctx). */
-#define BAR1_APERTURE                0x2000       /* RW 64-bit, reset 0x0: Seed §3.1: bus address of a local GPU's BAR1 the driver allows peer-to-peer DMA to. */
+#define BAR1_APERTURE                0x2000       /* RW 64-bit, reset 0x0: Bus address of a local GPU's BAR1 the driver allows peer-to-peer DMA to. */
 #define BAR1_APERTURE_1              0x2008       /* RW 64-bit, reset 0x0: Aperture slot 1 (a second GPU); same meaning as BAR1_APERTURE. */
 #define BAR1_APERTURE_2              0x2010       /* RW 64-bit, reset 0x0: Aperture slot 2. */
 #define BAR1_APERTURE_3              0x2018       /* RW 64-bit, reset 0x0: Aperture slot 3. */
-#define DMA_CTRL                     0x3000       /* RW 32-bit, reset 0x1: Seed §3.1: DMA engine control [7:0]: bit 0 engine enable, bit 1 completion interrupts, bit 2 doorbell page (DMA_CTRL_*); bits 3-7 reserved, ignored. */
-#define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Seed §3.1: base address of the memory translation table (64-bit page addresses). */
+#define DMA_CTRL                     0x3000       /* RW 32-bit, reset 0x1: DMA engine control [7:0]: bit 0 engine enable, bit 1 completion interrupts, bit 2 doorbell page (DMA_CTRL_*); bits 3-7 reserved, ignored. */
+#define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Base address of the memory translation table (64-bit page addresses). */
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10003: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10004: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -93,6 +100,8 @@
 #define RNIC_STATS_BASE              0x4000       /* 64-bit RO counters */
 #define RNIC_APERTURE_SLOTS          4            /* BAR1_APERTURE + 8 * slot */
 #define RNIC_CAP_DB_PAGE             0x8          /* RNIC_REG_CAPS bit: doorbell page */
+#define RNIC_CAP_FABRIC              0x10         /* RNIC_REG_CAPS bit: RoCEv2 fabric transport */
+#define RNIC_CAP_P2P                 0x20         /* RNIC_REG_CAPS bit: P2P DMA to GPU BAR1 */
 #define RNIC_DMA_CTRL_DB_PAGE        0x4          /* DMA_CTRL bit: use the doorbell page */
 #define RNIC_EMU_RNIC_DB_BAR         2            /* RNIC doorbell page BAR index, 64-bit */
 #define RNIC_EMU_RNIC_DB_BAR_SIZE    0x200000     /* one page per QP, then per CQ */

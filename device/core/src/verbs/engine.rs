@@ -14,7 +14,7 @@ use super::completer::{self, Completer};
 use super::copy::GuestMem;
 use super::cq::Cq;
 pub use super::ctx::{Shared, ASYNC_VECTOR};
-use super::ctx::{Ctx, Cqs};
+use super::ctx::{fail, Ctx, Cqs};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring};
@@ -192,7 +192,7 @@ impl Engine {
             CMD_QUERY_QP => self.qps.get(index as usize).map(|_| ()).ok_or(CMD_ERR_BAD_INDEX),
             CMD_DESTROY_QP => self.forget_qp(index),
             CMD_REG_MR => self.reg_mr(mem, index),
-            CMD_DEREG_MR => self.dereg_mr(index),
+            CMD_DEREG_MR => self.dereg_mr(mem, index),
             _ => Err(CMD_ERR_BAD_OP),
         };
         if matches!(op, CMD_MODIFY_QP | CMD_QUERY_QP | CMD_DESTROY_QP) && (index as u64) < MAX_QP {
@@ -394,9 +394,23 @@ impl Engine {
         Ok(())
     }
 
-    fn dereg_mr(&mut self, index: u32) -> Result<(), u32> {
+    /// Removes MR `index`, and with it every use still in flight (docs/programming.md
+    /// R-MR-3): a requester whose outstanding WQE holds its pages fails its oldest WQE
+    /// (LOC_PROT_ERR; the QP goes to ERROR, the rest is flushed, late responses are
+    /// dropped), a responder forgets the message or READ responses that use it. After the
+    /// command no byte of the MR's pages moves.
+    fn dereg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
         let slot = self.mrs.slot(index as usize).ok_or(CMD_ERR_BAD_INDEX)?;
-        slot.take().map(|_| ()).ok_or(CMD_ERR_NOT_FOUND)
+        slot.take().ok_or(CMD_ERR_NOT_FOUND)?;
+        let Engine { qps, roles, cqs, mrs, name, .. } = self;
+        for (qpn, (qp, r)) in qps.iter_mut().zip(roles.iter_mut()).enumerate() {
+            r.resp.drop_mr(index);
+            if r.req.uses_mr(index) {
+                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs };
+                requester::fail_front(&mut ctx, qpn as u32, qp, &mut r.req, fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS));
+            }
+        }
+        Ok(())
     }
 
     fn write_back_qp(&self, mem: &dyn GuestMem, qpn: u32) {
@@ -526,13 +540,18 @@ impl Engine {
         let i = qpn as usize;
         let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
+        // DMA_CTRL ENABLE clear: no DMA at all, flushes and responses included
+        // (docs/programming.md R-RST-2); the work waits.
+        if !*enabled {
+            return false;
+        }
         let mut ctx = Ctx { name, mem, mrs, cqs };
         match qp.state {
             QpState::Err => ctx.flush_one(qpn, qp),
             QpState::Rtr | QpState::Rts if r.path != Path::None => {
                 let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
                 let responded = responder::send_responses(&mut ctx, &mut r.resp, qp.dest_qpn, &mut t);
-                if qp.state != QpState::Rts || !*enabled {
+                if qp.state != QpState::Rts {
                     return responded;
                 }
                 let now = Instant::now();
@@ -594,7 +613,8 @@ impl Engine {
         let i = qpn as usize;
         let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { ip, .. } if ip == from) && qp.state.can_receive();
         let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r));
-        if !ok {
+        // With DMA disabled the node is as if its link were down: the peer retransmits.
+        if !ok || !self.enabled {
             self.shared.stats.inc(Counter::PktsDropped);
             log::debug!("{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP)", self.name, pkt.bth.opcode, pkt.bth.psn);
             return;
@@ -614,6 +634,9 @@ impl Engine {
 
     /// The earliest time a requester wants to run again (retransmission timer, RNR wait).
     pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.enabled {
+            return None; // nothing runs until DMA_CTRL enables the engine again
+        }
         let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
         rts.filter_map(|(_, r)| r.req.deadline()).min()
     }

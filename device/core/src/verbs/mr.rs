@@ -119,6 +119,12 @@ pub struct MrTable {
     mrs: Vec<Option<Mr>>,
 }
 
+/// The MR indices the non-empty SGEs of a list name (what a message in flight uses, so
+/// that CMD_DEREG_MR can find it).
+pub fn mr_indices(sges: &[super::abi::Sge]) -> Vec<u32> {
+    sges.iter().filter(|s| s.length != 0).map(|s| s.lkey >> 8).collect()
+}
+
 impl MrTable {
     pub fn new(max: usize) -> Self {
         MrTable { mrs: vec![None; max] }

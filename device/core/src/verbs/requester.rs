@@ -43,6 +43,8 @@ pub struct InFlight {
     pub received: u32,
     /// Its stage times so far (`rnic-emu trace`).
     pub trace: Option<Pending>,
+    /// MR indices of `local` (CMD_DEREG_MR of one of them stops this WQE).
+    pub mrs: Vec<u32>,
 }
 
 impl InFlight {
@@ -125,6 +127,11 @@ impl Requester {
         if self.started == pi {
             self.rang = None;
         }
+    }
+
+    /// Whether a WQE in flight uses MR `index`.
+    pub fn uses_mr(&self, index: u32) -> bool {
+        self.inflight.iter().any(|w| w.mrs.contains(&index))
     }
 
     /// Ends the trace of WQE `w` (completed with `status`) into the device's ring.
@@ -239,7 +246,8 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
-    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, trace: on.then_some(trace) };
+    let mrs = if w.inline.is_empty() { super::mr::mr_indices(&w.sges) } else { Vec::new() };
+    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, trace: on.then_some(trace), mrs };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
     rq.note_started(qp.sq.pi);
@@ -325,6 +333,7 @@ mod tests {
             npkts: 2,
             received: 0,
             trace: None,
+            mrs: Vec::new(),
         };
         let a = request(4, 4096, &w, 0);
         let b = request(4, 4096, &w, 1);

@@ -31,13 +31,15 @@ pub const ACK_EVERY: u32 = 16;
 /// What the responder is in the middle of (multi-packet messages).
 #[derive(Clone, Debug)]
 enum Incoming {
-    Send { wr_id: u64, segs: Vec<Segment>, capacity: u64, offset: u64 },
-    Write { segs: Vec<Segment>, len: u64, offset: u64 },
+    Send { wr_id: u64, segs: Vec<Segment>, capacity: u64, offset: u64, mrs: Vec<u32> },
+    Write { segs: Vec<Segment>, len: u64, offset: u64, mr: u32 },
 }
 
 /// An RDMA READ being answered: data from `segs`, packets `next..npkts` still to send.
 #[derive(Clone, Debug)]
 struct ReadResponse {
+    /// The MR index of the rkey (CMD_DEREG_MR of it drops the response).
+    mr: u32,
     segs: Vec<Segment>,
     len: u64,
     first_psn: u32,
@@ -65,6 +67,19 @@ impl Responder {
     /// READ responses are waiting to be sent.
     pub fn busy(&self) -> bool {
         !self.responses.is_empty()
+    }
+
+    /// Forgets the message being received and the READ responses that use MR `index`
+    /// (CMD_DEREG_MR): their later packets are refused, their data never moves.
+    pub fn drop_mr(&mut self, index: u32) {
+        let uses = |i: &Incoming| match i {
+            Incoming::Send { mrs, .. } => mrs.contains(&index),
+            Incoming::Write { mr, .. } => *mr == index,
+        };
+        if self.incoming.as_ref().is_some_and(uses) {
+            self.incoming = None;
+        }
+        self.responses.retain(|r| r.mr != index);
     }
 }
 
@@ -140,6 +155,7 @@ struct Recv {
     wr_id: u64,
     segs: Vec<Segment>,
     capacity: u64,
+    mrs: Vec<u32>,
 }
 
 /// The head RECV: None if there is none (RNR). A malformed RECV, or one whose buffers
@@ -150,7 +166,7 @@ fn next_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Optio
     }
     let (wr_id, status, reason) = match read_wqe(ctx.mem, &qp.rq, qp.rq.ci, false) {
         Ok(w) => match ctx.local_segments(&w.sges, qp.pd, ACCESS_LOCAL_WRITE) {
-            Ok((segs, capacity)) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, segs, capacity })),
+            Ok((segs, capacity)) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, segs, capacity, mrs: super::mr::mr_indices(&w.sges) })),
             Err(f) => (w.hdr.wr_id, f.status, f.reason),
         },
         Err(SlotError::Dma) => (read_header(ctx.mem, &qp.rq, qp.rq.ci).wr_id, WC_FATAL_ERR, QP_ERR_DMA),
@@ -178,13 +194,13 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     if op.first {
         let incoming = if op.kind == Kind::Send {
             match next_recv(ctx, qpn, qp, src_qpn)? {
-                Some(r) => Incoming::Send { wr_id: r.wr_id, segs: r.segs, capacity: r.capacity, offset: 0 },
+                Some(r) => Incoming::Send { wr_id: r.wr_id, segs: r.segs, capacity: r.capacity, offset: 0, mrs: r.mrs },
                 None => return Ok(false),
             }
         } else {
             let reth = m.reth.ok_or_else(inv)?;
             let segs = ctx.remote_range(qpn, qp, reth.rkey, reth.va, u64::from(reth.len), op.access)?;
-            Incoming::Write { segs, len: u64::from(reth.len), offset: 0 }
+            Incoming::Write { segs, len: u64::from(reth.len), offset: 0, mr: reth.rkey >> 8 }
         };
         rs.incoming = Some(incoming);
     }
@@ -196,7 +212,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
         })
     };
     match &mut incoming {
-        Incoming::Send { wr_id, segs, capacity, offset } => {
+        Incoming::Send { wr_id, segs, capacity, offset, .. } => {
             if op.kind != Kind::Send {
                 return Err(inv());
             }
@@ -219,7 +235,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
                 return Ok(true);
             }
         }
-        Incoming::Write { segs, len, offset } => {
+        Incoming::Write { segs, len, offset, .. } => {
             if op.kind != Kind::Write || offset.checked_add(n).is_none_or(|end| end > *len) {
                 return Err(inv());
             }
@@ -283,7 +299,7 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     // A duplicate request replaces what is queued for the same PSNs.
     let first_psn = m.bth.psn;
     rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
-    rs.responses.push_back(ReadResponse { segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
+    rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
     if fresh {
         rs.epsn = psn_add(rs.epsn, n);
         rs.msn = psn_add(rs.msn, 1);
