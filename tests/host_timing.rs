@@ -27,6 +27,9 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     let server = ServerProcess::start(std::path::Path::new(bin()), &topology("single-switch"), dir.path(), None).unwrap();
     // The control socket comes first; the function sockets follow.
     assert!(wait_until(Duration::from_secs(10), || server.socket("gpu0").exists() && server.socket("rnic0").exists()));
+    // Recording is off by default (it costs the small-message rate); the command turns it on.
+    let on = Command::new(bin()).args(["trace", "--record", "on", "--socket-dir"]).arg(dir.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&on.stdout).contains("trace on"), "{on:?}");
     let _gpu = place_gpu_bar1(&server.socket("gpu0"), GPU_BAR).unwrap();
     let mut h = HostDriver::connect(&server.socket("rnic0"), 64 << 20).unwrap();
     h.w64(BAR1_APERTURE, GPU_BAR).unwrap();
@@ -91,6 +94,10 @@ fn across_the_fabric_each_node_traces_its_side() {
     let ips = [std::net::Ipv4Addr::new(127, 90, 0, 1), std::net::Ipv4Addr::new(127, 90, 0, 2)];
     let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 10, capture: false, rnr_retry: 7 };
     let mut p = NodePair::start(std::path::Path::new(bin()), dir.path(), &o).unwrap();
+    for i in 0..2 {
+        let on = rnic_emu::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace on").unwrap();
+        assert_eq!(on["ok"].as_str(), Some("trace on"), "{on}");
+    }
     p.write(0, 0, 64 << 10, 0x99, true).unwrap();
     assert_eq!(p.h[0].wait(1, Duration::from_secs(20)).unwrap().status, WC_SUCCESS);
     let trace = |i: usize| -> Vec<serde_json::Value> {
