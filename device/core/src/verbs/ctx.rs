@@ -7,7 +7,7 @@
 //! The roles never reach the engine itself; the engine hands them a [`Ctx`].
 
 use super::abi::*;
-use super::copy::GuestMem;
+use crate::mem::access::GuestMem;
 use super::cq::{Cq, OWNER_OFFSET};
 use super::mr::{MrTable, Segment};
 use super::opcode::send_cqe_opcode;

@@ -11,7 +11,7 @@
 
 use super::abi::*;
 use super::completer::{self, Completer};
-use super::copy::GuestMem;
+use crate::mem::access::GuestMem;
 use super::cq::Cq;
 pub use super::ctx::{Shared, ASYNC_VECTOR};
 use super::ctx::{fail, Ctx, Cqs};

@@ -9,7 +9,6 @@
 //! `stats`, `abi`.
 pub mod abi;
 pub mod completer;
-pub mod copy;
 pub mod cq;
 pub mod ctx;
 pub mod dbpage;
@@ -17,7 +16,6 @@ pub mod engine;
 pub mod mr;
 pub mod opcode;
 pub mod qp;
-pub mod rc;
 pub mod requester;
 pub mod responder;
 pub mod stats;

@@ -364,20 +364,20 @@ struct Counting<'a> {
     copied: std::cell::Cell<u64>,
 }
 
-impl super::copy::GuestMem for Counting<'_> {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<super::copy::PciePath, crate::mem::dma::DmaError> {
+impl crate::mem::access::GuestMem for Counting<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<crate::mem::access::PciePath, crate::mem::dma::DmaError> {
         self.read.set(self.read.get() + buf.len() as u64);
-        super::copy::GuestMem::read(self.mem, addr, buf)
+        crate::mem::access::GuestMem::read(self.mem, addr, buf)
     }
 
-    fn write(&self, addr: u64, buf: &[u8]) -> Result<super::copy::PciePath, crate::mem::dma::DmaError> {
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<crate::mem::access::PciePath, crate::mem::dma::DmaError> {
         self.written.set(self.written.get() + buf.len() as u64);
-        super::copy::GuestMem::write(self.mem, addr, buf)
+        crate::mem::access::GuestMem::write(self.mem, addr, buf)
     }
 
-    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(super::copy::PciePath, super::copy::PciePath), crate::mem::dma::DmaError> {
+    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(crate::mem::access::PciePath, crate::mem::access::PciePath), crate::mem::dma::DmaError> {
         self.copied.set(self.copied.get() + len as u64);
-        super::copy::GuestMem::copy(self.mem, src, dst, len)
+        crate::mem::access::GuestMem::copy(self.mem, src, dst, len)
     }
 }
 

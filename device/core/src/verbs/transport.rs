@@ -13,7 +13,7 @@
 //!
 //! The roles never know which one carries them. Not modelled: UD/GRH addressing, VLANs.
 
-use super::copy::{self, GuestMem};
+use crate::mem::access::{self as copy, GuestMem};
 use super::mr::Segment;
 use super::stats::{Counter, Stats};
 use crate::mem::dma::DmaError;

@@ -12,7 +12,7 @@
 //! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
 //! Memory is reached through the DMA router, whose view is taken once per pass.
 
-use super::copy::GuestMem;
+use crate::mem::access::GuestMem;
 use super::engine::{Engine, Tables};
 use crate::doorbell::DoorbellPage;
 use crate::mem::router::Router;

@@ -3,7 +3,7 @@
 //! ring's stride). The WQE is never read again from the ring afterwards.
 
 use super::abi::*;
-use super::copy::GuestMem;
+use crate::mem::access::GuestMem;
 use super::opcode::wqe_op;
 use super::qp::Ring;
 use vm_memory::ByteValued;
