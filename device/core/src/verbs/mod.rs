@@ -5,7 +5,7 @@
 //! this engine, or RoCEv2 on the fabric). Driven by the doorbells and commands of BAR0.
 //!
 //! Layering (no module imports one above it): `engine` -> `requester`/`responder`/
-//! `completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr`, `copy` ->
+//! `completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` -> `crate::mem`,
 //! `stats`, `abi`.
 pub mod abi;
 pub mod completer;
