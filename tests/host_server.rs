@@ -115,7 +115,7 @@ fn rnic_registers_reset_and_interrupts() {
     let node = Node::start();
     let mut c = node.client("rnic0");
     assert_eq!(rd32(&mut c, 0, rnic::RNIC_REG_ID), rnic::ID_MAGIC);
-    assert_eq!(rd32(&mut c, 0, rnic::DMA_CTRL), 0x01, "seed §3.1 reset value");
+    assert_eq!(rd32(&mut c, 0, rnic::DMA_CTRL), 0x01, "reset value of the original register map (docs/programming.md)");
     wr32(&mut c, 0, rnic::WQE_DB_IDX, 0x1_0005);
     assert_eq!(rd32(&mut c, 0, rnic::WQE_DB_IDX), 0x1_0005, "QPN 1, producer index 5 (QP 1 is in RESET: ignored)");
     c.region_write(0, rnic::MTT_BASE, &0x1234_5678_9abc_d000u64.to_le_bytes()).unwrap();

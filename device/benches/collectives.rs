@@ -5,7 +5,7 @@
 //!   guests in the same boot: the fraction of the link the ring reaches (NCCL: 0.82-0.96);
 //! - GDR on vs off: the same all_reduce on four-node (P2P) and four-node-bounce (Linux
 //!   refuses P2P, host bounce buffers), busbw ratio and per-call P50/P99/P999 of a small
-//!   (64 KiB) all_reduce, printed beside the seed's section 6.2 rows (8 nodes RoCEv2:
+//!   (64 KiB) all_reduce, printed beside the reference figures of docs/timing.md (8 nodes RoCEv2:
 //!   48.5 vs 18.2 GB/s, P999 12.5 vs 45.2 us) for shape, not absolute value;
 //! - eight-node all_reduce only with RNIC_BENCH_EIGHT=1 (eight TCG guests: slow).
 //!
@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
     }
     println!();
     println!("GDR on (four-node, P2P) vs GDR off (four-node-bounce, host bounce buffers), all_reduce, 4 ranks");
-    println!("{:>22} {:>10} {:>10} {:>8}   seed 6.2 (8 nodes RoCEv2): on / off", "", "GDR on", "GDR off", "on/off");
+    println!("{:>22} {:>10} {:>10} {:>8}   reference (docs/timing.md, 8 nodes RoCEv2): on / off", "", "GDR on", "GDR off", "on/off");
     for size in BIG {
         let (a, b) = (f(row(&on, "all_reduce", size), "oop_busbw"), f(row(&off, "all_reduce", size), "oop_busbw"));
         println!("{:>22} {a:>10.3} {b:>10.3} {:>8.2}   48.5 / 18.2 GB/s (2.66)", format!("busbw {} MiB GB/s", size >> 20), a / b);
