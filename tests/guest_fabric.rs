@@ -81,7 +81,7 @@ fn gpu_to_gpu_rdma_across_two_guests() {
     assert_eq!((n0["pkts_dropped"].as_u64(), n1["pkts_dropped"].as_u64()), (Some(0), Some(0)));
 }
 
-/// The ring of docs/programming.md's workloads (ring AllReduce's communication pattern): four guests, each writing
+/// A ring (ring AllReduce's communication pattern, as rnic-coll runs it): four guests, each writing
 /// from its GPU into the next node's GPU while receiving from the previous one, all at once.
 #[test]
 fn four_node_ring_of_gpu_writes() {
