@@ -1319,27 +1319,6 @@ static void usage(FILE *f)
 		CM_MAX_SGE, CM_MAX_SGE, COLL_DEFAULT_TIMEOUT_S);
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
-	}
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 static int parse_u32(const char *s, uint64_t lo, uint64_t hi, uint32_t *out)
 {
 	uint64_t v;

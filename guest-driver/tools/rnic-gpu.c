@@ -69,24 +69,6 @@ static void usage(FILE *f)
 		"  -g, --gpu N       /dev/rnic_gpuN (default 0)\n");
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 0);
-
-	if (end == s)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	}
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* A GPU buffer and its BAR1 offset (the mapping is contiguous in BAR1: checked). */
 static void *gpu_buf(const struct rv_gpu *g, size_t len, uint64_t *off)
 {

@@ -143,27 +143,6 @@ static void usage(FILE *f)
 		PERF_DEFAULT_TIMEOUT_S);
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
-	}
-	if (*end)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* Outcome of checking one completion. */
 static int check_wc(struct perf *p, const struct rnic_wc *wc, uint8_t *seen, uint32_t iters,
 		    const char *side)

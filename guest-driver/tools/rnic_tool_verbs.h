@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -22,6 +23,29 @@
 #include "uapi/rnic_emu_uapi.h"
 
 #define RV_DEFAULT_DEV "/dev/rnic_emu0"
+
+/* A size with an optional k/m/g suffix (powers of two); -1 when it does not parse. */
+static inline int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	default: break;
+	}
+	if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 
 static inline int rv_ioctl(int fd, unsigned long req, void *arg, const char *what)
 {
