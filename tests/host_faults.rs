@@ -351,11 +351,9 @@ fn gpu_bar1_moved_during_dma() {
 }
 
 /// Stricter: not one byte lands through the old address after the config write that moved
-/// BAR1 has returned. Today the WRITE being copied at that moment still completes into GPU
-/// memory: the DMA router resolves the BAR1 window when a copy starts and nothing makes
-/// the move wait for copies in progress.
+/// BAR1 has returned: the move waits for the copy under way at that moment (the DMA
+/// router's in-flight guard, device/core/src/mem/router.rs).
 #[test]
-#[ignore = "needs the DMA router to make a BAR1 move wait for copies in progress (engine rebuild)"]
 fn gpu_bar1_move_stops_dma_through_the_old_address_at_once() {
     let mut r = rig(true);
     let (_g, mem, after_move, _) = move_bar1_during_a_stream(&mut r);

@@ -21,17 +21,40 @@ use vm_memory::VolatileSlice;
 pub struct PeerWindow {
     addr: AtomicU64,
     enabled: AtomicBool,
+    /// DMA copies into or out of the window under way (see [`PeerWindow::set`]).
+    busy: AtomicU64,
     pub mem: Arc<SharedMemory>,
+}
+
+/// How long a BAR1 move waits for copies under way before it goes ahead regardless.
+const MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A copy under way through a window; the window cannot move until it is dropped.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl PeerWindow {
     pub fn new(mem: Arc<SharedMemory>) -> Self {
-        PeerWindow { addr: AtomicU64::new(0), enabled: AtomicBool::new(false), mem }
+        PeerWindow { addr: AtomicU64::new(0), enabled: AtomicBool::new(false), busy: AtomicU64::new(0), mem }
     }
 
     /// Publishes the window (None: not decoding: memory disabled or BAR unassigned).
+    ///
+    /// The old window stops decoding first, then this waits (bounded by [`MOVE_WAIT`])
+    /// for copies already under way through it: once the guest's BAR write returns, no
+    /// DMA reaches the GPU through the old address (the store-then-check pairing with
+    /// [`PeerWindow::enter`] makes a copy either finish first or see the window closed).
     pub fn set(&self, window: Option<u64>) {
         self.enabled.store(false, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + MOVE_WAIT;
+        while self.busy.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         if let Some(addr) = window {
             self.addr.store(addr, Ordering::SeqCst);
             self.enabled.store(true, Ordering::SeqCst);
@@ -41,6 +64,14 @@ impl PeerWindow {
     /// (bus address, size) while decoding.
     pub fn get(&self) -> Option<(u64, u64)> {
         self.enabled.load(Ordering::SeqCst).then(|| (self.addr.load(Ordering::SeqCst), self.mem.size()))
+    }
+
+    /// Registers a copy through the window found at `base`; None when the window moved or
+    /// stopped decoding meanwhile.
+    fn enter(&self, base: u64) -> Option<InFlight<'_>> {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(&self.busy);
+        (self.get().map(|(a, _)| a) == Some(base)).then_some(guard)
     }
 }
 
@@ -69,7 +100,8 @@ pub struct Router {
 /// Where an access lands.
 enum Target<'a> {
     Host,
-    Peer(&'a Peer, u64),
+    /// The peer, the offset in its BAR1, and the window's base the decision used.
+    Peer(&'a Peer, u64, u64),
 }
 
 impl Router {
@@ -103,11 +135,14 @@ impl Router {
                 self.stats.inc(Counter::ApertureErrors);
                 return Err(DmaError::Aperture { addr });
             }
-            return Ok(Target::Peer(peer, off));
+            return Ok(Target::Peer(peer, off, base));
         }
         Ok(Target::Host)
     }
 }
+
+/// An access's slices, its path, and (through a GPU's BAR1) its in-flight guard.
+type Slices<'a> = (Vec<VolatileSlice<'a, ()>>, PciePath, Option<InFlight<'a>>);
 
 pub struct RouterView<'a> {
     maps: Arc<MapSet>,
@@ -117,12 +152,14 @@ pub struct RouterView<'a> {
 impl RouterView<'_> {
     /// The slices [addr, addr+len) lands in (one in a GPU's BAR1, or one per DMA map),
     /// and the path that reaches them.
-    fn slices(&self, addr: u64, len: usize) -> Result<(Vec<VolatileSlice<'_, ()>>, PciePath), DmaError> {
+    /// A peer's slice comes with its in-flight guard: keep it until the copy is done.
+    fn slices(&self, addr: u64, len: usize) -> Result<Slices<'_>, DmaError> {
         match self.router.target(addr, len)? {
-            Target::Host => Ok((self.maps.slices(addr, len)?, PciePath::Host)),
-            Target::Peer(p, off) => {
+            Target::Host => Ok((self.maps.slices(addr, len)?, PciePath::Host, None)),
+            Target::Peer(p, off, base) => {
+                let guard = p.window.enter(base).ok_or(DmaError::Unmapped { addr, len })?;
                 let slice = p.window.mem.slice(off, len).map_err(|_| DmaError::Unmapped { addr, len })?;
-                Ok((vec![slice], PciePath::P2p(p.path)))
+                Ok((vec![slice], PciePath::P2p(p.path), Some(guard)))
             }
         }
     }
@@ -130,7 +167,7 @@ impl RouterView<'_> {
 
 impl GuestMem for RouterView<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
-        let (slices, path) = self.slices(addr, buf.len())?;
+        let (slices, path, _busy) = self.slices(addr, buf.len())?;
         let mut done = 0;
         for s in slices {
             s.copy_to(&mut buf[done..done + s.len()]);
@@ -140,7 +177,7 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
-        let (slices, path) = self.slices(addr, buf.len())?;
+        let (slices, path, _busy) = self.slices(addr, buf.len())?;
         let mut done = 0;
         for s in slices {
             s.copy_from(&buf[done..done + s.len()]);
@@ -150,7 +187,7 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
-        let ((from, sp), (to, dp)) = (self.slices(src, len)?, self.slices(dst, len)?);
+        let ((from, sp, _src_busy), (to, dp, _dst_busy)) = (self.slices(src, len)?, self.slices(dst, len)?);
         super::dma::copy_slices(&from, &to);
         Ok((sp, dp))
     }
@@ -184,6 +221,26 @@ mod tests {
     struct SharedMemoryPair {
         ram: SharedMemory,
         gpu: Arc<SharedMemory>,
+    }
+
+    #[test]
+    fn a_bar1_move_waits_for_copies_under_way_and_later_ones_see_it() {
+        let (_r, window, _m) = router();
+        window.set(Some(0x8000_0000));
+        let guard = window.enter(0x8000_0000).expect("the window is where the access found it");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = window.clone();
+        let mover = std::thread::spawn(move || {
+            w.set(Some(0x9000_0000));
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err(), "the move waits for the copy");
+        assert!(window.enter(0x8000_0000).is_none(), "no new copy through the closing window");
+        drop(guard);
+        rx.recv_timeout(std::time::Duration::from_secs(5)).expect("the move completes once the copy is done");
+        mover.join().unwrap();
+        assert_eq!(window.get().map(|w| w.0), Some(0x9000_0000));
+        assert!(window.enter(0x8000_0000).is_none() && window.enter(0x9000_0000).is_some());
     }
 
     #[test]
