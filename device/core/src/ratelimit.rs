@@ -63,13 +63,26 @@ impl Default for RateLimit {
 /// `log::warn!` for guest-triggered events, limited per call site (see the module header).
 #[macro_export]
 macro_rules! guest_warn {
-    ($($arg:tt)+) => {{
+    ($($arg:tt)+) => { $crate::guest_log!(log::Level::Warn, $($arg)+) };
+}
+
+/// `log::info!` for guest- or client-triggered events (resets, connections), limited per
+/// call site like [`guest_warn!`].
+#[macro_export]
+macro_rules! guest_info {
+    ($($arg:tt)+) => { $crate::guest_log!(log::Level::Info, $($arg)+) };
+}
+
+/// The rate-limited log line behind [`guest_warn!`] and [`guest_info!`].
+#[macro_export]
+macro_rules! guest_log {
+    ($level:expr, $($arg:tt)+) => {{
         static LIMIT: $crate::ratelimit::RateLimit = $crate::ratelimit::RateLimit::new();
         if let Some(suppressed) = LIMIT.check() {
             if suppressed > 0 {
-                log::warn!("({suppressed} similar guest-triggered messages suppressed)");
+                log::log!($level, "({suppressed} similar guest-triggered messages suppressed)");
             }
-            log::warn!($($arg)+);
+            log::log!($level, $($arg)+);
         }
     }};
 }

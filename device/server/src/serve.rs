@@ -129,15 +129,15 @@ fn serve_forever(server: &Server, f: SharedFunction) {
     let mut backend = Backend::new(f);
     loop {
         match catch_unwind(AssertUnwindSafe(|| server.run(&mut backend))) {
-            Ok(Ok(())) => log::info!("{name}: client disconnected"),
+            Ok(Ok(())) => rnic_emu_core::guest_info!("{name}: client disconnected"),
             Ok(Err(e)) => {
-                log::warn!("{name}: connection ended: {e}");
+                rnic_emu_core::guest_warn!("{name}: connection ended: {e}");
                 std::thread::sleep(Duration::from_millis(50)); // no hot loop if accept keeps failing
             }
-            Err(_) => log::error!("{name}: the vfio-user handler panicked on a client message; connection dropped"),
+            Err(_) => rnic_emu_core::guest_warn!("{name}: the vfio-user handler panicked on a client message; connection dropped"),
         }
         backend.disconnected();
-        log::info!("{name}: reset; waiting for the next client");
+        rnic_emu_core::guest_info!("{name}: reset; waiting for the next client");
     }
 }
 

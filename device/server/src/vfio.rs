@@ -154,7 +154,7 @@ impl ServerBackend for Backend {
             None => {
                 let fx = f.config_mut().write(offset as usize, data).unwrap_or_default();
                 if fx.flr {
-                    log::info!("{}: function level reset", f.name());
+                    rnic_emu_core::guest_info!("{}: function level reset", f.name());
                     f.reset();
                     f.config_mut().reset();
                 } else if fx.decoding_changed {
@@ -197,7 +197,7 @@ impl ServerBackend for Backend {
 
     fn reset(&mut self) -> Result<(), Error> {
         let mut f = lock(&self.f);
-        log::info!("{}: device reset requested by the client", f.name());
+        rnic_emu_core::guest_info!("{}: device reset requested by the client", f.name());
         f.reset();
         Ok(())
     }
