@@ -195,6 +195,11 @@ fn real_main() -> anyhow::Result<ExitCode> {
                     default_file.path().to_path_buf()
                 }
             };
+            // Check what the user named before building anything (the image build is slow).
+            let topo = Topology::load(&topology)?;
+            for (node, _) in &commands {
+                anyhow::ensure!(topo.node(node).is_some(), "topology {} ({}) has no node '{node}'", topo.name, topology.display());
+            }
             let img = image::ensure(!no_build)?;
             let opts = run::RunOptions {
                 topology,

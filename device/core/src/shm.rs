@@ -11,7 +11,7 @@ use vm_memory::{FileOffset, VolatileMemory};
 
 #[derive(Debug, Error)]
 pub enum ShmError {
-    #[error("creating shared memory '{name}': {source}")]
+    #[error("creating shared memory '{name}'")]
     Create { name: String, source: std::io::Error },
     #[error("mapping shared memory: {0}")]
     Map(String),

@@ -11,9 +11,9 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum TopologyError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read { path: String, source: std::io::Error },
-    #[error("parsing {path}: {source}")]
+    #[error("parsing {path}")]
     Parse { path: String, source: Box<toml::de::Error> },
     #[error("topology {0}: {1}")]
     Invalid(String, String),

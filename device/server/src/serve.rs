@@ -241,7 +241,8 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
 /// Serves a node until SIGINT/SIGTERM, then removes its sockets.
 pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<()> {
     let node = &topo.nodes[index];
-    std::fs::create_dir_all(&opts.socket_dir)?;
+    std::fs::create_dir_all(&opts.socket_dir)
+        .with_context(|| format!("creating the socket directory {}", opts.socket_dir.display()))?;
     let devices = NodeDevices::build(topo, index, opts)?;
     remove_stale_sockets(&devices.functions);
     let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();

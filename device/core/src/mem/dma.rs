@@ -244,7 +244,11 @@ pub fn copy_slices(from: &[vm_memory::VolatileSlice<'_, ()>], to: &[vm_memory::V
 
 impl From<ShmError> for DmaError {
     fn from(e: ShmError) -> Self {
-        DmaError::Mmap(e.to_string())
+        // The message keeps the cause, which ShmError's Display leaves to its source().
+        match std::error::Error::source(&e) {
+            Some(cause) => DmaError::Mmap(format!("{e}: {cause}")),
+            None => DmaError::Mmap(e.to_string()),
+        }
     }
 }
 
