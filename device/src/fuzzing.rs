@@ -25,7 +25,7 @@ pub fn engine(data: &[u8]) {
         return;
     }
     let _ = ram.write(0, &data[..data.len().min(RAM as usize)]);
-    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)) };
+    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)), fatal: Default::default() };
     let mut e = Engine::new("fuzz".into(), shared);
     e.set_dma_ctrl(true, true);
     let tables = Tables { qp_ctx: 0x1000, cq_ctx: 0x1000 + 0x4000, mr_ctx: 0x1000 + 0x6000, mtt: 0x1000 + 0x8000, mtt_entries: 0x1000 };
