@@ -166,7 +166,7 @@ impl Engine {
         self.shared.last_error.store(0, Ordering::SeqCst);
     }
 
-    /// After an internal failure (docs/verbs.md §2.4): every QP not in RESET goes to
+    /// After an internal failure (docs/verbs.md §5.1): every QP not in RESET goes to
     /// ERROR with QP_ERR_FATAL, the head send WQE of each completes with WC_FATAL_ERR and
     /// the rest of both queues is flushed, as far as the tables still allow. Messages in
     /// flight are dropped. No async error per QP: the caller latches one fatal error.

@@ -1,4 +1,4 @@
-//! The engine's failure containment ([`super::worker::Driver`], docs/verbs.md §2.4): a
+//! The engine's failure containment ([`super::worker::Driver`], docs/verbs.md §5.1): a
 //! panic forced through the test hook in a command or in a pass makes the device fatal
 //! (flag, async error, error completions for what was queued, commands refused, doorbells
 //! dropped), and a reset brings it back to a working engine.

@@ -151,7 +151,7 @@ pub const CMD_TEST_PANIC: u32 = 0xfe;
 /// An engine with what drives it besides events: the doorbell page, once the driver has
 /// turned it on.
 ///
-/// Failure containment (docs/verbs.md §2.4): every operation the engine is handed (an
+/// Failure containment (docs/verbs.md §5.1): every operation the engine is handed (an
 /// event, a pass, a packet) runs under `catch_unwind`. A panic makes the device fatal:
 /// STATUS_FATAL, ASYNC_ERR_FATAL in RNIC_REG_LAST_ERROR with the async vector, error
 /// completions for what was queued ([`Engine::fail_all`]), one log line; until a device
