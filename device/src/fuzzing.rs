@@ -17,7 +17,7 @@ use std::sync::Arc;
 const RAM: u64 = 1 << 20;
 
 mod verbs_ops;
-pub use verbs_ops::verbs_ops;
+pub use verbs_ops::{verbs_ops, verbs_pair};
 
 /// Guest RAM whose first bytes are `data` (QP/CQ/MR tables, MTT and rings all overlap it),
 /// then commands and doorbells chosen by `data`, then the engine runs a bounded time.
@@ -259,7 +259,7 @@ pub fn vfio_stream(data: &[u8]) {
 pub type Entry = fn(&[u8]);
 
 /// The fuzz targets and their entry points.
-pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops)];
+pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops), ("verbs_pair", verbs_pair)];
 
 /// The pseudo-random bytes the smoke tests use (xorshift64).
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
@@ -333,6 +333,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
     match target {
         "engine" => (0..4).map(|seed| smoke_bytes(seed, 4096)).collect(),
         "verbs_ops" => verbs_ops::seeds(),
+        "verbs_pair" => verbs_ops::pair_seeds(),
         "bar0" => {
             // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
             // a narrow read, config reads and a command write, as the unit tests do.

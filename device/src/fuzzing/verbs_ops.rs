@@ -50,8 +50,9 @@ const MRS: usize = 16;
 const MTT_SLOT: u32 = 32;
 /// Virtual addresses MRs of the harness use (VA + data offset).
 const VA: u64 = 0x7f00_0000_0000;
+/// The engine's fabric address and its one peer's ([`verbs_ops`]: its packets are the
+/// engine's own, reflected; [`verbs_pair`]: the other engine).
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-/// The one fabric peer; its packets are the engine's own, reflected.
 pub const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 /// Packets the recording wire keeps.
 const WIRE_KEEP: usize = 256;
@@ -239,12 +240,13 @@ impl Op {
 
 /// The fabric as the engine sees it: every packet recorded (the oldest dropped).
 struct RecordingWire {
+    address: Ipv4Addr,
     sent: Mutex<VecDeque<(Ipv4Addr, Packet)>>,
 }
 
 impl Wire for RecordingWire {
     fn address(&self) -> Ipv4Addr {
-        LOCAL
+        self.address
     }
 
     fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
@@ -273,6 +275,8 @@ struct Harness {
     #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<Stats>,
     wire: Arc<RecordingWire>,
+    /// Where fabric QPs send (and where packets come from).
+    peer: Ipv4Addr,
     rings: [Rings; QPS],
     sq_pi: [u16; QPS],
     rq_pi: [u16; QPS],
@@ -297,14 +301,14 @@ fn mr_va(index: usize) -> u64 {
 }
 
 impl Harness {
-    fn new() -> Option<Harness> {
+    fn new(own: Ipv4Addr, peer: Ipv4Addr) -> Option<Harness> {
         let (ram, fd) = test_ram(RAM).ok()?;
         let mut mem = DmaMaps::default();
         mem.map(RAM_BASE, RAM, Some(fd), 0).ok()?;
         let stats = Arc::new(Stats::default());
         let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: Default::default(), fatal: Default::default() };
         let mut e = Engine::new("fuzz".into(), shared);
-        let wire = Arc::new(RecordingWire { sent: Mutex::new(VecDeque::new()) });
+        let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
         e.set_wire(wire.clone());
         e.set_dma_ctrl(true, true);
         Some(Harness {
@@ -313,6 +317,7 @@ impl Harness {
             e,
             stats,
             wire,
+            peer,
             rings: [Rings::default(); QPS],
             sq_pi: [0; QPS],
             rq_pi: [0; QPS],
@@ -400,7 +405,7 @@ impl Harness {
                 let mut c = if state % 6 == 0 { Self::init_ctx(q, cqs, sizes, strides, access, pd) } else { self.qp_ctx(q) };
                 c.state = [QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR, QPS_RESET, state][usize::from(state % 6)];
                 c.dest_qpn = u32::from(dest) % (QPS as u32 + 1);
-                c.dest_ip = if fabric & 1 == 1 { u32::from(PEER) } else { 0 };
+                c.dest_ip = if fabric & 1 == 1 { u32::from(self.peer) } else { 0 };
                 c.path_mtu = mtu % 14;
                 (c.sq_psn, c.rq_psn) = (psn, psn.rotate_left(8));
                 (c.retry_cnt, c.timeout, c.rnr_retry) = (fabric >> 1 & 7, fabric >> 4, mtu >> 5);
@@ -416,7 +421,7 @@ impl Harness {
                     for state in [QPS_RTR, QPS_RTS] {
                         let mut c = self.qp_ctx(x);
                         (c.state, c.dest_qpn) = (state, y as u32);
-                        c.dest_ip = if fabric & 1 == 1 { u32::from(PEER) } else { 0 };
+                        c.dest_ip = if fabric & 1 == 1 { u32::from(self.peer) } else { 0 };
                         (c.path_mtu, c.retry_cnt, c.timeout, c.rnr_retry) = (8 + fabric % 5, 3, 0, 0);
                         self.modify(x, &c);
                     }
@@ -480,23 +485,12 @@ impl Harness {
                 let reth = (syndrome & 0x80 == 0).then_some(Reth { va, rkey, len });
                 let aeth = (syndrome & 0x40 == 0).then_some(Aeth { syndrome: syndrome & 0x7f, msn: psn >> 8 });
                 let pkt = Packet { bth, reth, aeth, imm: (syndrome & 0x20 == 0).then_some(rkey), payload: vec![payload; usize::from(payload)] };
-                self.e.on_packet(&self.mem, PEER, &pkt);
+                self.e.on_packet(&self.mem, self.peer, &pkt);
             }
             Op::Reflect { pick, how } => {
-                let taken = {
-                    let mut q = self.wire.sent.lock().unwrap_or_else(|p| p.into_inner());
-                    let i = usize::from(pick) % q.len().max(1);
-                    q.remove(i)
-                };
-                let Some((_, mut pkt)) = taken else { return };
-                match how % 8 {
-                    0 => return, // lost
-                    1 => pkt.bth.psn = (pkt.bth.psn + u32::from(how >> 3)) & 0xff_ffff,
-                    2 => pkt.bth.opcode ^= how >> 3,
-                    3 => self.e.on_packet(&self.mem, PEER, &pkt), // duplicated
-                    _ => {}
+                if let Some(pkt) = self.take_sent(pick) {
+                    self.deliver(pkt, how);
                 }
-                self.e.on_packet(&self.mem, PEER, &pkt);
             }
             Op::Run { passes } => {
                 for _ in 0..usize::from(passes) % MAX_PASSES + 1 {
@@ -506,6 +500,25 @@ impl Harness {
                 }
             }
         }
+    }
+
+    /// Takes recorded packet `pick` (any order: reordering) off the wire.
+    fn take_sent(&self, pick: u8) -> Option<Packet> {
+        let mut q = self.wire.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let i = usize::from(pick) % q.len().max(1);
+        q.remove(i).map(|(_, p)| p)
+    }
+
+    /// A packet from the peer: as sent, with its PSN or opcode changed, twice, or lost.
+    fn deliver(&mut self, mut pkt: Packet, how: u8) {
+        match how % 8 {
+            0 => return, // lost
+            1 => pkt.bth.psn = (pkt.bth.psn + u32::from(how >> 3)) & 0xff_ffff,
+            2 => pkt.bth.opcode ^= how >> 3,
+            3 => self.e.on_packet(&self.mem, self.peer, &pkt), // duplicated
+            _ => {}
+        }
+        self.e.on_packet(&self.mem, self.peer, &pkt);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -613,7 +626,7 @@ impl Harness {
 /// The `verbs_ops` target: decodes operations until the input runs out.
 pub fn verbs_ops(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let Some(mut h) = Harness::new() else { return };
+    let Some(mut h) = Harness::new(LOCAL, PEER) else { return };
     for _ in 0..MAX_OPS {
         if u.is_empty() {
             break;
@@ -624,44 +637,111 @@ pub fn verbs_ops(data: &[u8]) {
     h.apply(&Op::Run { passes: 255 });
 }
 
-/// Seed inputs: loopback and fabric pairs moving data with each opcode, an MR whose MTT
-/// holds the last page below 2^64 and an unmapped page, and hostile doorbells and maps.
-pub fn seeds() -> Vec<Vec<u8>> {
-    let cqs = [Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
-    let mr = |index: u8, pages: Vec<(u8, u64)>| Op::RegMr { index, pd: 0, access: 7, iova_kind: 0, iova: 0, length: 8192, page_shift: 0, pages };
-    let sge = |mr: u8, len: u32| (0u8, mr, 0u32, len, 0u8);
-    let post = |qpn: u8, send: u8, opcode: u8, sges: Vec<(u8, u8, u32, u32, u8)>| Op::Post { qpn, send, opcode, flags: 1, sges, remote: (0, 2, 0), inline: 0 };
-    let data = |fabric: u8| {
-        let mut ops = cqs.to_vec();
-        ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access: 7, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
-        ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access: 7, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
-        ops.push(Op::Connect { a: 1, b: 2, fabric });
-        ops.push(mr(1, vec![(0, 0), (0, 1)]));
-        ops.push(mr(2, vec![(0, 16), (0, 17)]));
-        for opcode in 0..5 {
-            ops.push(post(2, 0, 5, vec![sge(2, 4096)]));
-            ops.push(post(1, 1, opcode, vec![sge(1, 3000)]));
-            ops.push(Op::Run { passes: 8 });
-            for _ in 0..6 {
-                ops.push(Op::Reflect { pick: 0, how: 4 });
-            }
-            ops.push(Op::Poll { cqn: 1 });
-            ops.push(Op::Poll { cqn: 2 });
+/// The `verbs_pair` target: two engines (at [`LOCAL`] and [`PEER`], each with its own
+/// RAM) joined by an in-memory wire. Each operation is preceded by a byte whose bit 0
+/// picks the node; [`Op::Reflect`] on a node moves one of its sent packets to the other
+/// node (lost, corrupted, duplicated or out of order as the operation says).
+pub fn verbs_pair(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let (Some(a), Some(b)) = (Harness::new(LOCAL, PEER), Harness::new(PEER, LOCAL)) else { return };
+    let mut nodes = [a, b];
+    for _ in 0..MAX_OPS {
+        if u.is_empty() {
+            break;
         }
-        ops
-    };
-    let mut wrap = data(0);
-    wrap.push(mr(3, vec![(1, 0), (0, 2)]));
-    wrap.push(mr(4, vec![(0, 3), (2, 0)]));
-    wrap.push(post(1, 1, 0, vec![sge(3, 8192)]));
-    wrap.push(Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![sge(1, 64)], remote: (0, 3, 0), inline: 0 });
-    wrap.push(Op::Post { qpn: 2, send: 1, opcode: 2, flags: 1, sges: vec![sge(2, 64)], remote: (0, 4, 0), inline: 0 });
-    let mut hostile = data(1);
+        let (Ok(sel), Ok(op)) = (u.arbitrary::<u8>(), u.arbitrary::<Op>()) else { break };
+        let (i, j) = (usize::from(sel & 1), usize::from(!sel & 1));
+        match op {
+            Op::Reflect { pick, how } => {
+                if let Some(pkt) = nodes[i].take_sent(pick) {
+                    nodes[j].deliver(pkt, how);
+                }
+            }
+            op => nodes[i].apply(&op),
+        }
+    }
+    // Let both sides finish: run and exchange until nothing moves.
+    for _ in 0..MAX_PASSES {
+        let mut moved = false;
+        for i in 0..2 {
+            moved |= nodes[i].e.run(&nodes[i].mem, 16);
+            while let Some(pkt) = nodes[i].take_sent(0) {
+                nodes[1 - i].deliver(pkt, 4);
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+}
+
+/// Seeds of `verbs_pair`: each node builds the fabric pair of [`seeds`] (node 0's QP 1
+/// talks to node 1's QP 2 and the other way), both post, packets cross both ways.
+pub fn pair_seeds() -> Vec<Vec<u8>> {
+    let ops = seed_ops(1);
+    let mut out = Vec::new();
+    for op in &ops {
+        for node in 0..2u8 {
+            out.push(node);
+            op.encode(&mut out);
+        }
+    }
+    vec![out]
+}
+
+fn seed_mr(index: u8, pages: Vec<(u8, u64)>) -> Op {
+    Op::RegMr { index, pd: 0, access: 7, iova_kind: 0, iova: 0, length: 8192, page_shift: 0, pages }
+}
+
+fn seed_sge(mr: u8, len: u32) -> (u8, u8, u32, u32, u8) {
+    (0, mr, 0, len, 0)
+}
+
+fn seed_post(qpn: u8, send: u8, opcode: u8, sges: Vec<(u8, u8, u32, u32, u8)>) -> Op {
+    Op::Post { qpn, send, opcode, flags: 1, sges, remote: (0, 2, 0), inline: 0 }
+}
+
+/// CQs 1 and 2, QPs 1 <-> 2 on loopback (`fabric` 0) or through the wire (1), two MRs,
+/// then each opcode once from QP 1 with a RECV posted on QP 2, packets reflected.
+fn seed_ops(fabric: u8) -> Vec<Op> {
+    let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
+    ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access: 7, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access: 7, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::Connect { a: 1, b: 2, fabric });
+    ops.push(seed_mr(1, vec![(0, 0), (0, 1)]));
+    ops.push(seed_mr(2, vec![(0, 16), (0, 17)]));
+    for opcode in 0..5 {
+        ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
+        ops.push(seed_post(1, 1, opcode, vec![seed_sge(1, 3000)]));
+        ops.push(Op::Run { passes: 8 });
+        for _ in 0..6 {
+            ops.push(Op::Reflect { pick: 0, how: 4 });
+        }
+        ops.push(Op::Poll { cqn: 1 });
+        ops.push(Op::Poll { cqn: 2 });
+    }
+    ops
+}
+
+/// Seed inputs: loopback and fabric pairs moving data with each opcode, MRs whose MTT
+/// holds pages at the end of the bus address space and an unmapped page, and hostile
+/// doorbells and maps.
+pub fn seeds() -> Vec<Vec<u8>> {
+    let mut wrap = seed_ops(0);
+    wrap.extend([
+        seed_mr(3, vec![(1, 1), (1, 0)]),
+        seed_mr(4, vec![(0, 3), (2, 0)]),
+        seed_post(1, 1, 0, vec![seed_sge(3, 8192)]),
+        Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 64)], remote: (0, 3, 0), inline: 0 },
+        Op::Post { qpn: 2, send: 1, opcode: 2, flags: 1, sges: vec![seed_sge(2, 64)], remote: (0, 4, 0), inline: 0 },
+    ]);
+    let mut hostile = seed_ops(1);
     hostile.extend([
         Op::Map { kind: 0, pages: 3 },
         Op::Map { kind: 0x82, pages: 1 },
-        mr(5, vec![(3, 0), (3, 1 << 8)]),
-        post(1, 1, 0, vec![sge(5, 8192)]),
+        seed_mr(5, vec![(3, 0), (3, 1 << 8)]),
+        seed_post(1, 1, 0, vec![seed_sge(5, 8192)]),
         Op::Doorbell { qpn: 1, send: 1, delta: 0x8000 },
         Op::Reflect { pick: 3, how: 1 | 8 },
         Op::Reflect { pick: 0, how: 3 },
@@ -670,7 +750,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::Reset,
         Op::Run { passes: 1 },
     ]);
-    [data(0), data(1), wrap, hostile]
+    [seed_ops(0), seed_ops(1), wrap, hostile]
         .iter()
         .map(|ops| {
             let mut out = Vec::new();
@@ -708,7 +788,7 @@ mod tests {
     fn seeds_reach_rts_and_move_data() {
         for (n, seed) in seeds().iter().enumerate() {
             let mut u = Unstructured::new(seed);
-            let mut h = Harness::new().unwrap();
+            let mut h = Harness::new(LOCAL, PEER).unwrap();
             while let (false, Ok(op)) = (u.is_empty(), u.arbitrary::<Op>()) {
                 h.apply(&op);
             }
@@ -721,5 +801,31 @@ mod tests {
                 assert!(s.get(Counter::PktsReceived) >= 10 && s.get(Counter::AcksSent) > 0, "seed {n}: the fabric pair did not talk RC ({all:?})");
             }
         }
+    }
+
+    /// The pair seed moves data between two engines over the in-memory wire, both ways.
+    #[test]
+    fn pair_seed_talks_rc_between_two_engines() {
+        let seed = &pair_seeds()[0];
+        let mut u = Unstructured::new(seed);
+        let mut nodes = [Harness::new(LOCAL, PEER).unwrap(), Harness::new(PEER, LOCAL).unwrap()];
+        while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
+            let (i, j) = (usize::from(sel & 1), usize::from(!sel & 1));
+            match op {
+                Op::Reflect { pick, how } => {
+                    if let Some(pkt) = nodes[i].take_sent(pick) {
+                        nodes[j].deliver(pkt, how);
+                    }
+                }
+                op => nodes[i].apply(&op),
+            }
+        }
+        for (n, h) in nodes.iter().enumerate() {
+            let s = &h.stats;
+            let all = s.snapshot();
+            assert!(s.get(Counter::PktsReceived) >= 10 && s.get(Counter::AcksSent) > 0, "node {n}: no RC traffic ({all:?})");
+            assert!(s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesRead) > 0 && s.get(Counter::BytesSent) > 0, "node {n}: data did not move ({all:?})");
+        }
+        verbs_pair(seed);
     }
 }

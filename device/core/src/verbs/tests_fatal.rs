@@ -60,11 +60,7 @@ fn expect_fatal_then_recover(mut d: Dev, mut drv: Driver) {
     drv.engine.set_dma_ctrl(true, true);
     std::mem::swap(&mut d.e, &mut drv.engine);
     (d.sq_pi, d.rq_pi, d.cq_ci, d.mtt_next) = (vec![0; 8], vec![0; 8], vec![0; 8], 0);
-    d.create_cq(1, 6);
-    d.create_cq(2, 6);
-    d.create_qp(1, 7, RW, 0);
-    d.create_qp(2, 7, RW, 0);
-    d.connect(1, 2);
+    d.load_pair(RW);
     let lk = d.reg_mr(1, 7, RW, SRC, 4096);
     let rk = d.reg_mr(2, 7, RW, DST, 4096);
     d.send(1, WQE_OP_RDMA_WRITE, 5, &[sge(SRC, 64, lk)], VA + DST, rk);
