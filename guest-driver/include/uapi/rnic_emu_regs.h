@@ -96,6 +96,7 @@
 #define RNIC_DMA_CTRL_INT_ENABLE     0x2          /* DMA_CTRL bit */
 #define RNIC_CAP_VERBS               0x4          /* RNIC_REG_CAPS bit */
 #define RNIC_STATUS_ERROR            0x4          /* RNIC_REG_STATUS bit */
+#define RNIC_STATUS_FATAL            0x8          /* RNIC_REG_STATUS bit (minor 5) */
 #define RNIC_DB_OBJECT_SHIFT         16           /* doorbells/CQ_ARM: object [31:16] */
 #define RNIC_CMD_OP_SHIFT            24           /* RNIC_REG_CMD: op [31:24], index [23:0] */
 #define RNIC_STATS_BASE              0x4000       /* 64-bit RO counters */
