@@ -650,15 +650,7 @@ pub fn verbs_pair(data: &[u8]) {
             break;
         }
         let (Ok(sel), Ok(op)) = (u.arbitrary::<u8>(), u.arbitrary::<Op>()) else { break };
-        let (i, j) = (usize::from(sel & 1), usize::from(!sel & 1));
-        match op {
-            Op::Reflect { pick, how } => {
-                if let Some(pkt) = nodes[i].take_sent(pick) {
-                    nodes[j].deliver(pkt, how);
-                }
-            }
-            op => nodes[i].apply(&op),
-        }
+        pair_step(&mut nodes, sel, &op);
     }
     // Let both sides finish: run and exchange until nothing moves.
     for _ in 0..MAX_PASSES {
@@ -673,6 +665,19 @@ pub fn verbs_pair(data: &[u8]) {
         if !moved {
             break;
         }
+    }
+}
+
+/// Operation `op` on node `sel & 1`; a reflect moves that node's packet to the other.
+fn pair_step(nodes: &mut [Harness; 2], sel: u8, op: &Op) {
+    let (i, j) = (usize::from(sel & 1), usize::from(!sel & 1));
+    match *op {
+        Op::Reflect { pick, how } => {
+            if let Some(pkt) = nodes[i].take_sent(pick) {
+                nodes[j].deliver(pkt, how);
+            }
+        }
+        ref op => nodes[i].apply(op),
     }
 }
 
@@ -810,15 +815,7 @@ mod tests {
         let mut u = Unstructured::new(seed);
         let mut nodes = [Harness::new(LOCAL, PEER).unwrap(), Harness::new(PEER, LOCAL).unwrap()];
         while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
-            let (i, j) = (usize::from(sel & 1), usize::from(!sel & 1));
-            match op {
-                Op::Reflect { pick, how } => {
-                    if let Some(pkt) = nodes[i].take_sent(pick) {
-                        nodes[j].deliver(pkt, how);
-                    }
-                }
-                op => nodes[i].apply(&op),
-            }
+            pair_step(&mut nodes, sel, &op);
         }
         for (n, h) in nodes.iter().enumerate() {
             let s = &h.stats;
