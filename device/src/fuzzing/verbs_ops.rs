@@ -343,7 +343,7 @@ impl Harness {
             0 => RAM_BASE + DATA + (v % ((RAM - DATA) >> 12)) * 4096,
             1 => 0xffff_ffff_ffff_f000 - (v % 4) * 4096,
             2 => RAM_BASE + RAM + 0x100_0000 + (v % 16) * 4096,
-            3 => self.maps.get(v as usize % self.maps.len().max(1)).map_or(v, |m| m.0 + (v >> 8) % m.1.max(1) & !0xfff),
+            3 => self.maps.get(v as usize % self.maps.len().max(1)).map_or(v, |m| m.0 + (((v >> 8) % m.1.max(1)) & !0xfff)),
             _ => v,
         }
     }
