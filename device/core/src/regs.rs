@@ -66,7 +66,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0004;
+pub const CONTRACT_VERSION: u32 = 0x0001_0005;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -79,6 +79,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0002, "BAR1_APERTURE slots, RNIC_REG_NUM_GPUS, GPU engine, DMA path counters; later under the same minor: the RoCEv2 fabric (RNIC_REG_IPV4, dest_ip/PSN/MTU/retry fields of rnic_qp_ctx, packet counters)."),
     (0x0001_0003, "Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES."),
     (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write."),
+    (0x0001_0005, "Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -148,6 +149,10 @@ pub mod rnic {
     pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P;
     /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
     pub const STATUS_ERROR: u64 = 1 << 2;
+    /// `RNIC_REG_STATUS` bit: the verbs engine failed internally (fatal error); commands
+    /// answer CMD_ERR_FATAL and doorbells are dropped until a device reset (RNIC_REG_RESET,
+    /// FLR or vfio-user reset) clears it.
+    pub const STATUS_FATAL: u64 = 1 << 3;
     /// `DMA_CTRL` bit 0: DMA engine enable (work requests wait while it is clear).
     pub const DMA_CTRL_ENABLE: u64 = 1 << 0;
     /// `DMA_CTRL` bit 1: completion interrupts enable (armed CQs raise their MSI-X vector).
@@ -205,11 +210,12 @@ pub mod rnic {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010004, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010005, writable 0x0;
         /// Capability bits (CAP_*).
         RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x3f, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
-        /// RNIC_REG_LAST_ERROR holds an error (reading that register clears both).
+        /// RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from
+        /// an internal engine failure until the next device reset.
         RNIC_REG_STATUS = 0x000c, 4, Ro, reset 0x3, writable 0x0;
         /// Write RESET_MAGIC to return every register to its reset value.
         RNIC_REG_RESET = 0x0010, 4, Wo, reset 0x0, writable 0xffffffff;

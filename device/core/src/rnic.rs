@@ -23,7 +23,7 @@ use crate::verbs::engine::{Engine, Shared, Tables};
 use crate::verbs::stats::{Stats, COUNTERS};
 use crate::verbs::worker::{Driver, EngineSlot, Event, Mailbox};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub struct Rnic {
@@ -34,6 +34,8 @@ pub struct Rnic {
     dma: Arc<RwLock<DmaMaps>>,
     stats: Arc<Stats>,
     last_error: Arc<AtomicU64>,
+    /// STATUS_FATAL, set by the engine's driver when the engine failed internally.
+    fatal: Arc<AtomicBool>,
     engine: EngineSlot,
     router: Arc<Router>,
     /// The RNIC's fabric address (None: no fabric, loopback only).
@@ -63,12 +65,13 @@ impl Rnic {
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
+        let fatal = Arc::new(AtomicBool::new(false));
         let router = Arc::new(Router::new(dma.clone(), peers, stats.clone()));
-        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone() };
+        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone() };
         let engine = EngineSlot::Inline(Box::new(Driver::new(Engine::new(name.clone(), shared), Some(dbpage.clone()))));
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, engine, router, address, dbpage };
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, fatal, engine, router, address, dbpage };
         rnic.reset();
         Ok(rnic)
     }
@@ -108,6 +111,9 @@ impl Rnic {
         }
         if self.last_error.load(Ordering::SeqCst) != 0 {
             status |= STATUS_ERROR;
+        }
+        if self.fatal.load(Ordering::SeqCst) {
+            status |= STATUS_FATAL;
         }
         self.regs.set(RNIC_REG_STATUS, status);
     }

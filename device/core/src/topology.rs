@@ -440,7 +440,14 @@ mod tests {
 
     fn rejects(text: &str, what: &str) {
         let e = Topology::parse(text, "test").err().unwrap_or_else(|| panic!("accepted: {what}"));
-        assert!(e.to_string().contains(what), "{e}");
+        // The message and its causes, as `rnic-emu` prints them.
+        let mut chain = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            chain = format!("{chain}: {c}");
+            cause = c.source();
+        }
+        assert!(chain.contains(what), "{chain}");
     }
 
     #[test]

@@ -314,6 +314,7 @@ abi_consts!(CMD_STATUS: u32 {
     CMD_ERR_STATE = 6, "illegal QP state transition";
     CMD_ERR_NOT_FOUND = 7, "object does not exist";
     CMD_ERR_DISABLED = 8, "the engine is not running";
+    CMD_ERR_FATAL = 9, "the engine failed internally (STATUS_FATAL): reset the device";
 });
 
 abi_consts!(QP_ERRORS: u8 {
@@ -329,12 +330,14 @@ abi_consts!(QP_ERRORS: u8 {
     QP_ERR_LENGTH = 9, "local length error";
     QP_ERR_APERTURE = 10, "DMA to a GPU BAR1 that no BAR1_APERTURE slot names";
     QP_ERR_RETRY = 11, "transport retries exhausted (timeouts or sequence NAKs)";
+    QP_ERR_FATAL = 12, "the engine failed internally (STATUS_FATAL)";
 });
 
 abi_consts!(ASYNC_ERRORS: u32 {
     ASYNC_ERR_CQ_OVERFLOW = 1, "RNIC_REG_LAST_ERROR code: CQ overflow";
     ASYNC_ERR_QP = 2, "RNIC_REG_LAST_ERROR code: a QP entered ERROR";
     ASYNC_ERR_APERTURE = 3, "RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1";
+    ASYNC_ERR_FATAL = 4, "RNIC_REG_LAST_ERROR code: the engine failed internally (STATUS_FATAL set until reset)";
 });
 
 /// Every constant group, in header order.

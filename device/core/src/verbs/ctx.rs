@@ -16,7 +16,7 @@ use super::stats::{Counter, Stats};
 use super::wqe::read_header;
 use crate::mem::dma::DmaError;
 use crate::msix::Interrupts;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Largest message: 2^31 bytes (IBA 9.4.1).
@@ -31,6 +31,8 @@ pub struct Shared {
     pub stats: Arc<Stats>,
     /// RNIC_REG_LAST_ERROR: code << 24 | index; 0 when none.
     pub last_error: Arc<AtomicU64>,
+    /// STATUS_FATAL: the engine failed internally; set by its driver, cleared by reset.
+    pub fatal: Arc<AtomicBool>,
 }
 
 /// An error completion: WC status and QP error reason.

@@ -166,6 +166,36 @@ impl Engine {
         self.shared.last_error.store(0, Ordering::SeqCst);
     }
 
+    /// After an internal failure (docs/verbs.md §5.1): every QP not in RESET goes to
+    /// ERROR with QP_ERR_FATAL, the head send WQE of each completes with WC_FATAL_ERR and
+    /// the rest of both queues is flushed, as far as the tables still allow. Messages in
+    /// flight are dropped. No async error per QP: the caller latches one fatal error.
+    pub fn fail_all(&mut self, mem: &dyn GuestMem) {
+        self.loopq.clear();
+        let Engine { qps, cqs, mrs, name, enabled, roles, .. } = self;
+        for (qpn, qp) in qps.iter_mut().enumerate() {
+            if qp.state == QpState::Reset {
+                continue;
+            }
+            roles[qpn] = Roles::default();
+            if qp.state != QpState::Err {
+                qp.state = QpState::Err;
+                qp.err_reason = QP_ERR_FATAL;
+                cqs.stats().inc(Counter::QpErrors);
+            }
+            if !*enabled {
+                continue; // no DMA with ENABLE clear: the driver flushes after its reset
+            }
+            let mut ctx = Ctx { name, mem, mrs, cqs };
+            let qpn = qpn as u32;
+            if !qp.sq.is_empty() {
+                let hdr = super::wqe::read_header(mem, &qp.sq, qp.sq.ci);
+                ctx.finish_send(qpn, qp, &hdr, Err(fail(WC_FATAL_ERR, QP_ERR_FATAL)));
+            }
+            while ctx.flush_one(qpn, qp) {}
+        }
+    }
+
     pub fn set_dma_ctrl(&mut self, enabled: bool, int_enabled: bool) {
         self.enabled = enabled;
         self.cqs.int_enabled = int_enabled;

@@ -26,3 +26,5 @@ pub mod wqe;
 mod tests;
 #[cfg(test)]
 mod tests_roles;
+#[cfg(test)]
+mod tests_fatal;

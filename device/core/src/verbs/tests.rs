@@ -47,7 +47,7 @@ impl Dev {
         mem.map(0, RAM, Some(fd), 0).unwrap();
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
-        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: last_error.clone() };
+        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: last_error.clone(), fatal: Default::default() };
         let mut e = Engine::new("test".into(), shared);
         e.set_dma_ctrl(true, true);
         Dev { e, mem, ram, stats, last_error, sq_pi: vec![0; 8], rq_pi: vec![0; 8], cq_ci: vec![0; 8], mtt_next: 0 }
@@ -115,12 +115,17 @@ impl Dev {
     /// A pair of connected QPs 1 <-> 2 in PD 7, CQs 1 and 2.
     pub(super) fn pair(access: u8) -> Dev {
         let mut d = Dev::new();
-        d.create_cq(1, 6);
-        d.create_cq(2, 6);
-        d.create_qp(1, 7, access, 0);
-        d.create_qp(2, 7, access, 0);
-        d.connect(1, 2);
+        d.load_pair(access);
         d
+    }
+
+    /// CQs 1 and 2 and the connected QPs 1 <-> 2 in PD 7 (again after a reset).
+    pub(super) fn load_pair(&mut self, access: u8) {
+        self.create_cq(1, 6);
+        self.create_cq(2, 6);
+        self.create_qp(1, 7, access, 0);
+        self.create_qp(2, 7, access, 0);
+        self.connect(1, 2);
     }
 
     /// Registers [bus, bus+len) as MR `index` at VA + bus; returns the key.

@@ -16,7 +16,10 @@ use crate::mem::access::GuestMem;
 use super::engine::{Engine, Tables};
 use crate::doorbell::DoorbellPage;
 use crate::mem::router::Router;
+use super::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
+use crate::fabric::packet::Packet;
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, SyncSender};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -137,26 +140,114 @@ impl Mailbox<Event> {
     }
 }
 
+/// Environment variable that turns on the engine's test hooks ([`CMD_TEST_PANIC`]); off
+/// unless set to `1`. Only tests set it: with it, a guest can make the engine fail.
+pub const TEST_HOOKS_ENV: &str = "RNIC_EMU_TEST_HOOKS";
+/// Test hook command (only with [`TEST_HOOKS_ENV`]): index 0 panics inside the command,
+/// index 1 at the start of the next pass. Not part of the register contract.
+#[doc(hidden)]
+pub const CMD_TEST_PANIC: u32 = 0xfe;
+
 /// An engine with what drives it besides events: the doorbell page, once the driver has
 /// turned it on.
+///
+/// Failure containment (docs/verbs.md §5.1): every operation the engine is handed (an
+/// event, a pass, a packet) runs under `catch_unwind`. A panic makes the device fatal:
+/// STATUS_FATAL, ASYNC_ERR_FATAL in RNIC_REG_LAST_ERROR with the async vector, error
+/// completions for what was queued ([`Engine::fail_all`]), one log line; until a device
+/// reset, commands answer CMD_ERR_FATAL and doorbells, passes and packets are dropped.
+/// Other engines of the node (the event loop's) keep running.
 pub struct Driver {
     pub engine: Engine,
     page: Option<DoorbellPage>,
     db_on: bool,
+    /// The engine panicked; nothing runs on it until a reset.
+    fatal: bool,
+    /// [`TEST_HOOKS_ENV`] was set when the driver was made.
+    hooks: bool,
+    /// Test hook: panic at the start of the next pass.
+    panic_next_pass: bool,
 }
 
 impl Driver {
     pub fn new(engine: Engine, page: Option<DoorbellPage>) -> Driver {
-        Driver { engine, page, db_on: false }
+        let hooks = std::env::var(TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
+        Driver { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false }
+    }
+
+    /// Turns the test hooks on or off (unit tests, which share one environment).
+    #[doc(hidden)]
+    pub fn set_test_hooks(&mut self, on: bool) {
+        self.hooks = on;
+    }
+
+    /// Whether the engine failed and waits for a reset.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal
     }
 
     /// Whether the driver uses the doorbell page (the loop then polls it for a while).
     pub fn page_on(&self) -> bool {
-        self.db_on && self.page.is_some()
+        self.db_on && self.page.is_some() && !self.fatal
+    }
+
+    /// Runs `f` unless the engine is fatal; a panic in it makes the engine fatal. None:
+    /// `f` did not run or did not finish.
+    fn guarded<R>(&mut self, mem: &dyn GuestMem, what: &str, f: impl FnOnce(&mut Driver) -> R) -> Option<R> {
+        if self.fatal {
+            return None;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self))) {
+            Ok(r) => Some(r),
+            Err(payload) => {
+                self.go_fatal(mem, what, &payload);
+                None
+            }
+        }
+    }
+
+    /// The engine panicked in `what`: latch the fatal error and fail what was queued.
+    fn go_fatal(&mut self, mem: &dyn GuestMem, what: &str, payload: &(dyn std::any::Any + Send)) {
+        self.fatal = true;
+        let shared = self.engine.shared.clone();
+        shared.fatal.store(true, Ordering::SeqCst);
+        let msg = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str)).unwrap_or("?");
+        crate::guest_warn!("{}: the verbs engine failed in {what} ({msg}): device fatal until reset", self.engine.name);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.fail_all(mem))).is_err() {
+            crate::guest_warn!("{}: failing the queued work after the engine's failure failed too", self.engine.name);
+        }
+        shared.last_error.store(u64::from(ASYNC_ERR_FATAL) << 24, Ordering::SeqCst);
+        self.engine.cqs.raise_async();
     }
 
     /// Applies one event to the engine.
     pub fn handle(&mut self, mem: &dyn GuestMem, ev: Event) {
+        match ev {
+            Event::Command { op, index, tables, reply } => {
+                let status = self.guarded(mem, "a command", |d| d.command(mem, op, index, tables));
+                let _ = reply.send(status.unwrap_or(CMD_ERR_FATAL));
+            }
+            Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
+                self.guarded(mem, "DMA_CTRL", |d| d.dma_ctrl(enabled, int_enabled, db_page));
+                let _ = reply.send(());
+            }
+            Event::Reset { reply } => {
+                self.fatal = false;
+                self.panic_next_pass = false;
+                self.engine.shared.fatal.store(false, Ordering::SeqCst);
+                self.guarded(mem, "a reset", |d| {
+                    d.engine.reset();
+                    d.db_on = false;
+                });
+                let _ = reply.send(());
+            }
+            ev => {
+                self.guarded(mem, "a doorbell", |d| d.doorbell(ev));
+            }
+        }
+    }
+
+    fn doorbell(&mut self, ev: Event) {
         let engine = &mut self.engine;
         match ev {
             Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
@@ -168,43 +259,69 @@ impl Driver {
                 }
                 engine.cq_arm(cqn)
             }
-            Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
-                engine.set_dma_ctrl(enabled, int_enabled);
-                let on = db_page && self.page.is_some();
-                if let (Some(p), true, false) = (&self.page, on, self.db_on) {
-                    engine.init_doorbell_page(p);
-                }
-                self.db_on = on;
-                let _ = reply.send(());
-            }
-            Event::Command { op, index, tables, reply } => {
-                let status = engine.command(mem, op, index, tables);
-                if let Some(p) = &self.page {
-                    engine.sync_doorbell_page(p, op, index);
-                }
-                let _ = reply.send(status);
-            }
-            Event::Reset { reply } => {
-                engine.reset();
-                self.db_on = false;
-                let _ = reply.send(());
-            }
+            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } => {}
         }
+    }
+
+    fn dma_ctrl(&mut self, enabled: bool, int_enabled: bool, db_page: bool) {
+        self.engine.set_dma_ctrl(enabled, int_enabled);
+        let on = db_page && self.page.is_some();
+        if let (Some(p), true, false) = (&self.page, on, self.db_on) {
+            self.engine.init_doorbell_page(p);
+        }
+        self.db_on = on;
+    }
+
+    fn command(&mut self, mem: &dyn GuestMem, op: u32, index: u32, tables: Tables) -> u32 {
+        if self.hooks && op == CMD_TEST_PANIC {
+            match index {
+                0 => panic!("test hook: panic in a command"),
+                _ => self.panic_next_pass = true,
+            }
+            return CMD_OK;
+        }
+        let status = self.engine.command(mem, op, index, tables);
+        if let Some(p) = &self.page {
+            self.engine.sync_doorbell_page(p, op, index);
+        }
+        status
+    }
+
+    /// A packet from the fabric (dropped while the engine is fatal).
+    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: std::net::Ipv4Addr, pkt: &Packet) {
+        self.guarded(mem, "a packet", |d| d.engine.on_packet(mem, from, pkt));
     }
 
     /// One pass of work: indices from the page (when on), then the engine's budget.
     /// True when anything moved.
     pub fn pass(&mut self, mem: &dyn GuestMem) -> bool {
-        let polled = match self.page.as_ref().filter(|_| self.db_on) {
-            Some(p) => self.engine.poll_doorbell_page(p),
-            None => false,
-        };
-        self.engine.run(mem, BUDGET) || polled
+        self.guarded(mem, "a pass", |d| {
+            if std::mem::take(&mut d.panic_next_pass) {
+                panic!("test hook: panic in a pass");
+            }
+            let polled = match d.page.as_ref().filter(|_| d.db_on) {
+                Some(p) => d.engine.poll_doorbell_page(p),
+                None => false,
+            };
+            d.engine.run(mem, BUDGET) || polled
+        })
+        .unwrap_or(false)
+    }
+
+    /// When the engine wants a pass (None while fatal).
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        if self.fatal {
+            return None;
+        }
+        self.engine.next_deadline()
     }
 
     /// Before the loop sleeps: publishes the page's event indices. False when the page
     /// moved meanwhile (the loop must not sleep).
     pub fn prepare_sleep(&mut self) -> bool {
+        if self.fatal {
+            return true;
+        }
         match self.page.as_ref().filter(|_| self.db_on) {
             Some(p) => !self.engine.publish_doorbell_events(p),
             None => true,

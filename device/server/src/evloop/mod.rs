@@ -140,7 +140,7 @@ impl LoopWork for NodeEngines {
             }
             if let Some(port) = port {
                 for _ in 0..RX_BATCHES {
-                    let n = port.receive(&mut |from, pkt| driver.engine.on_packet(&view, from, pkt));
+                    let n = port.receive(&mut |from, pkt| driver.on_packet(&view, from, pkt));
                     active |= n > 0;
                     if n < BATCH {
                         break;
@@ -166,7 +166,7 @@ impl LoopWork for NodeEngines {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.engines.iter().filter_map(|e| e.driver.engine.next_deadline()).min()
+        self.engines.iter().filter_map(|e| e.driver.next_deadline()).min()
     }
 
     fn prepare_sleep(&mut self) -> bool {
