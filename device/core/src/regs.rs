@@ -287,7 +287,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010004, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010005, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.
@@ -373,6 +373,8 @@ mod tests {
         assert_eq!(id.reset, u64::from(rnic::ID_MAGIC));
         let ver = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_VERSION).unwrap();
         assert_eq!(ver.reset, u64::from(CONTRACT_VERSION));
+        let gver = gpu::REGS.iter().find(|r| r.offset == gpu::GPU_REG_VERSION).unwrap();
+        assert_eq!(gver.reset, u64::from(CONTRACT_VERSION), "both functions report the contract version");
         let nv = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_NUM_VECTORS).unwrap();
         assert_eq!(nv.reset, u64::from(pci_ids::RNIC_MSIX_VECTORS));
         let caps = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_CAPS).unwrap();

@@ -77,7 +77,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10004: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10005: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
