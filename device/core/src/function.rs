@@ -7,7 +7,7 @@ use crate::msix::Interrupts;
 use crate::pci::caps::{self, Capability};
 use crate::pci::config::{ConfigSpace, Identity, LayoutError};
 use crate::regs::pci_ids;
-use crate::shm::ShmError;
+use crate::shm::{SharedMemory, ShmError};
 use crate::topology::Device;
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use std::os::fd::RawFd;
@@ -88,6 +88,21 @@ pub fn invalid_read(f: &dyn PciFunction, bar: usize, offset: u64, data: &mut [u8
 pub fn invalid_write(f: &dyn PciFunction, bar: usize, offset: u64, len: usize, why: &dyn std::fmt::Display) {
     f.guest_error();
     crate::guest_warn!("{}: BAR{bar} write of {len} bytes at {offset:#x} dropped: {why}", f.name());
+}
+
+/// A socket access (a client that does not mmap it) to a BAR backed by shared memory: the
+/// bytes of `mem`, or the invalid-access rule when the range is outside it.
+pub fn shm_bar_read(f: &dyn PciFunction, mem: &SharedMemory, bar: usize, offset: u64, data: &mut [u8]) {
+    if let Err(e) = mem.read(offset, data) {
+        invalid_read(f, bar, offset, data, &e);
+    }
+}
+
+/// The write side of [`shm_bar_read`].
+pub fn shm_bar_write(f: &dyn PciFunction, mem: &SharedMemory, bar: usize, offset: u64, data: &[u8]) {
+    if let Err(e) = mem.write(offset, data) {
+        invalid_write(f, bar, offset, data.len(), &e);
+    }
 }
 
 /// A function's PCI identity from its node description, with the documented defaults.

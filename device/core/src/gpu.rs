@@ -7,7 +7,7 @@
 //! alone, as GPU memory survives a function reset.
 
 use crate::mem::dma::DmaMaps;
-use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace};
 use crate::regfile::RegisterFile;
@@ -145,11 +145,7 @@ impl PciFunction for Gpu {
                     invalid_read(self, bar, offset, data, &e);
                 }
             }
-            MEM_BAR => {
-                if let Err(e) = self.mem.read(offset, data) {
-                    invalid_read(self, bar, offset, data, &e);
-                }
-            }
+            MEM_BAR => shm_bar_read(self, &self.mem, bar, offset, data),
             _ => data.fill(0xff),
         }
     }
@@ -162,11 +158,7 @@ impl PciFunction for Gpu {
                 Ok(None) => {}
                 Err(e) => invalid_write(self, bar, offset, data.len(), &e),
             },
-            MEM_BAR => {
-                if let Err(e) = self.mem.write(offset, data) {
-                    invalid_write(self, bar, offset, data.len(), &e);
-                }
-            }
+            MEM_BAR => shm_bar_write(self, &self.mem, bar, offset, data),
             _ => {}
         }
     }

@@ -10,7 +10,7 @@
 use crate::mem::dma::DmaMaps;
 use crate::doorbell::DoorbellPage;
 use crate::shm::SharedMemory;
-use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, BarRegion, PciFunction};
+use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, PciFunction};
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace, LayoutError};
 use crate::regfile::RegisterFile;
@@ -236,9 +236,7 @@ impl PciFunction for Rnic {
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
         if bar == RNIC_DB_BAR {
             // A client that does not mmap the page reaches it through the socket.
-            if let Err(e) = self.dbpage.memory().read(offset, data) {
-                invalid_read(self, bar, offset, data, &e);
-            }
+            shm_bar_read(self, self.dbpage.memory(), bar, offset, data);
             return;
         }
         if bar != 0 || in_msix_area(offset) {
@@ -260,9 +258,7 @@ impl PciFunction for Rnic {
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
         if bar == RNIC_DB_BAR {
-            if let Err(e) = self.dbpage.memory().write(offset, data) {
-                invalid_write(self, bar, offset, data.len(), &e);
-            }
+            shm_bar_write(self, self.dbpage.memory(), bar, offset, data);
             return;
         }
         if bar != 0 || in_msix_area(offset) {
