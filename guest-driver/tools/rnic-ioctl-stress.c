@@ -47,6 +47,14 @@ static const char *const op_names[OP_COUNT] = {
 struct shared {
 	unsigned long calls[OP_COUNT], ok[OP_COUNT];
 	unsigned long opens, closes, flows, flows_ok;
+	/*
+	 * Held around mmap of p2pmem/allocate. kernfs counts the mapped open files of a sysfs
+	 * node with a plain increment under each file's own mutex, so two processes mapping
+	 * the same node at once can lose a count, and the next GPU removal then trips
+	 * WARN_ON_ONCE(on->nr_mmapped) in kernfs_drain_open_files(). That race is in the
+	 * kernel's sysfs core, not in our drivers; the stress test is about our drivers.
+	 */
+	pthread_mutex_t map_lock;
 };
 
 static struct shared *sh;
@@ -169,7 +177,9 @@ static void remap_gpu(void)
 
 	if (rv_gpu_open(0, &g))
 		return;
+	pthread_mutex_lock(&sh->map_lock);
 	p = rv_gpu_alloc(&g, GPU_BUF);
+	pthread_mutex_unlock(&sh->map_lock);
 	close(g.fd);
 	if (!p)
 		return;
@@ -560,6 +570,7 @@ int main(int argc, char **argv)
 	uint64_t seed = 1, total = 0;
 	bool cycles = true, ok = true;
 	char bdf[2][32];
+	pthread_mutexattr_t ma;
 	pid_t pids[32];
 	int opt, st, bad, stuck = 0;
 
@@ -582,6 +593,9 @@ int main(int argc, char **argv)
 	if (sh == MAP_FAILED)
 		return 1;
 	memset(sh, 0, sizeof(*sh));
+	if (pthread_mutexattr_init(&ma) || pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) ||
+	    pthread_mutex_init(&sh->map_lock, &ma))
+		return 1;
 	rs_hung_task_timeout(20);
 	if (find_bdf(false, bdf[0])) {
 		fprintf(stderr, "error: no RNIC at %s\n", rnic_dev);
