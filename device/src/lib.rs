@@ -14,7 +14,7 @@
 //! `rnic_emu::regs`, `rnic_emu::verbs::abi` or `rnic_emu::serve` name the same items
 //! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
 pub use rnic_emu_core::{
-    contract, doorbell, function, gpu, gpu_engine, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
+    contract, doorbell, function, gpu, gpu_engine, iotrace, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
     timing, topology, verbs,
 };
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
