@@ -2,6 +2,7 @@
 //! QEMU arguments, generate the C header and register doc, print modelled hardware time
 //! (`model`) and a running node's WQE trace (`trace`).
 
+mod iotrace_cli;
 mod timing_cli;
 
 use clap::{Parser, Subcommand};
@@ -76,6 +77,10 @@ enum Cmd {
         /// Capture every fabric packet (pcap; with several nodes: FILE.<node> each).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
+        /// Record every node's MMIO/DMA trace (register accesses and DMAs) to FILE as JSON
+        /// lines (docs/trace.md).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         /// Multi-node: run COMMAND on NODE (name or index); repeat for each node. All nodes
         /// boot at once, output lines are prefixed with the node, and the exit code is the
         /// first non-zero one.
@@ -146,6 +151,19 @@ enum Cmd {
         /// Turn recording on or off (it is on from the start; a few clock reads per WQE).
         #[arg(long, value_name = "on|off")]
         record: Option<String>,
+        /// MMIO/DMA trace (docs/trace.md): show register accesses (with --record: turn
+        /// the MMIO/DMA recording on or off instead of the WQE trace's).
+        #[arg(long)]
+        mmio: bool,
+        /// MMIO/DMA trace: show the RNIC's DMAs (WQE fetch, payload, CQE, command).
+        #[arg(long)]
+        dma: bool,
+        /// MMIO/DMA trace: only this function kind.
+        #[arg(long, value_name = "rnic|gpu", value_parser = ["rnic", "gpu"])]
+        function: Option<String>,
+        /// MMIO/DMA trace: only register accesses whose name starts with NAME.
+        #[arg(long, value_name = "NAME")]
+        reg: Option<String>,
     },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
@@ -178,7 +196,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             let (topo, i) = load_node(&at.topology, &at.node)?;
             serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
         }
-        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, on, command } => {
+        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
             let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
             match (commands.is_empty(), command.is_empty()) {
                 (true, false) => commands.push((node, command.join(" "))),
@@ -211,6 +229,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 keep_workdir: keep,
                 stats_file: stats,
                 pcap,
+                trace_file: trace,
             };
             let mut stdout = std::io::stdout();
             let outcome = run::run(&opts, &img, &mut |b| {
@@ -243,7 +262,12 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
         }
-        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record } => {
+        Cmd::Trace { socket_dir, node, qp, follow, json, record, mmio, dma, function, reg, .. } if mmio || dma => {
+            let filter = rnic_emu::iotrace_client::Filter { mmio, dma, function, qp, reg };
+            iotrace_cli::trace(&socket_dir, &node, record.as_deref(), &filter, json, follow)?;
+        }
+        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record, function, reg, .. } => {
+            anyhow::ensure!(function.is_none() && reg.is_none(), "--function and --reg filter the MMIO/DMA trace: add --mmio and/or --dma");
             if let Some(r) = record {
                 anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
                 println!("{}", serve::control_request(&socket_dir, &node, &format!("trace {r}"))?);

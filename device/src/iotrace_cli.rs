@@ -1,0 +1,41 @@
+//! `rnic-emu trace --mmio --dma`: prints a running node's MMIO/DMA trace (docs/trace.md),
+//! filtered, as text or JSON lines, once or following it; `--record on|off` switches the
+//! node's recording.
+
+use rnic_emu::iotrace_client::{text, Filter, Reader};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+/// Runs the command until done (or, with `follow`, until interrupted).
+pub fn trace(socket_dir: &Path, node: &str, record: Option<&str>, filter: &Filter, json: bool, follow: bool) -> anyhow::Result<()> {
+    let mut reader = Reader::new(socket_dir, node);
+    if let Some(r) = record {
+        anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
+        println!("{}", reader.request(r)?);
+        return Ok(());
+    }
+    let mut stdout = std::io::stdout().lock();
+    let mut warned_off = false;
+    loop {
+        let polled = reader.poll()?;
+        if !polled.on && !warned_off {
+            eprintln!("rnic-emu: the MMIO/DMA trace of {node} is off: `rnic-emu trace --mmio --record on` starts it");
+            warned_off = true;
+        }
+        if polled.lost > 0 {
+            eprintln!("rnic-emu: {} events lost: the ring of {node} overflowed before they were read ({} events kept, {} dropped since it was cleared)", polled.lost, rnic_emu::iotrace::CAPACITY, polled.overflow);
+        }
+        for e in polled.events.iter().filter(|e| filter.keeps(e)) {
+            let line = if json { e.to_string() } else { text(e) };
+            if writeln!(stdout, "{line}").is_err() {
+                return Ok(()); // the reader went away (a pipe into head)
+            }
+        }
+        let _ = stdout.flush();
+        if !follow {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
