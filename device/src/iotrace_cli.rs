@@ -1,9 +1,10 @@
 //! `rnic-emu trace --mmio --dma`: prints a running node's MMIO/DMA trace (docs/trace.md),
 //! filtered, as text or JSON lines, once or following it; `--record on|off` switches the
-//! node's recording.
+//! node's recording; `--from FILE` prints what `rnic-emu run --trace FILE` recorded.
 
 use rnic_emu::iotrace_client::{text, Filter, Reader};
-use std::io::Write;
+use anyhow::Context;
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,4 +39,25 @@ pub fn trace(socket_dir: &Path, node: &str, record: Option<&str>, filter: &Filte
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Prints the events of `node` a `run --trace` file holds, filtered.
+pub fn from_file(path: &Path, node: &str, filter: &Filter, json: bool) -> anyhow::Result<()> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut stdout = std::io::stdout().lock();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        let e: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("{} line {}: not a trace event", path.display(), n + 1))?;
+        if e["node"].as_str().is_some_and(|n| n != node) {
+            continue;
+        }
+        if let Some(lost) = e["lost"].as_u64() {
+            eprintln!("rnic-emu: {lost} events of {node} lost here: the ring overflowed before they were read");
+            continue;
+        }
+        if filter.keeps(&e) && writeln!(stdout, "{}", if json { e.to_string() } else { text(&e) }).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
 }

@@ -89,19 +89,21 @@ impl Filter {
 
 /// One event as a line of text.
 pub fn text(e: &Value) -> String {
-    let ns = e["ns"].as_u64().unwrap_or(0);
-    let mut s = format!("#{:<6} {:>10.3}us {:<4} {:<12} {:<5} ", e["seq"], ns as f64 / 1000.0, e["kind"].as_str().unwrap_or("?"), e["function"].as_str().unwrap_or("?"), e["dir"].as_str().unwrap_or("?"));
+    let (seq, ns) = (e["seq"].as_u64().unwrap_or(0), e["ns"].as_u64().unwrap_or(0));
+    let (kind, function, dir) = (e["kind"].as_str().unwrap_or("?"), e["function"].as_str().unwrap_or("?"), e["dir"].as_str().unwrap_or("?"));
+    let mut s = format!("#{seq:<6} {:>4}.{:06}s {kind:<4} {function:<12} {dir:<5} ", ns / 1_000_000_000, ns / 1000 % 1_000_000);
     if e["kind"] == "mmio" {
         let at = match e["bar"].as_u64() {
             Some(b) => format!("BAR{b}+{:#06x}", e["offset"].as_u64().unwrap_or(0)),
             None => format!("CFG+{:#05x}", e["offset"].as_u64().unwrap_or(0)),
         };
-        let _ = write!(s, "{at:<14} {:<22} w{}", e["reg"].as_str().unwrap_or("?"), e["width"]);
+        let _ = write!(s, "{at:<14} {:<22} w{}", e["reg"].as_str().unwrap_or("?"), e["width"].as_u64().unwrap_or(0));
         if let Some(v) = e["value"].as_u64() {
             let _ = write!(s, " = {v:#x}");
         }
     } else {
-        let _ = write!(s, "{:#014x} len {:<6} {:<12} {}", e["addr"].as_u64().unwrap_or(0), e["len"], e["what"].as_str().unwrap_or("?"), e["path"].as_str().unwrap_or("REFUSED"));
+        let (addr, len) = (e["addr"].as_u64().unwrap_or(0), e["len"].as_u64().unwrap_or(0));
+        let _ = write!(s, "{addr:#014x} len {len:<7} {:<12} {}", e["what"].as_str().unwrap_or("?"), e["path"].as_str().unwrap_or("REFUSED"));
     }
     for key in ["qp", "cq", "mr"] {
         if let Some(v) = e[key].as_u64() {

@@ -133,8 +133,8 @@ enum Cmd {
     /// timeline of the same request.
     Trace {
         /// The server's --socket-dir.
-        #[arg(long)]
-        socket_dir: PathBuf,
+        #[arg(long, required_unless_present = "from")]
+        socket_dir: Option<PathBuf>,
         #[arg(long, default_value = "node0")]
         node: String,
         /// Only this QP.
@@ -164,6 +164,10 @@ enum Cmd {
         /// MMIO/DMA trace: only register accesses whose name starts with NAME.
         #[arg(long, value_name = "NAME")]
         reg: Option<String>,
+        /// MMIO/DMA trace: read the events of --node from a file `rnic-emu run --trace`
+        /// wrote instead of a running node.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["follow", "record", "socket_dir"])]
+        from: Option<PathBuf>,
     },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
@@ -262,12 +266,17 @@ fn real_main() -> anyhow::Result<ExitCode> {
             };
             print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
         }
-        Cmd::Trace { socket_dir, node, qp, follow, json, record, mmio, dma, function, reg, .. } if mmio || dma => {
+        Cmd::Trace { socket_dir, node, qp, follow, json, record, mmio, dma, function, reg, from, .. } if mmio || dma => {
             let filter = rnic_emu::iotrace_client::Filter { mmio, dma, function, qp, reg };
-            iotrace_cli::trace(&socket_dir, &node, record.as_deref(), &filter, json, follow)?;
+            match (from, socket_dir) {
+                (Some(file), _) => iotrace_cli::from_file(&file, &node, &filter, json)?,
+                (None, Some(dir)) => iotrace_cli::trace(&dir, &node, record.as_deref(), &filter, json, follow)?,
+                (None, None) => unreachable!("clap requires --socket-dir without --from"),
+            }
         }
-        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record, function, reg, .. } => {
-            anyhow::ensure!(function.is_none() && reg.is_none(), "--function and --reg filter the MMIO/DMA trace: add --mmio and/or --dma");
+        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record, function, reg, from, .. } => {
+            anyhow::ensure!(function.is_none() && reg.is_none() && from.is_none(), "--function, --reg and --from are for the MMIO/DMA trace: add --mmio and/or --dma");
+            let socket_dir = socket_dir.unwrap_or_default();
             if let Some(r) = record {
                 anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
                 println!("{}", serve::control_request(&socket_dir, &node, &format!("trace {r}"))?);
