@@ -3,6 +3,7 @@
 //! node's recording; `--from FILE` prints what `rnic-emu run --trace FILE` recorded.
 
 use rnic_emu::iotrace_client::{text, Filter, Reader};
+use crate::checks::OrConfig;
 use anyhow::Context;
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -43,7 +44,7 @@ pub fn trace(socket_dir: &Path, node: &str, record: Option<&str>, filter: &Filte
 
 /// Prints the events of `node` a `run --trace` file holds, filtered.
 pub fn from_file(path: &Path, node: &str, filter: &Filter, json: bool) -> anyhow::Result<()> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display())).config()?;
     let mut stdout = std::io::stdout().lock();
     for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
