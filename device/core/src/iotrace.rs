@@ -17,6 +17,8 @@
 
 use crate::contract::snake_lower;
 use crate::mem::access::{DmaTag, PciePath};
+use crate::pci::caps::{CAP_ID_MSIX, CAP_ID_PCIE, CAP_ID_PM, EXT_CAP_ID_AER};
+use crate::pci::config::{ConfigSpace, CONFIG_SPACE_SIZE};
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, RNIC_DB_BAR};
 use crate::regs::rnic::{dbpage, MAX_CQ, MAX_QP, STATS_BASE};
 use crate::regs::{gpu, rnic, RegDef};
@@ -196,8 +198,10 @@ impl IoTrace {
         ring.events.push_back(e);
     }
 
-    /// A client's access to configuration space (`bar` None) or a BAR of `function`.
-    pub fn mmio(&self, function: &Arc<str>, dev: FunctionKind, bar: Option<usize>, offset: u64, data: &[u8], write: bool) {
+    /// A client's access to configuration space (`bar` None; `config` names the
+    /// capability it falls in) or a BAR of `function`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmio(&self, function: &Arc<str>, dev: FunctionKind, bar: Option<usize>, offset: u64, data: &[u8], write: bool, config: Option<&ConfigSpace>) {
         if !self.enabled() {
             return;
         }
@@ -211,7 +215,8 @@ impl IoTrace {
             u64::from_le_bytes(v)
         });
         e.value = value;
-        e.reg = Some(register_name(dev, bar, offset));
+        let capability = config.filter(|_| bar.is_none() && offset >= 0x40).and_then(|cs| capability_name(cs, offset));
+        e.reg = Some(capability.map_or_else(|| register_name(dev, bar, offset), Cow::Owned));
         if let (FunctionKind::Rnic, Some(0), Some(v)) = (dev, bar, value) {
             match offset {
                 rnic::WQE_DB_IDX | rnic::RQ_DB_IDX => e.qp = Some((v >> rnic::DB_OBJECT_SHIFT) as u32),
@@ -285,6 +290,62 @@ impl IoTrace {
 fn table_name(regs: &'static [RegDef], offset: u64) -> Option<Cow<'static, str>> {
     let r = regs.iter().find(|r| offset >= r.offset && offset < r.offset + u64::from(r.width))?;
     Some(if offset == r.offset { Cow::Borrowed(r.name) } else { Cow::Owned(format!("{}+{}", r.name, offset - r.offset)) })
+}
+
+/// The capability of `cs` that holds `offset` (at or above 0x40), as "MSIX+0x2": the
+/// standard one starting closest below it, or the extended one whose range holds it.
+pub fn capability_name(cs: &ConfigSpace, offset: u64) -> Option<String> {
+    let size = CONFIG_SPACE_SIZE as u64;
+    if offset >= 0x100 {
+        let mut at = 0x100u64;
+        for _ in 0..64 {
+            if at < 0x100 || at + 4 > size {
+                break;
+            }
+            let header = cs.get32(at as usize);
+            let (id, next) = ((header & 0xffff) as u16, u64::from(header >> 20) & 0xffc);
+            // The last capability ends where its structure does (AER: 0x48 bytes).
+            let end = match (next > at, id) {
+                (true, _) => next,
+                (false, EXT_CAP_ID_AER) => at + 0x48,
+                (false, _) => size,
+            };
+            if id != 0 && offset >= at && offset < end {
+                let name = if id == EXT_CAP_ID_AER { "AER".to_string() } else { format!("EXTCAP{id:#x}") };
+                return Some(format!("{name}+{:#x}", offset - at));
+            }
+            if next == 0 {
+                break;
+            }
+            at = next;
+        }
+        return None;
+    }
+    let mut at = u64::from(cs.get16(0x34) as u8) & 0xfc;
+    let mut best: Option<(u64, u8)> = None;
+    for _ in 0..48 {
+        if !(0x40..0xff).contains(&at) {
+            break;
+        }
+        let word = cs.get16(at as usize);
+        let (id, next) = (word as u8, u64::from(word >> 8) & 0xfc);
+        if offset >= at && best.is_none_or(|(b, _)| at > b) {
+            best = Some((at, id));
+        }
+        if next == 0 {
+            break;
+        }
+        at = next;
+    }
+    let (at, id) = best?;
+    let name = match id {
+        CAP_ID_PM => "PM".to_string(),
+        0x05 => "MSI".to_string(),
+        CAP_ID_PCIE => "PCIE".to_string(),
+        CAP_ID_MSIX => "MSIX".to_string(),
+        other => format!("CAP{other:#x}"),
+    };
+    Some(format!("{name}+{:#x}", offset - at))
 }
 
 /// Standard configuration header fields (type 0).
@@ -369,13 +430,36 @@ mod tests {
     }
 
     #[test]
+    fn capabilities_are_named_from_the_functions_list() {
+        use crate::function::{capabilities, identity};
+        use crate::pci::config::BarDef;
+        let t = crate::topology::Topology::parse(crate::topology::samples::SWITCH, "t").unwrap();
+        let dev = &t.nodes[0].devices[0];
+        let bars = [BarDef { index: 0, size: 0x1_0000, is_64bit: true, prefetchable: false }];
+        let cs = ConfigSpace::new(identity(dev, 0x020000), &bars, &capabilities(dev)).unwrap();
+        let mut msix = u64::from(cs.get16(0x34) as u8);
+        while cs.get16(msix as usize) as u8 != CAP_ID_MSIX {
+            msix = u64::from(cs.get16(msix as usize) >> 8);
+        }
+        assert_eq!(capability_name(&cs, msix + 2).as_deref(), Some("MSIX+0x2"), "MSI-X message control");
+        assert_eq!(capability_name(&cs, 0x108).as_deref(), Some("AER+0x8"), "AER mask");
+        assert_eq!(capability_name(&cs, 0x800), None, "past the last extended capability");
+        let t = IoTrace::default();
+        t.set(true);
+        t.mmio(&Arc::from("f"), FunctionKind::Gpu, None, msix + 2, &[0, 0x80], true, Some(&cs));
+        t.mmio(&Arc::from("f"), FunctionKind::Gpu, None, 0x10, &[0; 4], true, Some(&cs));
+        let names: Vec<_> = t.since(0, 8).events.into_iter().map(|e| e.reg.unwrap()).collect();
+        assert_eq!(names, ["MSIX+0x2", "BAR0"]);
+    }
+
+    #[test]
     fn the_ring_is_bounded_counts_its_overflow_and_costs_nothing_when_off() {
         let t = IoTrace::default();
         let f: Arc<str> = Arc::from("n-rnic0");
-        t.mmio(&f, FunctionKind::Rnic, Some(0), rnic::WQE_DB_IDX, &(3u32 << 16 | 5).to_le_bytes(), true);
+        t.mmio(&f, FunctionKind::Rnic, Some(0), rnic::WQE_DB_IDX, &(3u32 << 16 | 5).to_le_bytes(), true, None);
         assert!(t.since(0, MAX_REPLY).events.is_empty(), "off: nothing recorded");
         assert_eq!(t.control("on").unwrap(), "iotrace on");
-        t.mmio(&f, FunctionKind::Rnic, Some(0), rnic::WQE_DB_IDX, &(3u32 << 16 | 5).to_le_bytes(), true);
+        t.mmio(&f, FunctionKind::Rnic, Some(0), rnic::WQE_DB_IDX, &(3u32 << 16 | 5).to_le_bytes(), true, None);
         t.dma(&f, 0x1000, 64, false, Some(PciePath::Host), DmaTag { what: DmaKind::WqeFetch, qp: Some(3), cq: None, mr: None });
         t.dma(&f, 0x9000, 8, true, None, DmaTag::default());
         let b = t.since(0, MAX_REPLY);

@@ -160,7 +160,7 @@ impl ServerBackend for Backend {
             }
             Some(bar) => f.bar_read(bar, offset, data),
         }
-        self.io.mmio(&self.name, self.kind, bar, offset, data, false);
+        self.io.mmio(&self.name, self.kind, bar, offset, data, false, Some(f.config()));
         Ok(())
     }
 
@@ -168,7 +168,7 @@ impl ServerBackend for Backend {
         let mut f = lock(&self.f);
         let bar = self.check(&*f, "write", region, offset, data.len())?;
         // Before its effect: the DMA a doorbell or command starts comes after it in the trace.
-        self.io.mmio(&self.name, self.kind, bar, offset, data, true);
+        self.io.mmio(&self.name, self.kind, bar, offset, data, true, Some(f.config()));
         match bar {
             None => {
                 let fx = f.config_mut().write(offset as usize, data).unwrap_or_default();
