@@ -216,7 +216,13 @@ impl Engine {
     pub fn command(&mut self, mem: &dyn GuestMem, op: u32, index: u32, tables: Tables) -> u32 {
         self.tables = tables;
         self.shared.stats.inc(Counter::Commands);
-        mem.tag(DmaTag { what: DmaKind::Command, ..DmaTag::default() });
+        let object = Some(index);
+        let tag = match op {
+            CMD_CREATE_CQ | CMD_DESTROY_CQ => DmaTag { cq: object, ..DmaTag::default() },
+            CMD_REG_MR | CMD_DEREG_MR => DmaTag { mr: object, ..DmaTag::default() },
+            _ => DmaTag { qp: object, ..DmaTag::default() },
+        };
+        mem.tag(DmaTag { what: DmaKind::Command, ..tag });
         let status = match op {
             CMD_CREATE_CQ => self.create_cq(mem, index),
             CMD_DESTROY_CQ => self.destroy_cq(index),
