@@ -291,7 +291,10 @@ fn real_main() -> anyhow::Result<ExitCode> {
         Cmd::Trace { socket_dir, node, qp, follow, json, record, mmio, dma, function, reg, from, .. } if mmio || dma => {
             let filter = rnic_emu::iotrace_client::Filter { mmio, dma, function, qp, reg };
             match (from, socket_dir) {
-                (Some(file), _) => iotrace_cli::from_file(&file, &node, &filter, json)?,
+                (Some(file), _) => {
+                    let node = node.parse::<usize>().map_or(node.clone(), |i| format!("node{i}"));
+                    iotrace_cli::from_file(&file, &node, &filter, json)?
+                }
                 (None, Some(dir)) => {
                     let node = checks::served_node(&dir, &node)?;
                     iotrace_cli::trace(&dir, &node, record.as_deref(), &filter, json, follow)?
