@@ -1,6 +1,7 @@
 //! The `rnic-emu` command: serve a node, boot a topology and run a guest command, print
 //! QEMU arguments, generate the C header and register doc, print modelled hardware time
-//! (`model`) and a running node's WQE trace (`trace`).
+//! (`model`), a running node's WQE trace (`trace`) and its MMIO/DMA trace (`trace --mmio
+//! --dma`). Arguments are checked before anything is built or started (`checks`).
 
 mod checks;
 mod iotrace_cli;

@@ -236,7 +236,6 @@ impl IoTrace {
     }
 
     /// A DMA by `function`: `path` is where it went (None: refused).
-    #[allow(clippy::too_many_arguments)]
     pub fn dma(&self, function: &Arc<str>, addr: u64, len: usize, write: bool, path: Option<PciePath>, tag: DmaTag) {
         if !self.enabled() {
             return;

@@ -3,7 +3,9 @@
 //! hand) and destination segments, piece by piece, every access bounds-checked by the
 //! DMA maps or the router: memory to memory with one memcpy per piece, bytes written
 //! directly. Each access returns the PCIe path it took; payload moves report it through
-//! [`GuestMem::account`] so the per-path byte counters need no second lookup.
+//! [`GuestMem::account`] so the per-path byte counters need no second lookup. The engine
+//! names what its next accesses are for with [`GuestMem::tag`] ([`DmaTag`]), for the
+//! MMIO/DMA trace.
 
 use super::dma::{DmaError, DmaMaps};
 use crate::topology::P2pPath;
