@@ -120,6 +120,9 @@ fn argument_errors_exit_2() {
     let (code, err) = rnic_emu(&["trace", "--mmio", "--function", "nic", "--socket-dir", "/tmp"]);
     assert_eq!(code, USAGE, "{err}");
     assert!(err.contains("'nic'") && err.contains("rnic, gpu"), "{err}");
+    let (code, err) = rnic_emu(&["trace", "--reg", "WQE_DB_IDX", "--socket-dir", "/tmp"]);
+    assert_eq!(code, USAGE, "{err}");
+    assert_eq!(err.matches("add --mmio and/or --dma").count(), 1, "{err}");
     let (code, err) = rnic_emu(&["run", "--on", "0", "true", "--", "true"]);
     assert_eq!(code, USAGE, "{err}");
     assert!(err.contains("--on NODE COMMAND"), "{err}");

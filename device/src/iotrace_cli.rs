@@ -13,7 +13,9 @@ use std::time::Duration;
 pub fn trace(socket_dir: &Path, node: &str, record: Option<&str>, filter: &Filter, json: bool, follow: bool) -> anyhow::Result<()> {
     let mut reader = Reader::new(socket_dir, node);
     if let Some(r) = record {
-        anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
+        if r != "on" && r != "off" {
+            return Err(anyhow::anyhow!("--record takes on or off, not '{r}'")).config();
+        }
         println!("{}", reader.request(r)?);
         return Ok(());
     }

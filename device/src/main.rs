@@ -304,7 +304,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
         }
         Cmd::Trace { socket_dir, node, qp, follow, topology, json, record, function, reg, from, .. } => {
-            anyhow::ensure!(function.is_none() && reg.is_none() && from.is_none(), "--function, --reg and --from are for the MMIO/DMA trace: add --mmio and/or --dma");
+            if function.is_some() || reg.is_some() || from.is_some() {
+                return Err(anyhow::anyhow!("--function, --reg and --from are for the MMIO/DMA trace: add --mmio and/or --dma")).config();
+            }
             let socket_dir = socket_dir.unwrap_or_default();
             let node = checks::served_node(&socket_dir, &node)?;
             if let Some(r) = record {
