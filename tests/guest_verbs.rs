@@ -107,7 +107,10 @@ fn loopback_verbs_errors_and_ten_thousand_writes() {
 /// indices taken from the page while the engine polls, and MMIO doorbells rung when the
 /// published event index asks for one. A lost wake-up leaves a WQE unexecuted and its
 /// rnic-perf waiting until it fails. Then the driver is reloaded with `db_page=0`: the
-/// same work through the MMIO doorbells alone, the page untouched.
+/// same work through the MMIO doorbells alone, the page untouched. The whole run is
+/// recorded with `--trace FILE` (docs/trace.md): the MMIO-only `rnic-perf write` shows up
+/// in it as the driver's register writes, the doorbell, the WQE fetch, the payload DMA
+/// and the CQE write, in that order.
 #[test]
 fn doorbell_page_bursts_from_several_processes_and_mmio_fallback() {
     const PROCS: u64 = 3;
@@ -129,10 +132,13 @@ fn doorbell_page_bursts_from_several_processes_and_mmio_fallback() {
          rnic-perf write -s 4096 -n 200 --verify --json >/dev/null || echo perf_failed
          echo '== mmio'; stats"
     );
-    let run = run_guest(&topology("single-switch"), &[], &script);
+    let dir = tempfile::tempdir().unwrap();
+    let trace_file = dir.path().join("trace.jsonl");
+    let run = run_guest(&topology("single-switch"), &["--trace", trace_file.to_str().unwrap()], &script);
     assert_eq!(run.code, Some(0));
     let out = &run.stdout;
     assert!(out.contains("page_mapped"), "the driver mapped the doorbell page");
+    check_trace(&std::fs::read_to_string(&trace_file).unwrap());
     assert!(!out.contains("perf_failed") && !out.contains("reload_failed"), "every run completed");
     let (before, after, mmio) = (stats_after(out, "== before"), stats_after(out, "== after"), stats_after(out, "== mmio"));
     let delta = |k: &str| after[k] - before[k];
@@ -155,4 +161,38 @@ fn doorbell_page_bursts_from_several_processes_and_mmio_fallback() {
     assert_eq!(mmio["send_wqes"], 200);
     assert_eq!(mmio["db_page_updates"], 0);
     assert!(mmio["doorbells"] >= 200 / 32, "every post rang the MMIO doorbell");
+}
+
+/// The MMIO-only `rnic-perf write -s 4096` at the end of the run, as the trace recorded
+/// it: after the driver's reload (its last QP_CTX_BASE write), commands set up the CQs,
+/// QPs and MRs, then the first doorbell, the WQE fetch of that QP, 4096 payload bytes read
+/// and written, and a 32-byte CQE.
+fn check_trace(text: &str) {
+    let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert!(events.iter().all(|e| e["node"] == "node0"), "every event names its node");
+    let lost: u64 = events.iter().filter_map(|e| e["lost"].as_u64()).sum();
+    eprintln!("trace: {} events, {lost} lost to ring overflow", events.len());
+    let after = |from: usize, what: &str, pred: &dyn Fn(&serde_json::Value) -> bool| -> usize {
+        from + events[from..].iter().position(pred).unwrap_or_else(|| panic!("no {what} in the trace after event {from}"))
+    };
+    assert!(events.iter().any(|e| e["kind"] == "mmio" && e["bar"].is_null() && e["reg"] == "VENDOR_ID"), "the probe's config reads");
+    let reload = events.iter().rposition(|e| e["reg"] == "QP_CTX_BASE" && e["dir"] == "write").expect("the driver's QP_CTX_BASE write");
+    let dma_ctrl = after(reload, "DMA_CTRL write", &|e| e["reg"] == "DMA_CTRL" && e["dir"] == "write");
+    let cmd = after(dma_ctrl, "command", &|e| e["reg"] == "RNIC_REG_CMD" && e["dir"] == "write");
+    after(cmd, "command DMA", &|e| e["kind"] == "dma" && e["what"] == "command");
+    let db = after(cmd, "doorbell", &|e| e["reg"] == "WQE_DB_IDX" && e["dir"] == "write");
+    let qp = events[db]["qp"].as_u64().expect("the doorbell names its QP");
+    let fetch = after(db, "WQE fetch", &|e| e["what"] == "wqe_fetch" && e["qp"].as_u64() == Some(qp));
+    assert_eq!((events[fetch]["dir"].as_str(), events[fetch]["path"].as_str()), (Some("read"), Some("host")));
+    let read = after(fetch, "payload read", &|e| e["what"] == "payload" && e["dir"] == "read");
+    let write = after(read, "payload write", &|e| e["what"] == "payload" && e["dir"] == "write");
+    let cqe = after(write, "CQE write", &|e| e["what"] == "cqe" && e["dir"] == "write");
+    let bytes = |dir: &str| -> u64 {
+        events[read..cqe].iter().filter(|e| e["what"] == "payload" && e["dir"] == dir).filter_map(|e| e["len"].as_u64()).sum()
+    };
+    assert_eq!((bytes("read"), bytes("write")), (4096, 4096), "the first WRITE's payload, before its CQE");
+    let slot = events[cqe]["addr"].as_u64().unwrap();
+    let in_slot = |e: &&serde_json::Value| e["what"] == "cqe" && e["addr"].as_u64().is_some_and(|a| a >= slot && a < slot + 32);
+    let cqe_bytes: u64 = events[cqe..].iter().take(16).filter(in_slot).filter_map(|e| e["len"].as_u64()).sum();
+    assert_eq!(cqe_bytes, 32, "one CQE, written in pieces, owner byte last");
 }

@@ -8,13 +8,14 @@
 //!   loop, the fabric sockets, the control socket.
 //! - this crate: [`run`] (boot a topology and run a guest command), [`qemu`] (QEMU command
 //!   lines), [`image`] (the guest image), [`kv`] (the rendezvous store of multi-node runs)
-//!   and [`hostdrv`] (the host test driver, a vfio-user client).
+//!   and [`hostdrv`] (the host test driver, a vfio-user client); [`iotrace_client`] reads
+//!   a node's MMIO/DMA trace.
 //!
 //! The model's and the server's modules are re-exported here under their own names, so
 //! `rnic_emu::regs`, `rnic_emu::verbs::abi` or `rnic_emu::serve` name the same items
 //! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
 pub use rnic_emu_core::{
-    contract, doorbell, function, gpu, gpu_engine, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
+    contract, doorbell, function, gpu, gpu_engine, iotrace, mem, msix, pci, ratelimit, regfile, regs, rnic, shm,
     timing, topology, verbs,
 };
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
@@ -23,6 +24,7 @@ pub use rnic_emu_server::{evloop, fabric, serve, vfio};
 pub mod fuzzing;
 pub mod hostdrv;
 pub mod image;
+pub mod iotrace_client;
 pub mod kv;
 pub mod logging;
 pub mod qemu;

@@ -1,13 +1,17 @@
 //! The `rnic-emu` command: serve a node, boot a topology and run a guest command, print
 //! QEMU arguments, generate the C header and register doc, print modelled hardware time
-//! (`model`) and a running node's WQE trace (`trace`).
+//! (`model`), a running node's WQE trace (`trace`) and its MMIO/DMA trace (`trace --mmio
+//! --dma`). Arguments are checked before anything is built or started (`checks`).
 
+mod checks;
+mod iotrace_cli;
 mod timing_cli;
 
+use checks::OrConfig;
 use clap::{Parser, Subcommand};
 use rnic_emu::{contract, image, qemu, run, serve, topology::Topology};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -49,7 +53,8 @@ enum Cmd {
         pcap: Option<PathBuf>,
     },
     /// Boot a node of a topology, run a shell command in the guest as root, print its output
-    /// and exit with its exit code (125: rnic-emu itself failed, 130: interrupted).
+    /// and exit with its exit code (2: bad arguments or configuration, 125: rnic-emu itself
+    /// failed, 130: interrupted; README.md, "Exit codes").
     Run {
         /// Topology file (default: the embedded single-switch topology).
         #[arg(long)]
@@ -76,6 +81,10 @@ enum Cmd {
         /// Capture every fabric packet (pcap; with several nodes: FILE.<node> each).
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
+        /// Record every node's MMIO/DMA trace (register accesses and DMAs) to FILE as JSON
+        /// lines (docs/trace.md).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         /// Multi-node: run COMMAND on NODE (name or index); repeat for each node. All nodes
         /// boot at once, output lines are prefixed with the node, and the exit code is the
         /// first non-zero one.
@@ -128,8 +137,8 @@ enum Cmd {
     /// timeline of the same request.
     Trace {
         /// The server's --socket-dir.
-        #[arg(long)]
-        socket_dir: PathBuf,
+        #[arg(long, required_unless_present = "from")]
+        socket_dir: Option<PathBuf>,
         #[arg(long, default_value = "node0")]
         node: String,
         /// Only this QP.
@@ -146,6 +155,23 @@ enum Cmd {
         /// Turn recording on or off (it is on from the start; a few clock reads per WQE).
         #[arg(long, value_name = "on|off")]
         record: Option<String>,
+        /// MMIO/DMA trace (docs/trace.md): show register accesses (with --record: turn
+        /// the MMIO/DMA recording on or off instead of the WQE trace's).
+        #[arg(long)]
+        mmio: bool,
+        /// MMIO/DMA trace: show the RNIC's DMAs (WQE fetch, payload, CQE, command).
+        #[arg(long)]
+        dma: bool,
+        /// MMIO/DMA trace: only this function kind.
+        #[arg(long, value_name = "rnic|gpu", value_parser = ["rnic", "gpu"])]
+        function: Option<String>,
+        /// MMIO/DMA trace: only register accesses whose name starts with NAME.
+        #[arg(long, value_name = "NAME")]
+        reg: Option<String>,
+        /// MMIO/DMA trace: read the events of --node from a file `rnic-emu run --trace`
+        /// wrote instead of a running node.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["follow", "record", "socket_dir"])]
+        from: Option<PathBuf>,
     },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
@@ -155,19 +181,13 @@ enum Cmd {
     GenDoc,
 }
 
-fn load_node(topology: &Path, node: &str) -> anyhow::Result<(Topology, usize)> {
-    let topo = Topology::load(topology)?;
-    let (i, _) = topo.node(node).ok_or_else(|| anyhow::anyhow!("topology {} has no node '{node}'", topo.name))?;
-    Ok((topo, i))
-}
-
 fn main() -> ExitCode {
     rnic_emu::logging::init("warn");
     match real_main() {
         Ok(code) => code,
         Err(e) => {
             eprintln!("rnic-emu: {e:#}");
-            ExitCode::from(if run::INTERRUPTED.load(Ordering::SeqCst) { 130 } else { 125 })
+            ExitCode::from(checks::exit_code(&e, run::INTERRUPTED.load(Ordering::SeqCst)))
         }
     }
 }
@@ -175,15 +195,22 @@ fn main() -> ExitCode {
 fn real_main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
         Cmd::Serve { at, gpu_mem_dir, pcap } => {
-            let (topo, i) = load_node(&at.topology, &at.node)?;
+            let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
+            checks::socket_dir(&at.socket_dir)?;
+            if let Some(dir) = &gpu_mem_dir {
+                checks::existing_dir("--gpu-mem-dir", dir)?;
+            }
+            if let Some(f) = &pcap {
+                checks::output_file("--pcap", f)?;
+            }
             serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
         }
-        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, on, command } => {
+        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
             let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
             match (commands.is_empty(), command.is_empty()) {
                 (true, false) => commands.push((node, command.join(" "))),
                 (false, true) => {}
-                _ => anyhow::bail!("give either a command after -- (one node) or --on NODE COMMAND pairs"),
+                _ => return Err(anyhow::anyhow!("give either a command after -- (one node) or --on NODE COMMAND pairs")).config(),
             }
             ctrlc::set_handler(|| run::INTERRUPTED.store(true, Ordering::SeqCst))?;
             let default_file;
@@ -196,11 +223,28 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 }
             };
             // Check what the user named before building anything (the image build is slow).
-            let topo = Topology::load(&topology)?;
+            let topo = checks::topology(&topology)?;
+            let mut seen = Vec::new();
             for (node, _) in &commands {
-                anyhow::ensure!(topo.node(node).is_some(), "topology {} ({}) has no node '{node}'", topo.name, topology.display());
+                let i = checks::node(&topo, &topology, node)?;
+                if seen.contains(&i) {
+                    return Err(anyhow::anyhow!("node '{node}' is given more than one command")).config();
+                }
+                seen.push(i);
             }
-            let img = image::ensure(!no_build)?;
+            for (flag, file) in [("--stats", &stats), ("--pcap", &pcap), ("--trace", &trace)] {
+                if let Some(f) = file {
+                    checks::output_file(flag, f)?;
+                }
+            }
+            if let Some(dir) = &gpu_mem_dir {
+                checks::existing_dir("--gpu-mem-dir", dir)?;
+            }
+            image::check_qemu_override().config()?;
+            if !no_build {
+                image::build()?;
+            }
+            let img = image::ensure(false).config()?;
             let opts = run::RunOptions {
                 topology,
                 commands,
@@ -211,6 +255,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 keep_workdir: keep,
                 stats_file: stats,
                 pcap,
+                trace_file: trace,
             };
             let mut stdout = std::io::stdout();
             let outcome = run::run(&opts, &img, &mut |b| {
@@ -228,28 +273,48 @@ fn real_main() -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(255)));
         }
         Cmd::QemuArgs { at } => {
-            let (topo, i) = load_node(&at.topology, &at.node)?;
+            let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
             for a in qemu::device_args(&topo.nodes[i], &at.socket_dir) {
                 println!("{a}");
             }
         }
         Cmd::Stats { socket_dir, node } => {
+            let node = checks::served_node(&socket_dir, &node)?;
             println!("{}", serde_json::to_string_pretty(&serve::query_stats(&socket_dir, &node)?)?);
         }
         Cmd::Model { topology, op, size, src, dst, nodes, collective, json } => {
             let topo = match topology {
-                Some(t) => Topology::load(&t)?,
+                Some(t) => checks::topology(&t)?,
                 None => Topology::parse(DEFAULT_TOPOLOGY, "single-switch.toml")?,
             };
             print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
         }
-        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record } => {
+        Cmd::Trace { socket_dir, node, qp, follow, json, record, mmio, dma, function, reg, from, .. } if mmio || dma => {
+            let filter = rnic_emu::iotrace_client::Filter { mmio, dma, function, qp, reg };
+            match (from, socket_dir) {
+                (Some(file), _) => {
+                    let node = node.parse::<usize>().map_or(node.clone(), |i| format!("node{i}"));
+                    iotrace_cli::from_file(&file, &node, &filter, json)?
+                }
+                (None, Some(dir)) => {
+                    let node = checks::served_node(&dir, &node)?;
+                    iotrace_cli::trace(&dir, &node, record.as_deref(), &filter, json, follow)?
+                }
+                (None, None) => unreachable!("clap requires --socket-dir without --from"),
+            }
+        }
+        Cmd::Trace { socket_dir, node, qp, follow, topology, json, record, function, reg, from, .. } => {
+            if function.is_some() || reg.is_some() || from.is_some() {
+                return Err(anyhow::anyhow!("--function, --reg and --from are for the MMIO/DMA trace: add --mmio and/or --dma")).config();
+            }
+            let socket_dir = socket_dir.unwrap_or_default();
+            let node = checks::served_node(&socket_dir, &node)?;
             if let Some(r) = record {
                 anyhow::ensure!(r == "on" || r == "off", "--record takes on or off");
                 println!("{}", serve::control_request(&socket_dir, &node, &format!("trace {r}"))?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let topo = topology.map(|t| Topology::load(&t)).transpose()?;
+            let topo = topology.map(|t| checks::topology(&t)).transpose()?;
             timing_cli::trace(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
         }
         Cmd::Image => image::build()?,

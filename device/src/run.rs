@@ -5,6 +5,10 @@
 //! Guest protocol (images/init.sh): a second cpio archive appended to the initramfs carries
 //! /rnic-emu/cmd.sh and /rnic-emu/env; the command's output arrives on serial port 1,
 //! ending with the line "@@RNIC-EMU-EXIT@@ <code>".
+//!
+//! With `--trace FILE` every node's MMIO/DMA trace is on from before QEMU starts, read
+//! over the control sockets while the run goes and written to FILE as JSON lines, each
+//! with its node (docs/trace.md).
 
 use crate::image::Image;
 use crate::kv::KvStore;
@@ -44,6 +48,35 @@ pub struct RunOptions {
     /// Write every fabric packet of every node to `<prefix>` (one node) or
     /// `<prefix>.<node>` (several).
     pub pcap: Option<PathBuf>,
+    /// Record every node's MMIO/DMA trace to this file (JSON lines).
+    pub trace_file: Option<PathBuf>,
+}
+
+/// Writes the MMIO/DMA traces of a run's nodes to one file as they come.
+struct TraceFile {
+    out: std::io::BufWriter<std::fs::File>,
+    readers: Vec<crate::iotrace_client::Reader>,
+}
+
+impl TraceFile {
+    /// Reads what every node recorded since the last call and appends it, each event
+    /// with its node; a gap the ring's overflow left is written as a `lost` line.
+    fn drain(&mut self) -> anyhow::Result<()> {
+        for r in &mut self.readers {
+            let polled = r.poll()?;
+            if polled.lost > 0 {
+                writeln!(self.out, "{}", serde_json::json!({ "node": r.node, "lost": polled.lost, "overflow": polled.overflow }))?;
+            }
+            for mut e in polled.events {
+                if let serde_json::Value::Object(m) = &mut e {
+                    m.insert("node".into(), r.node.clone().into());
+                }
+                writeln!(self.out, "{e}")?;
+            }
+        }
+        self.out.flush()?;
+        Ok(())
+    }
 }
 
 pub struct RunOutcome {
@@ -228,6 +261,9 @@ fn start_node(
     if !ready || server.exited() {
         bail!("the server of {} did not come up:\n{}", node.name, tail(&server_log, 20));
     }
+    if opts.trace_file.is_some() {
+        crate::iotrace_client::Reader::new(&sockets, &node.name).request("on")?;
+    }
     // The rendezvous store, on the guest's third serial port.
     let kv_sock = wd.join(format!("kv-{}.sock", node.name));
     let listener = std::os::unix::net::UnixListener::bind(&kv_sock)?;
@@ -326,9 +362,22 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     for (index, command) in &targets {
         nodes.push(start_node(opts, img, &topo, *index, command, &wd, &kv)?);
     }
+    let mut trace = match &opts.trace_file {
+        Some(f) => {
+            let file = std::fs::File::create(f).with_context(|| format!("creating the trace file {}", f.display()))?;
+            let readers = nodes.iter().map(|n| crate::iotrace_client::Reader::new(&wd.join("sockets"), &n.name)).collect();
+            Some(TraceFile { out: std::io::BufWriter::new(file), readers })
+        }
+        None => None,
+    };
     let prefix = nodes.len() > 1;
     let deadline = Instant::now() + opts.timeout;
     let failure = loop {
+        if let Some(t) = trace.as_mut() {
+            if let Err(e) = t.drain() {
+                log::warn!("reading the MMIO/DMA trace: {e:#}");
+            }
+        }
         let mut failure = None;
         for n in nodes.iter_mut().filter(|n| !n.done) {
             if let Some(f) = n.poll(sink, prefix) {
@@ -351,6 +400,11 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    if let Some(t) = trace.as_mut() {
+        if let Err(e) = t.drain() {
+            log::warn!("reading the MMIO/DMA trace: {e:#}");
+        }
+    }
     if let (None, Some(file)) = (&failure, &opts.stats_file) {
         let mut all = serde_json::Map::new();
         for n in &nodes {

@@ -34,6 +34,8 @@ pub enum ModelError {
 pub trait PciFunction: Send {
     /// Short name for logs ("node0-rnic0").
     fn name(&self) -> &str;
+    /// Which model this is (the MMIO/DMA trace names registers from its table).
+    fn kind(&self) -> crate::iotrace::FunctionKind;
     fn config(&self) -> &ConfigSpace;
     fn config_mut(&mut self) -> &mut ConfigSpace;
     fn bar_regions(&self) -> Vec<BarRegion>;

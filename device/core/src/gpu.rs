@@ -121,6 +121,10 @@ impl PciFunction for Gpu {
         &self.name
     }
 
+    fn kind(&self) -> crate::iotrace::FunctionKind {
+        crate::iotrace::FunctionKind::Gpu
+    }
+
     fn config(&self) -> &ConfigSpace {
         &self.config
     }

@@ -9,7 +9,7 @@
 //!   the RoCEv2 wire format.
 //! - [`function`]: what a PCI function offers; [`rnic`] and [`gpu`] (with [`gpu_engine`]):
 //!   the two models; [`topology`]: topology files; [`timing`]: modelled hardware time and
-//!   the trace of recent work requests.
+//!   the trace of recent work requests; [`iotrace`]: the node's MMIO/DMA trace.
 //!
 //! This crate must not open sockets, start threads (tests excepted), orchestrate processes
 //! or depend on `anyhow`, vfio-user or the event loop: the server (`rnic-emu-server`) drives
@@ -21,6 +21,7 @@ pub mod fabric;
 pub mod function;
 pub mod gpu;
 pub mod gpu_engine;
+pub mod iotrace;
 pub mod mem;
 pub mod msix;
 pub mod pci;

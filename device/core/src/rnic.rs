@@ -17,6 +17,7 @@ use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
 use crate::regs::rnic::*;
 use crate::topology::Device;
+use crate::iotrace::{FunctionKind, IoTrace};
 use crate::mem::router::{Peer, Router};
 use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Engine, Shared, Tables};
@@ -97,6 +98,15 @@ impl Rnic {
         self.router.apertures.iter().for_each(|a| a.store(0, Ordering::SeqCst));
         self.dbpage.clear();
         self.update_status();
+    }
+
+    /// Records this RNIC's DMAs in the node's MMIO/DMA trace `io`. Only before
+    /// [`Rnic::attach`] (the router is shared from then on): false afterwards.
+    pub fn trace_into(&mut self, io: Arc<IoTrace>) -> bool {
+        let name: Arc<str> = Arc::from(self.name.as_str());
+        let Some(router) = Arc::get_mut(&mut self.router) else { return false };
+        (router.io, router.io_name) = (io, name);
+        true
     }
 
     /// The doorbell page (BAR2), for the engine's event loop.
@@ -216,6 +226,10 @@ impl Rnic {
 impl PciFunction for Rnic {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn kind(&self) -> FunctionKind {
+        FunctionKind::Rnic
     }
 
     fn config(&self) -> &ConfigSpace {

@@ -8,11 +8,13 @@
 //! accepts the next one (QEMU restarts, a test client comes and goes). A panic inside the
 //! vfio-user library while handling a hostile message ends that connection only. The
 //! control socket has its own thread too (its requests lock functions; the loop never
-//! takes a function lock).
+//! takes a function lock). The node's MMIO/DMA trace (`iotrace` control requests) is
+//! shared by every function's vfio-user adapter and every RNIC's DMA router.
 
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
 use crate::fabric::port::{self, FabricPort};
 use rnic_emu_core::gpu::Gpu;
+use rnic_emu_core::iotrace::IoTrace;
 use rnic_emu_core::rnic::Rnic;
 use rnic_emu_core::verbs::worker::Mailbox;
 use rnic_emu_core::mem::router::Peer;
@@ -44,6 +46,8 @@ pub struct NodeDevices {
     pub name: String,
     pub functions: Vec<(PathBuf, SharedFunction)>,
     pub ports: Vec<Arc<FabricPort>>,
+    /// The node's MMIO/DMA trace (off until an `iotrace on` request).
+    pub io: Arc<IoTrace>,
     engines: Vec<NodeEngine>,
     gpu_engines: Vec<NodeGpu>,
 }
@@ -62,6 +66,7 @@ impl NodeDevices {
         let mut functions = Vec::new();
         let mut gpus = Vec::new();
         let (mut ports, mut engines, mut gpu_engines) = (Vec::new(), Vec::new(), Vec::new());
+        let io = Arc::new(IoTrace::default());
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
             let name = format!("{}-{}", node.name, dev.id);
             let mem = match &opts.gpu_mem_dir {
@@ -80,6 +85,7 @@ impl NodeDevices {
             // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
             let address = (topo.nodes.len() > 1).then(|| topo.address(index));
             let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
+            anyhow::ensure!(rnic.trace_into(io.clone()), "the RNIC's router is already shared");
             let port = match address {
                 Some(a) => Some(Arc::new(
                     FabricPort::bind(a, &node.faults, opts.pcap.as_deref(), rnic.stats_block())
@@ -96,7 +102,7 @@ impl NodeDevices {
             engines.push(NodeEngine { driver, router, mailbox, port });
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
-        Ok(NodeDevices { name: node.name.clone(), functions, ports, engines, gpu_engines })
+        Ok(NodeDevices { name: node.name.clone(), functions, ports, io, engines, gpu_engines })
     }
 
     /// Binds every socket, starts the event loop, then serves each socket on its own
@@ -118,15 +124,16 @@ impl NodeDevices {
         let mut sockets = Vec::new();
         for (server, f) in servers {
             let name = format!("{}-vfio", vfio::lock(&f).name());
-            sockets.push(std::thread::Builder::new().name(name).spawn(move || serve_forever(&server, f))?);
+            let io = self.io.clone();
+            sockets.push(std::thread::Builder::new().name(name).spawn(move || serve_forever(&server, f, io))?);
         }
         Ok(Serving { sockets, event_loop })
     }
 }
 
-fn serve_forever(server: &Server, f: SharedFunction) {
+fn serve_forever(server: &Server, f: SharedFunction, io: Arc<IoTrace>) {
     let name = vfio::lock(&f).name().to_string();
-    let mut backend = Backend::new(f);
+    let mut backend = Backend::traced(f, io);
     loop {
         match catch_unwind(AssertUnwindSafe(|| server.run(&mut backend))) {
             Ok(Ok(())) => rnic_emu_core::guest_info!("{name}: client disconnected"),
@@ -219,7 +226,7 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
 }
 
 /// Answers `stats` requests on the control socket (one JSON line per request line).
-fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>) {
+fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>, io: Arc<IoTrace>) {
     use std::io::{BufRead, BufReader, Write};
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -229,6 +236,10 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
             let Ok(line) = line else { break };
             let reply = match line.trim() {
                 "stats" => stats_json(&functions).to_string(),
+                other if other.split_whitespace().next() == Some("iotrace") => match io.control(&other["iotrace".len()..]) {
+                    Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
+                    Err(e) => serde_json::json!({ "error": e }).to_string(),
+                },
                 other => control(&functions, &ports, other),
             };
             if writeln!(out, "{reply}").is_err() {
@@ -246,7 +257,7 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let devices = NodeDevices::build(topo, index, opts)?;
     remove_stale_sockets(&devices.functions);
     let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();
-    let (functions, ports) = (devices.functions.clone(), devices.ports.clone());
+    let (functions, ports, io) = (devices.functions.clone(), devices.ports.clone(), devices.io.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());
@@ -257,7 +268,7 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let ctl = control_path(&opts.socket_dir, &node.name);
     let _ = std::fs::remove_file(&ctl);
     let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
-    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(listener, functions, ports))?;
+    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(listener, functions, ports, io))?;
     paths.push(ctl);
     log::info!("node {} ready ({} functions)", node.name, paths.len());
     let _ = rx.recv();

@@ -5,8 +5,11 @@
 //! and logged through [`rnic_emu_core::guest_warn!`], so a hostile client cannot flood the log.
 //! A client may hold at most [`MAX_DMA_MAPS`] DMA maps, and an fd-backed map must lie
 //! inside the file it maps (an access past its end would raise SIGBUS in the server).
+//! Every served configuration-space and BAR access is recorded in the node's MMIO/DMA
+//! trace ([`rnic_emu_core::iotrace`]) when it is on.
 
 use rnic_emu_core::function::PciFunction;
+use rnic_emu_core::iotrace::{FunctionKind, IoTrace};
 use rnic_emu_core::pci::config::CONFIG_SPACE_SIZE;
 use std::fs::File;
 use std::io::{Error, ErrorKind};
@@ -101,12 +104,25 @@ pub struct Backend {
     f: SharedFunction,
     /// Region sizes, indexed by region number (0 = not present).
     sizes: Vec<u64>,
+    /// The node's MMIO/DMA trace, and this function's name and kind in it.
+    io: Arc<IoTrace>,
+    name: Arc<str>,
+    kind: FunctionKind,
 }
 
 impl Backend {
+    /// A backend whose accesses go to a trace of its own (off).
     pub fn new(f: SharedFunction) -> Self {
-        let sizes = regions(&*lock(&f)).iter().map(|r| r.region_info.size).collect();
-        Backend { f, sizes }
+        Backend::traced(f, Arc::default())
+    }
+
+    /// A backend recording its accesses in the node's trace `io`.
+    pub fn traced(f: SharedFunction, io: Arc<IoTrace>) -> Self {
+        let (sizes, name, kind) = {
+            let g = lock(&f);
+            (regions(&*g).iter().map(|r| r.region_info.size).collect(), Arc::from(g.name()), g.kind())
+        };
+        Backend { f, sizes, io, name, kind }
     }
 
     /// Checks a region access; returns the BAR index for BAR regions, None for config.
@@ -144,12 +160,15 @@ impl ServerBackend for Backend {
             }
             Some(bar) => f.bar_read(bar, offset, data),
         }
+        self.io.mmio(&self.name, self.kind, bar, offset, data, false, Some(f.config()));
         Ok(())
     }
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Error> {
         let mut f = lock(&self.f);
         let bar = self.check(&*f, "write", region, offset, data.len())?;
+        // Before its effect: the DMA a doorbell or command starts comes after it in the trace.
+        self.io.mmio(&self.name, self.kind, bar, offset, data, true, Some(f.config()));
         match bar {
             None => {
                 let fx = f.config_mut().write(offset as usize, data).unwrap_or_default();

@@ -3,7 +3,9 @@
 //! hand) and destination segments, piece by piece, every access bounds-checked by the
 //! DMA maps or the router: memory to memory with one memcpy per piece, bytes written
 //! directly. Each access returns the PCIe path it took; payload moves report it through
-//! [`GuestMem::account`] so the per-path byte counters need no second lookup.
+//! [`GuestMem::account`] so the per-path byte counters need no second lookup. The engine
+//! names what its next accesses are for with [`GuestMem::tag`] ([`DmaTag`]), for the
+//! MMIO/DMA trace.
 
 use super::dma::{DmaError, DmaMaps};
 use crate::topology::P2pPath;
@@ -24,9 +26,60 @@ pub enum PciePath {
     P2p(P2pPath),
 }
 
+/// What a DMA is for, as the MMIO/DMA trace ([`crate::iotrace`]) names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DmaKind {
+    /// A send-queue WQE (or its header) read from the ring.
+    WqeFetch,
+    /// A receive-queue WQE read from the ring.
+    RqWqeFetch,
+    /// Message data: read at the source, written at the destination.
+    Payload,
+    /// A CQE written into a completion ring.
+    Cqe,
+    /// A command reading its context or MTT entries.
+    Command,
+    /// A QP context written back (state, consumer indices).
+    QpCtx,
+    #[default]
+    Other,
+}
+
+impl DmaKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DmaKind::WqeFetch => "wqe_fetch",
+            DmaKind::RqWqeFetch => "rq_wqe_fetch",
+            DmaKind::Payload => "payload",
+            DmaKind::Cqe => "cqe",
+            DmaKind::Command => "command",
+            DmaKind::QpCtx => "qp_ctx",
+            DmaKind::Other => "other",
+        }
+    }
+}
+
+/// What the next accesses are for, and the objects they concern (where known).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DmaTag {
+    pub what: DmaKind,
+    pub qp: Option<u32>,
+    pub cq: Option<u32>,
+    pub mr: Option<u32>,
+}
+
+impl DmaTag {
+    pub fn qp(what: DmaKind, qp: u32) -> DmaTag {
+        DmaTag { what, qp: Some(qp), ..DmaTag::default() }
+    }
+}
+
 /// Guest memory as the engine reaches it (the client's DMA maps through the router; a
 /// test memfd in tests).
 pub trait GuestMem {
+    /// Names what the following accesses are for (the MMIO/DMA trace; a plain store, so
+    /// it costs nothing when the trace is off). The tag holds until the next one.
+    fn tag(&self, _tag: DmaTag) {}
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError>;
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError>;
     /// Counts `bytes` of payload moved on `path` (the router feeds its statistics).

@@ -5,14 +5,18 @@
 //! its address in a BAR1_APERTURE slot. Every access is bounds-checked and returns the
 //! PCIe path it took (host memory, P2P through a switch, P2P through the root complex);
 //! payload bytes are counted on that path. An address nothing claims is an error, never a
-//! guess. A view works on a snapshot of the DMA maps, not under their lock.
+//! guess. A view works on a snapshot of the DMA maps, not under their lock. With the
+//! node's MMIO/DMA trace on ([`crate::iotrace`]), every access is recorded with the tag
+//! the engine last set on the view ([`GuestMem::tag`]).
 
-use super::access::{GuestMem, PciePath};
+use super::access::{DmaTag, GuestMem, PciePath};
+use crate::iotrace::IoTrace;
 use super::dma::{DmaError, DmaMaps, MapSet};
 use crate::regs::rnic::APERTURE_SLOTS;
 use crate::shm::SharedMemory;
 pub use crate::topology::P2pPath;
 use crate::verbs::stats::{Counter, Stats};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use vm_memory::VolatileSlice;
@@ -95,6 +99,9 @@ pub struct Router {
     /// BAR1_APERTURE slots as the driver programmed them (0: empty).
     pub apertures: Arc<[AtomicU64; APERTURE_SLOTS]>,
     pub stats: Arc<Stats>,
+    /// The node's MMIO/DMA trace and the name the RNIC's DMAs are recorded under.
+    pub io: Arc<IoTrace>,
+    pub io_name: Arc<str>,
 }
 
 /// Where an access lands.
@@ -106,14 +113,14 @@ enum Target<'a> {
 
 impl Router {
     pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
-        Router { dma, peers, apertures: Arc::new(Default::default()), stats }
+        Router { dma, peers, apertures: Arc::new(Default::default()), stats, io: Arc::default(), io_name: Arc::from("") }
     }
 
     /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
     /// take it). DMA_UNMAP waits for the view to be dropped (see [`super::dma`]).
     pub fn view(&self) -> RouterView<'_> {
         let maps = self.dma.read().unwrap_or_else(|p| p.into_inner()).snapshot();
-        RouterView { maps, router: self }
+        RouterView { maps, router: self, tag: Cell::new(DmaTag::default()) }
     }
 
     /// Whether `addr` is the live BAR1 address of one of the node's GPUs.
@@ -147,6 +154,8 @@ type Slices<'a> = (Vec<VolatileSlice<'a, ()>>, PciePath, Option<InFlight<'a>>);
 pub struct RouterView<'a> {
     maps: Arc<MapSet>,
     router: &'a Router,
+    /// What the engine said the next accesses are for (the trace's labels).
+    tag: Cell<DmaTag>,
 }
 
 impl RouterView<'_> {
@@ -163,11 +172,25 @@ impl RouterView<'_> {
             }
         }
     }
+
+    /// Records an access in the node's trace (when it is on).
+    #[inline]
+    fn traced<T>(&self, addr: u64, len: usize, write: bool, r: Result<T, DmaError>, path: impl Fn(&T) -> PciePath) -> Result<T, DmaError> {
+        let io = &self.router.io;
+        if io.enabled() {
+            io.dma(&self.router.io_name, addr, len, write, r.as_ref().ok().map(&path), self.tag.get());
+        }
+        r
+    }
 }
 
 impl GuestMem for RouterView<'_> {
+    fn tag(&self, tag: DmaTag) {
+        self.tag.set(tag);
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
-        let (slices, path, _busy) = self.slices(addr, buf.len())?;
+        let (slices, path, _busy) = self.traced(addr, buf.len(), false, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
         for s in slices {
             s.copy_to(&mut buf[done..done + s.len()]);
@@ -177,7 +200,7 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
-        let (slices, path, _busy) = self.slices(addr, buf.len())?;
+        let (slices, path, _busy) = self.traced(addr, buf.len(), true, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
         for s in slices {
             s.copy_from(&buf[done..done + s.len()]);
@@ -187,7 +210,8 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
-        let ((from, sp, _src_busy), (to, dp, _dst_busy)) = (self.slices(src, len)?, self.slices(dst, len)?);
+        let (from, sp, _src_busy) = self.traced(src, len, false, self.slices(src, len), |s| s.1)?;
+        let (to, dp, _dst_busy) = self.traced(dst, len, true, self.slices(dst, len), |s| s.1)?;
         super::dma::copy_slices(&from, &to);
         Ok((sp, dp))
     }

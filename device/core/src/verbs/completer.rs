@@ -15,6 +15,7 @@ use super::requester::{fail_front, InFlight, Requester};
 use super::stats::Counter;
 use super::transport::{psn_add, psn_diff, Msg};
 use crate::fabric::packet::{syndrome, PSN_MASK};
+use crate::mem::access::{DmaKind, DmaTag};
 use std::time::{Duration, Instant};
 
 /// Shortest wait after an RNR NAK, whatever the QP's `rnr_timer_us` says.
@@ -170,6 +171,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         fail_front(ctx, qpn, qp, rq, fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
         return;
     }
+    ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
     if let Err(e) = m.payload.place(ctx.mem, &w.local, off) {
         crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
         let f = dma_fault(ctx.stats(), &e);

@@ -7,7 +7,7 @@
 //! The roles never reach the engine itself; the engine hands them a [`Ctx`].
 
 use super::abi::*;
-use crate::mem::access::GuestMem;
+use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use super::cq::{Cq, OWNER_OFFSET};
 use super::mr::{MrTable, Segment};
 use super::opcode::send_cqe_opcode;
@@ -89,6 +89,7 @@ impl Cqs {
             return false;
         };
         let owner = slot.addr + OWNER_OFFSET as u64; // inside the ring, checked at CREATE_CQ
+        mem.tag(DmaTag { cq: Some(cqn), ..DmaTag::qp(DmaKind::Cqe, cqe.qpn) });
         let body = mem
             .write(slot.addr, &slot.bytes[..OWNER_OFFSET])
             .and_then(|_| mem.write(owner + 1, &slot.bytes[OWNER_OFFSET + 1..]))
@@ -194,6 +195,7 @@ impl Ctx<'_> {
         } else {
             return false;
         };
+        self.mem.tag(DmaTag::qp(if send { DmaKind::WqeFetch } else { DmaKind::RqWqeFetch }, qpn));
         let hdr = read_header(self.mem, &ring, ring.ci);
         let opcode = if send { send_cqe_opcode(hdr.opcode) } else { CQE_OP_RECV };
         let cqe = Cqe { wr_id: hdr.wr_id, qpn, opcode, status: WC_WR_FLUSH_ERR, syndrome: u32::from(QP_ERR_NONE), ..Default::default() };

@@ -11,7 +11,7 @@
 
 use super::abi::*;
 use super::completer::{self, Completer};
-use crate::mem::access::GuestMem;
+use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use super::cq::Cq;
 pub use super::ctx::{Shared, ASYNC_VECTOR};
 use super::ctx::{fail, Ctx, Cqs};
@@ -189,6 +189,7 @@ impl Engine {
             let mut ctx = Ctx { name, mem, mrs, cqs };
             let qpn = qpn as u32;
             if !qp.sq.is_empty() {
+                mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
                 let hdr = super::wqe::read_header(mem, &qp.sq, qp.sq.ci);
                 ctx.finish_send(qpn, qp, &hdr, Err(fail(WC_FATAL_ERR, QP_ERR_FATAL)));
             }
@@ -215,6 +216,13 @@ impl Engine {
     pub fn command(&mut self, mem: &dyn GuestMem, op: u32, index: u32, tables: Tables) -> u32 {
         self.tables = tables;
         self.shared.stats.inc(Counter::Commands);
+        let object = Some(index);
+        let tag = match op {
+            CMD_CREATE_CQ | CMD_DESTROY_CQ => DmaTag { cq: object, ..DmaTag::default() },
+            CMD_REG_MR | CMD_DEREG_MR => DmaTag { mr: object, ..DmaTag::default() },
+            _ => DmaTag { qp: object, ..DmaTag::default() },
+        };
+        mem.tag(DmaTag { what: DmaKind::Command, ..tag });
         let status = match op {
             CMD_CREATE_CQ => self.create_cq(mem, index),
             CMD_DESTROY_CQ => self.destroy_cq(index),
@@ -451,6 +459,7 @@ impl Engine {
         idx[..2].copy_from_slice(&qp.sq.ci.to_le_bytes());
         idx[2..].copy_from_slice(&qp.rq.ci.to_le_bytes());
         let offs = std::mem::offset_of!(QpCtx, sq_ci) as u64;
+        mem.tag(DmaTag::qp(DmaKind::QpCtx, qpn));
         let written = match addr.checked_add(offs) {
             Some(at) => mem.write(addr, &head).and_then(|_| mem.write(at, &idx)).is_ok(),
             None => false,

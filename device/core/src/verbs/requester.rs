@@ -18,6 +18,7 @@ use super::stats::Counter;
 use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
 use super::wqe::{read_wqe, SlotError, Wqe};
 use crate::fabric::packet::{Bth, Reth, PSN_MASK};
+use crate::mem::access::{DmaKind, DmaTag};
 use crate::timing::trace::{Pending, Stage};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -201,6 +202,7 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     // A failure carries the header the error completion reports.
     let on = ctx.stats().trace.enabled();
     let mut trace = Pending::start(rq.rang.unwrap_or_else(Instant::now), on);
+    ctx.mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
     let started: Result<(Wqe, Vec<Segment>, u64), (Failure, WqeHeader)> = match read_wqe(ctx.mem, &qp.sq, rq.started, true) {
         Ok(w) => {
             trace.stamp(Stage::WqeData);
@@ -272,6 +274,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         let w = &rq.inflight[pos];
         let i = psn_diff(psn, w.first_psn) as u32;
         let (i, next) = if w.is_read() { (i.max(w.received), psn_add(w.first_psn, w.npkts)) } else { (i, psn_add(psn, 1)) };
+        ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
         let result = t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i));
         let last = w.is_read() || i + 1 == w.npkts;
         if let Some(tr) = rq.inflight[pos].trace.as_mut() {

@@ -23,6 +23,7 @@ use super::stats::Counter;
 use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
 use super::wqe::{read_header, read_wqe, SlotError};
 use crate::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
+use crate::mem::access::{DmaKind, DmaTag};
 use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
@@ -164,6 +165,7 @@ fn next_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Optio
     if qp.rq.is_empty() {
         return Ok(None);
     }
+    ctx.mem.tag(DmaTag::qp(DmaKind::RqWqeFetch, qpn));
     let (wr_id, status, reason) = match read_wqe(ctx.mem, &qp.rq, qp.rq.ci, false) {
         Ok(w) => match ctx.local_segments(&w.sges, qp.pd, ACCESS_LOCAL_WRITE) {
             Ok((segs, capacity)) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, segs, capacity, mrs: super::mr::mr_indices(&w.sges) })),
@@ -205,7 +207,12 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
         rs.incoming = Some(incoming);
     }
     let mut incoming = rs.incoming.take().ok_or_else(inv)?;
+    let mr = match &incoming {
+        Incoming::Write { mr, .. } => Some(*mr),
+        Incoming::Send { mrs, .. } => mrs.first().copied(),
+    };
     let placed = |ctx: &Ctx, segs: &[Segment], offset: u64| {
+        ctx.mem.tag(DmaTag { mr, ..DmaTag::qp(DmaKind::Payload, qpn) });
         m.payload.place(ctx.mem, segs, offset).map_err(|e| {
             crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
             dma_fault(ctx.stats(), &e)
@@ -319,6 +326,7 @@ pub fn send_responses(ctx: &mut Ctx, rs: &mut Responder, to_qp: u32, t: &mut dyn
         let aeth = info(opcode).is_some_and(|o| o.aeth).then_some(Aeth { syndrome: syndrome::ACK, msn: rr.msn });
         let bth = Bth { opcode, pkey: 0xffff, dest_qp: to_qp, psn: psn_add(rr.first_psn, i), ..Default::default() };
         let msg = Msg { aeth, payload: Payload::Segs { segs: &rr.segs, off, len: size }, ..Msg::new(bth) };
+        ctx.mem.tag(DmaTag { mr: Some(rr.mr), ..DmaTag::qp(DmaKind::Payload, to_qp) });
         let result = t.send(ctx.mem, &msg);
         rr.next += 1;
         if rr.next >= rr.npkts {
