@@ -121,6 +121,9 @@ enum Cmd {
         /// Model a collective instead of one request (all_reduce: ring, GPUDirect on and off).
         #[arg(long)]
         collective: Option<String>,
+        /// The network (roce or ib-ndr); default: the topology's [timing] fabric.
+        #[arg(long)]
+        fabric: Option<rnic_emu::timing::Fabric>,
         #[arg(long)]
         json: bool,
     },
@@ -236,11 +239,14 @@ fn real_main() -> anyhow::Result<ExitCode> {
         Cmd::Stats { socket_dir, node } => {
             println!("{}", serde_json::to_string_pretty(&serve::query_stats(&socket_dir, &node)?)?);
         }
-        Cmd::Model { topology, op, size, src, dst, nodes, collective, json } => {
-            let topo = match topology {
+        Cmd::Model { topology, op, size, src, dst, nodes, collective, fabric, json } => {
+            let mut topo = match topology {
                 Some(t) => Topology::load(&t)?,
                 None => Topology::parse(DEFAULT_TOPOLOGY, "single-switch.toml")?,
             };
+            if let Some(f) = fabric {
+                topo.timing.fabric = f;
+            }
             print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
         }
         Cmd::Trace { socket_dir, node, qp, follow, topology, json, record } => {

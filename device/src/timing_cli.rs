@@ -19,11 +19,12 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
         None => {
             let t = timeline(p, &layout, &Request { op, len: size, src, dst });
             if !json {
-                return Ok(timeline_text(&t, p));
+                return Ok(timeline_text(&t, p, &layout));
             }
-            let reference = (op == Op::Write && size == 4096 && src == Mem::Gpu && dst == Mem::Gpu).then(|| {
-                let rows = rnic_emu::timing::model::compare(&t);
-                rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect::<Vec<_>>()
+            let reference = (t.request == rnic_emu::timing::reference::REQUEST).then(|| {
+                let rows = rnic_emu::timing::reference::compare(&t);
+                let stages: Vec<_> = rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect();
+                serde_json::json!({ "stages": stages, "intervals": rnic_emu::timing::reference::intervals(p, &layout, &t) })
             });
             Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
         }
@@ -33,7 +34,7 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
             if !json {
                 return Ok(ring_text(&rows));
             }
-            let with_ref: Vec<_> = rows.iter().map(|r| serde_json::json!({ "model": r, "reference": reference(r.nodes, r.gdr) })).collect();
+            let with_ref: Vec<_> = rows.iter().map(|r| serde_json::json!({ "model": r, "reference": reference(r.nodes, r.fabric, r.gdr) })).collect();
             Ok(serde_json::to_string_pretty(&with_ref)? + "\n")
         }
         Some(other) => anyhow::bail!("unknown collective '{other}' (all_reduce)"),
