@@ -1,9 +1,10 @@
 //! Host-level trace test, no QEMU: a real node server (RNIC + GPU below one switch)
 //! driven by `hostdrv`; a GPU-to-GPU RDMA WRITE and a host-to-host one on a loopback QP,
-//! then the device's WQE trace read back over the control socket (`trace` request) and
-//! through `rnic-emu trace`: every stage present and in time order, the P2P WRITE's
-//! payload never in host memory (measured paths and modelled stages), the host WRITE's
-//! in host memory.
+//! and a READ of GPU memory into host memory on a loopback QP, then the device's WQE
+//! trace read back over the control socket (`trace` request) and through `rnic-emu
+//! trace`: every stage present and in time order, the P2P WRITE's payload never in host
+//! memory (measured paths and modelled stages), the host WRITE's in host memory, the
+//! READ's responder source path (GPU BAR1 through the switch) recorded.
 
 mod common;
 use common::*;
@@ -47,6 +48,11 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     h.post(1, true, &[write_wqe(VA + host + 8192, host_key, VA + host, host_key, 4096, 0x78)]).unwrap();
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
+    // A loopback READ of GPU memory into host memory: the responder's source path.
+    let (mut hdr, sges) = write_wqe(va_gpu, gpu_key, VA + host + 16384, host_key, 4096, 0x7a);
+    hdr.opcode = WQE_OP_RDMA_READ;
+    h.post(1, true, &[(hdr, sges)]).unwrap();
+    assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
 
     let reply = rnic_emu::serve::control_request(dir.path(), "node0", "trace qp=1").unwrap();
     let records: Vec<serde_json::Value> = serde_json::from_str(reply["ok"].as_str().expect("trace reply")).unwrap();
@@ -61,6 +67,11 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
         assert_eq!(keys, expect, "{r}");
         assert!(stages.windows(2).all(|w| w[0].1 <= w[1].1), "measured stages in time order: {r}");
     }
+    let read = find(0x7a);
+    assert_eq!((read["op"].as_str(), read["transport"].as_str()), (Some("read"), Some("loopback")), "{read}");
+    assert_eq!((read["src"].as_str(), read["dst"].as_str()), (Some("p2p-switch"), Some("host")), "the responder read GPU BAR1 through the switch: {read}");
+    let keys: Vec<&str> = read["stages"].as_array().unwrap().iter().map(|s| s[0].as_str().unwrap()).collect();
+    assert!(keys.contains(&"remote_read") && keys.first() == Some(&"doorbell") && keys.last() == Some(&"cqe"), "{read}");
     let off = Command::new(bin()).args(["trace", "--record", "off", "--socket-dir"]).arg(dir.path()).output().unwrap();
     assert!(String::from_utf8_lossy(&off.stdout).contains("trace off"));
     h.post(1, true, &[write_wqe(VA + host + 8192, host_key, VA + host, host_key, 64, 0x79)]).unwrap();
@@ -81,6 +92,8 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     assert!(p2p.contains("source data back (4096 B, GPU BAR1, P2P through the PCIe switch)"), "{p2p}");
     let payload_in_host = p2p.lines().any(|l| (l.contains("source data") || l.contains("data placed")) && l.contains("host memory"));
     assert!(!payload_in_host, "{p2p}");
+    let readt = text.split('#').find(|b| b.contains("wr_id 0x7a")).unwrap_or_else(|| panic!("{text}"));
+    assert!(readt.contains("(src p2p-switch, dst host)") && readt.contains("remote: responder has the data (GPU BAR1, P2P through the PCIe switch)"), "{readt}");
     let hostw = text.split('#').find(|b| b.contains("wr_id 0x78")).unwrap();
     assert!(hostw.contains("source data back (4096 B, host memory via the root complex)"), "{hostw}");
 }

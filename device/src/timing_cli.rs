@@ -45,13 +45,13 @@ fn mem_of(path: Option<&str>) -> Option<Mem> {
     path.map(|p| if p == "host" { Mem::Host } else { Mem::Gpu })
 }
 
-/// The modelled timeline of a traced request (the destination, when on another node,
-/// is assumed to be the same kind of memory as the source).
+/// The modelled timeline of a traced request. Its source and destination are the paths
+/// the device recorded (a READ's source is the responder's); one on another node, not
+/// recorded here, is assumed to be the same kind of memory as the other.
 pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::timing::Timeline> {
     let op = rec.op.parse::<Op>().ok()?;
-    let src = mem_of(rec.src)?;
-    let dst = mem_of(rec.dst).unwrap_or(src);
-    let (src, dst) = if op == Op::Read { (dst, src) } else { (src, dst) };
+    let src = mem_of(rec.src.or(rec.dst))?;
+    let dst = mem_of(rec.dst.or(rec.src))?;
     // The path the device recorded says where the GPU is, whatever the layout assumed.
     let mut layout = *layout;
     for path in [rec.src, rec.dst].into_iter().flatten() {
@@ -94,7 +94,7 @@ pub fn trace(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo:
 /// A record back from JSON (names interned to the ones the device uses).
 fn parse_record(v: &serde_json::Value) -> Record {
     const NAMES: &[&str] = &[
-        "requester", "responder", "loopback", "fabric", "host", "p2p-switch", "p2p-root-complex", "write", "read", "send", "doorbell",
+        "requester", "responder", "loopback", "fabric", "host", "p2p-switch", "p2p-root-complex", "write", "read", "send", "doorbell", "remote_read",
         "wqe_data", "sgl_parsed", "packetized", "on_wire", "placed", "ack", "cqe",
     ];
     let intern = |s: Option<&str>| s.and_then(|s| NAMES.iter().copied().find(|n| *n == s));
