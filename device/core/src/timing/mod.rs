@@ -6,6 +6,8 @@
 //!   queueing model);
 //! - [`reference`]: the design document's timeline beside the model's, each interval
 //!   classified against the specified rates and the cited latencies;
+//! - [`summary`]: the table of modelled latencies and stream intervals the RNIC
+//!   publishes in its configuration space for guest tools;
 //! - [`trace`]: the device's bounded ring of recent WQEs with their measured host-time
 //!   stages and PCIe paths, which `rnic-emu trace` prints next to the model.
 //!
@@ -16,6 +18,7 @@ pub mod model;
 pub mod params;
 pub mod reference;
 pub mod render;
+pub mod summary;
 pub mod trace;
 
 pub use model::{timeline, timeline_in, Layout, Mem, Op, Request, Timeline};

@@ -271,6 +271,39 @@ pub fn timeline_in(p: &Params, l: &Layout, req: &Request, nodes: u32) -> Timelin
     Timeline { request: *req, stages: st, wire_latency_ns: one_way }
 }
 
+/// Per-message time (ns) of a back-to-back stream of `req` between two nodes built
+/// alike: the occupancy per message of the busiest resource. The resources are each
+/// direction of the requester's and of the responder's PCIe link (WQE and payload read
+/// completions toward the NIC; payload and CQE writes from it), the wire (every frame),
+/// and the core pipeline (5 cycles per WQE: fetch issue, parse, read issue; 3 per
+/// packet: build and TX FIFO; its stages overlap, so the larger counts). Window limits
+/// (outstanding WQEs, read tags) are the caller's: see `docs/timing.md`.
+pub fn interval(p: &Params, req: &Request) -> f64 {
+    let c = p.cycle_ns();
+    let mtu = u64::from(p.mtu);
+    let npkts = req.len.div_ceil(mtu).max(1);
+    let first_extra = match req.op {
+        Op::Write => RETH,
+        Op::Read => AETH,
+        Op::Send => 0,
+    };
+    let mut wire = 0.0;
+    for i in 0..npkts {
+        let payload = (((i + 1) * mtu).min(req.len) - i * mtu) as u32;
+        wire += p.frame_ns(payload, if i == 0 { first_extra } else { 0 });
+    }
+    let wqe = p.read_ns(u64::from(WQE_BYTES));
+    let cqe = p.write_ns(u64::from(CQE_BYTES));
+    let (payload_in, payload_out) = (p.read_ns(req.len), p.write_ns(req.len));
+    let links = match req.op {
+        // requester in, requester out, responder in, responder out
+        Op::Read => [wqe, payload_out + cqe, payload_in, 0.0],
+        Op::Write | Op::Send => [wqe + payload_in, cqe, 0.0, payload_out + cqe],
+    };
+    let core = (5.0 * c).max(npkts as f64 * 3.0 * c);
+    links.into_iter().fold(wire.max(core), f64::max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +339,22 @@ mod tests {
         assert!(wire > bound && wire < bound * 1.02, "1 MiB: wire-bound pipeline, {wire} vs {bound}");
         let read = timeline(&Params::default(), &Layout::default(), &Request { op: Op::Read, len: 4096, src: Mem::Gpu, dst: Mem::Host });
         assert!(read.at("cpu").unwrap() > read.at("placed").unwrap());
+    }
+
+    #[test]
+    fn a_stream_runs_at_the_slower_of_pcie_and_the_wire() {
+        let p = Params::default();
+        let w = |len| interval(&p, &Request { op: Op::Write, len, src: Mem::Gpu, dst: Mem::Gpu });
+        assert!((w(1 << 24) - (1u64 << 24) as f64 / p.wire_goodput()).abs() / w(1 << 24) < 0.001, "16 MiB: the wire's payload rate");
+        assert!((w(64) - 5.0 * p.cycle_ns()).abs() < 1e-9, "64 B: the core's 5 cycles per WQE");
+        let mut last = 0.0;
+        for k in 0..=24 {
+            let t = w(1u64 << k);
+            assert!(t >= last, "monotone in size");
+            last = t;
+        }
+        let narrow = Params { pcie_gen: 3, pcie_width: 8, ..p.clone() };
+        let r = interval(&narrow, &Request { op: Op::Read, len: 1 << 20, src: Mem::Host, dst: Mem::Host });
+        assert!((r - narrow.write_ns(1 << 20) - narrow.write_ns(u64::from(CQE_BYTES))).abs() < 1e-6, "Gen3 x8 is slower than the wire");
     }
 }
