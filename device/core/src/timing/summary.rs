@@ -65,10 +65,13 @@ fn build(p: &Params, l: &Layout) -> Vec<u8> {
     out
 }
 
+/// The last table built, with its inputs.
+type Kept = Option<(Params, Layout, Arc<Vec<u8>>)>;
+
 /// The table for `p` and `l`; the last one is kept, since every RNIC of a topology
 /// asks for the same one (and fuzzing builds many).
 pub fn table(p: &Params, l: &Layout) -> Arc<Vec<u8>> {
-    static LAST: Mutex<Option<(Params, Layout, Arc<Vec<u8>>)>> = Mutex::new(None);
+    static LAST: Mutex<Kept> = Mutex::new(None);
     let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((lp, ll, t)) = last.as_ref() {
         if lp == p && ll == l {
