@@ -5,7 +5,8 @@
 //! the CPU from the seeds (never by the device), and the tests assert on those counts
 //! (#wrong 0, checked), on what the tool could not fake (the RNIC's per-path DMA counters:
 //! no host-memory byte with P2P, host bytes with the bounce topology; retransmissions under
-//! injected loss) and on the shape of the output (nccl-tests table, per-layer arrivals).
+//! injected loss), on the shape of the output (nccl-tests table, per-layer arrivals) and on
+//! the modelled columns (positive, monotone in size).
 //! Sizes are small (TCG guests on a shared host); the boots run one after another.
 
 mod common;
@@ -125,6 +126,17 @@ fn two_ranks_every_collective() {
     out.assert_bw("reduce_scatter", &[1_000_004], true);
     out.assert_bw("all_gather", &[1_000_004], true);
     out.assert_bw("all_to_all", &[1 << 20], true);
+    // The modelled columns from the RNIC's model summary: positive, longer for more bytes.
+    let model = |op: &str, size: u64| {
+        let r = out.rows("node0", op, Some(size))[0];
+        let (t, bw) = (r["model_time_us"].as_f64().unwrap_or(-1.0), r["model_busbw"].as_f64().unwrap_or(-1.0));
+        assert!(t > 0.0 && bw > 0.0, "{op} {size}: modelled columns: {r}");
+        t
+    };
+    assert!(model("all_reduce", 2 << 20) > model("all_reduce", 1 << 20), "monotone in size");
+    assert!(model("all_reduce", 1_000_004) > model("reduce_scatter", 1_000_004), "all_reduce is both halves");
+    model("all_gather", 1_000_004);
+    model("all_to_all", 1 << 20);
     out.assert_moe(2);
     let decode = out.rows("node1", "kv_transfer", None);
     assert_eq!(decode.len(), 1);

@@ -62,6 +62,8 @@ fn gpu_to_gpu_rdma_across_two_guests() {
         let (srv, cli) = (result(&results, "node0", "server", test, *size), result(&results, "node1", "client", test, *size));
         // The side where the data lands verified it: the server for write/send, the client for read.
         let receiver = if *test == "read" { cli } else { srv };
+        // The client's modelled columns (the RNIC's model summary, docs/timing.md).
+        assert!(cli["model_lat_us"].as_f64().is_some_and(|v| v > 0.0) && cli["model_gbps"].as_f64().is_some_and(|v| v > 0.0), "{cli}");
         assert_eq!(receiver["bytes_verified"].as_u64(), Some(size * n), "{test} {size}: verified on the receiving side");
         if srv["src"] == "gpu" || srv["dst"] == "gpu" {
             // GPU to GPU across the wire: each side moved every byte peer-to-peer through

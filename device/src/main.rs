@@ -130,6 +130,9 @@ enum Cmd {
         /// Model a collective instead of one request (all_reduce: ring, GPUDirect on and off).
         #[arg(long)]
         collective: Option<String>,
+        /// The network (roce or ib-ndr); default: the topology's [timing] fabric.
+        #[arg(long)]
+        fabric: Option<rnic_emu::timing::Fabric>,
         #[arg(long)]
         json: bool,
     },
@@ -282,11 +285,20 @@ fn real_main() -> anyhow::Result<ExitCode> {
             let node = checks::served_node(&socket_dir, &node)?;
             println!("{}", serde_json::to_string_pretty(&serve::query_stats(&socket_dir, &node)?)?);
         }
+<<<<<<< HEAD
         Cmd::Model { topology, op, size, src, dst, nodes, collective, json } => {
             let topo = match topology {
                 Some(t) => checks::topology(&t)?,
+=======
+        Cmd::Model { topology, op, size, src, dst, nodes, collective, fabric, json } => {
+            let mut topo = match topology {
+                Some(t) => Topology::load(&t)?,
+>>>>>>> timing
                 None => Topology::parse(DEFAULT_TOPOLOGY, "single-switch.toml")?,
             };
+            if let Some(f) = fabric {
+                topo.timing.fabric = f;
+            }
             print!("{}", timing_cli::model(&topo, op, size, src, dst, nodes, collective.as_deref(), json)?);
         }
         Cmd::Trace { socket_dir, node, qp, follow, json, record, mmio, dma, function, reg, from, .. } if mmio || dma => {

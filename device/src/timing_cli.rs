@@ -19,11 +19,12 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
         None => {
             let t = timeline(p, &layout, &Request { op, len: size, src, dst });
             if !json {
-                return Ok(timeline_text(&t, p));
+                return Ok(timeline_text(&t, p, &layout));
             }
-            let reference = (op == Op::Write && size == 4096 && src == Mem::Gpu && dst == Mem::Gpu).then(|| {
-                let rows = rnic_emu::timing::model::compare(&t);
-                rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect::<Vec<_>>()
+            let reference = (t.request == rnic_emu::timing::reference::REQUEST).then(|| {
+                let rows = rnic_emu::timing::reference::compare(&t);
+                let stages: Vec<_> = rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect();
+                serde_json::json!({ "stages": stages, "intervals": rnic_emu::timing::reference::intervals(p, &layout, &t) })
             });
             Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
         }
@@ -33,7 +34,7 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
             if !json {
                 return Ok(ring_text(&rows));
             }
-            let with_ref: Vec<_> = rows.iter().map(|r| serde_json::json!({ "model": r, "reference": reference(r.nodes, r.gdr) })).collect();
+            let with_ref: Vec<_> = rows.iter().map(|r| serde_json::json!({ "model": r, "reference": reference(r.nodes, r.fabric, r.gdr) })).collect();
             Ok(serde_json::to_string_pretty(&with_ref)? + "\n")
         }
         Some(other) => anyhow::bail!("unknown collective '{other}' (all_reduce)"),
@@ -44,13 +45,13 @@ fn mem_of(path: Option<&str>) -> Option<Mem> {
     path.map(|p| if p == "host" { Mem::Host } else { Mem::Gpu })
 }
 
-/// The modelled timeline of a traced request (the destination, when on another node,
-/// is assumed to be the same kind of memory as the source).
+/// The modelled timeline of a traced request. Its source and destination are the paths
+/// the device recorded (a READ's source is the responder's); one on another node, not
+/// recorded here, is assumed to be the same kind of memory as the other.
 pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::timing::Timeline> {
     let op = rec.op.parse::<Op>().ok()?;
-    let src = mem_of(rec.src)?;
-    let dst = mem_of(rec.dst).unwrap_or(src);
-    let (src, dst) = if op == Op::Read { (dst, src) } else { (src, dst) };
+    let src = mem_of(rec.src.or(rec.dst))?;
+    let dst = mem_of(rec.dst.or(rec.src))?;
     // The path the device recorded says where the GPU is, whatever the layout assumed.
     let mut layout = *layout;
     for path in [rec.src, rec.dst].into_iter().flatten() {
@@ -93,7 +94,7 @@ pub fn trace(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo:
 /// A record back from JSON (names interned to the ones the device uses).
 fn parse_record(v: &serde_json::Value) -> Record {
     const NAMES: &[&str] = &[
-        "requester", "responder", "loopback", "fabric", "host", "p2p-switch", "p2p-root-complex", "write", "read", "send", "doorbell",
+        "requester", "responder", "loopback", "fabric", "host", "p2p-switch", "p2p-root-complex", "write", "read", "send", "doorbell", "remote_read",
         "wqe_data", "sgl_parsed", "packetized", "on_wire", "placed", "ack", "cqe",
     ];
     let intern = |s: Option<&str>| s.and_then(|s| NAMES.iter().copied().find(|n| *n == s));

@@ -29,11 +29,15 @@
  * counts elements that differ. Per-path DMA byte counters (sysfs stats) are read around
  * every size: with P2P no payload byte goes through host memory; when Linux refuses P2P
  * the MR is a host bounce buffer (MR_SYNC) and the counters show it.
+ * With --json each ring or all_to_all row also carries modelled hardware figures from
+ * the RNIC's model summary (rnic_tool_model.h, docs/timing.md): model_time_us and
+ * model_busbw (null without a summary); moe and kv_transfer rows have none.
  * Exit status: 0 ok; 1 an error or a wrong result; 2 bad usage.
  */
 #include <getopt.h>
 
 #include "rnic_tool_coll.h"
+#include "rnic_tool_model.h"
 
 #define COLL_DEFAULT_BYTES	(1u << 20)
 #define COLL_DEFAULT_SLICE	(256u << 10)
@@ -569,6 +573,37 @@ static double bus_factor(enum coll_op op, uint32_t n)
 	return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
+/*
+ * Modelled time of one call (us), 0 without a model: a ring step is its first slice's
+ * latency with the chunk's other slices streaming behind it, steps in sequence
+ * (2(n-1) for all_reduce, n-1 for its halves); all_to_all is one block's latency with
+ * the other n-2 streaming behind it. GPU memory unless the MR is a host bounce buffer;
+ * the GPU's reductions and the bounce's staging copies are not counted.
+ */
+static double model_time_us(const struct cm *c, const struct rm_model *m, enum coll_op op,
+			    uint64_t count, uint64_t slice)
+{
+	bool gpu = c->mr.path != RNIC_MR_PATH_BOUNCE;
+	uint32_t n = c->n;
+	uint64_t len, sl;
+	double ns;
+
+	if (!m->ok || n < 2)
+		return 0;
+	if (op == OP_ALL_TO_ALL) {
+		len = count / n * 4;
+		ns = rm_latency_ns(m, RM_WRITE, gpu, gpu, len) +
+		     (n - 2) * rm_interval_ns(m, RM_WRITE, gpu, gpu, len);
+	} else {
+		len = cs_chunk_len(count, n, 0);
+		sl = slice < len ? slice : len;
+		ns = (rm_latency_ns(m, RM_WRITE, gpu, gpu, sl * 4) +
+		      (cs_nslices(len, slice) - 1) * rm_interval_ns(m, RM_WRITE, gpu, gpu, sl * 4)) *
+		     (op == OP_ALL_REDUCE ? 2 * (n - 1) : n - 1);
+	}
+	return ns / 1000.0;
+}
+
 static void print_header(const struct cm *c, const struct opts *o)
 {
 	const char *redop = o->op == OP_ALL_REDUCE || o->op == OP_REDUCE_SCATTER ? "sum" : "none";
@@ -600,8 +635,14 @@ static int bw_main(struct cm *c, const struct opts *o)
 	uint32_t nsizes = 0, n = c->n;
 	int ret = 1;
 
+	struct rm_model model;
+	char dir[160];
+
 	memset(&w, 0, sizeof(w));
 	w.op = o->op;
+	rv_dev_sysfs(c->dev, dir, sizeof(dir));
+	if (rm_load(dir, &model) && o->json && c->rank == 0)
+		fprintf(stderr, "note: no model summary in %s/config: model columns are null\n", dir);
 	bufs_init(c, &w.bf, region_bytes(o->maxb), o->op == OP_ALL_TO_ALL);
 	c->on_recv = o->op == OP_ALL_TO_ALL ? a2a_on_recv : ring_on_recv;
 	c->ctx = o->op == OP_ALL_TO_ALL ? (void *)&w.a2a : (void *)&w.ring;
@@ -690,14 +731,21 @@ static int bw_main(struct cm *c, const struct opts *o)
 			busbw_sum += (busbw[0] + busbw[1]) / 2;
 			nsizes++;
 			if (o->json) {
-				printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,\"bytes_host_per_rank\":[",
+				double mt = model_time_us(c, &model, o->op, w.count, w.ring.slice);
+				char mcol[96] = "\"model_time_us\":null,\"model_busbw\":null,";
+
+				if (mt > 0)
+					snprintf(mcol, sizeof(mcol), "\"model_time_us\":%.3f,\"model_busbw\":%.4f,",
+						 mt, bytes / mt / 1e3 * bus_factor(o->op, n));
+				printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,%s\"bytes_host_per_rank\":[",
 				       op_names[o->op], n, (unsigned long long)bytes,
 				       (unsigned long long)w.count, us[0], algbw[0], busbw[0],
 				       (unsigned long long)wrong[0], us[1], algbw[1], busbw[1],
 				       (unsigned long long)wrong[1], o->check ? "true" : "false",
 				       (unsigned long long)host, (unsigned long long)sw,
 				       (unsigned long long)rc, (unsigned long long)retx,
-				       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2]);
+				       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2],
+				       mcol);
 				for (p = 0; p < n; p++)
 					printf("%s%llu", p ? "," : "",
 					       (unsigned long long)c->report[p].v[RP_HOST]);

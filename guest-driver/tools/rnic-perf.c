@@ -17,6 +17,10 @@
  * peer-to-peer DMA); bounce MRs are synchronised with MR_SYNC (TO_BOUNCE on the source
  * before posting, FROM_BOUNCE on the destination after the completion, before --verify).
  * The RNIC's per-path DMA counters (sysfs `stats`) are read before and after each run.
+ * With --json each result also carries the device's modelled hardware figures for the
+ * same op, size and memories (rnic_tool_model.h, docs/timing.md): model_lat_us (one
+ * message, doorbell to the CPU seeing its CQE) and model_gbps (a stream with the test's
+ * window outstanding; latency tests: one), null when the device publishes no model.
  *
  * Multi-node (docs/fabric.md): `rnic-perf TEST --server [options]` on one node and
  * `rnic-perf TEST [options] PEER` on another (PEER: the server's node index or IPv4
@@ -29,6 +33,7 @@
 #include <sys/random.h>
 
 #include "rnic_tool_kv.h"
+#include "rnic_tool_model.h"
 #include "rnic_tool_verbs.h"
 
 #define PERF_DEFAULT_ITERS	1000
@@ -96,6 +101,7 @@ struct perf {
 	bool src_bounce, dst_bounce;
 	char stats_path[160];
 	unsigned long long stats0[PERF_NSTATS], delta[PERF_NSTATS];
+	struct rm_model model;		/* the device's model summary (--json columns) */
 
 	/* multi-node: this side's one buffer, QP qp_a on CQ cq_a, and the peer */
 	uint64_t top;			/* the largest size of the run */
@@ -227,6 +233,32 @@ static void stats_end(struct perf *p)
 static bool perf_fallback(const struct perf *p)
 {
 	return p->src_mr.path == RNIC_MR_PATH_BOUNCE || p->dst_mr.path == RNIC_MR_PATH_BOUNCE;
+}
+
+/* The model columns of a JSON result: `window` messages outstanding, memories as placed
+ * (a bounce MR is host memory). */
+static void print_json_model(const struct perf *p, uint64_t size, bool src_gpu, bool dst_gpu,
+			     unsigned int window)
+{
+	enum rm_op op = p->o.op == OP_READ ? RM_READ : p->o.op == OP_SEND ? RM_SEND : RM_WRITE;
+
+	if (!p->model.ok) {
+		printf(",\"model_lat_us\":null,\"model_gbps\":null");
+		return;
+	}
+	printf(",\"model_lat_us\":%.4f,\"model_gbps\":%.3f",
+	       rm_latency_ns(&p->model, op, src_gpu, dst_gpu, size) / 1000.0,
+	       rm_stream_gbps(&p->model, op, src_gpu, dst_gpu, size, window));
+}
+
+/* Loads the device's model summary next to its stats file (none: null columns). */
+static void model_load(struct perf *p)
+{
+	char dir[160];
+
+	rv_dev_sysfs(p->o.dev, dir, sizeof(dir));
+	if (rm_load(dir, &p->model) && p->o.json)
+		fprintf(stderr, "note: no model summary in %s/config: model columns are null\n", dir);
 }
 
 /* The placement and path fields that end every JSON object (without the closing brace). */
@@ -455,8 +487,11 @@ static int run_bw(struct perf *p, uint64_t size)
 		printf("%-10s %10llu %10u %16llu %10.3f %12.4f", p->o.test,
 		       (unsigned long long)size, iters,
 		       p->o.verify ? (unsigned long long)size * iters : 0ull, gbps, mops);
-	if (p->o.json)
+	if (p->o.json) {
+		print_json_model(p, size, p->o.src_gpu && !p->src_bounce,
+				 p->o.dst_gpu && !p->dst_bounce, slots);
 		print_json_paths(p);
+	}
 	else
 		print_human_paths(p);
 	ret = 0;
@@ -578,8 +613,11 @@ static int run_lat(struct perf *p, uint64_t size)
 		       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
 		       (double)sum / iters / 1000.0,
 		       p->o.verify ? (unsigned long long)size * iters : 0ull);
-	if (p->o.json)
+	if (p->o.json) {
+		print_json_model(p, size, p->o.src_gpu && !p->src_bounce,
+				 p->o.dst_gpu && !p->dst_bounce, 1);
 		print_json_paths(p);
+	}
 	else
 		print_human_paths(p);
 	ret = 0;
@@ -611,6 +649,7 @@ static int setup(struct perf *p, uint64_t max_size)
 	}
 	rv_dev_sysfs(p->o.dev, p->stats_path, sizeof(p->stats_path) - 8);
 	strcat(p->stats_path, "/stats");
+	model_load(p);
 	if ((p->o.src_gpu && rv_gpu_open(p->o.src_gpu_n, &p->src_gpu)) ||
 	    (p->o.dst_gpu && rv_gpu_open(p->o.dst_gpu_n, &p->dst_gpu)))
 		return -1;
@@ -947,6 +986,7 @@ static int remote_setup(struct perf *p)
 	}
 	rv_dev_sysfs(p->o.dev, p->stats_path, sizeof(p->stats_path) - 8);
 	strcat(p->stats_path, "/stats");
+	model_load(p);
 
 	p->llen = server ? server_len(&p->o, p->top) : (window_len(p->top) + 4095) & ~4095ull;
 	p->lgpu = local_is_src(p) ? p->o.src_gpu : p->o.dst_gpu;
@@ -1258,6 +1298,14 @@ static int client_run(struct perf *p, uint64_t size)
 			printf("%-10s %10llu %10u %16llu %10.3f %12.4f", p->o.test,
 			       (unsigned long long)size, iters, (unsigned long long)verified, gbps,
 			       mops);
+	}
+	if (p->o.json) {
+		bool sg, dg;
+		uint32_t sp, dp;
+
+		remote_paths(p, &sg, &dg, &sp, &dp);
+		print_json_model(p, size, sg && sp != RNIC_MR_PATH_BOUNCE, dg && dp != RNIC_MR_PATH_BOUNCE,
+				 window);
 	}
 	print_remote_tail(p);
 out:

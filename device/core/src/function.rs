@@ -8,7 +8,7 @@ use crate::pci::caps::{self, Capability};
 use crate::pci::config::{ConfigSpace, Identity, LayoutError};
 use crate::regs::pci_ids;
 use crate::shm::{SharedMemory, ShmError};
-use crate::topology::Device;
+use crate::topology::{Device, DeviceKind};
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use std::os::fd::RawFd;
 use std::sync::RwLock;
@@ -121,14 +121,20 @@ pub fn identity(dev: &Device, class_code: u32) -> Identity {
 
 /// The capability list both functions carry: power management, MSI-X with table and PBA
 /// in BAR0, PCI Express endpoint with the topology's link (`[timing]` pcie_gen and
-/// pcie_width), and Advanced Error Reporting in extended space.
-pub fn capabilities(dev: &Device) -> [Capability; 4] {
-    [
+/// pcie_width), and Advanced Error Reporting in extended space; the RNIC adds the model
+/// summary as a Vendor-Specific Extended Capability (`timing::summary`).
+pub fn capabilities(dev: &Device) -> Vec<Capability> {
+    let mut caps = vec![
         caps::power_management(),
         caps::msix(dev.msix_vectors(), 0, MSIX_TABLE_OFFSET as u32, MSIX_PBA_OFFSET as u32),
         caps::pcie_endpoint_link(dev.link.gen, dev.link.width, dev.link.mps, dev.link.mrrs),
         caps::aer(),
-    ]
+    ];
+    if let (DeviceKind::Rnic, Some(t)) = (dev.kind, dev.timing.as_deref()) {
+        let table = crate::timing::summary::table(&t.0, &t.1);
+        caps.push(caps::vendor_specific(crate::timing::summary::VSEC_ID, 1, &table));
+    }
+    caps
 }
 
 #[cfg(test)]
@@ -168,7 +174,22 @@ mod tests {
         assert_eq!(cs4.get16(pcie4 + 0x12) & 0x3ff, 8 << 4 | 4, "Gen4 x8 from [timing]");
         assert_eq!((cs4.get32(pcie4 + 4) & 7, cs4.get16(pcie4 + 8) >> 12 & 7), (1, 3), "MPS 256, MRRS 1024");
         let mut cs = cs;
-        assert_eq!(cs.get32(0x100), u32::from(caps::EXT_CAP_ID_AER) | 2 << 16, "AER v2, last extended capability");
+        let dev_kind = Topology::parse(crate::topology::samples::SWITCH, "t").unwrap().nodes[0].devices[0].kind;
+        let aer = cs.get32(0x100);
+        assert_eq!(aer & 0xf_ffff, u32::from(caps::EXT_CAP_ID_AER) | 2 << 16, "AER v2 first");
+        if dev_kind == DeviceKind::Rnic {
+            // The RNIC's model summary follows: a VSEC, the last extended capability.
+            let vsec = (aer >> 20) as usize;
+            assert_eq!(vsec, 0x148);
+            assert_eq!(cs.get32(vsec), u32::from(caps::EXT_CAP_ID_VSEC) | 1 << 16);
+            let hdr = cs.get32(vsec + 4);
+            assert_eq!((hdr & 0xffff, hdr >> 16 & 0xf, (hdr >> 20) as usize), (0x0001, 1, 8 + crate::timing::summary::TABLE_BYTES));
+            assert_eq!(cs.get32(vsec + 8), 25 | 12 << 8 | 2 << 16, "25 sizes, 12 rows, quarter nanoseconds");
+            cs.write(vsec + 12, &[0xff; 4]).unwrap();
+            assert_ne!(cs.get32(vsec + 12), u32::MAX, "read-only");
+        } else {
+            assert_eq!(aer >> 20, 0, "the GPU: AER is the last");
+        }
         assert_eq!(cs.get32(0x10c), 0x0046_2030, "default severity");
         // Status bits are write-one-to-clear: nothing set, nothing to clear; masks take writes.
         cs.write(0x104, &u32::MAX.to_le_bytes()).unwrap();

@@ -164,6 +164,10 @@ pub struct Device {
     /// payload sizes, filled in when the topology is parsed.
     #[serde(skip)]
     pub link: PcieLink,
+    /// The timing parameters and its node's layout, filled in when the topology is
+    /// parsed: the RNIC publishes the model summary they give (`timing::summary`).
+    #[serde(skip)]
+    pub timing: Option<Box<(crate::timing::Params, crate::timing::Layout)>>,
 }
 
 /// A function's PCIe link and payload sizes (from `[timing]`).
@@ -224,7 +228,13 @@ impl Topology {
             .map_err(|e| TopologyError::Parse { path: origin.to_string(), source: Box::new(e) })?;
         topo.validate()?;
         let link = PcieLink::of(&topo.timing);
-        topo.nodes.iter_mut().flat_map(|n| n.devices.iter_mut()).for_each(|d| d.link = link);
+        for n in &mut topo.nodes {
+            let layout = crate::timing::Layout::of(n);
+            for d in &mut n.devices {
+                d.link = link;
+                d.timing = Some(Box::new((topo.timing.clone(), layout)));
+            }
+        }
         Ok(topo)
     }
 

@@ -136,3 +136,18 @@ pub fn aer() -> Capability {
     }
     c
 }
+
+/// Extended capability ID of a Vendor-Specific Extended Capability.
+pub const EXT_CAP_ID_VSEC: u16 = 0x000b;
+
+/// A Vendor-Specific Extended Capability (PCIe Base 5.0 §7.9.5), version 1: VSEC `id`,
+/// revision `rev`, then `data`, read-only.
+pub fn vendor_specific(id: u16, rev: u8, data: &[u8]) -> Capability {
+    let len = 8 + data.len();
+    let mut c = Capability::new(0, len);
+    c.extended = true;
+    c.put32(0x00, u32::from(EXT_CAP_ID_VSEC) | 1 << 16);
+    c.put32(0x04, u32::from(id) | u32::from(rev & 0xf) << 16 | (len as u32 & 0xfff) << 20);
+    c.bytes[8..].copy_from_slice(data);
+    c
+}

@@ -4,6 +4,10 @@
 //! - [`model`]: the per-stage timeline of one work request;
 //! - [`collective`]: ring all_reduce bandwidth and latency percentiles (a stated
 //!   queueing model);
+//! - [`reference`]: the design document's timeline beside the model's, each interval
+//!   classified against the specified rates and the cited latencies;
+//! - [`summary`]: the table of modelled latencies and stream intervals the RNIC
+//!   publishes in its configuration space for guest tools;
 //! - [`trace`]: the device's bounded ring of recent WQEs with their measured host-time
 //!   stages and PCIe paths, which `rnic-emu trace` prints next to the model.
 //!
@@ -12,8 +16,10 @@
 pub mod collective;
 pub mod model;
 pub mod params;
+pub mod reference;
 pub mod render;
+pub mod summary;
 pub mod trace;
 
-pub use model::{timeline, Layout, Mem, Op, Request, Timeline};
-pub use params::Params;
+pub use model::{timeline, timeline_in, Layout, Mem, Op, Request, Timeline};
+pub use params::{Fabric, Params};

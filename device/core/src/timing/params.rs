@@ -1,8 +1,11 @@
 //! The physical parameters of the timing model (`[timing]` in a topology file) and the
 //! rates derived from them. Every default is documented in `docs/timing.md` with its
 //! source: a public specification where one exists (PCIe Base Specification, IEEE 802.3,
-//! IBTA Annex A17, JEDEC DDR5, the GPU's and NIC's datasheets), otherwise a stated
-//! zero-load assumption. Nothing here is measured; the model is deterministic.
+//! IBTA, JEDEC DDR5), otherwise a published typical figure (switch product briefs, the
+//! pcie-bench measurements of device reads of host memory), each stated as such. None is
+//! chosen to match the design document's timeline; `qemu-configs/reference-timing.toml`
+//! is the separate parameter set that does. Nothing here is measured; the model is
+//! deterministic.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,12 +14,64 @@ use serde::{Deserialize, Serialize};
 pub const ROCE_HEADERS: u32 = 14 + 20 + 8 + 12 + 4 + 4;
 /// Per-frame line overhead: preamble and SFD 8, minimum inter-packet gap 12 (IEEE 802.3).
 pub const ETH_LINE_OVERHEAD: u32 = 8 + 12;
+/// InfiniBand bytes per packet besides the payload: LRH 8, BTH 12, ICRC 4, VCRC 2 (IBTA
+/// Volume 1, chapters 5 and 7); the link's delimiters and idles are not counted.
+pub const IB_HEADERS: u32 = 8 + 12 + 4 + 2;
 /// RETH (first packet of a WRITE, every READ request) and AETH (ACK) sizes (IBTA 9.3).
 pub const RETH: u32 = 16;
 pub const AETH: u32 = 4;
 /// Bytes of a WQE and of a CQE (this device's ABI, docs/verbs.md).
 pub const WQE_BYTES: u32 = 64;
 pub const CQE_BYTES: u32 = 32;
+
+/// The network between the nodes.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Default)]
+pub enum Fabric {
+    /// RoCEv2 over Ethernet (IEEE 802.3 framing).
+    #[default]
+    #[serde(rename = "roce")]
+    Roce,
+    /// InfiniBand NDR (IBTA framing, credit-based links).
+    #[serde(rename = "ib-ndr")]
+    IbNdr,
+}
+
+impl std::str::FromStr for Fabric {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Fabric, String> {
+        match s {
+            "roce" => Ok(Fabric::Roce),
+            "ib-ndr" => Ok(Fabric::IbNdr),
+            _ => Err(format!("unknown fabric '{s}' (roce, ib-ndr)")),
+        }
+    }
+}
+
+impl Fabric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fabric::Roce => "RoCEv2",
+            Fabric::IbNdr => "InfiniBand NDR",
+        }
+    }
+
+    /// Bytes a packet costs on the line besides its payload and transport extension
+    /// headers (RETH, AETH).
+    pub fn packet_overhead(self) -> u32 {
+        match self {
+            Fabric::Roce => ROCE_HEADERS + ETH_LINE_OVERHEAD,
+            Fabric::IbNdr => IB_HEADERS,
+        }
+    }
+
+    /// A fabric switch's idle port-to-port latency (ns) when `[timing]` does not set one.
+    pub fn switch_ns(self) -> f64 {
+        match self {
+            Fabric::Roce => 300.0,
+            Fabric::IbNdr => 150.0,
+        }
+    }
+}
 
 /// The timing parameters of one topology.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -30,15 +85,17 @@ pub struct Params {
     /// Max Payload Size and Max Read Request Size (bytes, 128..=4096, powers of two).
     pub mps: u32,
     pub mrrs: u32,
-    /// One crossing of a PCIe switch (ns, idle, cut-through).
+    /// One crossing of a PCIe switch (ns, idle, cut-through, port to port).
     pub switch_latency_ns: f64,
-    /// One crossing of the root complex / host bridge (ns, idle).
+    /// One crossing of the root complex between a root port and the memory controller
+    /// (ns, idle, one way: root port, I/O hub, on-chip mesh).
     pub rc_latency_ns: f64,
-    /// Host memory read latency seen by a device for a line the CPU just wrote (ns).
+    /// Host DRAM access time at the memory controller (ns, a row miss).
     pub host_mem_latency_ns: f64,
     /// Host memory bandwidth (GB/s) for the staging copies of a host bounce.
     pub host_mem_gbps: f64,
-    /// GPU memory latency behind BAR1 (ns) and bandwidth (GB/s, for reductions).
+    /// GPU memory access time behind BAR1 (ns, a row miss) and bandwidth (GB/s, for
+    /// reductions).
     pub gpu_mem_latency_ns: f64,
     pub gpu_mem_gbps: f64,
     /// Staging copy bandwidth GPU <-> host for a bounce (GB/s); 0: the GPU link's
@@ -46,10 +103,20 @@ pub struct Params {
     pub host_copy_gbps: f64,
     /// Fixed cost of one staging copy (launch and completion), ns.
     pub copy_setup_ns: f64,
-    /// Network link rate (Gb/s), path MTU (payload bytes), one-way wire latency (ns).
+    /// The network: framing and the fabric switch's default latency.
+    pub fabric: Fabric,
+    /// Network link rate (Gb/s, data rate after line coding), path MTU (payload bytes).
     pub link_gbps: f64,
     pub mtu: u32,
+    /// Propagation on one cable (ns), NIC or switch port to the next.
     pub wire_latency_ns: f64,
+    /// PHY latency of one link (ns): PCS, FEC encode and decode, SerDes, both ends.
+    pub phy_latency_ns: f64,
+    /// One fabric switch crossing (ns, idle, cut-through); absent: the fabric's figure.
+    pub fabric_switch_ns: Option<f64>,
+    /// Ports of a fabric switch: up to radix/2 nodes share one leaf switch, more need
+    /// a two-level fat tree (three switch crossings between leaves).
+    pub switch_radix: u32,
     /// From a CQE landing in host memory to the polling CPU seeing it (ns).
     pub cpu_poll_ns: f64,
 }
@@ -62,18 +129,22 @@ impl Default for Params {
             pcie_width: 16,
             mps: 512,
             mrrs: 512,
-            switch_latency_ns: 1.0,
-            rc_latency_ns: 10.0,
-            host_mem_latency_ns: 15.0,
+            switch_latency_ns: 100.0,
+            rc_latency_ns: 200.0,
+            host_mem_latency_ns: 50.0,
             host_mem_gbps: 307.2,
-            gpu_mem_latency_ns: 0.0,
+            gpu_mem_latency_ns: 50.0,
             gpu_mem_gbps: 3350.0,
             host_copy_gbps: 0.0,
             copy_setup_ns: 1000.0,
+            fabric: Fabric::Roce,
             link_gbps: 400.0,
             mtu: 4096,
             wire_latency_ns: 10.0,
-            cpu_poll_ns: 60.0,
+            phy_latency_ns: 50.0,
+            fabric_switch_ns: None,
+            switch_radix: 64,
+            cpu_poll_ns: 100.0,
         }
     }
 }
@@ -97,6 +168,8 @@ impl Params {
             ("copy_setup_ns", self.copy_setup_ns, 0.0, 1e9),
             ("link_gbps", self.link_gbps, 0.1, 1e5),
             ("wire_latency_ns", self.wire_latency_ns, 0.0, 1e9),
+            ("phy_latency_ns", self.phy_latency_ns, 0.0, 1e9),
+            ("fabric_switch_ns", self.fabric_switch(), 0.0, 1e9),
             ("cpu_poll_ns", self.cpu_poll_ns, 0.0, 1e9),
         ];
         for (name, v, lo, hi) in floats {
@@ -106,6 +179,9 @@ impl Params {
         }
         if !(1..=6).contains(&self.pcie_gen) || ![1, 2, 4, 8, 16, 32].contains(&self.pcie_width) {
             return Err("[timing] pcie_gen must be 1..=6 and pcie_width 1, 2, 4, 8, 16 or 32".into());
+        }
+        if !(2..=1024).contains(&self.switch_radix) {
+            return Err("[timing] switch_radix must be 2..=1024".into());
         }
         if !pow2_in(self.mps, 128, 4096) || !pow2_in(self.mrrs, 128, 4096) || !pow2_in(self.mtu, 256, 4096) {
             return Err("[timing] mps and mrrs must be powers of two in 128..=4096, mtu in 256..=4096".into());
@@ -172,7 +248,30 @@ impl Params {
 
     /// Time on the wire of a frame with `payload` bytes and `extra` transport header bytes.
     pub fn frame_ns(&self, payload: u32, extra: u32) -> f64 {
-        f64::from(payload + extra + ROCE_HEADERS + ETH_LINE_OVERHEAD) / self.link_bytes_per_ns()
+        f64::from(payload + extra + self.fabric.packet_overhead()) / self.link_bytes_per_ns()
+    }
+
+    /// One fabric switch crossing (ns).
+    pub fn fabric_switch(&self) -> f64 {
+        self.fabric_switch_ns.unwrap_or_else(|| self.fabric.switch_ns())
+    }
+
+    /// Fabric switches between two nodes of a job of `nodes` nodes: one leaf while they
+    /// fit on half its ports, else leaf, spine, leaf.
+    pub fn fabric_switches(&self, nodes: u32) -> u32 {
+        if nodes <= self.switch_radix / 2 {
+            1
+        } else {
+            3
+        }
+    }
+
+    /// One-way latency from NIC to NIC (ns) in a job of `nodes` nodes, first bit to
+    /// first bit (serialization is counted by [`Self::frame_ns`]): every link's cable and
+    /// PHY, every switch crossing.
+    pub fn fabric_one_way_ns(&self, nodes: u32) -> f64 {
+        let switches = self.fabric_switches(nodes);
+        f64::from(switches + 1) * (self.wire_latency_ns + self.phy_latency_ns) + f64::from(switches) * self.fabric_switch()
     }
 
     /// Payload bytes per ns the wire carries in full-MTU packets.
@@ -202,6 +301,11 @@ mod tests {
         assert!((p.pcie_raw_gbps() - 63.015).abs() < 0.01, "32 GT/s x16, 128b/130b");
         assert!((p.pcie_payload_gbps(512, 12) - 60.42).abs() < 0.01, "512-byte completions");
         assert!((p.wire_goodput() - 49.02).abs() < 0.01, "400 Gb/s RoCEv2, 4096-byte MTU");
+        let ib = Params { fabric: Fabric::IbNdr, ..p.clone() };
+        assert!((ib.wire_goodput() - 49.69).abs() < 0.01, "400 Gb/s NDR, 4096-byte MTU, 26 header bytes");
+        assert_eq!((p.fabric_switches(8), p.fabric_switches(128)), (1, 3), "one leaf of 64 ports, then a fat tree");
+        assert_eq!(p.fabric_one_way_ns(2), 2.0 * (10.0 + 50.0) + 300.0);
+        assert_eq!(ib.fabric_one_way_ns(128), 4.0 * (10.0 + 50.0) + 3.0 * 150.0);
         assert!((p.cycle_ns() - 3.333).abs() < 0.001);
         let gen1 = Params { pcie_gen: 1, pcie_width: 1, ..p.clone() };
         assert!((gen1.pcie_raw_gbps() - 0.25).abs() < 1e-9, "2.5 GT/s, 8b/10b");

@@ -6,8 +6,10 @@
 //!
 //! The requester records its WQEs (doorbell, WQE fetched, SGL parsed, first and last
 //! request handed to the transport, ACK, CQE written); the responder records where and
-//! when it placed the last byte of each WRITE/SEND. On one engine (loopback) the two are
-//! joined into one record; across the fabric each node holds its own side.
+//! when it placed the last byte of each WRITE/SEND, and where it read the data of each
+//! RDMA READ it answers (`remote_read`, the READ's source path). On one engine
+//! (loopback) the two are joined into one record; across the fabric each node holds its
+//! own side.
 //! Recording is off until asked for (`rnic-emu trace --record on`, control request
 //! `trace on`): it costs one clock read per stage and a short lock and a small allocation
 //! per finished WQE, about half the engine's rate of 64-byte WRITEs. The ring
@@ -42,13 +44,14 @@ pub enum Stage {
     SglParsed,
     Packetized,
     OnWire,
+    RemoteRead,
     Placed,
     Ack,
     Cqe,
 }
 
 /// The stages' names (the modelled timeline's keys where they correspond).
-pub const STAGE_NAMES: [&str; 8] = ["doorbell", "wqe_data", "sgl_parsed", "packetized", "on_wire", "placed", "ack", "cqe"];
+pub const STAGE_NAMES: [&str; 9] = ["doorbell", "wqe_data", "sgl_parsed", "packetized", "on_wire", "remote_read", "placed", "ack", "cqe"];
 
 const UNSET: u64 = u64::MAX;
 
@@ -114,18 +117,27 @@ pub struct Record {
     pub stages: Vec<(&'static str, u64)>,
 }
 
-/// The ring, and the responder placements waiting for their loopback requester.
+/// What a responder did with a message's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Placed the last byte of a WRITE/SEND (the destination's path).
+    Placed,
+    /// Read the data of an RDMA READ it answers (the source's path).
+    Sourced,
+}
+
+/// The ring, and the responder stages waiting for their loopback requester.
 pub struct Trace {
     enabled: AtomicBool,
     ring: Mutex<VecDeque<Record>>,
     seq: AtomicU64,
-    placed: Mutex<HashMap<u32, (PciePath, Instant)>>,
+    responder: Mutex<HashMap<(u32, Side), (PciePath, Instant)>>,
 }
 
 impl Default for Trace {
     /// On: every WQE is recorded (`trace off` stops it, e.g. for benchmarks).
     fn default() -> Self {
-        Trace { enabled: AtomicBool::new(false), ring: Mutex::default(), seq: AtomicU64::new(0), placed: Mutex::default() }
+        Trace { enabled: AtomicBool::new(false), ring: Mutex::default(), seq: AtomicU64::new(0), responder: Mutex::default() }
     }
 }
 
@@ -143,32 +155,25 @@ impl Trace {
         ring.push_back(r);
     }
 
-    /// The responder QP `qpn` placed the last byte of a message on `path` (fabric: a
-    /// responder record; loopback: kept for the requester to join).
-    pub fn placed(&self, qpn: u32, op: &'static str, len: u64, path: Option<PciePath>, fabric: bool) {
+    /// The responder QP `qpn` placed the last byte of a message on `path`, or read a
+    /// READ's data from it (`side`) (fabric: a responder record; loopback: kept for the
+    /// requester to join).
+    pub fn responder(&self, qpn: u32, op: &'static str, len: u64, path: Option<PciePath>, fabric: bool, side: Side) {
         if !self.enabled() {
             return;
         }
         let now = Instant::now();
         if !fabric {
             if let Some(p) = path {
-                self.placed.lock().unwrap_or_else(|p| p.into_inner()).insert(qpn, (p, now));
+                self.responder.lock().unwrap_or_else(|p| p.into_inner()).insert((qpn, side), (p, now));
             }
             return;
         }
-        let r = Record {
-            seq: 0,
-            role: "responder",
-            qpn,
-            wr_id: 0,
-            op,
-            len,
-            transport: "fabric",
-            src: None,
-            dst: path.map(path_name),
-            status: 0,
-            stages: vec![("placed", 0)],
+        let (src, dst, stage) = match side {
+            Side::Placed => (None, path.map(path_name), "placed"),
+            Side::Sourced => (path.map(path_name), None, "remote_read"),
         };
+        let r = Record { seq: 0, role: "responder", qpn, wr_id: 0, op, len, transport: "fabric", src, dst, status: 0, stages: vec![(stage, 0)] };
         self.push(r);
     }
 
@@ -178,16 +183,25 @@ impl Trace {
         if !p.on {
             return;
         }
-        let mut dst = p.dst.map(path_name);
-        if let (Some(d), None) = (dest_qpn, dst) {
-            if let Some((path, when)) = self.placed.lock().unwrap_or_else(|p| p.into_inner()).remove(&d) {
-                dst = Some(path_name(path));
-                p.at[Stage::Placed as usize] = p.since(when);
+        let (mut src, mut dst) = (p.src.map(path_name), p.dst.map(path_name));
+        if let Some(d) = dest_qpn {
+            let mut joined = self.responder.lock().unwrap_or_else(|p| p.into_inner());
+            if dst.is_none() {
+                if let Some((path, when)) = joined.remove(&(d, Side::Placed)) {
+                    dst = Some(path_name(path));
+                    p.at[Stage::Placed as usize] = p.since(when);
+                }
+            }
+            if src.is_none() {
+                if let Some((path, when)) = joined.remove(&(d, Side::Sourced)) {
+                    src = Some(path_name(path));
+                    p.at[Stage::RemoteRead as usize] = p.since(when);
+                }
             }
         }
         p.stamp(Stage::Cqe);
         let transport = if dest_qpn.is_some() { "loopback" } else { "fabric" };
-        let r = Record { seq: 0, role: "requester", qpn, wr_id, op, len, transport, src: p.src.map(path_name), dst, status, stages: p.stages() };
+        let r = Record { seq: 0, role: "requester", qpn, wr_id, op, len, transport, src, dst, status, stages: p.stages() };
         self.push(r);
     }
 
@@ -199,7 +213,7 @@ impl Trace {
 
     pub fn clear(&self) {
         self.ring.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.placed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.responder.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// The `trace [qp=Q] [since=N]` control request: the records as JSON; `trace on` and
@@ -246,7 +260,7 @@ mod tests {
         let mut p = Pending::start(Instant::now(), true);
         p.src = Some(PciePath::P2p(P2pPath::Switch));
         p.stamp(Stage::Packetized);
-        t.placed(7, "write", 4096, Some(PciePath::P2p(P2pPath::Switch)), false);
+        t.responder(7, "write", 4096, Some(PciePath::P2p(P2pPath::Switch)), false, Side::Placed);
         p.stamp(Stage::Ack);
         t.finish(p, 2, 99, "write", 4096, Some(7), 0);
         let r = t.since(last, Some(2));
@@ -256,10 +270,23 @@ mod tests {
         assert_eq!(keys, ["doorbell", "packetized", "placed", "ack", "cqe"]);
         assert!(r[0].stages.windows(2).all(|w| w[0].1 <= w[1].1));
         assert!(t.control("qp=x").is_err() && t.control("since=3").unwrap().starts_with('['));
+        // A loopback READ: the responder's source path joins the requester's record.
+        let mut p = Pending::start(Instant::now(), true);
+        p.dst = Some(PciePath::Host);
+        t.responder(7, "read", 4096, Some(PciePath::P2p(P2pPath::RootComplex)), false, Side::Sourced);
+        t.finish(p, 2, 100, "read", 4096, Some(7), 0);
+        let r = t.since(r[0].seq, Some(2));
+        assert_eq!((r[0].src, r[0].dst), (Some("p2p-root-complex"), Some("host")));
+        assert!(r[0].stages.iter().any(|s| s.0 == "remote_read"), "{:?}", r[0].stages);
+        // Across the fabric: a responder record naming the source.
+        t.responder(9, "read", 64, Some(PciePath::Host), true, Side::Sourced);
+        let r = t.since(r[0].seq, Some(9));
+        assert_eq!((r[0].role, r[0].src, r[0].dst, r[0].stages[0].0), ("responder", Some("host"), None, "remote_read"));
         assert_eq!(t.control("off").unwrap(), "trace off");
+        let last = t.since(0, None).last().unwrap().seq;
         let p = Pending::start(Instant::now(), t.enabled());
-        t.finish(p, 2, 100, "write", 1, None, 0);
-        assert!(t.since(r[0].seq, None).is_empty(), "off: nothing recorded");
+        t.finish(p, 2, 101, "write", 1, None, 0);
+        assert!(t.since(last, None).is_empty(), "off: nothing recorded");
         t.control("on").unwrap();
     }
 }

@@ -25,6 +25,7 @@ use super::wqe::{read_header, read_wqe, SlotError};
 use crate::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};
 use std::collections::VecDeque;
+use crate::timing::trace::Side;
 
 /// The responder acknowledges at least every this many requests.
 pub const ACK_EVERY: u32 = 16;
@@ -283,7 +284,7 @@ fn trace_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u6
         return;
     }
     let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
-    ctx.stats().trace.placed(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU);
+    ctx.stats().trace.responder(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Placed);
 }
 
 /// Answers an RDMA READ request (again, for a duplicate): the data goes back in READ
@@ -306,6 +307,10 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     // A duplicate request replaces what is queued for the same PSNs.
     let first_psn = m.bth.psn;
     rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
+    if fresh && ctx.stats().trace.enabled() {
+        let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
+        ctx.stats().trace.responder(qpn, "read", len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Sourced);
+    }
     rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
     if fresh {
         rs.epsn = psn_add(rs.epsn, n);
