@@ -285,15 +285,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
             let node = checks::served_node(&socket_dir, &node)?;
             println!("{}", serde_json::to_string_pretty(&serve::query_stats(&socket_dir, &node)?)?);
         }
-<<<<<<< HEAD
-        Cmd::Model { topology, op, size, src, dst, nodes, collective, json } => {
-            let topo = match topology {
-                Some(t) => checks::topology(&t)?,
-=======
         Cmd::Model { topology, op, size, src, dst, nodes, collective, fabric, json } => {
             let mut topo = match topology {
-                Some(t) => Topology::load(&t)?,
->>>>>>> timing
+                Some(t) => checks::topology(&t)?,
                 None => Topology::parse(DEFAULT_TOPOLOGY, "single-switch.toml")?,
             };
             if let Some(f) = fabric {

@@ -17,7 +17,7 @@
 
 use crate::contract::snake_lower;
 use crate::mem::access::{DmaTag, PciePath};
-use crate::pci::caps::{CAP_ID_MSIX, CAP_ID_PCIE, CAP_ID_PM, EXT_CAP_ID_AER};
+use crate::pci::caps::{CAP_ID_MSIX, CAP_ID_PCIE, CAP_ID_PM, EXT_CAP_ID_AER, EXT_CAP_ID_VSEC};
 use crate::pci::config::{ConfigSpace, CONFIG_SPACE_SIZE};
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, RNIC_DB_BAR};
 use crate::regs::rnic::{dbpage, MAX_CQ, MAX_QP, STATS_BASE};
@@ -303,14 +303,20 @@ pub fn capability_name(cs: &ConfigSpace, offset: u64) -> Option<String> {
             }
             let header = cs.get32(at as usize);
             let (id, next) = ((header & 0xffff) as u16, u64::from(header >> 20) & 0xffc);
-            // The last capability ends where its structure does (AER: 0x48 bytes).
+            // The last capability ends where its structure does (AER: 0x48 bytes; a VSEC
+            // gives its length in bits 31:20 of its VSEC header, the dword at +4).
             let end = match (next > at, id) {
                 (true, _) => next,
                 (false, EXT_CAP_ID_AER) => at + 0x48,
+                (false, EXT_CAP_ID_VSEC) if at + 8 <= size => at + u64::from(cs.get32(at as usize + 4) >> 20),
                 (false, _) => size,
             };
             if id != 0 && offset >= at && offset < end {
-                let name = if id == EXT_CAP_ID_AER { "AER".to_string() } else { format!("EXTCAP{id:#x}") };
+                let name = match id {
+                    EXT_CAP_ID_AER => "AER".to_string(),
+                    EXT_CAP_ID_VSEC => "VSEC".to_string(),
+                    _ => format!("EXTCAP{id:#x}"),
+                };
                 return Some(format!("{name}+{:#x}", offset - at));
             }
             if next == 0 {
@@ -442,7 +448,8 @@ mod tests {
         }
         assert_eq!(capability_name(&cs, msix + 2).as_deref(), Some("MSIX+0x2"), "MSI-X message control");
         assert_eq!(capability_name(&cs, 0x108).as_deref(), Some("AER+0x8"), "AER mask");
-        assert_eq!(capability_name(&cs, 0x800), None, "past the last extended capability");
+        assert_eq!(capability_name(&cs, 0x148).as_deref(), Some("VSEC+0x0"), "the model summary");
+        assert_eq!(capability_name(&cs, 0xffc), None, "past the last extended capability");
         let t = IoTrace::default();
         t.set(true);
         t.mmio(&Arc::from("f"), FunctionKind::Gpu, None, msix + 2, &[0, 0x80], true, Some(&cs));
