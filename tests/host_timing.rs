@@ -159,7 +159,7 @@ fn the_model_command_prints_the_reference_timeline_and_the_ring_rows() {
         let line = text.lines().find(|l| l.contains(stage)).unwrap_or_else(|| panic!("{stage} missing:\n{text}"));
         assert!(line.contains(" ok "), "{line}");
     }
-    for (nodes, fabric, label) in [("8", "roce", "document (RoCEv2 400G)"), ("128", "ib-ndr", "document (IB NDR 400G)")] {
+    for (nodes, fabric, label) in [("8", "roce", "reference (RoCEv2 400G)"), ("128", "ib-ndr", "reference (IB NDR 400G)")] {
         let args = ["--json", "--collective", "all_reduce", "--nodes", nodes, "--size", "4194304", "--fabric", fabric];
         let json: serde_json::Value = serde_json::from_str(&model(&args)).unwrap();
         let rows = json.as_array().unwrap();

@@ -74,7 +74,7 @@ pub struct Ring {
     pub latency: Percentiles,
 }
 
-/// One row of the design document's table (4 MB messages).
+/// One row of the reference table (4 MB messages).
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Reference {
     pub nodes: u32,
@@ -92,7 +92,7 @@ pub const REFERENCE: &[Reference] = &[
     Reference { nodes: 128, fabric: Fabric::IbNdr, label: "IB NDR 400G", gdr: false, latency: Percentiles { p50_us: 22.0, p99_us: 35.4, p999_us: 68.5 }, busbw_gbps: 16.5 },
 ];
 
-/// The design document's row for `nodes`, `fabric` and `gdr`, if it has one.
+/// The reference row for `nodes`, `fabric` and `gdr`, if it has one.
 pub fn reference(nodes: u32, fabric: Fabric, gdr: bool) -> Option<&'static Reference> {
     REFERENCE.iter().find(|r| r.nodes == nodes && r.fabric == fabric && r.gdr == gdr)
 }
@@ -202,13 +202,13 @@ mod tests {
         (a - b).abs() < 0.006
     }
 
-    /// The defaults' rows, pinned (deterministic), beside the document's: what agrees
+    /// The defaults' rows, pinned (deterministic), beside the reference's: what agrees
     /// within 15% and what cannot (docs/timing.md, "Ring all_reduce").
     #[test]
     fn the_reference_rows_come_out_of_the_model_with_the_documented_deviations() {
         let roce = Params::default();
         let ib = Params { fabric: Fabric::IbNdr, ..Params::default() };
-        // (params, nodes, gdr, busbw, p50, p99, p999, within 15% of the document)
+        // (params, nodes, gdr, busbw, p50, p99, p999, within 15% of the reference)
         let pinned = [
             (&roce, 8, true, 40.02, 2.32, 3.45, 4.06, false),
             (&roce, 8, false, 15.80, 4.76, 5.05, 5.20, true),

@@ -4,7 +4,7 @@
 //! - [`model`]: the per-stage timeline of one work request;
 //! - [`collective`]: ring all_reduce bandwidth and latency percentiles (a stated
 //!   queueing model);
-//! - [`reference`]: the design document's timeline beside the model's, each interval
+//! - [`reference`]: the reference timeline beside the model's, each interval
 //!   classified against the specified rates and the cited latencies;
 //! - [`summary`]: the table of modelled latencies and stream intervals the RNIC
 //!   publishes in its configuration space for guest tools;

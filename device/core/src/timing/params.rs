@@ -3,7 +3,7 @@
 //! source: a public specification where one exists (PCIe Base Specification, IEEE 802.3,
 //! IBTA, JEDEC DDR5), otherwise a published typical figure (switch product briefs, the
 //! pcie-bench measurements of device reads of host memory), each stated as such. None is
-//! chosen to match the design document's timeline; `qemu-configs/reference-timing.toml`
+//! chosen to match the reference timeline; `qemu-configs/reference-timing.toml`
 //! is the separate parameter set that does. Nothing here is measured; the model is
 //! deterministic.
 

@@ -1,4 +1,4 @@
-//! The design document's 4 KiB GPUDirect RDMA WRITE timeline beside the model's, stage
+//! The reference 4 KiB GPUDirect RDMA WRITE timeline beside the model's, stage
 //! by stage (absolute times) and interval by interval, each interval classified against
 //! what the specified rates and the cited latencies allow (`docs/timing.md`).
 //!

@@ -1,5 +1,5 @@
 //! Text renderings of the model for `rnic-emu model` and `rnic-emu trace`: a timeline in
-//! the "[T+ns] stage" form beside the design document's reference, the ring all_reduce
+//! the "[T+ns] stage" form beside the reference, the ring all_reduce
 //! rows beside the reference table, and a traced WQE's measured stages beside its
 //! modelled ones.
 
@@ -87,7 +87,7 @@ pub fn ring_text(rows: &[Ring]) -> String {
             Some(x) => {
                 let l = &x.latency;
                 let err = 100.0 * (r.busbw_gbps - x.busbw_gbps) / x.busbw_gbps;
-                let src = format!("document ({})", x.label);
+                let src = format!("reference ({})", x.label);
                 let _ = writeln!(out, "  {:<12} {src:<24} {:>8.2} {:>8.2} {:>8.2} {:>12.1}  (bandwidth {err:+.1}%)", "", l.p50_us, l.p99_us, l.p999_us, x.busbw_gbps);
                 let implied = x.implied_time_us(r.bytes);
                 let floor = if implied < r.hop_floor_us {
@@ -99,7 +99,7 @@ pub fn ring_text(rows: &[Ring]) -> String {
                 };
                 let _ = writeln!(
                     out,
-                    "  {:<12} the document's bandwidth implies {implied:.1} us, {floor}: wire alone {:.1} us, {} NIC-to-NIC hops alone {:.1} us, both {:.1} us; model {:.1} us",
+                    "  {:<12} the reference's bandwidth implies {implied:.1} us, {floor}: wire alone {:.1} us, {} NIC-to-NIC hops alone {:.1} us, both {:.1} us; model {:.1} us",
                     "",
                     r.wire_floor_us,
                     2 * (r.nodes - 1),
@@ -109,7 +109,7 @@ pub fn ring_text(rows: &[Ring]) -> String {
                 );
             }
             None if crate::timing::collective::REFERENCE.iter().any(|x| x.nodes == r.nodes && x.gdr == r.gdr) => {
-                let _ = writeln!(out, "  {:<12} (the document's {}-node rows are for another fabric: --fabric roce or ib-ndr)", "", r.nodes);
+                let _ = writeln!(out, "  {:<12} (the reference's {}-node rows are for another fabric: --fabric roce or ib-ndr)", "", r.nodes);
             }
             None => {}
         }
