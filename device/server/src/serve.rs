@@ -80,6 +80,7 @@ impl NodeDevices {
             // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
             let address = (topo.nodes.len() > 1).then(|| topo.address(index));
             let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
+            rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
                     FabricPort::bind(a, &node.faults, opts.pcap.as_deref(), rnic.stats_block())

@@ -139,9 +139,7 @@ impl ServerBackend for Backend {
         let mut f = lock(&self.f);
         let bar = self.check(&*f, "read", region, offset, data.len())?;
         match bar {
-            None => {
-                f.config().read(offset as usize, data);
-            }
+            None => f.config_read(offset as usize, data),
             Some(bar) => f.bar_read(bar, offset, data),
         }
         Ok(())
@@ -151,6 +149,7 @@ impl ServerBackend for Backend {
         let mut f = lock(&self.f);
         let bar = self.check(&*f, "write", region, offset, data.len())?;
         match bar {
+            None if f.link_down() => log::debug!("{}: configuration write dropped: link down", f.name()),
             None => {
                 let fx = f.config_mut().write(offset as usize, data).unwrap_or_default();
                 if fx.flr {

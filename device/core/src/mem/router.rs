@@ -9,6 +9,7 @@
 
 use super::access::{GuestMem, PciePath};
 use super::dma::{DmaError, DmaMaps, MapSet};
+use crate::fault::{Dir, DmaAction, PcieFaults};
 use crate::regs::rnic::APERTURE_SLOTS;
 use crate::shm::SharedMemory;
 pub use crate::topology::P2pPath;
@@ -95,6 +96,8 @@ pub struct Router {
     /// BAR1_APERTURE slots as the driver programmed them (0: empty).
     pub apertures: Arc<[AtomicU64; APERTURE_SLOTS]>,
     pub stats: Arc<Stats>,
+    /// The function's PCIe-side faults, asked before every access (docs/faults.md).
+    pub faults: Arc<PcieFaults>,
 }
 
 /// Where an access lands.
@@ -106,7 +109,7 @@ enum Target<'a> {
 
 impl Router {
     pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
-        Router { dma, peers, apertures: Arc::new(Default::default()), stats }
+        Router { dma, peers, apertures: Arc::new(Default::default()), stats, faults: Arc::default() }
     }
 
     /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
@@ -165,18 +168,38 @@ impl RouterView<'_> {
     }
 }
 
+/// The fault hook of one access: Err when it fails, Ok(true) when a read is poisoned.
+fn fault_hook(faults: &PcieFaults, dir: Dir, addr: u64, len: usize) -> Result<bool, DmaError> {
+    match faults.dma(dir, addr, len) {
+        DmaAction::Pass => Ok(false),
+        DmaAction::Fail => Err(DmaError::Injected { addr, len }),
+        DmaAction::Poison => Ok(true),
+    }
+}
+
+/// What a poisoned read delivers: the data with every byte inverted.
+fn poison(buf: &mut [u8]) {
+    buf.iter_mut().for_each(|b| *b = !*b);
+}
+
 impl GuestMem for RouterView<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
+        let poisoned = fault_hook(&self.router.faults, Dir::Read, addr, buf.len())?;
         let (slices, path, _busy) = self.slices(addr, buf.len())?;
         let mut done = 0;
         for s in slices {
             s.copy_to(&mut buf[done..done + s.len()]);
             done += s.len();
         }
+        if poisoned {
+            poison(buf);
+            return Err(DmaError::Poisoned { addr });
+        }
         Ok(path)
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
+        fault_hook(&self.router.faults, Dir::Write, addr, buf.len())?;
         let (slices, path, _busy) = self.slices(addr, buf.len())?;
         let mut done = 0;
         for s in slices {
@@ -187,8 +210,21 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
+        let poisoned = fault_hook(&self.router.faults, Dir::Read, src, len)?;
+        fault_hook(&self.router.faults, Dir::Write, dst, len)?;
         let ((from, sp, _src_busy), (to, dp, _dst_busy)) = (self.slices(src, len)?, self.slices(dst, len)?);
         super::dma::copy_slices(&from, &to);
+        if poisoned {
+            // The poisoned data is forwarded (the destination gets it corrupted), and the
+            // access reports the poison so the operation completes in error.
+            for s in &to {
+                let mut b = vec![0u8; s.len()];
+                s.copy_to(&mut b[..]);
+                poison(&mut b);
+                s.copy_from(&b[..]);
+            }
+            return Err(DmaError::Poisoned { addr: src });
+        }
         Ok((sp, dp))
     }
 

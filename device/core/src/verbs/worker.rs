@@ -35,6 +35,8 @@ pub enum Event {
     DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool, reply: SyncSender<()> },
     Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
     Reset { reply: SyncSender<()> },
+    /// Fault injection (docs/faults.md): the engine fails as after an internal error.
+    InjectFatal { reply: SyncSender<()> },
 }
 
 /// How long a command may take before the register reports the engine as unresponsive.
@@ -130,6 +132,13 @@ impl Mailbox<Event> {
         if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
             log::error!("the verbs engine did not confirm a reset within {COMMAND_TIMEOUT:?}");
         }
+    }
+
+    /// Makes the engine fatal (fault injection) and waits until it is.
+    pub fn inject_fatal(&self) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::InjectFatal { reply });
+        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
     }
 
     /// Applies a DMA_CTRL write and waits until the engine has.
@@ -241,6 +250,12 @@ impl Driver {
                 });
                 let _ = reply.send(());
             }
+            Event::InjectFatal { reply } => {
+                if !self.fatal {
+                    self.go_fatal(mem, "an injected fault", &"fault injection");
+                }
+                let _ = reply.send(());
+            }
             ev => {
                 self.guarded(mem, "a doorbell", |d| d.doorbell(ev));
             }
@@ -259,7 +274,7 @@ impl Driver {
                 }
                 engine.cq_arm(cqn)
             }
-            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } => {}
+            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } | Event::InjectFatal { .. } => {}
         }
     }
 
@@ -377,6 +392,17 @@ impl EngineSlot {
                 d.handle(&router.view(), Event::DmaCtrl { enabled, int_enabled, db_page, reply });
             }
             EngineSlot::Loop(m) => m.dma_ctrl(enabled, int_enabled, db_page),
+        }
+    }
+
+    /// Makes the engine fatal (fault injection); returns once it is.
+    pub fn inject_fatal(&mut self, router: &Router) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::InjectFatal { reply });
+            }
+            EngineSlot::Loop(m) => m.inject_fatal(),
         }
     }
 
