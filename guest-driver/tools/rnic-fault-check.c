@@ -15,7 +15,8 @@
  *   write  one signaled RDMA WRITE src -> dst (pattern), polled with the timeout; then a
  *          second poll of 500 ms that must find nothing (a duplicate would show here);
  *   query  QUERY_QP (a device command);
- *   wait   one RECV posted, then a poll with the timeout (work outstanding at a fault).
+ *   wait   one RECV posted, then a poll with the timeout: work outstanding and a caller
+ *          asleep when the host injects (it does so after go.NAME for this one).
  * Output: "scenario: NAME" then "key: value" lines. Exit 0 when the run could report
  * (whatever the fault did), 2 on a usage or setup error.
  */

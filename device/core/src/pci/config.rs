@@ -251,6 +251,15 @@ impl ConfigSpace {
         }
     }
 
+    /// Replaces the bits `mask` of a register with `value` (a device-owned field such as
+    /// AER's First Error Pointer). Out-of-range offsets are ignored.
+    pub fn set_field32(&mut self, off: usize, mask: u32, value: u32) {
+        if let Some(b) = off.checked_add(4).and_then(|end| self.data.get_mut(off..end)) {
+            let v = (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !mask) | (value & mask);
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
     /// Offset of the PCI Express capability, if present.
     pub fn pcie_capability(&self) -> Option<usize> {
         self.pcie_cap

@@ -27,6 +27,8 @@ const AER_UNCOR_SEVERITY: usize = 0x0c;
 const AER_COR_STATUS: usize = 0x10;
 const AER_COR_MASK: usize = 0x14;
 const AER_CAP_CONTROL: usize = 0x18;
+/// First Error Pointer: the uncorrectable status bit that was set first.
+const AER_FEP_MASK: u32 = 0x1f;
 // Device Status bits of the PCI Express capability (§7.5.3.5).
 const PCIE_DEVSTA: usize = 0x0a;
 const DEVSTA_CED: u32 = 1 << 0;
@@ -147,7 +149,7 @@ impl Rnic {
         let (masked, severity) = if uncorrectable {
             self.faults.count(Count::FaultAerUncorrectable);
             if self.config.get32(aer + AER_UNCOR_STATUS) == 0 {
-                self.config.latch32(aer + AER_CAP_CONTROL, u32::from(bit)); // First Error Pointer
+                self.config.set_field32(aer + AER_CAP_CONTROL, AER_FEP_MASK, u32::from(bit));
             }
             self.config.latch32(aer + AER_UNCOR_STATUS, mask);
             let fatal = self.config.get32(aer + AER_UNCOR_SEVERITY) & mask != 0;
@@ -175,7 +177,7 @@ impl Rnic {
         }
         let Some(aer) = self.config.extended_capability(EXT_CAP_ID_AER) else { return };
         if uncor != 0 && self.config.get32(aer + AER_UNCOR_STATUS) == 0 {
-            self.config.latch32(aer + AER_CAP_CONTROL, uncor.trailing_zeros());
+            self.config.set_field32(aer + AER_CAP_CONTROL, AER_FEP_MASK, uncor.trailing_zeros());
         }
         self.config.latch32(aer + AER_UNCOR_STATUS, uncor);
         self.config.latch32(aer + AER_COR_STATUS, cor);
@@ -244,8 +246,14 @@ mod tests {
         fault(&mut r, "aer uncorrectable bit=18").unwrap();
         assert_eq!(cfg(&mut r, aer + AER_UNCOR_STATUS), 1 << 18);
         assert_eq!(cfg(&mut r, aer + AER_CAP_CONTROL) & 0x1f, 18, "First Error Pointer");
+        r.config_mut().write(aer + AER_UNCOR_STATUS, &(1u32 << 18).to_le_bytes()).unwrap();
+        fault(&mut r, "aer uncorrectable bit=12").unwrap();
+        assert_eq!(cfg(&mut r, aer + AER_CAP_CONTROL) & 0x1f, 12, "the pointer is replaced, not OR-ed");
+        fault(&mut r, "aer uncorrectable bit=18").unwrap();
+        assert_eq!(cfg(&mut r, aer + AER_CAP_CONTROL) & 0x1f, 12, "only the first error sets it");
+        r.config_mut().write(aer + AER_UNCOR_STATUS, &(1u32 << 12).to_le_bytes()).unwrap();
         assert_eq!(rd(&mut r, RNIC_REG_LAST_ERROR), ASYNC_ERR_AER << 24 | 2, "Malformed TLP is fatal by default");
-        assert_eq!(cfg(&mut r, pcie + PCIE_DEVSTA) & 0xffff & 0b111, (DEVSTA_CED | DEVSTA_FED));
+        assert_eq!(cfg(&mut r, pcie + PCIE_DEVSTA) & 0b111, DEVSTA_CED | DEVSTA_NFED | DEVSTA_FED);
         // Status is write-one-to-clear for software.
         r.config_mut().write(aer + AER_UNCOR_STATUS, &(1u32 << 18).to_le_bytes()).unwrap();
         assert_eq!(cfg(&mut r, aer + AER_UNCOR_STATUS), 0);
