@@ -121,9 +121,11 @@ impl Rnic {
             }
             Now::Link { up: true } => {
                 self.faults.set_link_down(false);
-                // Back from a surprise removal: the function starts over, as after a hot reset.
+                // Back from a surprise removal: the function starts over, as after a hot
+                // reset; its statistics stay readable (as after a client disconnect).
                 use crate::function::PciFunction;
-                self.reset();
+                self.faults.set_flr_required(false);
+                self.disconnect();
                 format!("{}: link up: function reset", self.name)
             }
         }
