@@ -117,6 +117,16 @@ pub fn parse<'a>(mut words: impl Iterator<Item = &'a str>) -> Result<Fault, Stri
             None => flags.push((a, 0)),
         }
     }
+    let given: Vec<&str> = args.iter().filter_map(|a| a.split_once('=').map(|(k, _)| k)).collect();
+    let keys: &[&str] = match kind {
+        "msi-spurious" => &["vector"],
+        "async" => &["code", "index"],
+        "aer" => &["bit"],
+        _ => &[],
+    };
+    if let Some(k) = given.iter().find(|k| !keys.contains(k)) {
+        return Err(format!("{kind}: '{k}' is not an argument of this fault"));
+    }
     let words: Vec<&str> = flags.iter().filter(|f| f.0 != "bit").map(|f| f.0).collect();
     let bit = flags.iter().find(|f| f.0 == "bit").map(|f| f.1);
     let only = |allowed: &[&str]| -> Result<(), String> {
@@ -242,5 +252,6 @@ mod tests {
         assert_eq!(p("msi-spurious vector=3"), Ok(Fault::Now(Now::MsiSpurious { vector: 3 })));
         assert_eq!(p("seed 42"), Ok(Fault::Seed(42)));
         assert!(p("link sideways").is_err() && p("fatal now").is_err());
+        assert!(p("aer correctable vector=3").is_err() && p("link down bit=2").is_err() && p("fatal code=4").is_err());
     }
 }
