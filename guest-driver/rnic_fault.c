@@ -16,6 +16,9 @@
  *   uncorrectable fatal error gets an FLR and a reload, the others are counted only
  *   (their effects, such as an error completion for poisoned data, reach the QP itself).
  * - ASYNC_ERR_INJECTED: logged and counted.
+ * - STATUS_FATAL whose interrupt was lost (or has not been handled yet): the liveness
+ *   check of a sleeping POLL_CQ (every RNIC_ALIVE_CHECK_MS at most) reads RNIC_REG_STATUS
+ *   too and starts the same recovery; whichever path comes first logs and counts it.
  * - The device reads all-ones (link down, surprise removal): rnic_nic_alive() marks it
  *   gone and every call fails with -ENODEV; a watch reads the vendor ID from
  *   configuration space every RNIC_LINK_WATCH_MS and reloads the driver once the
@@ -80,8 +83,25 @@ static bool rnic_fault_exiting;
 
 static void rnic_fault_work(struct work_struct *w);
 
-/* Schedules @action for @pdev unless one is pending for it already (any context). */
-static void rnic_fault_schedule(struct pci_dev *pdev, enum rnic_fault_action action,
+/* Whether a recovery of @pdev is scheduled and not done yet. */
+static bool rnic_fault_pending(struct pci_dev *pdev)
+{
+	struct rnic_fault_item *it;
+	unsigned long flags;
+	bool pending = false;
+
+	spin_lock_irqsave(&rnic_fault_lock, flags);
+	list_for_each_entry(it, &rnic_fault_items, node)
+		pending |= it->pdev == pdev && !READ_ONCE(it->done) && it->action != RNIC_FA_AER;
+	spin_unlock_irqrestore(&rnic_fault_lock, flags);
+	return pending;
+}
+
+/*
+ * Schedules @action for @pdev unless one is pending for it already (any context). True
+ * when this call scheduled it.
+ */
+static bool rnic_fault_schedule(struct pci_dev *pdev, enum rnic_fault_action action,
 				unsigned long delay)
 {
 	struct rnic_fault_item *it;
@@ -89,9 +109,9 @@ static void rnic_fault_schedule(struct pci_dev *pdev, enum rnic_fault_action act
 
 	spin_lock_irqsave(&rnic_fault_lock, flags);
 	list_for_each_entry(it, &rnic_fault_items, node) {
-		if (it->pdev == pdev && !it->done && it->action != RNIC_FA_AER) {
+		if (it->pdev == pdev && !READ_ONCE(it->done) && it->action != RNIC_FA_AER) {
 			spin_unlock_irqrestore(&rnic_fault_lock, flags);
-			return;		/* a recovery is on its way */
+			return false;	/* a recovery is on its way */
 		}
 	}
 	if (rnic_fault_exiting || rnic_fault_count >= RNIC_MAX_RECOVERIES) {
@@ -99,13 +119,13 @@ static void rnic_fault_schedule(struct pci_dev *pdev, enum rnic_fault_action act
 		dev_err_ratelimited(&pdev->dev, "no %s: %u recoveries already (limit %u)\n",
 				    rnic_fa_names[action], rnic_fault_count, RNIC_MAX_RECOVERIES);
 		atomic64_inc(&rnic_fs.recovery_failures);
-		return;
+		return false;
 	}
 	it = kzalloc(sizeof(*it), GFP_ATOMIC);
 	if (!it) {
 		spin_unlock_irqrestore(&rnic_fault_lock, flags);
 		atomic64_inc(&rnic_fs.recovery_failures);
-		return;
+		return false;
 	}
 	INIT_DELAYED_WORK(&it->dw, rnic_fault_work);
 	it->pdev = pci_dev_get(pdev);
@@ -114,6 +134,7 @@ static void rnic_fault_schedule(struct pci_dev *pdev, enum rnic_fault_action act
 	rnic_fault_count++;
 	queue_delayed_work(rnic_fault_wq, &it->dw, delay);
 	spin_unlock_irqrestore(&rnic_fault_lock, flags);
+	return true;
 }
 
 /* Reads, logs and clears the AER status; true when an uncorrectable error is fatal. */
@@ -214,14 +235,16 @@ bool rnic_fault_async(struct rnic_nic *nic, u32 err)
 
 	switch (err >> 24) {
 	case RNIC_ASYNC_ERR_FATAL:
-		atomic64_inc(&rnic_fs.fatal);
-		dev_err_ratelimited(&pdev->dev, "device fatal error (STATUS_FATAL): outstanding work failed by the device, reloading the driver\n");
-		rnic_fault_schedule(pdev, RNIC_FA_RELOAD, 0);
+		if (rnic_fault_schedule(pdev, RNIC_FA_RELOAD, 0)) {
+			atomic64_inc(&rnic_fs.fatal);
+			dev_err_ratelimited(&pdev->dev, "device fatal error (STATUS_FATAL): outstanding work failed by the device, reloading the driver\n");
+		}
 		return true;
 	case RNIC_ASYNC_ERR_FLR_REQUIRED:
-		atomic64_inc(&rnic_fs.flr_required);
-		dev_err_ratelimited(&pdev->dev, "device requires a function level reset (STATUS_FLR_REQUIRED): resetting and reloading\n");
-		rnic_fault_schedule(pdev, RNIC_FA_FLR, 0);
+		if (rnic_fault_schedule(pdev, RNIC_FA_FLR, 0)) {
+			atomic64_inc(&rnic_fs.flr_required);
+			dev_err_ratelimited(&pdev->dev, "device requires a function level reset (STATUS_FLR_REQUIRED): FLR and reload\n");
+		}
 		return true;
 	case RNIC_ASYNC_ERR_AER:
 		rnic_fault_schedule(pdev, RNIC_FA_AER, 0);
@@ -241,6 +264,9 @@ u32 rnic_fault_cmd_status(struct rnic_nic *nic, u32 op, u32 index, u32 status)
 	void __iomem *bar0 = nic->rd.bar0;
 	unsigned long deadline = jiffies + msecs_to_jiffies(RNIC_CMD_TIMEOUT_MS);
 
+	/* Behind a hung command whose reset is on its way, the next ones fail at once. */
+	if (status == RNIC_CMD_BUSY && rnic_fault_pending(nic->rd.pdev))
+		return status;
 	while (status == RNIC_CMD_BUSY && time_before(jiffies, deadline)) {
 		usleep_range(1000, 2000);
 		status = ioread32(bar0 + RNIC_REG_CMD_STATUS);
@@ -250,15 +276,36 @@ u32 rnic_fault_cmd_status(struct rnic_nic *nic, u32 op, u32 index, u32 status)
 		dev_err_ratelimited(nic_dev(nic), "command %u index %u did not complete in %u ms (CMD_STATUS BUSY): resetting the device\n",
 				    op, index, RNIC_CMD_TIMEOUT_MS);
 		rnic_fault_schedule(nic->rd.pdev, RNIC_FA_RELOAD, 0);
+		/*
+		 * The reload's remove() issues no command to the hung engine: it resets it
+		 * first (rnic_verbs_quiesce), after which commands answer -ENODEV.
+		 */
 	} else if (status == RNIC_CMD_ERR_FATAL) {
 		u32 st = ioread32(bar0 + RNIC_REG_STATUS);
 		bool flr = st != 0xffffffff && (st & RNIC_STATUS_FLR_REQUIRED);
 
-		dev_err_ratelimited(nic_dev(nic), "command %u index %u refused: device fatal (STATUS 0x%x): %s\n",
-				    op, index, st, flr ? "FLR and reload" : "reloading the driver");
-		rnic_fault_schedule(nic->rd.pdev, flr ? RNIC_FA_FLR : RNIC_FA_RELOAD, 0);
+		if (rnic_fault_schedule(nic->rd.pdev, flr ? RNIC_FA_FLR : RNIC_FA_RELOAD, 0)) {
+			atomic64_inc(flr ? &rnic_fs.flr_required : &rnic_fs.fatal);
+			dev_err_ratelimited(nic_dev(nic), "device fatal error (STATUS 0x%x) found by command %u index %u (CMD_ERR_FATAL): %s\n",
+					    st, op, index, flr ? "FLR and reload" : "reloading the driver");
+		}
 	}
 	return status;
+}
+
+void rnic_fault_check_status(struct rnic_nic *nic)
+{
+	u32 st = ioread32(nic->rd.bar0 + RNIC_REG_STATUS);
+	bool flr;
+
+	if (st == 0xffffffff || !(st & RNIC_STATUS_FATAL))
+		return;
+	flr = st & RNIC_STATUS_FLR_REQUIRED;
+	if (rnic_fault_schedule(nic->rd.pdev, flr ? RNIC_FA_FLR : RNIC_FA_RELOAD, 0)) {
+		atomic64_inc(flr ? &rnic_fs.flr_required : &rnic_fs.fatal);
+		dev_err_ratelimited(nic_dev(nic), "device fatal error (STATUS 0x%x) found by the liveness check: %s\n",
+				    st, flr ? "FLR and reload" : "reloading the driver");
+	}
 }
 
 void rnic_fault_gone(struct rnic_nic *nic)

@@ -30,6 +30,12 @@ bool rnic_fault_async(struct rnic_nic *nic, u32 err);
  */
 u32 rnic_fault_cmd_status(struct rnic_nic *nic, u32 op, u32 index, u32 status);
 
+/*
+ * The periodic liveness check (POLL_CQ, at most every RNIC_ALIVE_CHECK_MS) found the RNIC
+ * answering: starts a recovery if RNIC_REG_STATUS says FATAL (its async interrupt lost).
+ */
+void rnic_fault_check_status(struct rnic_nic *nic);
+
 /* rnic_nic_alive() just marked the RNIC gone: watch for the link to come back. */
 void rnic_fault_gone(struct rnic_nic *nic);
 

@@ -100,7 +100,10 @@ bool rnic_nic_alive_ratelimited(struct rnic_nic *nic)
 	if (time_before(jiffies, next))
 		return true;
 	WRITE_ONCE(nic->next_alive_check, jiffies + msecs_to_jiffies(RNIC_ALIVE_CHECK_MS));
-	return rnic_nic_alive(nic);
+	if (!rnic_nic_alive(nic))
+		return false;
+	rnic_fault_check_status(nic);	/* a fatal state whose interrupt never came */
+	return true;
 }
 
 /**

@@ -64,15 +64,16 @@ echo "aer_core_total_cor: $(sed -n 's/^TOTAL_ERR_COR //p' $D/aer_dev_correctable
 check aer-fatal query; recovered 1 aer-fatal; echo "aer_fatal: $(fs aer_fatal)"; kmsg aer-fatal
 check cmd-timeout query; recovered 2 cmd-timeout; echo "cmd_timeouts: $(fs cmd_timeouts)"; kmsg cmd-timeout
 check fatal --timeout 20000 wait; recovered 3 fatal; kmsg fatal
-check flr query; recovered 4 flr; kmsg flr
-check link query; rnic-kv put linkseen 1 >/dev/null; recovered 5 link; echo "link_up: $(fs link_up)"; kmsg link
+check fatal-silent --timeout 20000 wait; recovered 4 fatal-silent; kmsg fatal-silent
+check flr query; recovered 5 flr; kmsg flr
+check link query; rnic-kv put linkseen 1 >/dev/null; recovered 6 link; echo "link_up: $(fs link_up)"; kmsg link
 cat $F | sed 's/^/fault_stats./; s/ /: /'
 rmmod rnic_emu && echo "rmmod: ok"
 "#;
 
 /// Steps whose fault is injected after the guest was told to go (a caller asleep in POLL_CQ
 /// with work outstanding when it happens).
-const AFTER_GO: &[&str] = &["fatal"];
+const AFTER_GO: &[&str] = &["fatal", "fatal-silent"];
 
 /// What the host injects at each step (`{src}`, `{dst}`: the guest buffers' bus addresses).
 const STEPS: &[(&str, &[&str])] = &[
@@ -88,6 +89,9 @@ const STEPS: &[(&str, &[&str])] = &[
     ("aer-fatal", &["aer uncorrectable bit=18"]),
     ("cmd-timeout", &["cmd-timeout"]),
     ("fatal", &["fatal"]),
+    // The fatal error's interrupt (and the flushed RECV's) lost: the poller's liveness check
+    // must find STATUS_FATAL by itself.
+    ("fatal-silent", &["msi-lost count=always", "fatal", "clear"]),
     ("flr", &["flr-required"]),
     ("link", &["link down"]),
 ];
@@ -204,7 +208,8 @@ fn the_driver_reports_and_recovers_from_every_pcie_fault() {
         ("aer-fatal", "uncorrectable fatal error"),
         ("cmd-timeout", "did not complete in 2000 ms"),
         ("fatal", "device fatal error"),
-        ("flr", "requires a function level reset"),
+        ("fatal-silent", "device fatal error (STATUS 0xf) found by the liveness check"),
+        ("flr", "FLR and reload"),
         ("link", "RNIC not responding"),
     ];
     for (step, line) in expect {
@@ -220,10 +225,15 @@ fn the_driver_reports_and_recovers_from_every_pcie_fault() {
     let fatal_poll = (get(&s, "fatal", "post_errno"), get(&s, "fatal", "poll_errno"), s["fatal"].get("status").map(String::as_str));
     assert!(matches!(fatal_poll, ("none", "none", Some("WR_FLUSH_ERR")) | ("none", "No such device", None)), "outstanding RECV at a fatal error: {fatal_poll:?}");
     assert!(get(&s, "fatal", "latency_ms").parse::<u64>().unwrap() < 20000, "the poller did not hang");
+    assert!(get(&s, "fatal-silent", "latency_ms").parse::<u64>().unwrap() < 5000, "found within a poll slice or two");
+    let silent_poll = (get(&s, "fatal-silent", "poll_errno"), s["fatal-silent"].get("status").map(String::as_str));
+    assert!(matches!(silent_poll, ("none", Some("WR_FLUSH_ERR")) | ("No such device", None)), "{silent_poll:?}");
     assert!(matches!(get(&s, "flr", "query_errno"), "Input/output error" | "No such device"));
     assert_eq!(get(&s, "link", "query_errno"), "No such device");
     assert!(kmsg(&out, "link").contains("answers again"));
-    assert_eq!(value(&out, "fault_stats.recoveries"), "5");
+    assert_eq!(value(&out, "fault_stats.recoveries"), "6");
+    assert_eq!(value(&out, "fault_stats.fatal"), "2", "each fatal error counted once, whichever path saw it");
+    assert_eq!(value(&out, "fault_stats.flr_required"), "1");
     assert_eq!(value(&out, "fault_stats.recovery_failures"), "0");
     assert_eq!(value(&out, "rmmod"), "ok", "the module unloads: nothing left holding it");
     assert!(out.contains("@@RNIC-EMU-EXIT@@ 0"));
