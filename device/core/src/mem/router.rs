@@ -280,6 +280,34 @@ mod tests {
     }
 
     #[test]
+    fn injected_faults_fail_or_poison_accesses() {
+        let (r, _window, m) = router();
+        let v = r.view();
+        let arm = |text: &str| match crate::fault::spec::parse(text.split_whitespace()) {
+            Ok(crate::fault::Fault::Arm(rule)) => r.faults.arm(rule),
+            other => panic!("{text}: {other:?}"),
+        };
+        m.ram.write(0x100, b"data").unwrap();
+        arm("dma-write-fail addr=0x10000200 len=4");
+        assert_eq!(v.copy(0x1000_0100, 0x1000_0200, 4), Err(DmaError::Injected { addr: 0x1000_0200, len: 4 }));
+        let mut b = [0u8; 4];
+        m.ram.read(0x200, &mut b).unwrap();
+        assert_eq!(b, [0; 4], "nothing written");
+        arm("poison");
+        assert_eq!(v.copy(0x1000_0100, 0x1000_0200, 4), Err(DmaError::Poisoned { addr: 0x1000_0100 }));
+        m.ram.read(0x200, &mut b).unwrap();
+        assert_eq!(b, [!b'd', !b'a', !b't', !b'a'], "the poisoned bytes are forwarded");
+        arm("poison");
+        assert_eq!(v.read(0x1000_0100, &mut b), Err(DmaError::Poisoned { addr: 0x1000_0100 }));
+        assert_eq!(b, [!b'd', !b'a', !b't', !b'a']);
+        assert_eq!(r.faults.take_aer(), (0, 1 << crate::fault::AER_UNCOR_POISONED), "AER Poisoned TLP Received");
+        arm("dma-read-fail");
+        assert!(v.read(0x1000_0100, &mut b).is_err());
+        assert_eq!(v.read(0x1000_0100, &mut b), Ok(PciePath::Host), "count=1");
+        assert_eq!(&b, b"data");
+    }
+
+    #[test]
     fn classifies_host_peer_and_nothing() {
         let (r, window, m) = router();
         let v = r.view();
