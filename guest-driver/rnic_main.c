@@ -9,6 +9,7 @@
 #include <linux/pci.h>
 
 #include "rnic_common.h"
+#include "rnic_fault.h"
 #include "rnic_verbs.h"
 
 /*
@@ -28,9 +29,12 @@ static int __init rnic_emu_init(void)
 		pr_warn("rnic_emu: node=%d is not a node index, ignored\n", rnic_node);
 		rnic_node = -1;
 	}
-	ret = pci_register_driver(&rnic_nic_driver);
+	ret = rnic_fault_init();
 	if (ret)
 		return ret;
+	ret = pci_register_driver(&rnic_nic_driver);
+	if (ret)
+		goto err_fault;
 
 	ret = pci_register_driver(&rnic_gpu_driver);
 	if (ret)
@@ -40,6 +44,8 @@ static int __init rnic_emu_init(void)
 
 err_unregister_nic:
 	pci_unregister_driver(&rnic_nic_driver);
+err_fault:
+	rnic_fault_exit();
 	return ret;
 }
 
@@ -47,6 +53,7 @@ static void __exit rnic_emu_exit(void)
 {
 	pci_unregister_driver(&rnic_gpu_driver);
 	pci_unregister_driver(&rnic_nic_driver);
+	rnic_fault_exit();
 }
 
 module_init(rnic_emu_init);

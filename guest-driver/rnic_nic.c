@@ -16,6 +16,7 @@
 #include <linux/pci.h>
 #include <linux/slab.h>
 
+#include "rnic_fault.h"
 #include "rnic_verbs.h"
 
 /* Largest MSI-X table a PCI function can have (Table Size field + 1). */
@@ -293,4 +294,6 @@ struct pci_driver rnic_nic_driver = {
 	.remove		= rnic_nic_remove,
 	/* Copied into .driver.dev_groups by pci_register_driver(). */
 	.dev_groups	= rnic_nic_groups,
+	/* Driver attributes: fault_stats (rnic_fault.c). */
+	.groups		= rnic_fault_driver_groups,
 };

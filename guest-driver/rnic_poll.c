@@ -18,6 +18,7 @@
 #include <linux/wait.h>
 
 #include "rnic_dbpage.h"
+#include "rnic_fault.h"
 #include "rnic_verbs.h"
 
 /* Matches a CQE to its slot, frees the slots up to it; false: stale, drop it. */
@@ -107,6 +108,7 @@ static int rnic_poll_locked(struct rnic_ucontext *uc, struct rnic_poll_cq *req,
 	unsigned long deadline;
 	struct rnic_cq *cq;
 	long left, slice;
+	bool slept_out = false;
 	int ret = 0;
 	u32 seq;
 
@@ -128,6 +130,8 @@ static int rnic_poll_locked(struct rnic_ucontext *uc, struct rnic_poll_cq *req,
 		seq = atomic_read(&nic->vec_seq[cq->vector]);
 		rnic_cq_arm(nic, cq);
 		*got = rnic_cq_poll(uc, cq, wcs, req->num_entries);
+		if (*got && slept_out)
+			rnic_fault_missed_irq(nic, cq->cqn);	/* a whole slice, no interrupt */
 		left = (long)(deadline - jiffies);
 		if (*got || left <= 0)
 			break;
@@ -138,6 +142,7 @@ static int rnic_poll_locked(struct rnic_ucontext *uc, struct rnic_poll_cq *req,
 				READ_ONCE(cq->dead) || test_bit(RNIC_NIC_GONE, &nic->flags),
 				slice);
 		mutex_lock(&uc->lock);
+		slept_out = left == 0;
 		if (uc->dead || !rnic_nic_alive_ratelimited(nic)) {
 			ret = -ENODEV;
 			break;

@@ -19,6 +19,7 @@
 #include <linux/slab.h>
 
 #include "rnic_dbpage.h"
+#include "rnic_fault.h"
 #include "rnic_verbs.h"
 
 #ifdef __BIG_ENDIAN
@@ -44,6 +45,7 @@ static const char *const rnic_cmd_err_names[] = {
 	[RNIC_CMD_ERR_STATE]		= "STATE",
 	[RNIC_CMD_ERR_NOT_FOUND]	= "NOT_FOUND",
 	[RNIC_CMD_ERR_DISABLED]		= "DISABLED",
+	[RNIC_CMD_ERR_FATAL]		= "FATAL",
 };
 
 static int rnic_cmd_errno(u32 status)
@@ -80,8 +82,10 @@ bool rnic_nic_alive(struct rnic_nic *nic)
 		return false;
 	if (!rnic_dev_reads_ones(&nic->rd, RNIC_REG_ID))
 		return true;
-	if (!test_and_set_bit(RNIC_NIC_GONE, &nic->flags))
+	if (!test_and_set_bit(RNIC_NIC_GONE, &nic->flags)) {
 		dev_err(nic_dev(nic), "RNIC not responding (ID register reads 0xffffffff): device gone, calls now fail with -ENODEV\n");
+		rnic_fault_gone(nic);
+	}
 	wake_up_all(&nic->rd.irq_wq);
 	return false;
 }
@@ -96,7 +100,10 @@ bool rnic_nic_alive_ratelimited(struct rnic_nic *nic)
 	if (time_before(jiffies, next))
 		return true;
 	WRITE_ONCE(nic->next_alive_check, jiffies + msecs_to_jiffies(RNIC_ALIVE_CHECK_MS));
-	return rnic_nic_alive(nic);
+	if (!rnic_nic_alive(nic))
+		return false;
+	rnic_fault_check_status(nic);	/* a fatal state whose interrupt never came */
+	return true;
 }
 
 /**
@@ -122,6 +129,11 @@ int rnic_cmd(struct rnic_nic *nic, u32 op, u32 index)
 		return 0;
 	if (status == 0xffffffff && !rnic_nic_alive(nic))
 		return -ENODEV;
+	status = rnic_fault_cmd_status(nic, op, index, status);	/* BUSY, FATAL: rnic_fault.c */
+	if (status == RNIC_CMD_OK)
+		return 0;
+	if (status == RNIC_CMD_BUSY)
+		return -ETIMEDOUT;
 
 	atomic64_inc(&nic->stats.cmd_errors);
 	dev_warn_ratelimited(nic_dev(nic), "command %s index %u failed: %s (%u)\n",
@@ -165,6 +177,8 @@ bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 	if (!err || err == 0xffffffff)
 		return false;
 	atomic64_inc(&nic->stats.async_errors);
+	if (rnic_fault_async(nic, err))
+		return true;
 	dev_warn_ratelimited(&rd->pdev->dev, "asynchronous error: %s, object %u\n",
 			     err >> 24 == RNIC_ASYNC_ERR_CQ_OVERFLOW ? "CQ overflow" :
 			     err >> 24 == RNIC_ASYNC_ERR_QP ? "QP entered ERROR" :

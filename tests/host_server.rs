@@ -50,7 +50,13 @@ impl Node {
     }
 
     fn client(&self, dev: &str) -> Client {
-        Client::new(&self.sock(dev)).expect("connecting to the server")
+        // The socket file appears at bind(), a moment before listen(): retry a refused connect.
+        let mut client = None;
+        wait_until(Duration::from_secs(10), || {
+            client = Client::new(&self.sock(dev)).ok();
+            client.is_some()
+        });
+        client.unwrap_or_else(|| Client::new(&self.sock(dev)).expect("connecting to the server"))
     }
 
     fn gpu_mem(&self) -> PathBuf {

@@ -176,6 +176,24 @@ enum Cmd {
         #[arg(long, value_name = "FILE", conflicts_with_all = ["follow", "record", "socket_dir"])]
         from: Option<PathBuf>,
     },
+    /// Inject a PCIe-side fault into a running node's RNIC (docs/faults.md), show its fault
+    /// state (`status`), or change its wire faults (`wire tx|rx drop=0.05 ...`, docs/fabric.md).
+    Fault {
+        /// The server's --socket-dir.
+        #[arg(long)]
+        socket_dir: PathBuf,
+        #[arg(long, default_value = "node0")]
+        node: String,
+        /// The RNIC (its id in the topology); default: the node's first.
+        #[arg(long)]
+        device: Option<String>,
+        /// The fault and its arguments: dma-read-fail|dma-write-fail|poison [count=N|always]
+        /// [addr=A len=L] [prob=P], cqe-delay ms=N, cqe-duplicate [deliver], msi-lost,
+        /// msi-spurious [vector=V], cmd-timeout, async [code=C index=I], fatal,
+        /// aer correctable|uncorrectable [bit=B], link down|up, flr-required, clear, seed S, status.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        fault: Vec<String>,
+    },
     /// Build (or refresh) the guest image: images/build.sh.
     Image,
     /// Print the C register header generated from the register contract.
@@ -322,6 +340,18 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             let topo = topology.map(|t| checks::topology(&t)).transpose()?;
             timing_cli::trace(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
+        }
+        Cmd::Fault { socket_dir, node, device, fault } => {
+            let request = match fault.split_first() {
+                Some((w, rest)) if w == "wire" => format!("faults {}", rest.join(" ")),
+                _ => format!("pcie {}{}", device.map(|d| format!("dev={d} ")).unwrap_or_default(), fault.join(" ")),
+            };
+            let reply = serve::control_request(&socket_dir, &node, &request)?;
+            match (reply["ok"].as_str(), reply["error"].as_str()) {
+                (Some(ok), _) => println!("{ok}"),
+                (_, Some(e)) => anyhow::bail!("node {node}: {e}"),
+                _ => println!("{reply}"),
+            }
         }
         Cmd::Image => image::build()?,
         Cmd::GenHeader => print!("{}", contract::c_header()),

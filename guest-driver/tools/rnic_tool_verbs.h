@@ -116,6 +116,8 @@ static inline const char *rv_qp_err_name(unsigned int r)
 #ifdef RNIC_QP_ERR_RETRY
 	case RNIC_QP_ERR_RETRY:		return "RETRY";
 #endif
+	case RNIC_QP_ERR_FATAL:		return "FATAL";
+	case RNIC_QP_ERR_POISONED:	return "POISONED";
 	default:			return "UNKNOWN";
 	}
 }

@@ -95,6 +95,7 @@ pub fn c_header() -> String {
     c_define(&mut o, "RNIC_CAP_VERBS", format!("{:#x}", regs::rnic::CAP_VERBS), "RNIC_REG_CAPS bit");
     c_define(&mut o, "RNIC_STATUS_ERROR", format!("{:#x}", regs::rnic::STATUS_ERROR), "RNIC_REG_STATUS bit");
     c_define(&mut o, "RNIC_STATUS_FATAL", format!("{:#x}", regs::rnic::STATUS_FATAL), "RNIC_REG_STATUS bit (minor 5)");
+    c_define(&mut o, "RNIC_STATUS_FLR_REQUIRED", format!("{:#x}", regs::rnic::STATUS_FLR_REQUIRED), "RNIC_REG_STATUS bit (minor 6)");
     c_define(&mut o, "RNIC_DB_OBJECT_SHIFT", regs::rnic::DB_OBJECT_SHIFT.to_string(), "doorbells/CQ_ARM: object [31:16]");
     c_define(&mut o, "RNIC_CMD_OP_SHIFT", regs::rnic::CMD_OP_SHIFT.to_string(), "RNIC_REG_CMD: op [31:24], index [23:0]");
     c_define(&mut o, "RNIC_STATS_BASE", format!("{:#x}", regs::rnic::STATS_BASE), "64-bit RO counters");
@@ -179,6 +180,7 @@ fn md_bits(o: &mut String) {
         ("RNIC_REG_STATUS", "RNIC_STATUS_DMA_ENABLED", r::STATUS_DMA_ENABLED, "mirrors DMA_CTRL bit 0"),
         ("RNIC_REG_STATUS", "RNIC_STATUS_ERROR", r::STATUS_ERROR, "RNIC_REG_LAST_ERROR holds an error; reading it clears both"),
         ("RNIC_REG_STATUS", "RNIC_STATUS_FATAL", r::STATUS_FATAL, "the engine failed internally; until a device reset (minor 5, docs/verbs.md §5.1)"),
+        ("RNIC_REG_STATUS", "RNIC_STATUS_FLR_REQUIRED", r::STATUS_FLR_REQUIRED, "acts as FATAL; only an FLR clears it, not RNIC_REG_RESET (minor 6, docs/faults.md)"),
         ("DMA_CTRL", "RNIC_DMA_CTRL_ENABLE", r::DMA_CTRL_ENABLE, "engine enable: clear, the device starts no DMA except for commands"),
         ("DMA_CTRL", "RNIC_DMA_CTRL_INT_ENABLE", r::DMA_CTRL_INT_ENABLE, "completion and async-error interrupts"),
         ("DMA_CTRL", "RNIC_DMA_CTRL_DB_PAGE", r::DMA_CTRL_DB_PAGE, "take indices from the doorbell page (minor 3)"),

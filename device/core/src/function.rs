@@ -55,6 +55,15 @@ pub trait PciFunction: Send {
     fn disconnect(&mut self) {
         self.reset();
     }
+    /// A configuration read as the client sees it (the RNIC returns all-ones while its
+    /// link is down, docs/faults.md).
+    fn config_read(&mut self, offset: usize, data: &mut [u8]) {
+        self.config().read(offset, data);
+    }
+    /// Whether configuration writes are dropped (link down).
+    fn link_down(&self) -> bool {
+        false
+    }
     /// Called after every configuration-space change (write, FLR, reset), so a function
     /// can publish where its BARs now decode.
     fn config_written(&mut self) {}

@@ -4,6 +4,7 @@
 //! - [`regs`], [`regfile`], [`contract`]: the register contract and its C/Markdown renderings.
 //! - [`pci`]: configuration space and capabilities; [`msix`]: interrupts; [`shm`]: shared
 //!   memory; [`doorbell`]: the doorbell page; [`ratelimit`]: guest-triggered log lines.
+//! - [`fault`]: PCIe-side fault injection (docs/faults.md).
 //! - [`mem`]: the client's DMA maps, the DMA router and the segment accesses.
 //! - [`verbs`]: the verbs engine (requester, responder, completer, transports); [`fabric`]:
 //!   the RoCEv2 wire format.
@@ -16,6 +17,7 @@
 //! these models over vfio-user and the fabric sockets, and the `rnic-emu` command
 //! orchestrates QEMU and the servers.
 pub mod contract;
+pub mod fault;
 pub mod doorbell;
 pub mod fabric;
 pub mod function;

@@ -11,7 +11,8 @@
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use crate::fault::PcieFaults;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
@@ -35,11 +36,18 @@ pub struct Interrupts {
     count: usize,
     vectors: Mutex<Vec<Option<File>>>,
     raised: AtomicU64,
+    /// PCIe-side faults: a message may be lost on the way (docs/faults.md).
+    faults: Arc<PcieFaults>,
 }
 
 impl Interrupts {
     pub fn new(count: u16) -> Self {
-        Interrupts { count: usize::from(count), vectors: Mutex::new((0..count).map(|_| None).collect()), raised: AtomicU64::new(0) }
+        Self::with_faults(count, Arc::default())
+    }
+
+    /// Interrupts whose messages pass through `faults` (msi-lost, link down).
+    pub fn with_faults(count: u16, faults: Arc<PcieFaults>) -> Self {
+        Interrupts { count: usize::from(count), vectors: Mutex::new((0..count).map(|_| None).collect()), raised: AtomicU64::new(0), faults }
     }
 
     pub fn count(&self) -> usize {
@@ -107,7 +115,17 @@ impl Interrupts {
     }
 
     /// Raises `vector`; returns false when it has no eventfd (not enabled) or is out of range.
+    /// A message the fault state loses counts as raised (the device sent it) but never
+    /// reaches the eventfd.
     pub fn trigger(&self, vector: usize) -> bool {
+        if !self.faults.irq_delivered(vector) {
+            return self.lock().get(vector).is_some_and(Option::is_some);
+        }
+        self.inject(vector)
+    }
+
+    /// Raises `vector` past the fault hook (a spurious message is injected this way).
+    pub fn inject(&self, vector: usize) -> bool {
         let mut vectors = self.lock();
         let Some(Some(fd)) = vectors.get_mut(vector) else {
             return false;

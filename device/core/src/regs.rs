@@ -66,7 +66,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0005;
+pub const CONTRACT_VERSION: u32 = 0x0001_0006;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -80,6 +80,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0003, "Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES."),
     (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write."),
     (0x0001_0005, "Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers."),
+    (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -153,6 +154,9 @@ pub mod rnic {
     /// answer CMD_ERR_FATAL and doorbells are dropped until a device reset (RNIC_REG_RESET,
     /// FLR or vfio-user reset) clears it.
     pub const STATUS_FATAL: u64 = 1 << 3;
+    /// `RNIC_REG_STATUS` bit (minor 6): the function needs a Function Level Reset; it acts
+    /// as FATAL, and RNIC_REG_RESET does not clear it (FLR or a vfio-user reset does).
+    pub const STATUS_FLR_REQUIRED: u64 = 1 << 4;
     /// `DMA_CTRL` bit 0: DMA engine enable (work requests wait while it is clear).
     pub const DMA_CTRL_ENABLE: u64 = 1 << 0;
     /// `DMA_CTRL` bit 1: completion interrupts enable (armed CQs raise their MSI-X vector).
@@ -210,7 +214,7 @@ pub mod rnic {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010005, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010006, writable 0x0;
         /// Capability bits (CAP_*).
         RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x3f, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
@@ -287,7 +291,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010005, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010006, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.

@@ -23,9 +23,12 @@ use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Engine, Shared, Tables};
 use crate::verbs::stats::{Stats, COUNTERS};
 use crate::verbs::worker::{Driver, EngineSlot, Event, Mailbox};
+use crate::fault::PcieFaults;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+mod faults;
 
 pub struct Rnic {
     name: String,
@@ -43,6 +46,8 @@ pub struct Rnic {
     address: Option<Ipv4Addr>,
     /// BAR2: the doorbell page, shared memory the guest maps directly.
     dbpage: DoorbellPage,
+    /// PCIe-side faults (docs/faults.md; `faults.rs`).
+    faults: Arc<PcieFaults>,
 }
 
 /// Byte range of the statistics counters in BAR0.
@@ -62,17 +67,20 @@ impl Rnic {
         ];
         let dbpage = DoorbellPage::new(Arc::new(SharedMemory::memfd(&format!("rnic-emu-{name}-dbpage"), RNIC_DB_BAR_SIZE)?));
         let caps = capabilities(dev);
-        let irqs = Arc::new(Interrupts::new(vectors));
+        let faults = Arc::new(PcieFaults::default());
+        let irqs = Arc::new(Interrupts::with_faults(vectors, faults.clone()));
         let dma = Arc::new(RwLock::new(DmaMaps::default()));
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
         let fatal = Arc::new(AtomicBool::new(false));
-        let router = Arc::new(Router::new(dma.clone(), peers, stats.clone()));
+        let router = Arc::new(Router { faults: faults.clone(), ..Router::new(dma.clone(), peers, stats.clone()) });
         let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone() };
-        let engine = EngineSlot::Inline(Box::new(Driver::new(Engine::new(name.clone(), shared), Some(dbpage.clone()))));
+        let mut verbs = Engine::new(name.clone(), shared);
+        verbs.set_faults(faults.clone());
+        let engine = EngineSlot::Inline(Box::new(Driver::new(verbs, Some(dbpage.clone()))));
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, fatal, engine, router, address, dbpage };
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, fatal, engine, router, address, dbpage, faults };
         rnic.reset();
         Ok(rnic)
     }
@@ -125,6 +133,9 @@ impl Rnic {
         if self.fatal.load(Ordering::SeqCst) {
             status |= STATUS_FATAL;
         }
+        if self.faults.flr_required() {
+            status |= STATUS_FATAL | STATUS_FLR_REQUIRED;
+        }
         self.regs.set(RNIC_REG_STATUS, status);
     }
 
@@ -165,6 +176,9 @@ impl Rnic {
     /// register were written (its high half is expected next).
     fn on_register_write(&mut self, reg: u64, value: u64, low_half: bool) {
         match reg {
+            RNIC_REG_RESET if self.faults.flr_required() => {
+                crate::guest_warn!("{}: RNIC_REG_RESET ignored: the function needs a Function Level Reset", self.name);
+            }
             RNIC_REG_RESET if value == RESET_MAGIC => {
                 log::info!("{}: reset through RNIC_REG_RESET", self.name);
                 self.reset();
@@ -212,6 +226,10 @@ impl Rnic {
                     }
                 }
             }
+            RNIC_REG_CMD if self.faults.take_cmd_timeout() => {
+                crate::guest_warn!("{}: command {value:#x} never completes (cmd-timeout fault): CMD_STATUS stays BUSY until a reset", self.name);
+                self.regs.set(RNIC_REG_CMD_STATUS, u64::from(crate::verbs::abi::CMD_BUSY));
+            }
             RNIC_REG_CMD => {
                 let (op, index) = ((value >> CMD_OP_SHIFT) as u32, (value & CMD_INDEX_MASK) as u32);
                 let tables = self.tables();
@@ -248,6 +266,10 @@ impl PciFunction for Rnic {
     }
 
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        if self.faults.link_down() {
+            data.fill(0xff); // no completion from a removed device: the root port answers all-ones
+            return;
+        }
         if bar == RNIC_DB_BAR {
             // A client that does not mmap the page reaches it through the socket.
             shm_bar_read(self, self.dbpage.memory(), bar, offset, data);
@@ -271,6 +293,9 @@ impl PciFunction for Rnic {
     }
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if self.faults.link_down() {
+            return;
+        }
         if bar == RNIC_DB_BAR {
             shm_bar_write(self, self.dbpage.memory(), bar, offset, data);
             return;
@@ -296,18 +321,37 @@ impl PciFunction for Rnic {
         &self.dma
     }
 
+    /// FLR, vfio-user reset, RNIC_REG_RESET (refused earlier while an FLR is required).
     fn reset(&mut self) {
+        self.faults.set_flr_required(false);
         self.disconnect();
         self.stats.reset();
     }
 
     fn disconnect(&mut self) {
+        self.faults.on_reset();
         self.engine.reset(&self.router);
         self.reset_registers();
     }
 
+    fn config_read(&mut self, offset: usize, data: &mut [u8]) {
+        self.sync_aer();
+        if self.faults.link_down() {
+            data.fill(0xff);
+            return;
+        }
+        self.config.read(offset, data);
+    }
+
+    fn link_down(&self) -> bool {
+        self.faults.link_down()
+    }
+
+    /// The device counters, then the fault counters (host side only).
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        self.stats.snapshot()
+        let mut all = self.stats.snapshot();
+        all.extend(self.faults.snapshot());
+        all
     }
 
     fn guest_error(&self) {
@@ -316,9 +360,14 @@ impl PciFunction for Rnic {
 
     /// `trace [qp=N] [since=N]` (recent WQEs as JSON) and `trace on|off`: the device's
     /// WQE trace (docs/timing.md).
+    /// `pcie ...`: PCIe-side fault injection (docs/faults.md).
     fn control(&mut self, request: &str) -> Option<Result<String, String>> {
         let mut words = request.split_whitespace();
-        if words.next() != Some("trace") {
+        let first = words.next();
+        if first == Some("pcie") {
+            return self.fault_control(&words.collect::<Vec<_>>());
+        }
+        if first != Some("trace") {
             return None;
         }
         Some(self.stats.trace.control(&words.collect::<Vec<_>>().join(" ")))

@@ -86,13 +86,16 @@ pub struct Faults {
     pub delay_us: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeFaults {
     pub tx: Faults,
     pub rx: Faults,
-    /// Seed of the fault generator, so a failing run reproduces.
+    /// Seed of the fault generators (wire and PCIe), so a failing run reproduces.
     pub seed: u64,
+    /// PCIe-side faults armed on the node's RNICs from the start, in the form
+    /// `rnic-emu fault` takes (docs/faults.md), e.g. `"dma-write-fail count=2"`.
+    pub pcie: Vec<String>,
 }
 
 impl Faults {
@@ -272,6 +275,13 @@ impl Topology {
     fn validate_node(&self, node: &Node) -> Result<(), TopologyError> {
         let err = |m: String| self.invalid(format!("node {}: {m}", node.name));
         node.faults.tx.validate().and(node.faults.rx.validate()).map_err(&err)?;
+        for text in &node.faults.pcie {
+            match crate::fault::spec::parse(text.split_whitespace()) {
+                Ok(crate::fault::Fault::Arm(_)) => {}
+                Ok(_) => return Err(err(format!("faults.pcie '{text}': only faults that are armed (dma-*, poison, cqe-*, msi-lost, cmd-timeout) go in a topology"))),
+                Err(e) => return Err(err(format!("faults.pcie '{text}': {e}"))),
+            }
+        }
         let mut ports: HashMap<&str, &Port> = HashMap::new();
         for p in &node.ports {
             if !is_ident(&p.id) || ports.insert(&p.id, p).is_some() {

@@ -86,6 +86,7 @@ impl NodeDevices {
             let address = (topo.nodes.len() > 1).then(|| topo.address(index));
             let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
             anyhow::ensure!(rnic.trace_into(io.clone()), "the RNIC's router is already shared");
+            rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
                     FabricPort::bind(a, &node.faults, opts.pcap.as_deref(), rnic.stats_block())

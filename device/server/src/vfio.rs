@@ -155,9 +155,7 @@ impl ServerBackend for Backend {
         let mut f = lock(&self.f);
         let bar = self.check(&*f, "read", region, offset, data.len())?;
         match bar {
-            None => {
-                f.config().read(offset as usize, data);
-            }
+            None => f.config_read(offset as usize, data),
             Some(bar) => f.bar_read(bar, offset, data),
         }
         self.io.mmio(&self.name, self.kind, bar, offset, data, false, Some(f.config()));
@@ -170,6 +168,7 @@ impl ServerBackend for Backend {
         // Before its effect: the DMA a doorbell or command starts comes after it in the trace.
         self.io.mmio(&self.name, self.kind, bar, offset, data, true, Some(f.config()));
         match bar {
+            None if f.link_down() => log::debug!("{}: configuration write dropped: link down", f.name()),
             None => {
                 let fx = f.config_mut().write(offset as usize, data).unwrap_or_default();
                 if fx.flr {

@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010005   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010006   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -23,6 +23,7 @@
  *   1.3: Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES.
  *   1.4: Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write.
  *   1.5: Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers.
+ *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -43,7 +44,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10005: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10006: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x3f: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -77,7 +78,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10005: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10006: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -97,6 +98,7 @@
 #define RNIC_CAP_VERBS               0x4          /* RNIC_REG_CAPS bit */
 #define RNIC_STATUS_ERROR            0x4          /* RNIC_REG_STATUS bit */
 #define RNIC_STATUS_FATAL            0x8          /* RNIC_REG_STATUS bit (minor 5) */
+#define RNIC_STATUS_FLR_REQUIRED     0x10         /* RNIC_REG_STATUS bit (minor 6) */
 #define RNIC_DB_OBJECT_SHIFT         16           /* doorbells/CQ_ARM: object [31:16] */
 #define RNIC_CMD_OP_SHIFT            24           /* RNIC_REG_CMD: op [31:24], index [23:0] */
 #define RNIC_STATS_BASE              0x4000       /* 64-bit RO counters */
@@ -211,7 +213,7 @@
 #define RNIC_WC_REM_OP_ERR           0xb          /* remote operation error */
 #define RNIC_WC_RETRY_EXC_ERR        0xc          /* transport retries exhausted */
 #define RNIC_WC_RNR_RETRY_EXC_ERR    0xd          /* receiver not ready: retries exhausted */
-#define RNIC_WC_FATAL_ERR            0x13         /* fatal error (DMA to an unmapped address) */
+#define RNIC_WC_FATAL_ERR            0x13         /* fatal error (DMA to an unmapped address, a failed or poisoned DMA: see the syndrome) */
 #define RNIC_ACCESS_LOCAL_WRITE      0x1          /* MR: the device may write it for local operations */
 #define RNIC_ACCESS_REMOTE_WRITE     0x2          /* MR/QP: remote RDMA WRITE allowed */
 #define RNIC_ACCESS_REMOTE_READ      0x4          /* MR/QP: remote RDMA READ allowed */
@@ -237,6 +239,7 @@
 #define RNIC_CMD_ERR_NOT_FOUND       0x7          /* object does not exist */
 #define RNIC_CMD_ERR_DISABLED        0x8          /* the engine is not running */
 #define RNIC_CMD_ERR_FATAL           0x9          /* the engine failed internally (STATUS_FATAL): reset the device */
+#define RNIC_CMD_BUSY                0xa          /* the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset */
 #define RNIC_QP_ERR_NONE             0x0          /* QP error reason */
 #define RNIC_QP_ERR_MODIFY           0x1          /* moved to ERROR by the driver */
 #define RNIC_QP_ERR_BAD_WQE          0x2          /* malformed WQE (opcode, SGE count, inline length) */
@@ -250,10 +253,14 @@
 #define RNIC_QP_ERR_APERTURE         0xa          /* DMA to a GPU BAR1 that no BAR1_APERTURE slot names */
 #define RNIC_QP_ERR_RETRY            0xb          /* transport retries exhausted (timeouts or sequence NAKs) */
 #define RNIC_QP_ERR_FATAL            0xc          /* the engine failed internally (STATUS_FATAL) */
+#define RNIC_QP_ERR_POISONED         0xd          /* a DMA read returned poisoned data (AER Poisoned TLP Received) */
 #define RNIC_ASYNC_ERR_CQ_OVERFLOW   0x1          /* RNIC_REG_LAST_ERROR code: CQ overflow */
 #define RNIC_ASYNC_ERR_QP            0x2          /* RNIC_REG_LAST_ERROR code: a QP entered ERROR */
 #define RNIC_ASYNC_ERR_APERTURE      0x3          /* RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1 */
 #define RNIC_ASYNC_ERR_FATAL         0x4          /* RNIC_REG_LAST_ERROR code: the engine failed internally (STATUS_FATAL set until reset) */
+#define RNIC_ASYNC_ERR_INJECTED      0x5          /* RNIC_REG_LAST_ERROR code: an asynchronous event with no device state behind it (fault injection) */
+#define RNIC_ASYNC_ERR_AER           0x6          /* RNIC_REG_LAST_ERROR code: an AER error was logged; index 0 correctable, 1 non-fatal, 2 fatal (read the AER capability) */
+#define RNIC_ASYNC_ERR_FLR_REQUIRED  0x7          /* RNIC_REG_LAST_ERROR code: the function needs a Function Level Reset (STATUS_FLR_REQUIRED) */
 
 /* Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the queue's stride (64, 128 or 256 bytes). */
 struct rnic_wqe {

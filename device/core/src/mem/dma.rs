@@ -38,6 +38,10 @@ pub enum DmaError {
     Unmapped { addr: u64, len: usize },
     #[error("DMA at {addr:#x} targets a GPU BAR1 that no BAR1_APERTURE slot names")]
     Aperture { addr: u64 },
+    #[error("DMA of {len} bytes at {addr:#x} failed (injected fault or link down)")]
+    Injected { addr: u64, len: usize },
+    #[error("DMA read at {addr:#x} returned poisoned data (injected fault)")]
+    Poisoned { addr: u64 },
 }
 
 #[derive(Clone)]

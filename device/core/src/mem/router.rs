@@ -12,6 +12,7 @@
 use super::access::{DmaTag, GuestMem, PciePath};
 use crate::iotrace::IoTrace;
 use super::dma::{DmaError, DmaMaps, MapSet};
+use crate::fault::{Dir, DmaAction, PcieFaults};
 use crate::regs::rnic::APERTURE_SLOTS;
 use crate::shm::SharedMemory;
 pub use crate::topology::P2pPath;
@@ -102,6 +103,8 @@ pub struct Router {
     /// The node's MMIO/DMA trace and the name the RNIC's DMAs are recorded under.
     pub io: Arc<IoTrace>,
     pub io_name: Arc<str>,
+    /// The function's PCIe-side faults, asked before every access (docs/faults.md).
+    pub faults: Arc<PcieFaults>,
 }
 
 /// Where an access lands.
@@ -113,7 +116,7 @@ enum Target<'a> {
 
 impl Router {
     pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
-        Router { dma, peers, apertures: Arc::new(Default::default()), stats, io: Arc::default(), io_name: Arc::from("") }
+        Router { dma, peers, apertures: Arc::new(Default::default()), stats, io: Arc::default(), io_name: Arc::from(""), faults: Arc::default() }
     }
 
     /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
@@ -184,22 +187,42 @@ impl RouterView<'_> {
     }
 }
 
+/// The fault hook of one access: Err when it fails, Ok(true) when a read is poisoned.
+fn fault_hook(faults: &PcieFaults, dir: Dir, addr: u64, len: usize) -> Result<bool, DmaError> {
+    match faults.dma(dir, addr, len) {
+        DmaAction::Pass => Ok(false),
+        DmaAction::Fail => Err(DmaError::Injected { addr, len }),
+        DmaAction::Poison => Ok(true),
+    }
+}
+
+/// What a poisoned read delivers: the data with every byte inverted.
+fn poison(buf: &mut [u8]) {
+    buf.iter_mut().for_each(|b| *b = !*b);
+}
+
 impl GuestMem for RouterView<'_> {
     fn tag(&self, tag: DmaTag) {
         self.tag.set(tag);
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
+        let poisoned = fault_hook(&self.router.faults, Dir::Read, addr, buf.len())?;
         let (slices, path, _busy) = self.traced(addr, buf.len(), false, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
         for s in slices {
             s.copy_to(&mut buf[done..done + s.len()]);
             done += s.len();
         }
+        if poisoned {
+            poison(buf);
+            return Err(DmaError::Poisoned { addr });
+        }
         Ok(path)
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
+        fault_hook(&self.router.faults, Dir::Write, addr, buf.len())?;
         let (slices, path, _busy) = self.traced(addr, buf.len(), true, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
         for s in slices {
@@ -210,9 +233,22 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
+        let poisoned = fault_hook(&self.router.faults, Dir::Read, src, len)?;
+        fault_hook(&self.router.faults, Dir::Write, dst, len)?;
         let (from, sp, _src_busy) = self.traced(src, len, false, self.slices(src, len), |s| s.1)?;
         let (to, dp, _dst_busy) = self.traced(dst, len, true, self.slices(dst, len), |s| s.1)?;
         super::dma::copy_slices(&from, &to);
+        if poisoned {
+            // The poisoned data is forwarded (the destination gets it corrupted), and the
+            // access reports the poison so the operation completes in error.
+            for s in &to {
+                let mut b = vec![0u8; s.len()];
+                s.copy_to(&mut b[..]);
+                poison(&mut b);
+                s.copy_from(&b[..]);
+            }
+            return Err(DmaError::Poisoned { addr: src });
+        }
         Ok((sp, dp))
     }
 
@@ -265,6 +301,34 @@ mod tests {
         mover.join().unwrap();
         assert_eq!(window.get().map(|w| w.0), Some(0x9000_0000));
         assert!(window.enter(0x8000_0000).is_none() && window.enter(0x9000_0000).is_some());
+    }
+
+    #[test]
+    fn injected_faults_fail_or_poison_accesses() {
+        let (r, _window, m) = router();
+        let v = r.view();
+        let arm = |text: &str| match crate::fault::spec::parse(text.split_whitespace()) {
+            Ok(crate::fault::Fault::Arm(rule)) => r.faults.arm(rule),
+            other => panic!("{text}: {other:?}"),
+        };
+        m.ram.write(0x100, b"data").unwrap();
+        arm("dma-write-fail addr=0x10000200 len=4");
+        assert_eq!(v.copy(0x1000_0100, 0x1000_0200, 4), Err(DmaError::Injected { addr: 0x1000_0200, len: 4 }));
+        let mut b = [0u8; 4];
+        m.ram.read(0x200, &mut b).unwrap();
+        assert_eq!(b, [0; 4], "nothing written");
+        arm("poison");
+        assert_eq!(v.copy(0x1000_0100, 0x1000_0200, 4), Err(DmaError::Poisoned { addr: 0x1000_0100 }));
+        m.ram.read(0x200, &mut b).unwrap();
+        assert_eq!(b, [!b'd', !b'a', !b't', !b'a'], "the poisoned bytes are forwarded");
+        arm("poison");
+        assert_eq!(v.read(0x1000_0100, &mut b), Err(DmaError::Poisoned { addr: 0x1000_0100 }));
+        assert_eq!(b, [!b'd', !b'a', !b't', !b'a']);
+        assert_eq!(r.faults.take_aer(), (0, 1 << crate::fault::AER_UNCOR_POISONED), "AER Poisoned TLP Received");
+        arm("dma-read-fail");
+        assert!(v.read(0x1000_0100, &mut b).is_err());
+        assert_eq!(v.read(0x1000_0100, &mut b), Ok(PciePath::Host), "count=1");
+        assert_eq!(&b, b"data");
     }
 
     #[test]

@@ -242,6 +242,48 @@ impl ConfigSpace {
         self.wmask[off..off + 4].copy_from_slice(&v.to_le_bytes());
     }
 
+    /// Sets bits of a register directly, past the write masks: the device itself latching
+    /// an error status (AER, Device Status). Out-of-range offsets are ignored.
+    pub fn latch32(&mut self, off: usize, bits: u32) {
+        if let Some(b) = off.checked_add(4).and_then(|end| self.data.get_mut(off..end)) {
+            let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) | bits;
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// Replaces the bits `mask` of a register with `value` (a device-owned field such as
+    /// AER's First Error Pointer). Out-of-range offsets are ignored.
+    pub fn set_field32(&mut self, off: usize, mask: u32, value: u32) {
+        if let Some(b) = off.checked_add(4).and_then(|end| self.data.get_mut(off..end)) {
+            let v = (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & !mask) | (value & mask);
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// Offset of the PCI Express capability, if present.
+    pub fn pcie_capability(&self) -> Option<usize> {
+        self.pcie_cap
+    }
+
+    /// Offset of extended capability `id` (PCIe Base 5.0 §7.6.3), walking from 0x100.
+    pub fn extended_capability(&self, id: u16) -> Option<usize> {
+        let mut at = 0x100;
+        for _ in 0..(CONFIG_SPACE_SIZE - 0x100) / 4 {
+            let header = self.get32(at);
+            if header == 0 {
+                return None;
+            }
+            if header as u16 == id {
+                return Some(at);
+            }
+            at = (header >> 20) as usize;
+            if at < 0x100 || at + 4 > CONFIG_SPACE_SIZE {
+                return None;
+            }
+        }
+        None
+    }
+
     pub fn bars(&self) -> &[BarDef] {
         &self.bars
     }

@@ -277,7 +277,7 @@ abi_consts!(WC_STATUS: u8 {
     WC_REM_OP_ERR = 11, "remote operation error";
     WC_RETRY_EXC_ERR = 12, "transport retries exhausted";
     WC_RNR_RETRY_EXC_ERR = 13, "receiver not ready: retries exhausted";
-    WC_FATAL_ERR = 19, "fatal error (DMA to an unmapped address)";
+    WC_FATAL_ERR = 19, "fatal error (DMA to an unmapped address, a failed or poisoned DMA: see the syndrome)";
 });
 
 abi_consts!(ACCESS: u8 {
@@ -315,6 +315,7 @@ abi_consts!(CMD_STATUS: u32 {
     CMD_ERR_NOT_FOUND = 7, "object does not exist";
     CMD_ERR_DISABLED = 8, "the engine is not running";
     CMD_ERR_FATAL = 9, "the engine failed internally (STATUS_FATAL): reset the device";
+    CMD_BUSY = 10, "the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset";
 });
 
 abi_consts!(QP_ERRORS: u8 {
@@ -331,6 +332,7 @@ abi_consts!(QP_ERRORS: u8 {
     QP_ERR_APERTURE = 10, "DMA to a GPU BAR1 that no BAR1_APERTURE slot names";
     QP_ERR_RETRY = 11, "transport retries exhausted (timeouts or sequence NAKs)";
     QP_ERR_FATAL = 12, "the engine failed internally (STATUS_FATAL)";
+    QP_ERR_POISONED = 13, "a DMA read returned poisoned data (AER Poisoned TLP Received)";
 });
 
 abi_consts!(ASYNC_ERRORS: u32 {
@@ -338,6 +340,9 @@ abi_consts!(ASYNC_ERRORS: u32 {
     ASYNC_ERR_QP = 2, "RNIC_REG_LAST_ERROR code: a QP entered ERROR";
     ASYNC_ERR_APERTURE = 3, "RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1";
     ASYNC_ERR_FATAL = 4, "RNIC_REG_LAST_ERROR code: the engine failed internally (STATUS_FATAL set until reset)";
+    ASYNC_ERR_INJECTED = 5, "RNIC_REG_LAST_ERROR code: an asynchronous event with no device state behind it (fault injection)";
+    ASYNC_ERR_AER = 6, "RNIC_REG_LAST_ERROR code: an AER error was logged; index 0 correctable, 1 non-fatal, 2 fatal (read the AER capability)";
+    ASYNC_ERR_FLR_REQUIRED = 7, "RNIC_REG_LAST_ERROR code: the function needs a Function Level Reset (STATUS_FLR_REQUIRED)";
 });
 
 /// Every constant group, in header order.

@@ -16,8 +16,11 @@ use super::stats::{Counter, Stats};
 use super::wqe::read_header;
 use crate::mem::dma::DmaError;
 use crate::msix::Interrupts;
+use crate::fault::{Count, PcieFaults};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Largest message: 2^31 bytes (IBA 9.4.1).
 pub const MAX_MSG: u64 = 1 << 31;
@@ -52,14 +55,25 @@ pub fn dma_fault(stats: &Stats, e: &DmaError) -> Failure {
         return fail(WC_FATAL_ERR, QP_ERR_APERTURE);
     }
     stats.inc(Counter::DmaErrors);
+    if matches!(e, DmaError::Poisoned { .. }) {
+        return fail(WC_FATAL_ERR, QP_ERR_POISONED);
+    }
     fail(WC_FATAL_ERR, QP_ERR_DMA)
 }
+
+/// Most CQEs a completion delay holds back; past it they are released early.
+const MAX_HELD: usize = 1 << 16;
 
 /// The completion queues and everything a completion or a QP error notifies.
 pub struct Cqs {
     pub cqs: Vec<Option<Cq>>,
     pub shared: Shared,
     pub int_enabled: bool,
+    /// PCIe-side faults on the completion path (cqe-delay, cqe-duplicate).
+    pub faults: Arc<PcieFaults>,
+    /// CQEs a completion delay holds back, in order, until `hold_until`.
+    pub held: VecDeque<(u32, Cqe)>,
+    pub hold_until: Option<Instant>,
 }
 
 impl Cqs {
@@ -75,9 +89,56 @@ impl Cqs {
         &self.shared.stats
     }
 
+    pub fn new(count: usize, shared: Shared) -> Cqs {
+        Cqs { cqs: vec![None; count], shared, int_enabled: false, faults: Arc::default(), held: VecDeque::new(), hold_until: None }
+    }
+
     /// Writes a CQE to `cqn` (owner byte last) and raises the CQ's vector if armed.
     /// Returns false when the CQE could not be delivered (no CQ, overflow, DMA error).
+    ///
+    /// Fault hooks (docs/faults.md): a completion delay holds this CQE and every later one
+    /// (order is kept) until it expires ([`Cqs::release_held`]); a duplicate attempt after
+    /// the write is detected and dropped, or with `deliver` written into the next free
+    /// slot: never into one the driver has not consumed (overflow rules apply).
     pub fn complete(&mut self, name: &str, mem: &dyn GuestMem, cqn: u32, cqe: Cqe) -> bool {
+        if self.hold_until.is_none() {
+            self.hold_until = self.faults.cqe_delay().map(|d| Instant::now() + d);
+        }
+        if self.hold_until.is_some() && self.get(cqn).is_some() && self.held.len() < MAX_HELD {
+            self.held.push_back((cqn, cqe));
+            return true;
+        }
+        let ok = self.write_cqe(name, mem, cqn, cqe);
+        match self.faults.cqe_duplicate() {
+            Some(true) if ok => {
+                crate::guest_warn!("{name}: CQ {cqn}: duplicate CQE for QP {} wr_id {:#x} written (fault, no duplicate check)", cqe.qpn, cqe.wr_id);
+                self.write_cqe(name, mem, cqn, cqe);
+            }
+            Some(false) if ok => {
+                self.faults.count(Count::FaultCqeDuplicateDropped);
+                crate::guest_warn!("{name}: CQ {cqn}: second completion of QP {} wr_id {:#x} detected and dropped", cqe.qpn, cqe.wr_id);
+            }
+            _ => {}
+        }
+        ok
+    }
+
+    /// Writes the CQEs a completion delay held, once it has expired (or `now`). True if
+    /// any was written.
+    pub fn release_held(&mut self, name: &str, mem: &dyn GuestMem, now: bool) -> bool {
+        match self.hold_until {
+            Some(t) if now || Instant::now() >= t => {}
+            _ => return false,
+        }
+        self.hold_until = None;
+        let held = std::mem::take(&mut self.held);
+        for (cqn, cqe) in &held {
+            self.write_cqe(name, mem, *cqn, *cqe);
+        }
+        !held.is_empty()
+    }
+
+    fn write_cqe(&mut self, name: &str, mem: &dyn GuestMem, cqn: u32, cqe: Cqe) -> bool {
         let Some(cq) = self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) else {
             crate::guest_warn!("{name}: completion for missing CQ {cqn} dropped");
             return false;

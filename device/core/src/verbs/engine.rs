@@ -136,7 +136,7 @@ impl Engine {
             name,
             qps: vec![Qp::new(); MAX_QP as usize],
             roles: vec![Roles::default(); MAX_QP as usize],
-            cqs: Cqs { cqs: vec![None; MAX_CQ as usize], shared: shared.clone(), int_enabled: false },
+            cqs: Cqs::new(MAX_CQ as usize, shared.clone()),
             mrs: MrTable::new(MAX_MR as usize),
             tables: Tables::default(),
             enabled: true,
@@ -146,6 +146,11 @@ impl Engine {
             scratch: Packet::default(),
             loopq: VecDeque::new(),
         }
+    }
+
+    /// The function's PCIe-side faults, for the completion path (docs/faults.md).
+    pub fn set_faults(&mut self, faults: Arc<crate::fault::PcieFaults>) {
+        self.cqs.faults = faults;
     }
 
     /// Attaches the node's fabric port.
@@ -163,6 +168,8 @@ impl Engine {
         self.tables = Tables::default();
         self.enabled = true;
         self.cqs.int_enabled = false;
+        self.cqs.held.clear();
+        self.cqs.hold_until = None;
         self.shared.last_error.store(0, Ordering::SeqCst);
     }
 
@@ -172,6 +179,7 @@ impl Engine {
     /// flight are dropped. No async error per QP: the caller latches one fatal error.
     pub fn fail_all(&mut self, mem: &dyn GuestMem) {
         self.loopq.clear();
+        self.cqs.release_held(&self.name, mem, true);
         let Engine { qps, cqs, mrs, name, enabled, roles, .. } = self;
         for (qpn, qp) in qps.iter_mut().enumerate() {
             if qp.state == QpState::Reset {
@@ -553,7 +561,7 @@ impl Engine {
 
     /// Runs every runnable QP for a while; returns whether anything happened.
     pub fn run(&mut self, mem: &dyn GuestMem, budget: usize) -> bool {
-        let mut progress = false;
+        let mut progress = self.cqs.release_held(&self.name, mem, false);
         let n = self.qps.len();
         for k in 0..n {
             let qpn = ((self.next_qp + k) % n) as u32;
@@ -677,7 +685,7 @@ impl Engine {
             return None; // nothing runs until DMA_CTRL enables the engine again
         }
         let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
-        rts.filter_map(|(_, r)| r.req.deadline()).min()
+        rts.filter_map(|(_, r)| r.req.deadline()).chain(self.cqs.hold_until).min()
     }
 }
 

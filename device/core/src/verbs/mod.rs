@@ -28,3 +28,5 @@ mod tests;
 mod tests_roles;
 #[cfg(test)]
 mod tests_fatal;
+#[cfg(test)]
+mod tests_faults;

@@ -35,6 +35,8 @@ pub enum Event {
     DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool, reply: SyncSender<()> },
     Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
     Reset { reply: SyncSender<()> },
+    /// Fault injection (docs/faults.md): the engine fails as after an internal error.
+    InjectFatal { reply: SyncSender<()> },
 }
 
 /// How long a command may take before the register reports the engine as unresponsive.
@@ -123,13 +125,23 @@ impl Mailbox<Event> {
         rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(super::abi::CMD_ERR_DISABLED)
     }
 
+    /// Posts the event `make` builds around a reply channel and waits for the reply.
+    fn call(&self, what: &str, make: fn(SyncSender<()>) -> Event) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(make(reply));
+        if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
+            log::error!("the verbs engine did not confirm {what} within {COMMAND_TIMEOUT:?}");
+        }
+    }
+
     /// Resets the engine and waits until it has forgotten every object.
     pub fn reset(&self) {
-        let (reply, rx) = mpsc::sync_channel(1);
-        self.post(Event::Reset { reply });
-        if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
-            log::error!("the verbs engine did not confirm a reset within {COMMAND_TIMEOUT:?}");
-        }
+        self.call("a reset", |reply| Event::Reset { reply });
+    }
+
+    /// Makes the engine fatal (fault injection) and waits until it is.
+    pub fn inject_fatal(&self) {
+        self.call("an injected fatal error", |reply| Event::InjectFatal { reply });
     }
 
     /// Applies a DMA_CTRL write and waits until the engine has.
@@ -241,6 +253,12 @@ impl Driver {
                 });
                 let _ = reply.send(());
             }
+            Event::InjectFatal { reply } => {
+                if !self.fatal {
+                    self.go_fatal(mem, "an injected fault", &"fault injection");
+                }
+                let _ = reply.send(());
+            }
             ev => {
                 self.guarded(mem, "a doorbell", |d| d.doorbell(ev));
             }
@@ -259,7 +277,7 @@ impl Driver {
                 }
                 engine.cq_arm(cqn)
             }
-            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } => {}
+            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } | Event::InjectFatal { .. } => {}
         }
     }
 
@@ -380,12 +398,17 @@ impl EngineSlot {
         }
     }
 
+    /// Makes the engine fatal (fault injection); returns once it is.
+    pub fn inject_fatal(&mut self, router: &Router) {
+        match self {
+            EngineSlot::Inline(d) => d.handle(&router.view(), Event::InjectFatal { reply: mpsc::sync_channel(1).0 }),
+            EngineSlot::Loop(m) => m.inject_fatal(),
+        }
+    }
+
     pub fn reset(&mut self, router: &Router) {
         match self {
-            EngineSlot::Inline(d) => {
-                let (reply, _rx) = mpsc::sync_channel(1);
-                d.handle(&router.view(), Event::Reset { reply });
-            }
+            EngineSlot::Inline(d) => d.handle(&router.view(), Event::Reset { reply: mpsc::sync_channel(1).0 }),
             EngineSlot::Loop(m) => m.reset(),
         }
     }

@@ -322,8 +322,8 @@ mod tests {
         let pid = std::process::id();
         let ip = |host| Ipv4Addr::new(127, 200 + (pid % 50) as u8, ((pid / 50) % 250) as u8, host);
         let stats = Arc::new(Stats::default());
-        let a = FabricPort::bind(ip(2 * test + 1), &NodeFaults { tx, rx: Faults::default(), seed }, None, stats.clone()).unwrap();
-        let b = FabricPort::bind(ip(2 * test + 2), &NodeFaults { tx: Faults::default(), rx, seed }, None, stats.clone()).unwrap();
+        let a = FabricPort::bind(ip(2 * test + 1), &NodeFaults { tx, rx: Faults::default(), seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
+        let b = FabricPort::bind(ip(2 * test + 2), &NodeFaults { tx: Faults::default(), rx, seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
         (a, b, stats)
     }
 
