@@ -17,7 +17,7 @@ use std::sync::Arc;
 const RAM: u64 = 1 << 20;
 
 mod verbs_ops;
-pub use verbs_ops::{verbs_ops, verbs_pair};
+pub use verbs_ops::{dbpage, verbs_ops, verbs_pair};
 
 /// Guest RAM whose first bytes are `data` (QP/CQ/MR tables, MTT and rings all overlap it),
 /// then commands and doorbells chosen by `data`, then the engine runs a bounded time.
@@ -28,7 +28,7 @@ pub fn engine(data: &[u8]) {
         return;
     }
     let _ = ram.write(0, &data[..data.len().min(RAM as usize)]);
-    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)), fatal: Default::default() };
+    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)), fatal: Default::default(), clock: Default::default() };
     let mut e = Engine::new("fuzz".into(), shared);
     e.set_dma_ctrl(true, true);
     let tables = Tables { qp_ctx: 0x1000, cq_ctx: 0x1000 + 0x4000, mr_ctx: 0x1000 + 0x6000, mtt: 0x1000 + 0x8000, mtt_entries: 0x1000 };
@@ -259,7 +259,7 @@ pub fn vfio_stream(data: &[u8]) {
 pub type Entry = fn(&[u8]);
 
 /// The fuzz targets and their entry points.
-pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops), ("verbs_pair", verbs_pair)];
+pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops), ("verbs_pair", verbs_pair), ("dbpage", dbpage)];
 
 /// The pseudo-random bytes the smoke tests use (xorshift64).
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
@@ -334,6 +334,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "engine" => (0..4).map(|seed| smoke_bytes(seed, 4096)).collect(),
         "verbs_ops" => verbs_ops::seeds(),
         "verbs_pair" => verbs_ops::pair_seeds(),
+        "dbpage" => verbs_ops::page_seeds(),
         "bar0" => {
             // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
             // a narrow read, config reads and a command write, as the unit tests do.

@@ -67,7 +67,7 @@ impl Rnic {
         let last_error = Arc::new(AtomicU64::new(0));
         let fatal = Arc::new(AtomicBool::new(false));
         let router = Arc::new(Router::new(dma.clone(), peers, stats.clone()));
-        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone() };
+        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone(), clock: Default::default() };
         let engine = EngineSlot::Inline(Box::new(Driver::new(Engine::new(name.clone(), shared), Some(dbpage.clone()))));
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);

@@ -15,7 +15,7 @@ use super::requester::{fail_front, InFlight, Requester};
 use super::stats::Counter;
 use super::transport::{psn_add, psn_diff, Msg};
 use crate::fabric::packet::{syndrome, PSN_MASK};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Shortest wait after an RNR NAK, whatever the QP's `rnr_timer_us` says.
 pub const MIN_RNR_DELAY: Duration = Duration::from_micros(10);
@@ -100,7 +100,7 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
     }
     // Any acknowledgement shows the path works: the transport budget is whole again.
     cs.retries_left = cs.retry_cnt;
-    rq.restart_timer();
+    rq.restart_timer(ctx.now());
 }
 
 /// An ACK, NAK or READ response for requester QP `qp`.
@@ -122,7 +122,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
                 if !infinite {
                     cs.rnr_left -= 1;
                 }
-                rq.hold_until = Some(Instant::now() + rnr_delay(qp));
+                rq.hold_until = Some(ctx.now() + rnr_delay(qp));
                 rq.resend_from = Some(psn);
                 ctx.stats().inc(Counter::RnrRetries);
             }
@@ -194,5 +194,5 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
             ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
         }
     }
-    rq.restart_timer();
+    rq.restart_timer(ctx.now());
 }
