@@ -377,14 +377,19 @@ mod corpus_tests {
     use super::*;
 
     /// Every kept corpus input once through its entry point (the fuzzers' regression set).
+    /// `RNIC_EMU_FUZZ_EXTRA_CORPUS=dir` adds `dir/<target>/` (`make fuzz-coverage` of what
+    /// a fuzzing run found).
     #[test]
     fn corpus_replay() {
+        let extra = std::env::var_os("RNIC_EMU_FUZZ_EXTRA_CORPUS").filter(|d| !d.is_empty()).map(std::path::PathBuf::from);
         for (target, entry) in TARGETS {
             let dir = corpus_dir(target);
-            let files: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).collect();
+            let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|f| f.unwrap().path()).collect();
             assert!(!files.is_empty(), "{} holds no corpus", dir.display());
-            for f in files {
-                let path = f.unwrap().path();
+            if let Some(Ok(more)) = extra.as_ref().map(|d| std::fs::read_dir(d.join(target))) {
+                files.extend(more.filter_map(|f| f.ok()).map(|f| f.path()));
+            }
+            for path in files {
                 entry(&std::fs::read(&path).unwrap());
             }
         }
