@@ -423,7 +423,8 @@ impl Harness {
                 self.page_store(offset, value);
             }
             Op::Sleep => {
-                self.d.prepare_sleep();
+                let view = self.router.view();
+                self.d.prepare_sleep(&view);
             }
             Op::Window { kind } => self.gpu.set([Some(GPU_BAR), Some(GPU_BAR_MOVED), None][usize::from(kind % 3)]),
             Op::Aperture { slot, kind } => {
