@@ -334,6 +334,9 @@ pub mod gpu {
     pub const ENG_ERR_RANGE: u64 = 2;
     pub const ENG_ERR_ALIGN: u64 = 3;
     pub const ENG_ERR_BUSY: u64 = 4;
+    /// The engine failed internally (a contained panic): this and every later launch
+    /// completes with it until the GPU is reset (FLR or vfio-user device reset).
+    pub const ENG_ERR_FATAL: u64 = 5;
 }
 
 #[cfg(test)]
