@@ -533,6 +533,11 @@ mod corpus_tests {
             for (i, s) in seeds(target).iter().enumerate() {
                 std::fs::write(dir.join(format!("seed-{i}")), s).unwrap();
             }
+            if *target == "verbs_ops" {
+                let mut wrap = Vec::new();
+                verbs_ops::mtt_wrap_ops().iter().for_each(|op| op.encode(&mut wrap));
+                std::fs::write(dir.join("regression-mtt-wrap"), wrap).unwrap();
+            }
         }
     }
 

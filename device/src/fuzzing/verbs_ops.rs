@@ -726,6 +726,23 @@ fn encode(ops: &[Op]) -> Vec<u8> {
     out
 }
 
+/// The MTT-wrap regression (issue found by hand): a loopback pair, an MR whose MTT holds
+/// the last page below 2^64 followed by an ordinary page, used as a local SGE (a WRITE
+/// from it) and through its remote key (a WRITE into it). Once `last.addr + last.len`
+/// overflowed in `verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
+/// error.
+pub fn mtt_wrap_ops() -> Vec<Op> {
+    let mut ops = seed_ops(0);
+    ops.push(seed_mr(7, vec![(1, 0), (0, 5)]));
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(7, 8192)]));
+    ops.push(Op::Run { passes: 4 });
+    ops.extend([Op::CreateCq { cqn: 3, log_size: 4, vector: 0 }, Op::CreateCq { cqn: 4, log_size: 4, vector: 0 }]);
+    ops.push(Op::Connect { a: 3, b: 4, fabric: 0 });
+    ops.push(Op::Post { qpn: 3, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 64)], remote: (0, 7, 0xfff), inline: 0 });
+    ops.push(Op::Run { passes: 4 });
+    ops
+}
+
 /// Seeds of `dbpage`: the loopback and fabric pairs posting through the page, the loop
 /// sleeping between posts (event indices published), raw stores of stale, overrunning
 /// and out-of-range indices, and the page turned off and on again.
@@ -883,6 +900,44 @@ mod tests {
         let all = s.snapshot();
         assert!(s.get(Counter::DmaP2pSwitchBytes) >= 4096, "no P2P DMA ({all:?})");
         assert!(s.get(Counter::ApertureErrors) > 0, "no aperture refusal ({all:?})");
+    }
+
+    /// The CQEs of CQ `cqn` the harness's ring holds (valid ones, in order).
+    fn cqes(h: &Harness, cqn: usize) -> Vec<Cqe> {
+        let ring = CQ_RINGS + cqn as u64 * 0x1000;
+        let mut out = Vec::new();
+        for i in 0..1u64 << h.cq_log[cqn] {
+            let mut c = Cqe::default();
+            let _ = h.ram.read(ring + i * 32, c.as_mut_slice());
+            if c.owner == 1 {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Regression: the MTT-wrap input, from the local SGE path and the remote-key path,
+    /// runs in every `cargo test` (and is kept as corpus/verbs_ops/regression-mtt-wrap).
+    #[test]
+    fn the_mtt_wrap_input_is_refused_and_completes_in_error() {
+        let ops = mtt_wrap_ops();
+        let kept = std::fs::read(crate::fuzzing::corpus_dir("verbs_ops").join("regression-mtt-wrap")).unwrap();
+        assert_eq!(kept, encode(&ops), "the kept regression input is this one");
+        let mut h = Harness::new(LOCAL, PEER, false).unwrap();
+        let reg = ops.iter().position(|op| matches!(op, Op::RegMr { index: 7, .. })).unwrap();
+        for op in &ops[..reg] {
+            h.apply(op);
+        }
+        let refused = h.stats.get(Counter::CommandErrors);
+        h.apply(&ops[reg]);
+        assert_eq!(h.stats.get(Counter::CommandErrors), refused + 1, "REG_MR of the wrapping MTT refused");
+        for op in &ops[reg + 1..] {
+            h.apply(op);
+        }
+        let errors: Vec<_> = [1, 3].iter().flat_map(|&c| cqes(&h, c)).filter(|c| c.status != WC_SUCCESS).map(|c| (c.qpn, c.status)).collect();
+        assert!(errors.iter().any(|&(q, st)| q == 1 && st == WC_LOC_PROT_ERR), "local SGE path: {errors:?}");
+        assert!(errors.iter().any(|&(q, st)| q == 3 && st == WC_REM_ACCESS_ERR), "remote-key path: {errors:?}");
+        assert!(!h.d.is_fatal());
     }
 
     /// The pair seed moves data between two engines over the in-memory wire, both ways.
