@@ -720,6 +720,49 @@ fn timer_ops() -> Vec<Op> {
     ops
 }
 
+/// Error paths the seeds above do not take: a CQ of one entry overflowing, requests
+/// reflected out of order (sequence NAK, go-back-N), an RNR NAK with no retries left, a
+/// READ response lost until the timer resends the READ, an inline WRITE, and an MR
+/// deregistered under queued work.
+fn error_ops() -> Vec<Op> {
+    let mut ops = seed_ops(1);
+    let cq = |cqn, log_size| Op::CreateCq { cqn, log_size, vector: 0 };
+    ops.extend([cq(3, 4), cq(4, 4), cq(5, 0), cq(6, 0)]);
+    // QPs 3 <-> 4 through the wire with no RNR retries (fabric 15: rnr_retry 0).
+    ops.push(Op::Connect { a: 3, b: 4, fabric: 15 });
+    ops.push(seed_post(3, 1, 3, vec![seed_sge(1, 64)]));
+    for _ in 0..3 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    // QPs 5 <-> 6 on loopback, completions into one-entry CQs nobody polls.
+    ops.push(Op::Connect { a: 5, b: 6, fabric: 0 });
+    for _ in 0..3 {
+        ops.push(seed_post(5, 1, 0, vec![seed_sge(1, 64)]));
+    }
+    ops.push(Op::Run { passes: 8 });
+    // QPs 1 -> 2: two WRITEs, the second's packet delivered first; a READ whose response
+    // is lost until the timer fires; an inline WRITE; MR 2 deregistered under a WRITE.
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 3000)]));
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 3000)]));
+    ops.extend([Op::Run { passes: 4 }, Op::Reflect { pick: 2, how: 4 }]);
+    for _ in 0..8 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    ops.push(seed_post(1, 1, 2, vec![seed_sge(1, 5000)]));
+    ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }, Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 0 }, Op::Advance { ms: 50 }]);
+    for _ in 0..6 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 0, flags: 3, sges: Vec::new(), remote: (0, 2, 0), inline: 40 });
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 64)]));
+    ops.push(Op::DeregMr { index: 2 });
+    for _ in 0..6 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    ops.extend([Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }, Op::Poll { cqn: 3 }]);
+    ops
+}
+
 fn encode(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     ops.iter().for_each(|op| op.encode(&mut out));
@@ -812,7 +855,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::Window { kind: 2 },
         Op::Poll { cqn: 1 },
     ]);
-    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu].iter().map(|ops| encode(ops)).collect()
+    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops()].iter().map(|ops| encode(ops)).collect()
 }
 
 #[cfg(test)]
@@ -878,6 +921,18 @@ mod tests {
         assert!(s.get(Counter::Retransmits) > 0, "no retransmission ({all:?})");
         let q1 = h.d.engine.qp(1).unwrap();
         assert_eq!(q1.state, crate::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
+    }
+
+    /// The error seed takes the error paths it names.
+    #[test]
+    fn the_error_seed_reaches_overflow_nak_and_rnr_failures() {
+        let h = replay(&encode(&error_ops()), false);
+        let s = &h.stats;
+        let all = s.snapshot();
+        assert!(s.get(Counter::NaksSent) > 0 && s.get(Counter::Retransmits) > 0, "no sequence NAK / go-back-N ({all:?})");
+        assert!(s.get(Counter::ErrorCqes) > 0 && s.get(Counter::QpErrors) >= 2, "no failures ({all:?})");
+        let errs: Vec<_> = cqes(&h, 3).iter().map(|c| c.status).collect();
+        assert!(errs.contains(&WC_RNR_RETRY_EXC_ERR), "RNR retries exceeded on QP 3: {errs:?}");
     }
 
     /// The page seeds post through the doorbell page: the engine takes indices from it.
