@@ -774,6 +774,7 @@ fn encode(ops: &[Op]) -> Vec<u8> {
 /// from it) and through its remote key (a WRITE into it). Once `last.addr + last.len`
 /// overflowed in `verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
 /// error.
+#[cfg(test)]
 pub fn mtt_wrap_ops() -> Vec<Op> {
     let mut ops = seed_ops(0);
     ops.push(seed_mr(7, vec![(1, 0), (0, 5)]));
