@@ -19,7 +19,8 @@
 //! and posts as a driver does (index stored in the page, MMIO doorbell only when the
 //! device's event index asks for it); any input may also store raw page values.
 //!
-//! Not modelled: interrupts (the vectors are never enabled).
+//! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
+//! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
 use crate::doorbell::{need_kick, DoorbellPage};
 use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
@@ -73,6 +74,8 @@ pub const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const GPU_BAR: u64 = 0x40_0000_0000;
 const GPU_BAR_MOVED: u64 = 0x50_0000_0000;
 const GPU_BAR_SIZE: u64 = 0x1_0000;
+/// The second GPU's BAR1 (behind the root complex; never moves).
+const GPU2_BAR: u64 = 0x60_0000_0000;
 /// Packets the recording wire keeps.
 const WIRE_KEEP: usize = 256;
 /// Operations per input, engine passes per run.
@@ -135,6 +138,23 @@ struct Harness {
     _extra: Vec<SharedMemory>,
 }
 
+/// `n` MSI-X vectors, each with an eventfd (nobody reads them; a raise is a counter add).
+fn enabled_vectors(n: u16) -> Arc<Interrupts> {
+    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
+    use std::os::fd::FromRawFd;
+    let irqs = Arc::new(Interrupts::new(n));
+    let fds: Vec<std::fs::File> = (0..n)
+        .filter_map(|_| {
+            // SAFETY: eventfd() returns a new descriptor (or -1); a valid one is owned by
+            // the File from here on.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
+        })
+        .collect();
+    let _ = irqs.set(VFIO_IRQ_SET_ACTION_TRIGGER | VFIO_IRQ_SET_DATA_EVENTFD, 0, fds.len() as u32, fds);
+    irqs
+}
+
 fn tables() -> Tables {
     Tables { qp_ctx: RAM_BASE + QP_TABLE, cq_ctx: RAM_BASE + CQ_TABLE, mr_ctx: RAM_BASE + MR_TABLE, mtt: RAM_BASE + MTT, mtt_entries: MTT_ENTRIES }
 }
@@ -156,10 +176,14 @@ impl Harness {
         let stats = Arc::new(Stats::default());
         let gpu = Arc::new(PeerWindow::new(Arc::new(SharedMemory::memfd("fuzz-gpu", GPU_BAR_SIZE).ok()?)));
         gpu.set(Some(GPU_BAR));
-        let router = Router::new(Arc::new(std::sync::RwLock::new(mem)), vec![Peer { window: gpu.clone(), path: P2pPath::Switch }], stats.clone());
+        let gpu2 = Arc::new(PeerWindow::new(Arc::new(SharedMemory::memfd("fuzz-gpu2", GPU_BAR_SIZE).ok()?)));
+        gpu2.set(Some(GPU2_BAR));
+        let peers = vec![Peer { window: gpu.clone(), path: P2pPath::Switch }, Peer { window: gpu2, path: P2pPath::RootComplex }];
+        let router = Router::new(Arc::new(std::sync::RwLock::new(mem)), peers, stats.clone());
         router.apertures[0].store(GPU_BAR, std::sync::atomic::Ordering::SeqCst);
+        router.apertures[1].store(GPU2_BAR, std::sync::atomic::Ordering::SeqCst);
         let clock = Clock::manual();
-        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: Default::default(), fatal: Default::default(), clock: clock.clone() };
+        let shared = Shared { irqs: enabled_vectors(4), stats: stats.clone(), last_error: Default::default(), fatal: Default::default(), clock: clock.clone() };
         let mut e = Engine::new("fuzz".into(), shared);
         let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
         e.set_wire(wire.clone());
@@ -239,7 +263,7 @@ impl Harness {
     fn page(&self, kind: u8, v: u64) -> u64 {
         match kind % 6 {
             0 => RAM_BASE + DATA + (v % ((RAM - DATA) >> 12)) * 4096,
-            5 => GPU_BAR + (v % (GPU_BAR_SIZE >> 12)) * 4096,
+            5 => [GPU_BAR, GPU2_BAR][(v >> 8) as usize & 1] + (v % (GPU_BAR_SIZE >> 12)) * 4096,
             1 => 0xffff_ffff_ffff_f000 - (v % 4) * 4096,
             2 => RAM_BASE + RAM + 0x100_0000 + (v % 16) * 4096,
             3 => self.maps.get(v as usize % self.maps.len().max(1)).map_or(v, |m| m.0 + (((v >> 8) % m.1.max(1)) & !0xfff)),
@@ -846,6 +870,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
         seed_mr(6, vec![(5, 0), (5, 1)]),
         Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 4096)], remote: (0, 6, 0), inline: 0 },
         Op::Run { passes: 4 },
+        seed_mr(8, vec![(5, 0x100), (5, 0x101)]),
+        Op::Arm { cqn: 1 },
+        Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 4096)], remote: (0, 8, 0), inline: 0 },
+        Op::Run { passes: 4 },
         Op::Aperture { slot: 0, kind: 1 },
         Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(6, 64)], remote: (0, 2, 0), inline: 0 },
         Op::Run { passes: 4 },
@@ -947,14 +975,16 @@ mod tests {
         }
     }
 
-    /// The GPU seed moves data into and out of the GPU window (P2P through the switch)
-    /// and is refused once the aperture slot is cleared.
+    /// The GPU seed moves data into and out of the GPU windows (P2P through the switch
+    /// and the root complex), is refused once an aperture slot is cleared, and its armed
+    /// CQ raises a vector.
     #[test]
     fn the_gpu_seed_reaches_the_peer_window() {
         let h = replay(&seeds()[5], false);
         let s = &h.stats;
         let all = s.snapshot();
-        assert!(s.get(Counter::DmaP2pSwitchBytes) >= 4096, "no P2P DMA ({all:?})");
+        assert!(s.get(Counter::DmaP2pSwitchBytes) >= 4096 && s.get(Counter::DmaP2pRootComplexBytes) >= 4096, "no P2P DMA ({all:?})");
+        assert!(s.get(Counter::Interrupts) > 0, "the armed CQ raised no vector ({all:?})");
         assert!(s.get(Counter::ApertureErrors) > 0, "no aperture refusal ({all:?})");
     }
 
