@@ -8,10 +8,11 @@
 #               last, four guests run a ring all_reduce GPU to GPU (rnic-coll, nccl-tests table)
 #   make test   unit, host-level (vfio-user client) and guest-level (QEMU) tests
 #   make fuzz   every fuzz target for FUZZ_SECONDS (default 120) each from the kept corpus
-#               (device/fuzz/README.md); make fuzz-seed rewrites the corpus's seed inputs
+#               (device/fuzz/README.md); make fuzz-seed rewrites the corpus's seed inputs;
+#               make fuzz-coverage prints the corpus's line coverage per module
 CARGO ?= cargo
 
-.PHONY: demo test image fuzz fuzz-seed
+.PHONY: demo test image fuzz fuzz-seed fuzz-coverage
 image:
 	bash images/build.sh
 
@@ -34,6 +35,9 @@ test: image
 
 fuzz:
 	bash device/fuzz/run-all.sh
+
+fuzz-coverage:
+	bash device/fuzz/coverage.sh
 
 fuzz-seed:
 	$(CARGO) test -q -p rnic-emu --lib fuzzing::corpus_tests::write_seed_corpus -- --ignored

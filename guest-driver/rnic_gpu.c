@@ -152,6 +152,9 @@ static int rnic_gpu_eng_errno(u32 result)
 		return 0;
 	case GPU_ENG_ERR_BUSY:
 		return -EBUSY;
+	case GPU_ENG_ERR_FATAL:
+		/* The engine failed and stays failed until the GPU is reset (unbind/bind, FLR). */
+		return -EIO;
 	case GPU_ENG_ERR_RANGE:
 	case GPU_ENG_ERR_ALIGN:
 	case GPU_ENG_ERR_BAD_OP:

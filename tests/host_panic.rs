@@ -165,6 +165,18 @@ fn an_engine_panic_is_fatal_for_its_rnic_only_and_a_reset_recovers() {
     a.load();
     a.verified_write(6);
     b.verified_write(7);
+
+    // 3. A panic as the loop goes to sleep (publishing event indices), once it is idle.
+    irq = vector0(&mut a.h);
+    a.post_recvs(&[70, 71]);
+    assert_eq!(a.h.cmd(CMD_TEST_PANIC, 2).unwrap(), CMD_OK, "armed for the next sleep");
+    expect_fatal(&mut a, &mut irq);
+    b.verified_write(8);
+    a.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap();
+    assert_eq!(a.status() & STATUS_FATAL, 0);
+    a.h.reload().unwrap();
+    a.load();
+    a.verified_write(9);
     let log = std::fs::read_to_string(server.log_path()).unwrap();
-    assert_eq!(log.matches("the verbs engine failed in").count(), 2, "one line per failure:\n{log}");
+    assert_eq!(log.matches("the verbs engine failed in").count(), 3, "one line per failure:\n{log}");
 }

@@ -9,14 +9,10 @@
 # 4 GiB) before the server's backend can refuse it; the backend refuses anything above
 # 1 MiB without touching that memory, so the allocation stays virtual. That target runs
 # with a malloc limit above 4 GiB; real memory growth is still caught by -rss_limit_mb.
-# bar0 builds an RNIC per input whose engine thread ends just after the input returns;
-# LeakSanitizer's per-input check then sees that thread's thread-local destructor record
-# (32 bytes from __cxa_thread_atexit_impl) and calls it a leak, so bar0 runs without the
-# per-input leak check.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 seconds=${FUZZ_SECONDS:-120}
-targets=${FUZZ_TARGETS:-"engine bar0 packet vfio_stream verbs_ops verbs_pair"}
+targets=${FUZZ_TARGETS:-"engine bar0 packet vfio_stream verbs_ops verbs_pair dbpage"}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked || exit 1
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     fuzz=(cargo +nightly fuzz)
@@ -33,7 +29,6 @@ for t in $targets; do
     mkdir -p "$scratch" "artifacts/$t"
     extra=()
     [ "$t" = vfio_stream ] && extra=(-malloc_limit_mb=4200)
-    [ "$t" = bar0 ] && extra=(-detect_leaks=0)
     "${fuzz[@]}" run -O "$t" "$scratch" "corpus/$t" -- -max_total_time="$seconds" -print_final_stats=1 \
         "${extra[@]}" >"$log_dir/$t.log" 2>&1
     rc=$?

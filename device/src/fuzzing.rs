@@ -17,7 +17,7 @@ use std::sync::Arc;
 const RAM: u64 = 1 << 20;
 
 mod verbs_ops;
-pub use verbs_ops::{verbs_ops, verbs_pair};
+pub use verbs_ops::{dbpage, verbs_ops, verbs_pair};
 
 /// Guest RAM whose first bytes are `data` (QP/CQ/MR tables, MTT and rings all overlap it),
 /// then commands and doorbells chosen by `data`, then the engine runs a bounded time.
@@ -28,7 +28,7 @@ pub fn engine(data: &[u8]) {
         return;
     }
     let _ = ram.write(0, &data[..data.len().min(RAM as usize)]);
-    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)), fatal: Default::default() };
+    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)), fatal: Default::default(), clock: Default::default() };
     let mut e = Engine::new("fuzz".into(), shared);
     e.set_dma_ctrl(true, true);
     let tables = Tables { qp_ctx: 0x1000, cq_ctx: 0x1000 + 0x4000, mr_ctx: 0x1000 + 0x6000, mtt: 0x1000 + 0x8000, mtt_entries: 0x1000 };
@@ -64,16 +64,48 @@ pub fn packet(data: &[u8]) {
     }
 }
 
-/// A sequence of BAR0 and config-space accesses: each 12-byte record is
-/// (kind, size, offset: u16, value: u64).
+/// Where the `bar0` target's guest RAM appears first on the bus, and its size.
+const BAR0_RAM_BASE: u64 = 0x10_0000;
+const BAR0_RAM: u64 = 1 << 20;
+
+/// The bus address record `r` maps or unmaps and its size: slices of the target's RAM
+/// placed adjacent to RAM, after a gap, just below 2^64, or at a raw address.
+fn bar0_map(r: &[u8; 12]) -> (u64, u64, u64) {
+    let value = u64::from_le_bytes(r[4..12].try_into().unwrap_or([0; 8]));
+    let pages = u64::from(r[2] % 64) + 1;
+    let size = pages * 4096;
+    let fd_offset = (u64::from(r[3]) % (BAR0_RAM / 4096 - pages + 1)) * 4096;
+    let iova = match r[1] % 4 {
+        0 => BAR0_RAM_BASE + (value % 512) * 4096,
+        1 => BAR0_RAM_BASE + BAR0_RAM + (value % 64) * 0x10_0000,
+        2 => 0u64.wrapping_sub(size) & !0xfff,
+        _ => value & !0xfff,
+    };
+    (iova, size, fd_offset)
+}
+
+/// A sequence of 12-byte records (kind, size, offset: u16, value: u64) on an RNIC whose
+/// engine runs inline: BAR0 and config-space reads and writes (register programming,
+/// commands, doorbells, resets), DMA maps and unmaps of slices of one guest RAM (adjacent,
+/// after gaps, overlapping, near 2^64, without memory), 8-byte guest RAM writes (contexts,
+/// MTT entries, WQEs for the commands to find) and BAR2 (doorbell page) accesses through
+/// the socket path. The first map places all of RAM at `BAR0_RAM_BASE`.
 pub fn bar0(data: &[u8]) {
+    bar0_counters(data);
+}
+
+/// [`bar0`], returning the RNIC's counters as they were before the final reset.
+fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
     let Ok(topo) = Topology::parse(
         "name = \"f\"\n[[node]]\nname = \"n\"\nport = [ { id = \"rp\", kind = \"root-port\" } ]\ndevice = [ { id = \"r\", kind = \"rnic\", port = \"rp\" } ]",
         "fuzz",
     ) else {
-        return;
+        return Vec::new();
     };
-    let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new(), None) else { return };
+    let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new(), None) else { return Vec::new() };
+    let Ok((ram, fd)) = test_ram(BAR0_RAM) else { return Vec::new() };
+    let map = |rnic: &Rnic, iova: u64, size: u64, fd: Option<std::fs::File>, off: u64| rnic.dma().write().unwrap_or_else(|p| p.into_inner()).map(iova, size, fd, off);
+    let _ = map(&rnic, BAR0_RAM_BASE, BAR0_RAM, fd.try_clone().ok(), 0);
     for rec in data.chunks(12).take(256) {
         let mut r = [0u8; 12];
         r[..rec.len()].copy_from_slice(rec);
@@ -81,17 +113,34 @@ pub fn bar0(data: &[u8]) {
         let offset = u64::from(u16::from_le_bytes([r[2], r[3]]));
         let value = u64::from_le_bytes(r[4..12].try_into().unwrap_or([0; 8]));
         let mut buf = value.to_le_bytes();
-        match r[0] % 4 {
+        match r[0] % 8 {
             0 => rnic.bar_read(0, offset, &mut buf[..len]),
             1 => rnic.bar_write(0, offset, &buf[..len]),
             2 => {
                 let _ = rnic.config().read(offset as usize, &mut buf[..len]);
             }
-            _ => {
+            3 => {
                 let _ = rnic.config_mut().write(offset as usize, &buf[..len]);
             }
+            4 => {
+                let (iova, size, fd_offset) = bar0_map(&r);
+                let backing = if r[1] & 0x80 == 0 { fd.try_clone().ok() } else { None };
+                let _ = map(&rnic, iova, size, backing, fd_offset);
+            }
+            5 => {
+                let (iova, size, _) = bar0_map(&r);
+                rnic.dma().write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
+            }
+            6 => {
+                let _ = ram.write((offset << 3 | u64::from(r[1] >> 2 & 1) << 19) & (BAR0_RAM - 8), &buf);
+            }
+            _ if r[1] & 0x80 == 0 => rnic.bar_read(crate::regs::pci_ids::RNIC_DB_BAR, offset << 4 | u64::from(r[1] & 0x70), &mut buf[..len]),
+            _ => rnic.bar_write(crate::regs::pci_ids::RNIC_DB_BAR, offset << 4 | u64::from(r[1] & 0x70), &buf[..len]),
         }
     }
+    let counters = rnic.stats();
+    rnic.reset();
+    counters
 }
 
 #[cfg(test)]
@@ -126,6 +175,14 @@ mod tests {
             w[i] ^= noise[1] | 1;
             super::packet(&w);
         }
+    }
+
+    /// The register-level seed moves data: two WRITEs on a loopback pair complete.
+    #[test]
+    fn the_bar0_session_programs_the_engine_through_registers() {
+        let c: std::collections::HashMap<_, _> = super::bar0_counters(&super::bar0_session()).into_iter().collect();
+        assert!(c["Commands"] >= 8 && c["CommandErrors"] == 0, "{c:?}");
+        assert!(c["BytesWritten"] >= 1024 && c["Cqes"] >= 2 && c["Doorbells"] == 2, "{c:?}");
     }
 
     #[test]
@@ -259,7 +316,7 @@ pub fn vfio_stream(data: &[u8]) {
 pub type Entry = fn(&[u8]);
 
 /// The fuzz targets and their entry points.
-pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops), ("verbs_pair", verbs_pair)];
+pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops), ("verbs_pair", verbs_pair), ("dbpage", dbpage)];
 
 /// The pseudo-random bytes the smoke tests use (xorshift64).
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
@@ -282,6 +339,76 @@ pub fn vfio_message(id: u16, command: u16, payload: &[u8]) -> Vec<u8> {
     m.extend_from_slice(&[0; 8]);
     m.extend_from_slice(payload);
     m
+}
+
+/// A `bar0` input as a driver would program the RNIC: context tables, a CQ, an MR, a
+/// loopback QP pair to RTS (contexts written into guest RAM, commands through
+/// RNIC_REG_CMD), a WRITE posted and rung through WQE_DB_IDX, then maps adjacent, after a
+/// gap, overlapping and near 2^64, a partial unmap, another WRITE, and the doorbell page.
+fn bar0_session() -> Vec<u8> {
+    use crate::regs::rnic::*;
+    use vm_memory::ByteValued;
+    let rec = |kind: u8, size: u8, off: u16, v: u64| {
+        let mut r = vec![kind, size];
+        r.extend_from_slice(&off.to_le_bytes());
+        r.extend_from_slice(&v.to_le_bytes());
+        r
+    };
+    let base = BAR0_RAM_BASE;
+    let mut out = Vec::new();
+    let ram = |out: &mut Vec<u8>, at: u64, bytes: &[u8]| {
+        for (i, c) in bytes.chunks(8).enumerate() {
+            let o = at + i as u64 * 8;
+            let mut v = [0u8; 8];
+            v[..c.len()].copy_from_slice(c);
+            out.extend(rec(6, ((o >> 19) as u8 & 1) << 2, (o >> 3) as u16, u64::from_le_bytes(v)));
+        }
+    };
+    // 8-byte registers take 8-byte writes, the others 4-byte ones.
+    let reg = |out: &mut Vec<u8>, off: u64, v: u64| {
+        let wide = REGS.iter().any(|r| r.offset == off && r.width == 8);
+        out.extend(rec(1, if wide { 3 } else { 2 }, off as u16, v))
+    };
+    let cmd = |out: &mut Vec<u8>, op: u32, index: u32| out.extend(rec(1, 2, RNIC_REG_CMD as u16, u64::from(op) << CMD_OP_SHIFT | u64::from(index)));
+    for (r, v) in [(QP_CTX_BASE, base), (CQ_CTX_BASE, base + 0x1000), (MR_CTX_BASE, base + 0x2000), (MTT_BASE, base + 0x3000), (MTT_ENTRIES, 64)] {
+        reg(&mut out, r, v);
+    }
+    ram(&mut out, 0x1000 + 32, CqCtx { ring_addr: base + 0x3_0000, log_size: 6, ..Default::default() }.as_slice());
+    cmd(&mut out, CMD_CREATE_CQ, 1);
+    ram(&mut out, 0x3000, &[(base + 0x4_0000).to_le_bytes(), (base + 0x4_1000).to_le_bytes()].concat());
+    ram(&mut out, 0x2000 + 32, MrCtx { iova: 0x7000_0000, length: 8192, npages: 2, access: 7, key: 0x11, page_shift: 12, ..Default::default() }.as_slice());
+    cmd(&mut out, CMD_REG_MR, 1);
+    let lkey = 1 << 8 | 0x11;
+    for (qpn, dest) in [(1u32, 2u32), (2, 1)] {
+        let sq = base + 0x1_0000 + u64::from(qpn) * 0x4000;
+        let mut ctx = QpCtx { state: QPS_INIT, sq_log_size: 2, rq_log_size: 2, sq_log_stride: 6, rq_log_stride: 6, access: 7, send_cqn: 1, recv_cqn: 1, sq_addr: sq, rq_addr: sq + 0x2000, ..Default::default() };
+        for state in [QPS_INIT, QPS_RTR, QPS_RTS] {
+            (ctx.state, ctx.dest_qpn, ctx.path_mtu) = (state, dest, 10);
+            ram(&mut out, u64::from(qpn) * 64, ctx.as_slice());
+            cmd(&mut out, CMD_MODIFY_QP, qpn);
+        }
+    }
+    let wqe = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: 1, num_sge: 1, wr_id: 7, remote_addr: 0x7000_1000, rkey: lkey, ..Default::default() };
+    let sge = Sge { addr: 0x7000_0000, length: 512, lkey };
+    ram(&mut out, 0x1_4000, &[wqe.as_slice(), sge.as_slice()].concat());
+    reg(&mut out, WQE_DB_IDX, 1 << DB_OBJECT_SHIFT | 1);
+    out.extend(rec(0, 2, RNIC_REG_CMD_STATUS as u16, 0));
+    out.extend(rec(0, 3, STATS_BASE as u16, 0));
+    // Maps: a slice adjacent to RAM, one after a gap, one near 2^64, one overlapping RAM,
+    // one without memory; an unmap of part of RAM (maps go whole or not at all) before a
+    // second WRITE.
+    for (how, pages, fd_page) in [(0u8, 4u8, 0u8), (1, 1, 8), (2, 2, 3), (0, 1, 1), (0x81, 3, 0)] {
+        out.extend(rec(4, how, u16::from(pages - 1) | u16::from(fd_page) << 8, if how & 3 == 0 { 256 } else { 2 }));
+    }
+    ram(&mut out, 0x1_4040, &[wqe.as_slice(), sge.as_slice()].concat());
+    out.extend(rec(5, 3, 0x0f, base + 0x4_0000));
+    reg(&mut out, WQE_DB_IDX, 1 << DB_OBJECT_SHIFT | 2);
+    reg(&mut out, CQE_CONS_IDX, 1 << DB_OBJECT_SHIFT | 1);
+    reg(&mut out, CQ_ARM, 1 << DB_OBJECT_SHIFT);
+    reg(&mut out, DMA_CTRL, DMA_CTRL_ENABLE | DMA_CTRL_DB_PAGE);
+    out.extend(rec(7, 2, 0x100, 3)); // SQ_PI of QP 1 on the page (socket path)
+    out.extend(rec(7, 0x82, 0x100, 0));
+    out
 }
 
 fn le(fields: &[u64], widths: &[usize]) -> Vec<u8> {
@@ -334,6 +461,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "engine" => (0..4).map(|seed| smoke_bytes(seed, 4096)).collect(),
         "verbs_ops" => verbs_ops::seeds(),
         "verbs_pair" => verbs_ops::pair_seeds(),
+        "dbpage" => verbs_ops::page_seeds(),
         "bar0" => {
             // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
             // a narrow read, config reads and a command write, as the unit tests do.
@@ -347,6 +475,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                 [rec(0, 2, 0, 0), rec(1, 2, 0x20, 0), rec(0, 2, 0x24, 0), rec(1, 2, 0x10, 0x5245_5345)].concat(),
                 [rec(2, 1, 0, 0), rec(3, 1, 4, 6), rec(2, 2, 0x10, 0), rec(3, 2, 0x10, 0xffff_ffff)].concat(),
                 smoke_bytes(1, 3072),
+                bar0_session(),
             ]
         }
         "packet" => {
@@ -376,14 +505,19 @@ mod corpus_tests {
     use super::*;
 
     /// Every kept corpus input once through its entry point (the fuzzers' regression set).
+    /// `RNIC_EMU_FUZZ_EXTRA_CORPUS=dir` adds `dir/<target>/` (`make fuzz-coverage` of what
+    /// a fuzzing run found).
     #[test]
     fn corpus_replay() {
+        let extra = std::env::var_os("RNIC_EMU_FUZZ_EXTRA_CORPUS").filter(|d| !d.is_empty()).map(std::path::PathBuf::from);
         for (target, entry) in TARGETS {
             let dir = corpus_dir(target);
-            let files: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).collect();
+            let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|f| f.unwrap().path()).collect();
             assert!(!files.is_empty(), "{} holds no corpus", dir.display());
-            for f in files {
-                let path = f.unwrap().path();
+            if let Some(Ok(more)) = extra.as_ref().map(|d| std::fs::read_dir(d.join(target))) {
+                files.extend(more.filter_map(|f| f.ok()).map(|f| f.path()));
+            }
+            for path in files {
                 entry(&std::fs::read(&path).unwrap());
             }
         }
@@ -398,6 +532,11 @@ mod corpus_tests {
             std::fs::create_dir_all(&dir).unwrap();
             for (i, s) in seeds(target).iter().enumerate() {
                 std::fs::write(dir.join(format!("seed-{i}")), s).unwrap();
+            }
+            if *target == "verbs_ops" {
+                let mut wrap = Vec::new();
+                verbs_ops::mtt_wrap_ops().iter().for_each(|op| op.encode(&mut wrap));
+                std::fs::write(dir.join("regression-mtt-wrap"), wrap).unwrap();
             }
         }
     }

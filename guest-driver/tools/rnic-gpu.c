@@ -28,6 +28,7 @@ static const char *eng_result_name(uint32_t r)
 	case GPU_ENG_ERR_RANGE:		return "RANGE";
 	case GPU_ENG_ERR_ALIGN:		return "ALIGN";
 	case GPU_ENG_ERR_BUSY:		return "BUSY";
+	case GPU_ENG_ERR_FATAL:		return "FATAL";
 	default:			return "UNKNOWN";
 	}
 }

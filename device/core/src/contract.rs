@@ -128,6 +128,7 @@ pub fn c_header() -> String {
     g("GPU_ENG_ERR_RANGE", regs::gpu::ENG_ERR_RANGE, "GPU_ENG_STATUS [15:8]: outside BAR1", &mut o);
     g("GPU_ENG_ERR_ALIGN", regs::gpu::ENG_ERR_ALIGN, "GPU_ENG_STATUS [15:8]: length/offset not a multiple of 4", &mut o);
     g("GPU_ENG_ERR_BUSY", regs::gpu::ENG_ERR_BUSY, "GPU_ENG_STATUS [15:8]: launched while busy", &mut o);
+    g("GPU_ENG_ERR_FATAL", regs::gpu::ENG_ERR_FATAL, "GPU_ENG_STATUS [15:8]: engine failed; every launch completes with this until a GPU reset", &mut o);
     o.push_str("\n/* Statistics counters: offset STATS_BASE + 8 * index */\n");
     for (i, (name, doc)) in COUNTERS.iter().enumerate() {
         c_define(&mut o, &format!("RNIC_STAT_{}", snake_upper(name)), i.to_string(), doc);

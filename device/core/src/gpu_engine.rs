@@ -4,12 +4,17 @@
 //! interrupt. Offsets and lengths come from guest registers and are checked against BAR1
 //! before any byte moves (overflow-safe); a launch while busy is refused, not queued.
 //! Unattached to a loop (unit tests), a launch runs to completion on the caller's thread.
+//!
+//! Failure containment (as the verbs engine's, docs/verbs.md §5.1): a panic while a launch
+//! starts or steps is caught; the launch completes with ENG_ERR_FATAL (status, interrupt),
+//! one log line says so, and every later launch completes with ENG_ERR_FATAL at once until
+//! the GPU is reset ([`EngineState::reset`]). The node's other engines keep running.
 
 use crate::msix::Interrupts;
 use crate::regs::gpu::*;
 use crate::shm::SharedMemory;
 use crate::verbs::worker::Mailbox;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What GPU_ENG_LAUNCH starts.
@@ -32,6 +37,8 @@ pub struct EngineState {
     pub done: AtomicU64,
     pub ops: AtomicU64,
     pub bytes: AtomicU64,
+    /// The engine failed (a contained panic); cleared by a reset.
+    pub fatal: AtomicBool,
 }
 
 impl EngineState {
@@ -39,6 +46,7 @@ impl EngineState {
         for v in [&self.status, &self.done, &self.ops, &self.bytes] {
             v.store(0, Ordering::SeqCst);
         }
+        self.fatal.store(false, Ordering::SeqCst);
     }
 }
 
@@ -108,15 +116,53 @@ pub struct Runner {
     irqs: Arc<Interrupts>,
     state: Arc<EngineState>,
     job: Option<Job>,
+    /// Test hook (unit tests): panic in the next step.
+    #[cfg(test)]
+    panic_next_step: bool,
 }
 
 impl Runner {
     fn new(mem: Arc<SharedMemory>, irqs: Arc<Interrupts>, state: Arc<EngineState>) -> Runner {
-        Runner { mem, irqs, state, job: None }
+        Runner {
+            mem,
+            irqs,
+            state,
+            job: None,
+            #[cfg(test)]
+            panic_next_step: false,
+        }
     }
 
-    /// Takes a launch: checks it, and completes it right away if it is refused.
+    /// Runs `f`; a panic in it fails the engine: the launch under way (or `launch`)
+    /// completes with ENG_ERR_FATAL.
+    fn guarded<R>(&mut self, launch: Option<Launch>, f: impl FnOnce(&mut Runner) -> R) -> Option<R> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self))) {
+            Ok(r) => Some(r),
+            Err(payload) => {
+                let msg = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str)).unwrap_or("?");
+                if !self.state.fatal.swap(true, Ordering::SeqCst) {
+                    crate::guest_warn!("GPU engine failed ({msg}): launches fail with ENG_ERR_FATAL until the GPU is reset");
+                }
+                if let Some(l) = self.job.take().map(|j| j.l).or(launch) {
+                    self.complete(&l, Err(ENG_ERR_FATAL));
+                }
+                None
+            }
+        }
+    }
+
+    /// Takes a launch: checks it, and completes it right away if it is refused (or the
+    /// engine has failed).
     pub fn start(&mut self, l: Launch) {
+        if self.state.fatal.load(Ordering::SeqCst) {
+            self.job = None;
+            self.complete(&l, Err(ENG_ERR_FATAL));
+            return;
+        }
+        self.guarded(Some(l), |r| r.start_checked(l));
+    }
+
+    fn start_checked(&mut self, l: Launch) {
         if let Some(old) = self.job.take() {
             // Cannot happen (the busy bit admits one launch); complete the old one as failed.
             self.complete(&old.l, Err(ENG_ERR_BUSY));
@@ -130,6 +176,17 @@ impl Runner {
     /// Moves up to `budget` bytes of the current launch; true while one is in progress
     /// after this step (more work to do).
     pub fn step(&mut self, budget: u64) -> bool {
+        if self.state.fatal.load(Ordering::SeqCst) {
+            return false;
+        }
+        self.guarded(None, |r| r.step_job(budget)).unwrap_or(false)
+    }
+
+    fn step_job(&mut self, budget: u64) -> bool {
+        #[cfg(test)]
+        if std::mem::take(&mut self.panic_next_step) {
+            panic!("test hook: panic in a GPU engine step");
+        }
         let Some(job) = self.job.as_mut() else { return false };
         let n = (job.l.len - job.done).min(budget.max(1));
         let result = run_part(&self.mem, &job.l, job.done, n);
@@ -330,6 +387,31 @@ mod tests {
         assert!(!r.step(STEP));
         assert_eq!(state.status.load(Ordering::SeqCst), ENG_ERR_BAD_OP << 8);
         assert_eq!(state.done.load(Ordering::SeqCst), 1);
+    }
+
+    /// A panic while a launch steps completes it with ENG_ERR_FATAL (interrupt raised),
+    /// later launches fail at once, and a reset brings the engine back.
+    #[test]
+    fn a_panic_in_a_step_fails_the_engine_until_reset() {
+        let state = Arc::new(EngineState::default());
+        let irqs = Arc::new(Interrupts::new(1));
+        let m = Arc::new(mem());
+        let mut r = Runner::new(m.clone(), irqs.clone(), state.clone());
+        let fill = Launch { op: ENG_OP_FILL32, dst: 0, len: 400_000, value: 7, ..Default::default() };
+        r.start(fill);
+        assert!(r.step(100_000));
+        r.panic_next_step = true;
+        assert!(!r.step(100_000), "the failed step ends the launch");
+        assert!(state.fatal.load(Ordering::SeqCst));
+        assert_eq!((state.status.load(Ordering::SeqCst), state.done.load(Ordering::SeqCst)), (ENG_ERR_FATAL << 8, 1));
+        r.start(fill);
+        assert!(!r.step(STEP), "refused while fatal");
+        assert_eq!((state.status.load(Ordering::SeqCst), state.done.load(Ordering::SeqCst), state.ops.load(Ordering::SeqCst)), (ENG_ERR_FATAL << 8, 2, 0));
+        state.reset();
+        r.start(fill);
+        while r.step(STEP) {}
+        assert_eq!((state.status.load(Ordering::SeqCst), state.ops.load(Ordering::SeqCst)), (ENG_OK, 1), "a reset recovers");
+        assert_eq!(f32s(&m, 0, 1)[0].to_bits(), 7);
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0003, "Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES."),
     (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write."),
     (0x0001_0005, "Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers."),
-    (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors."),
+    (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -338,6 +338,9 @@ pub mod gpu {
     pub const ENG_ERR_RANGE: u64 = 2;
     pub const ENG_ERR_ALIGN: u64 = 3;
     pub const ENG_ERR_BUSY: u64 = 4;
+    /// The engine failed internally (a contained panic): this and every later launch
+    /// completes with it until the GPU is reset (FLR or vfio-user device reset).
+    pub const ENG_ERR_FATAL: u64 = 5;
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ impl Rnic {
         let last_error = Arc::new(AtomicU64::new(0));
         let fatal = Arc::new(AtomicBool::new(false));
         let router = Arc::new(Router { faults: faults.clone(), ..Router::new(dma.clone(), peers, stats.clone()) });
-        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone() };
+        let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone(), clock: Default::default() };
         let mut verbs = Engine::new(name.clone(), shared);
         verbs.set_faults(faults.clone());
         let engine = EngineSlot::Inline(Box::new(Driver::new(verbs, Some(dbpage.clone()))));

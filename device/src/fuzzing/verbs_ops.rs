@@ -12,19 +12,35 @@
 //! READ responses, NAKs) and the fuzzer can also corrupt, drop, repeat or reorder them.
 //! [`Op::Packet`] delivers a packet built from the input.
 //!
-//! Not modelled: the passage of time (the engine reads the clock; retransmission and RNR
-//! timers fire only if an input runs long enough), the doorbell page, interrupts (the
-//! vectors are never enabled).
+//! The engine runs inside the event loop's [`Driver`] (failure containment, the doorbell
+//! page), reaches memory through the DMA router (guest RAM plus one GPU BAR1 window behind
+//! a BAR1_APERTURE slot) and reads a manual clock: [`Op::Advance`] expires retransmission
+//! and RNR timers when the input says so. The `dbpage` target turns the doorbell page on
+//! and posts as a driver does (index stored in the page, MMIO doorbell only when the
+//! device's event index asks for it); any input may also store raw page values.
+//!
+//! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
+//! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
+use crate::doorbell::{need_kick, DoorbellPage};
 use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
 use crate::mem::dma::{test_ram, DmaMaps};
+use crate::mem::router::{P2pPath, Peer, PeerWindow, Router};
 use crate::msix::Interrupts;
+use crate::regs::rnic::dbpage;
 use crate::shm::SharedMemory;
 use crate::verbs::abi::*;
+use crate::verbs::clock::Clock;
 use crate::verbs::engine::{Engine, Shared, Tables};
 use crate::verbs::stats::Stats;
 use crate::verbs::transport::Wire;
-use arbitrary::{Result, Unstructured};
+use crate::verbs::worker::{Driver, Event};
+use arbitrary::Unstructured;
+use std::sync::mpsc;
+use std::time::Duration;
+
+mod op;
+pub use op::Op;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -54,189 +70,17 @@ const VA: u64 = 0x7f00_0000_0000;
 /// engine's own, reflected; [`verbs_pair`]: the other engine).
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+/// The GPU's BAR1 (64 KiB): where its window decodes, and where a move puts it.
+const GPU_BAR: u64 = 0x40_0000_0000;
+const GPU_BAR_MOVED: u64 = 0x50_0000_0000;
+const GPU_BAR_SIZE: u64 = 0x1_0000;
+/// The second GPU's BAR1 (behind the root complex; never moves).
+const GPU2_BAR: u64 = 0x60_0000_0000;
 /// Packets the recording wire keeps.
 const WIRE_KEEP: usize = 256;
 /// Operations per input, engine passes per run.
 const MAX_OPS: usize = 256;
 const MAX_PASSES: usize = 64;
-
-/// One typed operation. Every field is raw input; [`Harness::apply`] gives it meaning.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    CreateCq { cqn: u8, log_size: u8, vector: u8 },
-    DestroyCq { cqn: u8 },
-    /// A full QP context written and MODIFY_QP issued; `fabric` sends to [`PEER`].
-    ModifyQp { qpn: u8, state: u8, dest: u8, access: u8, pd: u8, cqs: u8, sizes: u8, strides: u8, fabric: u8, mtu: u8, psn: u32 },
-    /// QPs `a` and `b` created (if in RESET) and moved to RTS towards each other, on
-    /// loopback or (`fabric` odd) through the wire.
-    Connect { a: u8, b: u8, fabric: u8 },
-    DestroyQp { qpn: u8 },
-    QueryQp { qpn: u8 },
-    /// MR over `pages` MTT entries, each (kind, value) (see [`Harness::page`]).
-    RegMr { index: u8, pd: u8, access: u8, iova_kind: u8, iova: u64, length: u32, page_shift: u8, pages: Vec<(u8, u64)> },
-    DeregMr { index: u8 },
-    /// A WQE in the SQ (`send` odd) or RQ and a doorbell for it; SGEs (addr kind, MR,
-    /// offset, length, key kind).
-    Post { qpn: u8, send: u8, opcode: u8, flags: u8, sges: Vec<(u8, u8, u32, u32, u8)>, remote: (u8, u8, u32), inline: u8 },
-    /// A doorbell with the tracked producer index plus `delta`.
-    Doorbell { qpn: u8, send: u8, delta: u16 },
-    /// Consumes every valid CQE of `cqn` and reports the consumer index.
-    Poll { cqn: u8 },
-    Consumed { cqn: u8, ci: u16 },
-    Arm { cqn: u8 },
-    /// Maps `pages` more pages: after RAM, after a gap, near 2^64, or without memory.
-    Map { kind: u8, pages: u8 },
-    /// Unmaps extra map `which` (or RAM itself).
-    Unmap { which: u8 },
-    Reset,
-    DmaCtrl { bits: u8 },
-    /// A packet from [`PEER`] built from the input.
-    Packet { qpn: u8, opcode: u8, psn: u32, va: u64, rkey: u32, len: u32, syndrome: u8, payload: u8 },
-    /// A recorded packet back to the engine (`how`: as is, with its PSN or opcode changed,
-    /// twice, or dropped; `pick` chooses which one, so reordering too).
-    Reflect { pick: u8, how: u8 },
-    Run { passes: u8 },
-}
-
-const OPS: u8 = 20;
-
-fn u64_le(u: &mut Unstructured<'_>) -> Result<u64> {
-    let mut b = [0u8; 8];
-    u.fill_buffer(&mut b)?;
-    Ok(u64::from_le_bytes(b))
-}
-
-fn u32_le(u: &mut Unstructured<'_>) -> Result<u32> {
-    let mut b = [0u8; 4];
-    u.fill_buffer(&mut b)?;
-    Ok(u32::from_le_bytes(b))
-}
-
-fn u16_le(u: &mut Unstructured<'_>) -> Result<u16> {
-    let mut b = [0u8; 2];
-    u.fill_buffer(&mut b)?;
-    Ok(u16::from_le_bytes(b))
-}
-
-impl<'a> arbitrary::Arbitrary<'a> for Op {
-    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let b = |u: &mut Unstructured<'a>| u.arbitrary::<u8>();
-        Ok(match b(u)? % OPS {
-            0 => Op::CreateCq { cqn: b(u)?, log_size: b(u)?, vector: b(u)? },
-            1 => Op::DestroyCq { cqn: b(u)? },
-            2 => Op::ModifyQp {
-                qpn: b(u)?,
-                state: b(u)?,
-                dest: b(u)?,
-                access: b(u)?,
-                pd: b(u)?,
-                cqs: b(u)?,
-                sizes: b(u)?,
-                strides: b(u)?,
-                fabric: b(u)?,
-                mtu: b(u)?,
-                psn: u32_le(u)?,
-            },
-            3 => Op::Connect { a: b(u)?, b: b(u)?, fabric: b(u)? },
-            4 => Op::DestroyQp { qpn: b(u)? },
-            5 => Op::QueryQp { qpn: b(u)? },
-            6 => {
-                let (index, pd, access, iova_kind) = (b(u)?, b(u)?, b(u)?, b(u)?);
-                let (iova, length, page_shift) = (u64_le(u)?, u32_le(u)?, b(u)?);
-                let n = b(u)? % 9;
-                let pages = (0..n).map(|_| Ok((b(u)?, u64_le(u)?))).collect::<Result<_>>()?;
-                Op::RegMr { index, pd, access, iova_kind, iova, length, page_shift, pages }
-            }
-            7 => Op::DeregMr { index: b(u)? },
-            8 => {
-                let (qpn, send, opcode, flags) = (b(u)?, b(u)?, b(u)?, b(u)?);
-                let n = b(u)? % 4;
-                let sges = (0..n).map(|_| Ok((b(u)?, b(u)?, u32_le(u)?, u32_le(u)?, b(u)?))).collect::<Result<_>>()?;
-                let remote = (b(u)?, b(u)?, u32_le(u)?);
-                Op::Post { qpn, send, opcode, flags, sges, remote, inline: b(u)? }
-            }
-            9 => Op::Doorbell { qpn: b(u)?, send: b(u)?, delta: u16_le(u)? },
-            10 => Op::Poll { cqn: b(u)? },
-            11 => Op::Consumed { cqn: b(u)?, ci: u16_le(u)? },
-            12 => Op::Arm { cqn: b(u)? },
-            13 => Op::Map { kind: b(u)?, pages: b(u)? },
-            14 => Op::Unmap { which: b(u)? },
-            15 => Op::Reset,
-            16 => Op::DmaCtrl { bits: b(u)? },
-            17 => Op::Packet { qpn: b(u)?, opcode: b(u)?, psn: u32_le(u)?, va: u64_le(u)?, rkey: u32_le(u)?, len: u32_le(u)?, syndrome: b(u)?, payload: b(u)? },
-            18 => Op::Reflect { pick: b(u)?, how: b(u)? },
-            _ => Op::Run { passes: b(u)? },
-        })
-    }
-}
-
-impl Op {
-    /// The bytes [`Op::arbitrary`] decodes back to this operation (for seeds).
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        let tag = |t: u8, out: &mut Vec<u8>| out.push(t);
-        match self {
-            Op::CreateCq { cqn, log_size, vector } => {
-                tag(0, out);
-                out.extend([*cqn, *log_size, *vector]);
-            }
-            Op::DestroyCq { cqn } => out.extend([1, *cqn]),
-            Op::ModifyQp { qpn, state, dest, access, pd, cqs, sizes, strides, fabric, mtu, psn } => {
-                out.extend([2, *qpn, *state, *dest, *access, *pd, *cqs, *sizes, *strides, *fabric, *mtu]);
-                out.extend(psn.to_le_bytes());
-            }
-            Op::Connect { a, b, fabric } => out.extend([3, *a, *b, *fabric]),
-            Op::DestroyQp { qpn } => out.extend([4, *qpn]),
-            Op::QueryQp { qpn } => out.extend([5, *qpn]),
-            Op::RegMr { index, pd, access, iova_kind, iova, length, page_shift, pages } => {
-                out.extend([6, *index, *pd, *access, *iova_kind]);
-                out.extend(iova.to_le_bytes());
-                out.extend(length.to_le_bytes());
-                out.extend([*page_shift, pages.len() as u8]);
-                for (k, v) in pages {
-                    out.push(*k);
-                    out.extend(v.to_le_bytes());
-                }
-            }
-            Op::DeregMr { index } => out.extend([7, *index]),
-            Op::Post { qpn, send, opcode, flags, sges, remote, inline } => {
-                out.extend([8, *qpn, *send, *opcode, *flags, sges.len() as u8]);
-                for (k, mr, off, len, key) in sges {
-                    out.extend([*k, *mr]);
-                    out.extend(off.to_le_bytes());
-                    out.extend(len.to_le_bytes());
-                    out.push(*key);
-                }
-                out.extend([remote.0, remote.1]);
-                out.extend(remote.2.to_le_bytes());
-                out.push(*inline);
-            }
-            Op::Doorbell { qpn, send, delta } => {
-                out.extend([9, *qpn, *send]);
-                out.extend(delta.to_le_bytes());
-            }
-            Op::Poll { cqn } => out.extend([10, *cqn]),
-            Op::Consumed { cqn, ci } => {
-                out.extend([11, *cqn]);
-                out.extend(ci.to_le_bytes());
-            }
-            Op::Arm { cqn } => out.extend([12, *cqn]),
-            Op::Map { kind, pages } => out.extend([13, *kind, *pages]),
-            Op::Unmap { which } => out.extend([14, *which]),
-            Op::Reset => out.push(15),
-            Op::DmaCtrl { bits } => out.extend([16, *bits]),
-            Op::Packet { qpn, opcode, psn, va, rkey, len, syndrome, payload } => {
-                out.extend([17, *qpn, *opcode]);
-                out.extend(psn.to_le_bytes());
-                out.extend(va.to_le_bytes());
-                out.extend(rkey.to_le_bytes());
-                out.extend(len.to_le_bytes());
-                out.extend([*syndrome, *payload]);
-            }
-            Op::Reflect { pick, how } => out.extend([18, *pick, *how]),
-            Op::Run { passes } => out.extend([19, *passes]),
-        }
-    }
-}
 
 /// The fabric as the engine sees it: every packet recorded (the oldest dropped).
 struct RecordingWire {
@@ -269,8 +113,15 @@ struct Rings {
 
 struct Harness {
     ram: SharedMemory,
-    mem: DmaMaps,
-    e: Engine,
+    /// Guest RAM and the extra maps (the router's DMA maps) plus the GPU window.
+    router: Router,
+    gpu: Arc<PeerWindow>,
+    /// The engine with its doorbell page, as the event loop drives it.
+    d: Driver,
+    page: DoorbellPage,
+    /// Whether DMA_CTRL turns the doorbell page on (the `dbpage` target).
+    use_page: bool,
+    clock: Clock,
     /// The engine's counters (the tests check the seeds move data with them).
     #[cfg_attr(not(test), allow(dead_code))]
     stats: Arc<Stats>,
@@ -287,6 +138,23 @@ struct Harness {
     _extra: Vec<SharedMemory>,
 }
 
+/// `n` MSI-X vectors, each with an eventfd (nobody reads them; a raise is a counter add).
+fn enabled_vectors(n: u16) -> Arc<Interrupts> {
+    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
+    use std::os::fd::FromRawFd;
+    let irqs = Arc::new(Interrupts::new(n));
+    let fds: Vec<std::fs::File> = (0..n)
+        .filter_map(|_| {
+            // SAFETY: eventfd() returns a new descriptor (or -1); a valid one is owned by
+            // the File from here on.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
+        })
+        .collect();
+    let _ = irqs.set(VFIO_IRQ_SET_ACTION_TRIGGER | VFIO_IRQ_SET_DATA_EVENTFD, 0, fds.len() as u32, fds);
+    irqs
+}
+
 fn tables() -> Tables {
     Tables { qp_ctx: RAM_BASE + QP_TABLE, cq_ctx: RAM_BASE + CQ_TABLE, mr_ctx: RAM_BASE + MR_TABLE, mtt: RAM_BASE + MTT, mtt_entries: MTT_ENTRIES }
 }
@@ -301,20 +169,35 @@ fn mr_va(index: usize) -> u64 {
 }
 
 impl Harness {
-    fn new(own: Ipv4Addr, peer: Ipv4Addr) -> Option<Harness> {
+    fn new(own: Ipv4Addr, peer: Ipv4Addr, use_page: bool) -> Option<Harness> {
         let (ram, fd) = test_ram(RAM).ok()?;
         let mut mem = DmaMaps::default();
         mem.map(RAM_BASE, RAM, Some(fd), 0).ok()?;
         let stats = Arc::new(Stats::default());
-        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: Default::default(), fatal: Default::default() };
+        let gpu = Arc::new(PeerWindow::new(Arc::new(SharedMemory::memfd("fuzz-gpu", GPU_BAR_SIZE).ok()?)));
+        gpu.set(Some(GPU_BAR));
+        let gpu2 = Arc::new(PeerWindow::new(Arc::new(SharedMemory::memfd("fuzz-gpu2", GPU_BAR_SIZE).ok()?)));
+        gpu2.set(Some(GPU2_BAR));
+        let peers = vec![Peer { window: gpu.clone(), path: P2pPath::Switch }, Peer { window: gpu2, path: P2pPath::RootComplex }];
+        let router = Router::new(Arc::new(std::sync::RwLock::new(mem)), peers, stats.clone());
+        router.apertures[0].store(GPU_BAR, std::sync::atomic::Ordering::SeqCst);
+        router.apertures[1].store(GPU2_BAR, std::sync::atomic::Ordering::SeqCst);
+        let clock = Clock::manual();
+        let shared = Shared { irqs: enabled_vectors(4), stats: stats.clone(), last_error: Default::default(), fatal: Default::default(), clock: clock.clone() };
         let mut e = Engine::new("fuzz".into(), shared);
         let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
         e.set_wire(wire.clone());
-        e.set_dma_ctrl(true, true);
-        Some(Harness {
+        let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", crate::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
+        let mut d = Driver::new(e, Some(page.clone()));
+        d.set_test_hooks(false);
+        let mut h = Harness {
             ram,
-            mem,
-            e,
+            router,
+            gpu,
+            d,
+            page,
+            use_page,
+            clock,
             stats,
             wire,
             peer,
@@ -325,7 +208,44 @@ impl Harness {
             cq_log: [0; CQS],
             maps: Vec::new(),
             _extra: Vec::new(),
-        })
+        };
+        h.dma_ctrl(true, true);
+        Some(h)
+    }
+
+    /// DMA_CTRL (with the doorbell page when the target uses it).
+    fn dma_ctrl(&mut self, enabled: bool, int_enabled: bool) {
+        let (reply, _rx) = mpsc::sync_channel(1);
+        let view = self.router.view();
+        self.d.handle(&view, Event::DmaCtrl { enabled, int_enabled, db_page: self.use_page, reply });
+    }
+
+    /// An event for the engine (doorbells, consumer indices, arms).
+    fn event(&mut self, ev: Event) {
+        let view = self.router.view();
+        self.d.handle(&view, ev);
+    }
+
+    /// One pass of the event loop; true when anything moved.
+    fn pass(&mut self) -> bool {
+        let view = self.router.view();
+        self.d.pass(&view)
+    }
+
+    fn on_packet(&mut self, pkt: &Packet) {
+        let view = self.router.view();
+        self.d.on_packet(&view, self.peer, pkt);
+    }
+
+    /// A driver's 32-bit store into the doorbell page.
+    fn page_store(&self, offset: u64, value: u16) {
+        let _ = self.page.memory().write(offset, &u32::from(value).to_le_bytes());
+    }
+
+    fn page_load(&self, offset: u64) -> u16 {
+        let mut v = [0u8; 4];
+        let _ = self.page.memory().read(offset, &mut v);
+        u32::from_le_bytes(v) as u16
     }
 
     fn put<T: ByteValued>(&self, off: u64, v: &T) {
@@ -333,14 +253,17 @@ impl Harness {
     }
 
     fn cmd(&mut self, op: u32, index: u32) -> u32 {
-        self.e.command(&self.mem, op, index, tables())
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.event(Event::Command { op, index, tables: tables(), reply });
+        rx.try_recv().unwrap_or(CMD_ERR_FATAL)
     }
 
     /// A bus address for an MTT entry: a data page, the last page below 2^64, a bus
     /// address no map covers, an extra map, or the raw value.
     fn page(&self, kind: u8, v: u64) -> u64 {
-        match kind % 5 {
+        match kind % 6 {
             0 => RAM_BASE + DATA + (v % ((RAM - DATA) >> 12)) * 4096,
+            5 => [GPU_BAR, GPU2_BAR][(v >> 8) as usize & 1] + (v % (GPU_BAR_SIZE >> 12)) * 4096,
             1 => 0xffff_ffff_ffff_f000 - (v % 4) * 4096,
             2 => RAM_BASE + RAM + 0x100_0000 + (v % 16) * 4096,
             3 => self.maps.get(v as usize % self.maps.len().max(1)).map_or(v, |m| m.0 + (((v >> 8) % m.1.max(1)) & !0xfff)),
@@ -385,7 +308,14 @@ impl Harness {
         }
     }
 
+    /// Applies `op`; the engine must not have failed (a panic the [`Driver`] contained is
+    /// a crash all the same).
     fn apply(&mut self, op: &Op) {
+        self.apply_op(op);
+        assert!(!self.d.is_fatal(), "the verbs engine failed (contained panic) in {op:?}");
+    }
+
+    fn apply_op(&mut self, op: &Op) {
         match *op {
             Op::CreateCq { cqn, log_size, vector } => {
                 let c = usize::from(cqn) % CQS;
@@ -414,7 +344,7 @@ impl Harness {
             Op::Connect { a, b, fabric } => {
                 let (a, b) = (usize::from(a) % QPS, usize::from(b) % QPS);
                 for (x, y) in [(a, b), (b, a)] {
-                    if self.e.qp(x as u32).is_some_and(|q| q.state == crate::verbs::qp::QpState::Reset) {
+                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == crate::verbs::qp::QpState::Reset) {
                         let c = Self::init_ctx(x, (x | x << 4) as u8, 0x44, 0x11, 7, 0);
                         self.modify(x, &c);
                     }
@@ -422,7 +352,9 @@ impl Harness {
                         let mut c = self.qp_ctx(x);
                         (c.state, c.dest_qpn) = (state, y as u32);
                         c.dest_ip = if fabric & 1 == 1 { u32::from(self.peer) } else { 0 };
-                        (c.path_mtu, c.retry_cnt, c.timeout, c.rnr_retry) = (8 + fabric % 5, 3, 0, 0);
+                        // Timers armed (a manual clock: they expire only through Op::Advance);
+                        // RNR retries unbounded unless the input asks for a budget.
+                        (c.path_mtu, c.retry_cnt, c.timeout, c.rnr_retry) = (8 + fabric % 5, 3, 1 + (fabric >> 4), 7 - (fabric >> 1 & 7));
                         self.modify(x, &c);
                     }
                 }
@@ -456,36 +388,38 @@ impl Harness {
             Op::Post { qpn, send, opcode, flags, ref sges, remote, inline } => self.post(qpn, send, opcode, flags, sges, remote, inline),
             Op::Doorbell { qpn, send, delta } => {
                 let q = usize::from(qpn) % QPS;
+                let qpn = q as u32;
                 if send & 1 == 1 {
-                    self.e.sq_doorbell(q as u32, self.sq_pi[q].wrapping_add(delta));
+                    self.event(Event::SqDoorbell { qpn, pi: self.sq_pi[q].wrapping_add(delta) });
                 } else {
-                    self.e.rq_doorbell(q as u32, self.rq_pi[q].wrapping_add(delta));
+                    self.event(Event::RqDoorbell { qpn, pi: self.rq_pi[q].wrapping_add(delta) });
                 }
             }
             Op::Poll { cqn } => self.poll(usize::from(cqn) % CQS),
-            Op::Consumed { cqn, ci } => self.e.cq_consumed(u32::from(cqn) % CQS as u32, ci),
-            Op::Arm { cqn } => self.e.cq_arm(u32::from(cqn) % CQS as u32),
+            Op::Consumed { cqn, ci } => self.event(Event::CqConsumed { cqn: u32::from(cqn) % CQS as u32, ci }),
+            Op::Arm { cqn } => self.event(Event::CqArm { cqn: u32::from(cqn) % CQS as u32 }),
             Op::Map { kind, pages } => self.map(kind, pages),
             Op::Unmap { which } => {
                 let (iova, size) = match self.maps.get(usize::from(which)) {
                     Some(&m) => m,
                     None => (RAM_BASE, RAM),
                 };
-                self.mem.unmap(iova, size);
+                self.router.dma.write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
                 self.maps.retain(|m| m.0 != iova);
             }
             Op::Reset => {
-                self.e.reset();
-                self.e.set_dma_ctrl(true, true);
+                let (reply, _rx) = mpsc::sync_channel(1);
+                self.event(Event::Reset { reply });
+                self.dma_ctrl(true, true);
                 (self.sq_pi, self.rq_pi, self.cq_ci) = ([0; QPS], [0; QPS], [0; CQS]);
             }
-            Op::DmaCtrl { bits } => self.e.set_dma_ctrl(bits & 1 == 1, bits & 2 == 2),
+            Op::DmaCtrl { bits } => self.dma_ctrl(bits & 1 == 1, bits & 2 == 2),
             Op::Packet { qpn, opcode, psn, va, rkey, len, syndrome, payload } => {
                 let bth = Bth { opcode, dest_qp: u32::from(qpn) % (QPS as u32 + 1), psn: psn & 0xff_ffff, ack_req: psn >> 24 & 1 == 1, ..Default::default() };
                 let reth = (syndrome & 0x80 == 0).then_some(Reth { va, rkey, len });
                 let aeth = (syndrome & 0x40 == 0).then_some(Aeth { syndrome: syndrome & 0x7f, msn: psn >> 8 });
                 let pkt = Packet { bth, reth, aeth, imm: (syndrome & 0x20 == 0).then_some(rkey), payload: vec![payload; usize::from(payload)] };
-                self.e.on_packet(&self.mem, self.peer, &pkt);
+                self.on_packet(&pkt);
             }
             Op::Reflect { pick, how } => {
                 if let Some(pkt) = self.take_sent(pick) {
@@ -494,10 +428,32 @@ impl Harness {
             }
             Op::Run { passes } => {
                 for _ in 0..usize::from(passes) % MAX_PASSES + 1 {
-                    if !self.e.run(&self.mem, 16) {
+                    if !self.pass() {
                         break;
                     }
                 }
+            }
+            Op::Advance { ms } => {
+                self.clock.advance(Duration::from_millis(u64::from(ms)));
+                self.pass();
+            }
+            Op::PageStore { field, index, value } => {
+                let (base, fields) = match field % 5 {
+                    4 => (dbpage::CQ_PAGES, [dbpage::CQ_CI; 4]),
+                    _ => (dbpage::QP_PAGES, [dbpage::SQ_PI, dbpage::RQ_PI, dbpage::SQ_EVENT, dbpage::RQ_EVENT]),
+                };
+                // Objects the harness uses, or (index >= 0xf0) any page offset at all.
+                let offset = if index >= 0xf0 { u64::from(value) << 8 | u64::from(index) } else { base + u64::from(index % 16) * dbpage::PAGE + fields[usize::from(field % 4)] };
+                self.page_store(offset, value);
+            }
+            Op::Sleep => {
+                let view = self.router.view();
+                self.d.prepare_sleep(&view);
+            }
+            Op::Window { kind } => self.gpu.set([Some(GPU_BAR), Some(GPU_BAR_MOVED), None][usize::from(kind % 3)]),
+            Op::Aperture { slot, kind } => {
+                let v = [GPU_BAR, 0, GPU_BAR_MOVED, RAM_BASE][usize::from(kind % 4)];
+                self.router.apertures[usize::from(slot) % self.router.apertures.len()].store(v, std::sync::atomic::Ordering::SeqCst);
             }
         }
     }
@@ -515,10 +471,10 @@ impl Harness {
             0 => return, // lost
             1 => pkt.bth.psn = (pkt.bth.psn + u32::from(how >> 3)) & 0xff_ffff,
             2 => pkt.bth.opcode ^= how >> 3,
-            3 => self.e.on_packet(&self.mem, self.peer, &pkt), // duplicated
+            3 => self.on_packet(&pkt), // duplicated
             _ => {}
         }
-        self.e.on_packet(&self.mem, self.peer, &pkt);
+        self.on_packet(&pkt);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -568,14 +524,24 @@ impl Harness {
         }
         let slot = u64::from(pi & ((1u16 << log.min(15)) - 1)) << stride.clamp(6, 8);
         let _ = self.ram.write(base + slot, &buf);
-        let pi = pi.wrapping_add(1);
+        let (old, pi) = (pi, pi.wrapping_add(1));
+        let qpn = q as u32;
         if send {
             self.sq_pi[q] = pi;
-            self.e.sq_doorbell(q as u32, pi);
         } else {
             self.rq_pi[q] = pi;
-            self.e.rq_doorbell(q as u32, pi);
         }
+        if self.d.page_on() {
+            // The driver's side of the page protocol (crate::doorbell): index, fence, event.
+            let qp_page = dbpage::QP_PAGES + q as u64 * dbpage::PAGE;
+            let (pi_at, event_at) = if send { (dbpage::SQ_PI, dbpage::SQ_EVENT) } else { (dbpage::RQ_PI, dbpage::RQ_EVENT) };
+            self.page_store(qp_page + pi_at, pi);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            if !need_kick(self.page_load(qp_page + event_at), pi, old) {
+                return;
+            }
+        }
+        self.event(if send { Event::SqDoorbell { qpn, pi } } else { Event::RqDoorbell { qpn, pi } });
     }
 
     fn poll(&mut self, c: usize) {
@@ -590,7 +556,11 @@ impl Harness {
             }
             self.cq_ci[c] = ci.wrapping_add(1);
         }
-        self.e.cq_consumed(c as u32, self.cq_ci[c]);
+        if self.d.page_on() {
+            self.page_store(dbpage::CQ_PAGES + c as u64 * dbpage::PAGE + dbpage::CQ_CI, self.cq_ci[c]);
+        } else {
+            self.event(Event::CqConsumed { cqn: c as u32, ci: self.cq_ci[c] });
+        }
     }
 
     fn map(&mut self, kind: u8, pages: u8) {
@@ -617,7 +587,7 @@ impl Harness {
         } else {
             None
         };
-        if self.mem.map(iova, size, fd, 0).is_ok() {
+        if self.router.dma.write().unwrap_or_else(|p| p.into_inner()).map(iova, size, fd, 0).is_ok() {
             self.maps.push((iova, size));
         }
     }
@@ -625,8 +595,19 @@ impl Harness {
 
 /// The `verbs_ops` target: decodes operations until the input runs out.
 pub fn verbs_ops(data: &[u8]) {
+    run_ops(data, false);
+}
+
+/// The `dbpage` target: the operations of [`verbs_ops`] with the doorbell page on, WQEs
+/// posted through it as a driver does, raw page stores and the loop's sleep (event index
+/// publication) among the operations.
+pub fn dbpage(data: &[u8]) {
+    run_ops(data, true);
+}
+
+fn run_ops(data: &[u8], use_page: bool) {
     let mut u = Unstructured::new(data);
-    let Some(mut h) = Harness::new(LOCAL, PEER) else { return };
+    let Some(mut h) = Harness::new(LOCAL, PEER, use_page) else { return };
     for _ in 0..MAX_OPS {
         if u.is_empty() {
             break;
@@ -643,7 +624,7 @@ pub fn verbs_ops(data: &[u8]) {
 /// node (lost, corrupted, duplicated or out of order as the operation says).
 pub fn verbs_pair(data: &[u8]) {
     let mut u = Unstructured::new(data);
-    let (Some(a), Some(b)) = (Harness::new(LOCAL, PEER), Harness::new(PEER, LOCAL)) else { return };
+    let (Some(a), Some(b)) = (Harness::new(LOCAL, PEER, false), Harness::new(PEER, LOCAL, false)) else { return };
     let mut nodes = [a, b];
     for _ in 0..MAX_OPS {
         if u.is_empty() {
@@ -656,7 +637,7 @@ pub fn verbs_pair(data: &[u8]) {
     for _ in 0..MAX_PASSES {
         let mut moved = false;
         for i in 0..2 {
-            moved |= nodes[i].e.run(&nodes[i].mem, 16);
+            moved |= nodes[i].pass();
             while let Some(pkt) = nodes[i].take_sent(0) {
                 nodes[1 - i].deliver(pkt, 4);
                 moved = true;
@@ -729,6 +710,135 @@ fn seed_ops(fabric: u8) -> Vec<Op> {
     ops
 }
 
+/// The fabric pair of [`seed_ops`], then the timers on the manual clock: a SEND before
+/// its RECV (RNR NAK, wait, resend), a WRITE whose request is lost (retransmission
+/// timeout, go-back-N), and one lost until the retry budget is spent (QP error).
+fn timer_ops() -> Vec<Op> {
+    let mut ops = seed_ops(1);
+    let exchange = |ops: &mut Vec<Op>, n: usize| {
+        for _ in 0..n {
+            ops.push(Op::Run { passes: 4 });
+            ops.push(Op::Reflect { pick: 0, how: 4 });
+        }
+    };
+    // What the rounds above left on the wire, then two SENDs for the two RECVs left
+    // from them (rings of 4): the third SEND finds none.
+    exchange(&mut ops, 12);
+    for _ in 0..3 {
+        ops.push(seed_post(1, 1, 3, vec![seed_sge(1, 100)]));
+        exchange(&mut ops, 4);
+    }
+    ops.push(Op::Advance { ms: 1 });
+    exchange(&mut ops, 3);
+    ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
+    ops.push(Op::Advance { ms: 1 });
+    exchange(&mut ops, 4);
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 3000)]));
+    ops.extend([Op::Run { passes: 4 }, Op::Reflect { pick: 0, how: 0 }, Op::Advance { ms: 100 }]);
+    exchange(&mut ops, 4);
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 64)]));
+    for _ in 0..5 {
+        ops.extend([Op::Run { passes: 4 }, Op::Reflect { pick: 0, how: 0 }, Op::Advance { ms: 100 }]);
+    }
+    ops.extend([Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }]);
+    ops
+}
+
+/// Error paths the seeds above do not take: a CQ of one entry overflowing, requests
+/// reflected out of order (sequence NAK, go-back-N), an RNR NAK with no retries left, a
+/// READ response lost until the timer resends the READ, an inline WRITE, and an MR
+/// deregistered under queued work.
+fn error_ops() -> Vec<Op> {
+    let mut ops = seed_ops(1);
+    let cq = |cqn, log_size| Op::CreateCq { cqn, log_size, vector: 0 };
+    ops.extend([cq(3, 4), cq(4, 4), cq(5, 0), cq(6, 0)]);
+    // QPs 3 <-> 4 through the wire with no RNR retries (fabric 15: rnr_retry 0).
+    ops.push(Op::Connect { a: 3, b: 4, fabric: 15 });
+    ops.push(seed_post(3, 1, 3, vec![seed_sge(1, 64)]));
+    for _ in 0..3 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    // QPs 5 <-> 6 on loopback, completions into one-entry CQs nobody polls.
+    ops.push(Op::Connect { a: 5, b: 6, fabric: 0 });
+    for _ in 0..3 {
+        ops.push(seed_post(5, 1, 0, vec![seed_sge(1, 64)]));
+    }
+    ops.push(Op::Run { passes: 8 });
+    // QPs 1 -> 2: two WRITEs, the second's packet delivered first; a READ whose response
+    // is lost until the timer fires; an inline WRITE; MR 2 deregistered under a WRITE.
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 3000)]));
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 3000)]));
+    ops.extend([Op::Run { passes: 4 }, Op::Reflect { pick: 2, how: 4 }]);
+    for _ in 0..8 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    ops.push(seed_post(1, 1, 2, vec![seed_sge(1, 5000)]));
+    ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }, Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 0 }, Op::Advance { ms: 50 }]);
+    for _ in 0..6 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 0, flags: 3, sges: Vec::new(), remote: (0, 2, 0), inline: 40 });
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(1, 64)]));
+    ops.push(Op::DeregMr { index: 2 });
+    for _ in 0..6 {
+        ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    ops.extend([Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }, Op::Poll { cqn: 3 }]);
+    ops
+}
+
+fn encode(ops: &[Op]) -> Vec<u8> {
+    let mut out = Vec::new();
+    ops.iter().for_each(|op| op.encode(&mut out));
+    out
+}
+
+/// The MTT-wrap regression (issue found by hand): a loopback pair, an MR whose MTT holds
+/// the last page below 2^64 followed by an ordinary page, used as a local SGE (a WRITE
+/// from it) and through its remote key (a WRITE into it). Once `last.addr + last.len`
+/// overflowed in `verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
+/// error.
+#[cfg(test)]
+pub fn mtt_wrap_ops() -> Vec<Op> {
+    let mut ops = seed_ops(0);
+    ops.push(seed_mr(7, vec![(1, 0), (0, 5)]));
+    ops.push(seed_post(1, 1, 0, vec![seed_sge(7, 8192)]));
+    ops.push(Op::Run { passes: 4 });
+    ops.extend([Op::CreateCq { cqn: 3, log_size: 4, vector: 0 }, Op::CreateCq { cqn: 4, log_size: 4, vector: 0 }]);
+    ops.push(Op::Connect { a: 3, b: 4, fabric: 0 });
+    ops.push(Op::Post { qpn: 3, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 64)], remote: (0, 7, 0xfff), inline: 0 });
+    ops.push(Op::Run { passes: 4 });
+    ops
+}
+
+/// Seeds of `dbpage`: the loopback and fabric pairs posting through the page, the loop
+/// sleeping between posts (event indices published), raw stores of stale, overrunning
+/// and out-of-range indices, and the page turned off and on again.
+pub fn page_seeds() -> Vec<Vec<u8>> {
+    let mut hostile = seed_ops(0);
+    hostile.extend([
+        Op::Sleep,
+        seed_post(1, 1, 0, vec![seed_sge(1, 64)]),
+        Op::Sleep,
+        seed_post(1, 1, 0, vec![seed_sge(1, 64)]),
+        Op::PageStore { field: 0, index: 1, value: 0x8000 },
+        Op::PageStore { field: 1, index: 2, value: 3 },
+        Op::PageStore { field: 4, index: 1, value: 0x40 },
+        Op::PageStore { field: 2, index: 1, value: 0 },
+        Op::PageStore { field: 0, index: 0xff, value: 0xffff },
+        Op::Run { passes: 8 },
+        Op::DmaCtrl { bits: 3 },
+        Op::Sleep,
+        Op::Reset,
+        seed_post(1, 1, 0, vec![seed_sge(1, 64)]),
+    ]);
+    let mut around = seed_ops(1);
+    for _ in 0..3 {
+        around.extend([Op::Sleep, seed_post(2, 0, 5, vec![seed_sge(2, 64)]), seed_post(1, 1, 3, vec![seed_sge(1, 64)]), Op::Run { passes: 4 }, Op::Reflect { pick: 0, how: 4 }, Op::Reflect { pick: 0, how: 4 }]);
+    }
+    [seed_ops(0), around, hostile].iter().map(|ops| encode(ops)).collect()
+}
+
 /// Seed inputs: loopback and fabric pairs moving data with each opcode, MRs whose MTT
 /// holds pages at the end of the bus address space and an unmapped page, and hostile
 /// doorbells and maps.
@@ -755,14 +865,26 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::Reset,
         Op::Run { passes: 1 },
     ]);
-    [seed_ops(0), seed_ops(1), wrap, hostile]
-        .iter()
-        .map(|ops| {
-            let mut out = Vec::new();
-            ops.iter().for_each(|op| op.encode(&mut out));
-            out
-        })
-        .collect()
+    let mut gpu = seed_ops(0);
+    gpu.extend([
+        seed_mr(6, vec![(5, 0), (5, 1)]),
+        Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 4096)], remote: (0, 6, 0), inline: 0 },
+        Op::Run { passes: 4 },
+        seed_mr(8, vec![(5, 0x100), (5, 0x101)]),
+        Op::Arm { cqn: 1 },
+        Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(1, 4096)], remote: (0, 8, 0), inline: 0 },
+        Op::Run { passes: 4 },
+        Op::Aperture { slot: 0, kind: 1 },
+        Op::Post { qpn: 1, send: 1, opcode: 0, flags: 1, sges: vec![seed_sge(6, 64)], remote: (0, 2, 0), inline: 0 },
+        Op::Run { passes: 4 },
+        Op::Window { kind: 1 },
+        Op::Aperture { slot: 1, kind: 2 },
+        Op::Post { qpn: 2, send: 1, opcode: 2, flags: 1, sges: vec![seed_sge(2, 64)], remote: (0, 6, 0), inline: 0 },
+        Op::Run { passes: 4 },
+        Op::Window { kind: 2 },
+        Op::Poll { cqn: 1 },
+    ]);
+    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops()].iter().map(|ops| encode(ops)).collect()
 }
 
 #[cfg(test)]
@@ -793,7 +915,7 @@ mod tests {
     fn seeds_reach_rts_and_move_data() {
         for (n, seed) in seeds().iter().enumerate() {
             let mut u = Unstructured::new(seed);
-            let mut h = Harness::new(LOCAL, PEER).unwrap();
+            let mut h = Harness::new(LOCAL, PEER, false).unwrap();
             while let (false, Ok(op)) = (u.is_empty(), u.arbitrary::<Op>()) {
                 h.apply(&op);
             }
@@ -808,12 +930,108 @@ mod tests {
         }
     }
 
+    fn replay(seed: &[u8], use_page: bool) -> Harness {
+        let mut u = Unstructured::new(seed);
+        let mut h = Harness::new(LOCAL, PEER, use_page).unwrap();
+        while let (false, Ok(op)) = (u.is_empty(), u.arbitrary::<Op>()) {
+            h.apply(&op);
+        }
+        h
+    }
+
+    /// The manual clock drives the timers: the timer seed waits out an RNR NAK, a
+    /// retransmission timeout, and spends a retry budget (retry-exceeded completion).
+    #[test]
+    fn the_timer_seed_expires_rnr_and_retransmission_timers() {
+        let h = replay(&encode(&timer_ops()), false);
+        let s = &h.stats;
+        let all = s.snapshot();
+        assert!(s.get(Counter::RnrRetries) > 0, "no RNR wait ({all:?})");
+        assert!(s.get(Counter::Retransmits) > 0, "no retransmission ({all:?})");
+        let q1 = h.d.engine.qp(1).unwrap();
+        assert_eq!(q1.state, crate::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
+    }
+
+    /// The error seed takes the error paths it names.
+    #[test]
+    fn the_error_seed_reaches_overflow_nak_and_rnr_failures() {
+        let h = replay(&encode(&error_ops()), false);
+        let s = &h.stats;
+        let all = s.snapshot();
+        assert!(s.get(Counter::NaksSent) > 0 && s.get(Counter::Retransmits) > 0, "no sequence NAK / go-back-N ({all:?})");
+        assert!(s.get(Counter::ErrorCqes) > 0 && s.get(Counter::QpErrors) >= 2, "no failures ({all:?})");
+        let errs: Vec<_> = cqes(&h, 3).iter().map(|c| c.status).collect();
+        assert!(errs.contains(&WC_RNR_RETRY_EXC_ERR), "RNR retries exceeded on QP 3: {errs:?}");
+    }
+
+    /// The page seeds post through the doorbell page: the engine takes indices from it.
+    #[test]
+    fn page_seeds_move_data_through_the_doorbell_page() {
+        for (n, seed) in page_seeds().iter().enumerate() {
+            let h = replay(seed, true);
+            let s = &h.stats;
+            let all = s.snapshot();
+            assert!(s.get(Counter::DbPageUpdates) > 0 && s.get(Counter::BytesWritten) > 0, "seed {n}: nothing through the page ({all:?})");
+        }
+    }
+
+    /// The GPU seed moves data into and out of the GPU windows (P2P through the switch
+    /// and the root complex), is refused once an aperture slot is cleared, and its armed
+    /// CQ raises a vector.
+    #[test]
+    fn the_gpu_seed_reaches_the_peer_window() {
+        let h = replay(&seeds()[5], false);
+        let s = &h.stats;
+        let all = s.snapshot();
+        assert!(s.get(Counter::DmaP2pSwitchBytes) >= 4096 && s.get(Counter::DmaP2pRootComplexBytes) >= 4096, "no P2P DMA ({all:?})");
+        assert!(s.get(Counter::Interrupts) > 0, "the armed CQ raised no vector ({all:?})");
+        assert!(s.get(Counter::ApertureErrors) > 0, "no aperture refusal ({all:?})");
+    }
+
+    /// The CQEs of CQ `cqn` the harness's ring holds (valid ones, in order).
+    fn cqes(h: &Harness, cqn: usize) -> Vec<Cqe> {
+        let ring = CQ_RINGS + cqn as u64 * 0x1000;
+        let mut out = Vec::new();
+        for i in 0..1u64 << h.cq_log[cqn] {
+            let mut c = Cqe::default();
+            let _ = h.ram.read(ring + i * 32, c.as_mut_slice());
+            if c.owner == 1 {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Regression: the MTT-wrap input, from the local SGE path and the remote-key path,
+    /// runs in every `cargo test` (and is kept as corpus/verbs_ops/regression-mtt-wrap).
+    #[test]
+    fn the_mtt_wrap_input_is_refused_and_completes_in_error() {
+        let ops = mtt_wrap_ops();
+        let kept = std::fs::read(crate::fuzzing::corpus_dir("verbs_ops").join("regression-mtt-wrap")).unwrap();
+        assert_eq!(kept, encode(&ops), "the kept regression input is this one");
+        let mut h = Harness::new(LOCAL, PEER, false).unwrap();
+        let reg = ops.iter().position(|op| matches!(op, Op::RegMr { index: 7, .. })).unwrap();
+        for op in &ops[..reg] {
+            h.apply(op);
+        }
+        let refused = h.stats.get(Counter::CommandErrors);
+        h.apply(&ops[reg]);
+        assert_eq!(h.stats.get(Counter::CommandErrors), refused + 1, "REG_MR of the wrapping MTT refused");
+        for op in &ops[reg + 1..] {
+            h.apply(op);
+        }
+        let errors: Vec<_> = [1, 3].iter().flat_map(|&c| cqes(&h, c)).filter(|c| c.status != WC_SUCCESS).map(|c| (c.qpn, c.status)).collect();
+        assert!(errors.iter().any(|&(q, st)| q == 1 && st == WC_LOC_PROT_ERR), "local SGE path: {errors:?}");
+        assert!(errors.iter().any(|&(q, st)| q == 3 && st == WC_REM_ACCESS_ERR), "remote-key path: {errors:?}");
+        assert!(!h.d.is_fatal());
+    }
+
     /// The pair seed moves data between two engines over the in-memory wire, both ways.
     #[test]
     fn pair_seed_talks_rc_between_two_engines() {
         let seed = &pair_seeds()[0];
         let mut u = Unstructured::new(seed);
-        let mut nodes = [Harness::new(LOCAL, PEER).unwrap(), Harness::new(PEER, LOCAL).unwrap()];
+        let mut nodes = [Harness::new(LOCAL, PEER, false).unwrap(), Harness::new(PEER, LOCAL, false).unwrap()];
         while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
             pair_step(&mut nodes, sel, &op);
         }

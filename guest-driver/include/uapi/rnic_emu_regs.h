@@ -23,7 +23,7 @@
  *   1.3: Doorbell page in BAR2 (CAP_DB_PAGE, DMA_CTRL_DB_PAGE), counter DB_PAGE_UPDATES.
  *   1.4: Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write.
  *   1.5: Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers.
- *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors.
+ *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -126,6 +126,7 @@
 #define GPU_ENG_ERR_RANGE            0x2          /* GPU_ENG_STATUS [15:8]: outside BAR1 */
 #define GPU_ENG_ERR_ALIGN            0x3          /* GPU_ENG_STATUS [15:8]: length/offset not a multiple of 4 */
 #define GPU_ENG_ERR_BUSY             0x4          /* GPU_ENG_STATUS [15:8]: launched while busy */
+#define GPU_ENG_ERR_FATAL            0x5          /* GPU_ENG_STATUS [15:8]: engine failed; every launch completes with this until a GPU reset */
 
 /* Statistics counters: offset STATS_BASE + 8 * index */
 #define RNIC_STAT_SEND_WQES          0            /* send-queue WQEs executed (any outcome) */

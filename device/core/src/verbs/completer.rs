@@ -16,7 +16,7 @@ use super::stats::Counter;
 use super::transport::{psn_add, psn_diff, Msg};
 use crate::fabric::packet::{syndrome, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Shortest wait after an RNR NAK, whatever the QP's `rnr_timer_us` says.
 pub const MIN_RNR_DELAY: Duration = Duration::from_micros(10);
@@ -101,7 +101,7 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
     }
     // Any acknowledgement shows the path works: the transport budget is whole again.
     cs.retries_left = cs.retry_cnt;
-    rq.restart_timer();
+    rq.restart_timer(ctx.now());
 }
 
 /// An ACK, NAK or READ response for requester QP `qp`.
@@ -123,7 +123,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
                 if !infinite {
                     cs.rnr_left -= 1;
                 }
-                rq.hold_until = Some(Instant::now() + rnr_delay(qp));
+                rq.hold_until = Some(ctx.now() + rnr_delay(qp));
                 rq.resend_from = Some(psn);
                 ctx.stats().inc(Counter::RnrRetries);
             }
@@ -196,5 +196,5 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
             ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
         }
     }
-    rq.restart_timer();
+    rq.restart_timer(ctx.now());
 }

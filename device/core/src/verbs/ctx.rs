@@ -36,6 +36,8 @@ pub struct Shared {
     pub last_error: Arc<AtomicU64>,
     /// STATUS_FATAL: the engine failed internally; set by its driver, cleared by reset.
     pub fatal: Arc<AtomicBool>,
+    /// What the protocol timers read (the real clock unless a harness drives it).
+    pub clock: super::clock::Clock,
 }
 
 /// An error completion: WC status and QP error reason.
@@ -205,6 +207,11 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     pub fn stats(&self) -> &Stats {
         &self.cqs.shared.stats
+    }
+
+    /// The time the protocol timers read.
+    pub fn now(&self) -> std::time::Instant {
+        self.cqs.shared.clock.now()
     }
 
     pub fn qp_error(&mut self, qpn: u32, qp: &mut Qp, reason: u8) {

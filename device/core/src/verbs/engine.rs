@@ -500,7 +500,7 @@ impl Engine {
     pub(super) fn rq_doorbell_index(&mut self, qpn: u32, pi: u16) {
         self.doorbell(qpn, pi, false);
         // A requester on this engine waiting for a RECV on this QP retries at once.
-        let now = Instant::now();
+        let now = self.shared.clock.now();
         for (qp, r) in self.qps.iter().zip(self.roles.iter_mut()) {
             if qp.dest_qpn == qpn && r.path == Path::Loopback && r.req.hold_until.is_some() {
                 r.req.hold_until = Some(now);
@@ -601,7 +601,7 @@ impl Engine {
                 if qp.state != QpState::Rts {
                     return responded;
                 }
-                let now = Instant::now();
+                let now = shared.clock.now();
                 if r.req.timer.is_some_and(|at| now >= at) {
                     completer::on_timeout(&mut ctx, qpn, qp, &mut r.req, &mut r.comp);
                     return true;

@@ -8,6 +8,7 @@
 //! `completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` -> `crate::mem`,
 //! `stats`, `abi`.
 pub mod abi;
+pub mod clock;
 pub mod completer;
 pub mod cq;
 pub mod ctx;

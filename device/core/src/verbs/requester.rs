@@ -119,8 +119,8 @@ impl Requester {
     }
 
     /// Restarts (or stops, when nothing is in flight) the retransmission timer.
-    pub fn restart_timer(&mut self) {
-        self.timer = if self.inflight.is_empty() { None } else { self.timeout.map(|t| Instant::now() + t) };
+    pub fn restart_timer(&mut self, now: Instant) {
+        self.timer = if self.inflight.is_empty() { None } else { self.timeout.map(|t| now + t) };
     }
 
     /// A WQE started: once every rung WQE has, the doorbell time is spent.
@@ -289,7 +289,8 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
             rq.sent_high = next;
         }
         if rq.timer.is_none() {
-            rq.timer = rq.timeout.map(|t| Instant::now() + t);
+            let now = ctx.now();
+            rq.timer = rq.timeout.map(|t| now + t);
         }
         if again {
             ctx.stats().inc(Counter::Retransmits);

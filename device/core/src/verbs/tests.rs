@@ -47,7 +47,7 @@ impl Dev {
         mem.map(0, RAM, Some(fd), 0).unwrap();
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
-        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: last_error.clone(), fatal: Default::default() };
+        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: last_error.clone(), fatal: Default::default(), clock: Default::default() };
         let mut e = Engine::new("test".into(), shared);
         e.set_dma_ctrl(true, true);
         Dev { e, mem, ram, stats, last_error, sq_pi: vec![0; 8], rq_pi: vec![0; 8], cq_ci: vec![0; 8], mtt_next: 0 }

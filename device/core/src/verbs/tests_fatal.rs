@@ -92,3 +92,12 @@ fn without_the_test_hooks_the_hook_command_is_unknown() {
     assert_eq!(command(&mut drv, &d, CMD_TEST_PANIC, 0), CMD_ERR_BAD_OP);
     assert!(!drv.is_fatal());
 }
+
+#[test]
+fn a_panic_before_sleeping_makes_the_device_fatal_until_reset() {
+    let (d, mut drv, data) = queued();
+    assert_eq!(command(&mut drv, &d, CMD_TEST_PANIC, 2), CMD_OK, "armed for the next sleep");
+    assert!(drv.prepare_sleep(&d.mem), "a failed publication lets the loop sleep");
+    assert_eq!(d.read(SRC, 64), data);
+    expect_fatal_then_recover(d, drv);
+}

@@ -156,7 +156,8 @@ impl Mailbox<Event> {
 /// unless set to `1`. Only tests set it: with it, a guest can make the engine fail.
 pub const TEST_HOOKS_ENV: &str = "RNIC_EMU_TEST_HOOKS";
 /// Test hook command (only with [`TEST_HOOKS_ENV`]): index 0 panics inside the command,
-/// index 1 at the start of the next pass. Not part of the register contract.
+/// index 2 in the next [`Driver::prepare_sleep`], any other index at the start of the next
+/// pass. Not part of the register contract.
 #[doc(hidden)]
 pub const CMD_TEST_PANIC: u32 = 0xfe;
 
@@ -164,7 +165,9 @@ pub const CMD_TEST_PANIC: u32 = 0xfe;
 /// turned it on.
 ///
 /// Failure containment (docs/verbs.md §5.1): every operation the engine is handed (an
-/// event, a pass, a packet) runs under `catch_unwind`. A panic makes the device fatal:
+/// event, a pass, a packet, the publication of event indices before the loop sleeps) runs
+/// under `catch_unwind`; the event loop contains its fabric port's work the same way
+/// ([`Driver::fail`]). A panic makes the device fatal:
 /// STATUS_FATAL, ASYNC_ERR_FATAL in RNIC_REG_LAST_ERROR with the async vector, error
 /// completions for what was queued ([`Engine::fail_all`]), one log line; until a device
 /// reset, commands answer CMD_ERR_FATAL and doorbells, passes and packets are dropped.
@@ -179,12 +182,14 @@ pub struct Driver {
     hooks: bool,
     /// Test hook: panic at the start of the next pass.
     panic_next_pass: bool,
+    /// Test hook: panic in the next [`Driver::prepare_sleep`].
+    panic_next_sleep: bool,
 }
 
 impl Driver {
     pub fn new(engine: Engine, page: Option<DoorbellPage>) -> Driver {
         let hooks = std::env::var(TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
-        Driver { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false }
+        Driver { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
     }
 
     /// Turns the test hooks on or off (unit tests, which share one environment).
@@ -212,14 +217,18 @@ impl Driver {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self))) {
             Ok(r) => Some(r),
             Err(payload) => {
-                self.go_fatal(mem, what, &payload);
+                self.fail(mem, what, &*payload);
                 None
             }
         }
     }
 
-    /// The engine panicked in `what`: latch the fatal error and fail what was queued.
-    fn go_fatal(&mut self, mem: &dyn GuestMem, what: &str, payload: &(dyn std::any::Any + Send)) {
+    /// The engine, or work done for it (the event loop's fabric port), panicked in `what`:
+    /// latch the fatal error, fail what was queued, log once. Nothing more while fatal.
+    pub fn fail(&mut self, mem: &dyn GuestMem, what: &str, payload: &(dyn std::any::Any + Send)) {
+        if self.fatal {
+            return;
+        }
         self.fatal = true;
         let shared = self.engine.shared.clone();
         shared.fatal.store(true, Ordering::SeqCst);
@@ -245,7 +254,7 @@ impl Driver {
             }
             Event::Reset { reply } => {
                 self.fatal = false;
-                self.panic_next_pass = false;
+                (self.panic_next_pass, self.panic_next_sleep) = (false, false);
                 self.engine.shared.fatal.store(false, Ordering::SeqCst);
                 self.guarded(mem, "a reset", |d| {
                     d.engine.reset();
@@ -255,7 +264,7 @@ impl Driver {
             }
             Event::InjectFatal { reply } => {
                 if !self.fatal {
-                    self.go_fatal(mem, "an injected fault", &"fault injection");
+                    self.fail(mem, "an injected fault", &"fault injection");
                 }
                 let _ = reply.send(());
             }
@@ -294,6 +303,7 @@ impl Driver {
         if self.hooks && op == CMD_TEST_PANIC {
             match index {
                 0 => panic!("test hook: panic in a command"),
+                2 => self.panic_next_sleep = true,
                 _ => self.panic_next_pass = true,
             }
             return CMD_OK;
@@ -336,14 +346,18 @@ impl Driver {
 
     /// Before the loop sleeps: publishes the page's event indices. False when the page
     /// moved meanwhile (the loop must not sleep).
-    pub fn prepare_sleep(&mut self) -> bool {
-        if self.fatal {
-            return true;
-        }
-        match self.page.as_ref().filter(|_| self.db_on) {
-            Some(p) => !self.engine.publish_doorbell_events(p),
-            None => true,
-        }
+    /// True (sleep) while fatal or when it failed.
+    pub fn prepare_sleep(&mut self, mem: &dyn GuestMem) -> bool {
+        self.guarded(mem, "going to sleep", |d| {
+            if std::mem::take(&mut d.panic_next_sleep) {
+                panic!("test hook: panic before sleeping");
+            }
+            match d.page.as_ref().filter(|_| d.db_on) {
+                Some(p) => !d.engine.publish_doorbell_events(p),
+                None => true,
+            }
+        })
+        .unwrap_or(true)
     }
 }
 

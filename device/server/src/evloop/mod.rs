@@ -99,6 +99,18 @@ pub trait LoopWork {
     fn socket_fds(&self) -> Vec<std::os::fd::RawFd>;
 }
 
+/// Fabric port work for an engine (receive, flush): a panic in it makes that engine fatal
+/// as a panic in the engine itself does (docs/verbs.md §5.1); None then.
+fn port_guarded<R>(driver: &mut Driver, router: &Router, what: &str, f: impl FnOnce(&mut Driver) -> R) -> Option<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *driver))) {
+        Ok(r) => Some(r),
+        Err(payload) => {
+            driver.fail(&router.view(), what, &*payload);
+            None
+        }
+    }
+}
+
 /// One RNIC's engine as the loop owns it.
 pub struct NodeEngine {
     pub driver: Driver,
@@ -140,18 +152,18 @@ impl LoopWork for NodeEngines {
             }
             if let Some(port) = port {
                 for _ in 0..RX_BATCHES {
-                    let n = port.receive(&mut |from, pkt| driver.on_packet(&view, from, pkt));
-                    active |= n > 0;
-                    if n < BATCH {
+                    let n = port_guarded(driver, router, "the fabric port's receive", |d| port.receive(&mut |from, pkt| d.on_packet(&view, from, pkt)));
+                    active |= n.unwrap_or(0) > 0;
+                    if n.is_none_or(|n| n < BATCH) {
                         break;
                     }
                 }
-                port.flush();
+                port_guarded(driver, router, "the fabric port's flush", |_| port.flush());
             }
             active |= driver.pass(&view);
             drop(view);
             if let Some(port) = port {
-                port.flush();
+                port_guarded(driver, router, "the fabric port's flush", |_| port.flush());
             }
         }
         for NodeGpu { runner, mailbox } in &mut self.gpus {
@@ -172,7 +184,7 @@ impl LoopWork for NodeEngines {
     fn prepare_sleep(&mut self) -> bool {
         // Stopping at a mailbox with work is fine: the loop then does not sleep. The
         // doorbell page's event indices are published last, after the mailbox's flag.
-        self.engines.iter_mut().all(|e| e.mailbox.prepare_sleep() && e.driver.prepare_sleep())
+        self.engines.iter_mut().all(|e| e.mailbox.prepare_sleep() && e.driver.prepare_sleep(&e.router.view()))
             && self.gpus.iter().all(|g| g.mailbox.prepare_sleep())
     }
 

@@ -120,3 +120,28 @@ fn busy_poll_default_depends_on_the_host() {
     assert_eq!(default_busy_poll(2), Duration::ZERO, "small hosts sleep right away");
     assert_eq!(default_busy_poll(BUSY_POLL_MIN_CPUS), DEFAULT_BUSY_POLL);
 }
+
+/// A panic in the fabric port's work for an engine (receive, flush) makes that engine
+/// fatal as its own panic would (flag, async error, log once), and a reset recovers it.
+#[test]
+fn a_panic_in_fabric_port_work_makes_the_engine_fatal_until_reset() {
+    use rnic_emu_core::mem::dma::DmaMaps;
+    use rnic_emu_core::msix::Interrupts;
+    use rnic_emu_core::verbs::abi::ASYNC_ERR_FATAL;
+    use rnic_emu_core::verbs::engine::{Engine, Shared};
+    use rnic_emu_core::verbs::stats::Stats;
+    let stats = Arc::new(Stats::default());
+    let shared = Shared { irqs: Arc::new(Interrupts::new(2)), stats: stats.clone(), last_error: Default::default(), fatal: Default::default(), clock: Default::default() };
+    let mut driver = Driver::new(Engine::new("port".into(), shared.clone()), None);
+    let router = Router::new(Arc::new(std::sync::RwLock::new(DmaMaps::default())), Vec::new(), stats);
+    assert_eq!(port_guarded(&mut driver, &router, "the fabric port's flush", |_| 7), Some(7));
+    assert!(!driver.is_fatal());
+    let failed: Option<()> = port_guarded(&mut driver, &router, "the fabric port's flush", |_| panic!("flush failed"));
+    assert!(failed.is_none() && driver.is_fatal() && shared.fatal.load(Ordering::SeqCst));
+    assert_eq!(shared.last_error.load(Ordering::SeqCst), u64::from(ASYNC_ERR_FATAL) << 24);
+    assert!(!driver.pass(&router.view()) && driver.next_deadline().is_none(), "nothing runs while fatal");
+    let (reply, rx) = std::sync::mpsc::sync_channel(1);
+    driver.handle(&router.view(), Event::Reset { reply });
+    rx.try_recv().unwrap();
+    assert!(!driver.is_fatal() && !shared.fatal.load(Ordering::SeqCst));
+}
