@@ -39,6 +39,8 @@
 #include "rnic_p2p.h"
 #include "uapi/rnic_emu_uapi.h"
 
+struct rnic_ibdev;
+
 #define RNIC_MTT_ENTRIES	262144		/* 2 MiB of 64-bit page addresses */
 #define RNIC_MR_PAGE_SHIFT	12
 #define RNIC_MAX_PD		65536
@@ -120,6 +122,8 @@ struct rnic_nic {
 	struct list_head zombie_mrs;	/* struct rnic_mr via zombie */
 
 	struct list_head p2p_node;	/* in the GPUDirect registry (rnic_p2p.c) */
+
+	struct rnic_ibdev *ib;		/* the ib_core device (rnic_ib.c), NULL if none */
 };
 
 /* Bit 16 of the wr_id the device sees: the WQE is a receive (rnic_post.c, rnic_poll.c). */
@@ -245,6 +249,8 @@ void rnic_uc_unlock(struct rnic_ucontext *uc);
 void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
 
 /* rnic_pd.c */
+int rnic_pdn_alloc(struct rnic_nic *nic);
+void rnic_pdn_free(struct rnic_nic *nic, u32 pdn);
 int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
 int rnic_dealloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
 void rnic_pd_free(struct rnic_ucontext *uc, struct rnic_pd *pd);
