@@ -5,22 +5,23 @@
  * What it models: an RDMA device "rnicN" (node type CA, one port, link layer Ethernet,
  * RoCEv2 only) whose attributes are the RNIC's limits (BAR0, docs/verbs.md §1.1), whose
  * GID table ib_core fills from the netdev "rethN" (rnic_netdev.c: the RNIC's fabric
- * address ::ffff:a.b.c.d), user contexts for libibverbs, and protection domains (the same
- * PD numbers as the character device's, rnic_pd.c).
+ * address ::ffff:a.b.c.d), and user contexts for libibverbs: each is a verbs context of
+ * the driver's own (rnic_uc_open(), as an open /dev/rnic_emuN), so PDs here and CQs, QPs
+ * and MRs in rnic_ib_verbs.c run the character device's code on it.
  *
- * What it does not (yet): CQs, QPs, MRs and the data path are not offered through ib_core;
- * libibverbs gets EOPNOTSUPP for them (docs/ibverbs.md lists what works). No MADs, no UD,
- * no atomics, no SRQ, one P_Key (0xffff).
+ * What it does not: kernel consumers (no kernel PDs, CQs, QPs), MADs, UD, atomics, SRQs,
+ * more than one P_Key (0xffff); docs/ibverbs.md lists what works.
  */
 #include <linux/pci.h>
 #include <net/addrconf.h>
 #include <rdma/ib_addr.h>
 #include <rdma/ib_mad.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "rnic_ib.h"
+#include "uapi/rnic_ib_abi.h"
 
 #define RNIC_IB_GID_TABLE_LEN	16
-#define RNIC_IB_ABI_VERSION	1
 
 static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 				struct ib_udata *udata)
@@ -47,6 +48,10 @@ static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *
 	attr->max_cqe = ring;
 	attr->max_mr = nic->max_mr;
 	attr->max_pd = RNIC_MAX_PD - 1;
+	/* The engine keeps no limit on outstanding READs; report what perftest expects. */
+	attr->max_qp_rd_atom = 16;
+	attr->max_qp_init_rd_atom = 16;
+	attr->max_res_rd_atom = 16 * nic->max_qp;
 	attr->atomic_cap = IB_ATOMIC_NONE;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
@@ -83,8 +88,8 @@ static int rnic_ib_get_port_immutable(struct ib_device *ibdev, u32 port,
 {
 	immutable->pkey_tbl_len = 1;
 	immutable->gid_tbl_len = RNIC_IB_GID_TABLE_LEN;
-	immutable->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
-	immutable->max_mad_size = IB_MGMT_MAD_SIZE;
+	/* RoCEv2 only: no MADs (so no kernel MAD agents, which would need kernel QPs). */
+	immutable->core_cap_flags = RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP;
 	return 0;
 }
 
@@ -103,11 +108,26 @@ static int rnic_ib_query_pkey(struct ib_device *ibdev, u32 port, u16 index, u16 
 
 static int rnic_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 {
-	return 0;
+	struct rnic_ib_ucontext *ctx = container_of(ibuc, struct rnic_ib_ucontext, ibuc);
+	struct rnic_nic *nic = to_rnic_ibdev(ibuc->device)->nic;
+	struct rnic_ib_alloc_ucontext_resp resp = {
+		.max_qp = nic->max_qp,
+		.max_inline = RNIC_UAPI_MAX_INLINE,
+	};
+	int ret;
+
+	ctx->uc = rnic_uc_open(nic);
+	if (IS_ERR(ctx->uc))
+		return PTR_ERR(ctx->uc);
+	ret = ib_respond_udata(udata, resp);
+	if (ret)
+		rnic_uc_close(ctx->uc);
+	return ret;
 }
 
 static void rnic_ib_dealloc_ucontext(struct ib_ucontext *ibuc)
 {
+	rnic_uc_close(rnic_ib_uc(ibuc));
 }
 
 /* Removal with contexts still open: ib_core zaps their mappings; nothing else is ours. */
@@ -118,21 +138,34 @@ static void rnic_ib_disassociate_ucontext(struct ib_ucontext *ibuc)
 static int rnic_ib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	struct rnic_ib_pd *pd = container_of(ibpd, struct rnic_ib_pd, ibpd);
-	struct rnic_nic *nic = to_rnic_ibdev(ibpd->device)->nic;
-	int pdn;
+	struct rnic_alloc_pd req = {};
+	struct rnic_ucontext *uc;
+	int ret;
 
-	pdn = rnic_pdn_alloc(nic);
-	if (pdn < 0)
-		return pdn;
-	pd->pdn = pdn;
-	return 0;
+	if (!udata)
+		return -EOPNOTSUPP;	/* kernel consumers are not offered */
+	uc = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc)->uc;
+	ret = rnic_uc_lock(uc);
+	if (ret)
+		return ret;
+	ret = rnic_alloc_pd(uc, &req);
+	rnic_uc_unlock(uc);
+	pd->uc = uc;
+	pd->pdn = req.pd;
+	return ret;
 }
 
 static int rnic_ib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
 	struct rnic_ib_pd *pd = container_of(ibpd, struct rnic_ib_pd, ibpd);
+	struct rnic_ucontext *uc = pd->uc;
+	struct rnic_pd *rpd;
 
-	rnic_pdn_free(to_rnic_ibdev(ibpd->device)->nic, pd->pdn);
+	mutex_lock(&uc->lock);
+	rpd = uc->dead ? NULL : xa_load(&uc->pds, pd->pdn);
+	if (rpd)
+		rnic_pd_free(uc, rpd);	/* ib_core destroyed its QPs and MRs first */
+	mutex_unlock(&uc->lock);
 	return 0;
 }
 
@@ -149,11 +182,27 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.alloc_ucontext		= rnic_ib_alloc_ucontext,
 	.dealloc_ucontext	= rnic_ib_dealloc_ucontext,
 	.disassociate_ucontext	= rnic_ib_disassociate_ucontext,
+	.mmap			= rnic_ib_mmap,
+	.mmap_free		= rnic_ib_mmap_free,
 	.alloc_pd		= rnic_ib_alloc_pd,
 	.dealloc_pd		= rnic_ib_dealloc_pd,
+	.create_cq		= rnic_ib_create_cq,
+	.create_user_cq		= rnic_ib_create_cq,
+	.destroy_cq		= rnic_ib_destroy_cq,
+	.req_notify_cq		= rnic_ib_req_notify_cq,
+	.create_qp		= rnic_ib_create_qp,
+	.modify_qp		= rnic_ib_modify_qp,
+	.query_qp		= rnic_ib_query_qp,
+	.destroy_qp		= rnic_ib_destroy_qp,
+	.post_send		= rnic_ib_post_send,
+	.post_recv		= rnic_ib_post_recv,
+	.reg_user_mr		= rnic_ib_reg_user_mr,
+	.dereg_mr		= rnic_ib_dereg_mr,
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ib_ucontext, ibuc),
 	INIT_RDMA_OBJ_SIZE(ib_pd, rnic_ib_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_cq, rnic_ib_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_qp, rnic_ib_qp, ibqp),
 };
 
 int rnic_ib_register(struct rnic_nic *nic)
@@ -183,6 +232,13 @@ int rnic_ib_register(struct rnic_nic *nic)
 	addrconf_addr_eui48((u8 *)&rib->ibdev.node_guid, mac);
 	strscpy(rib->ibdev.node_desc, "rnic-emu RNIC", sizeof(rib->ibdev.node_desc));
 	ib_set_device_ops(&rib->ibdev, &rnic_ib_ops);
+	/*
+	 * The write() commands libibverbs' kernel-bypass providers use beyond the default set:
+	 * the doorbell on request (POST_SEND/POST_RECV with no work requests) and CQ arming.
+	 */
+	rib->ibdev.uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) |
+				      BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
+				      BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 
 	ret = ib_device_set_netdev(&rib->ibdev, rib->ndev, 1);
 	if (ret)

@@ -134,15 +134,15 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 	pci_set_drvdata(pdev, rd);
 
+	ret = rnic_cdev_register(nic);
+	if (ret)
+		goto err_verbs;
+
 	ret = rnic_ib_register(nic);
 	if (ret) {
 		dev_err(dev, "registering with the RDMA core failed: %d\n", ret);
-		goto err_verbs;
+		goto err_cdev;
 	}
-
-	ret = rnic_cdev_register(nic);
-	if (ret)
-		goto err_ib;
 
 	/* BAR1_APERTURE slots for every GPU bound now; later GPUs reprogram them. */
 	rnic_p2p_nic_add(nic);
@@ -153,11 +153,12 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		 nic->misc_name);
 	return 0;
 
-err_ib:
-	rnic_ib_unregister(nic);
+err_cdev:
+	rnic_cdev_unregister(nic);
 err_verbs:
 	pci_set_drvdata(pdev, NULL);
 	rnic_verbs_quiesce(nic);
+	rnic_cdev_kill_files(nic);	/* files opened before the failure (none if cdev failed) */
 	rnic_verbs_fini(nic);
 err_irq:
 	rnic_irq_teardown(rd);

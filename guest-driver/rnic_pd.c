@@ -8,25 +8,6 @@
 
 #include "rnic_verbs.h"
 
-/* A PD number, shared by the character device and ib_core (rnic_ib.c); -errno if none. */
-int rnic_pdn_alloc(struct rnic_nic *nic)
-{
-	int id;
-
-	/* PD 0 is never handed out, so a zeroed context cannot match a real PD. */
-	id = ida_alloc_range(&nic->pd_ida, 1, RNIC_MAX_PD - 1, GFP_KERNEL);
-	if (id < 0) {
-		dev_warn_ratelimited(nic_dev(nic), "ALLOC_PD: no free protection domain\n");
-		return id == -ENOSPC ? -ENOMEM : id;
-	}
-	return id;
-}
-
-void rnic_pdn_free(struct rnic_nic *nic, u32 pdn)
-{
-	ida_free(&nic->pd_ida, pdn);
-}
-
 int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req)
 {
 	struct rnic_nic *nic = uc->nic;
@@ -40,9 +21,11 @@ int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req)
 	pd = kzalloc(sizeof(*pd), GFP_KERNEL);
 	if (!pd)
 		return -ENOMEM;
-	id = rnic_pdn_alloc(nic);
+	/* PD 0 is never handed out, so a zeroed context cannot match a real PD. */
+	id = ida_alloc_range(&nic->pd_ida, 1, RNIC_MAX_PD - 1, GFP_KERNEL);
 	if (id < 0) {
-		ret = id;
+		dev_warn_ratelimited(nic_dev(nic), "ALLOC_PD: no free protection domain\n");
+		ret = id == -ENOSPC ? -ENOMEM : id;
 		goto err_free;
 	}
 	pd->pdn = id;
@@ -53,7 +36,7 @@ int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req)
 	return 0;
 
 err_ida:
-	rnic_pdn_free(nic, id);
+	ida_free(&nic->pd_ida, id);
 err_free:
 	kfree(pd);
 	return ret;
@@ -62,7 +45,7 @@ err_free:
 void rnic_pd_free(struct rnic_ucontext *uc, struct rnic_pd *pd)
 {
 	xa_erase(&uc->pds, pd->pdn);
-	rnic_pdn_free(uc->nic, pd->pdn);
+	ida_free(&uc->nic->pd_ida, pd->pdn);
 	kfree(pd);
 }
 

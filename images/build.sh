@@ -157,7 +157,8 @@ build_driver() {
 build_rdma() {
     local key src ver
     ver=$(cat "$ROOT/usr/src/rdma-core/VERSION")
-    key=$( { echo "recipe=$RDMA_RECIPE root=$(basename "$ROOT") rdma-core=$ver"; hash_tree "$repo/guest-driver/provider"; } | hash_stdin)
+    key=$( { echo "recipe=$RDMA_RECIPE root=$(basename "$ROOT") rdma-core=$ver"; hash_tree "$repo/guest-driver/provider";
+             sha256sum "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h}; } | hash_stdin)
     RDMA_OUT="$out/rdma"
     if [ -f "$RDMA_OUT/.key" ] && [ "$(cat "$RDMA_OUT/.key")" = "$key" ]; then
         log "rdma-core provider: cached"
@@ -170,6 +171,8 @@ build_rdma() {
     cp -a "$ROOT/usr/src/rdma-core/src" "$src"
     mkdir -p "$src/providers/rnic"
     cp -a "$repo/guest-driver/provider/." "$src/providers/rnic/"
+    # The ring formats and the command data the kernel driver shares with the provider.
+    cp "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h} "$src/providers/rnic/"
     grep -q '^add_subdirectory(providers/rxe)$' "$src/CMakeLists.txt" || die "rdma-core $ver: no providers/rxe line in CMakeLists.txt"
     sed -i 's|^add_subdirectory(providers/rxe)$|&\nadd_subdirectory(providers/rnic)|' "$src/CMakeLists.txt"
     if ! in_root /bin/sh -ec "cd /build/rdma-core.$$ && mkdir build && cd build
