@@ -2,7 +2,8 @@
 //! driver registers each RNIC with the kernel's RDMA core as `rnicN`, and libibverbs loads
 //! our rdma-core provider for it (guest-driver/provider/, built inside Debian's rdma-core
 //! source by images/build.sh). Unmodified rdma-core tools run in two guests of the two-node
-//! topology (`ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` through the provider's kernel-
+//! topology (`ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest's `ib_write_bw`,
+//! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` through the provider's kernel-
 //! bypass data path), and the host checks what they printed against each node's address.
 
 mod common;
@@ -19,9 +20,8 @@ fn node_lines(stdout: &str, node: usize) -> Vec<String> {
 }
 
 /// Device listing, then `ibv_rc_pingpong` (node0 server, node1 client) over the two-node
-/// virtio-net link for its TCP exchange, each side validating the received buffers (`-c`):
-/// once polling, once sleeping on completion events (`-e`: req_notify_cq and the CQ's
-/// interrupt through ib_core's completion channel).
+/// virtio-net link for its TCP exchange, each side validating the received buffers (`-c`;
+/// the runs in PINGPONG), then perftest (PERFTEST).
 fn script(node: usize) -> String {
     let mut s = String::from(
         "ibv_devices || echo failed: ibv_devices
@@ -35,7 +35,7 @@ fn script(node: usize) -> String {
         ",
     )
     .replace("NODE", &node.to_string());
-    for (id, extra) in [("poll", ""), ("events", " -e")] {
+    for (id, extra) in PINGPONG {
         let pp = format!("ibv_rc_pingpong -d rnic0 -g 1 -c -n 200 -s 4096{extra}");
         if node == 0 {
             s += &format!(
@@ -49,11 +49,60 @@ fn script(node: usize) -> String {
             );
         }
     }
+    // perftest, unmodified (it picks ibv_post_send for this device); GID index 1.
+    for (tool, args) in PERFTEST {
+        let run = format!("{tool} -d rnic0 -x 1 {args}");
+        if node == 0 {
+            s += &format!(
+                "echo '== {tool}'; {run} & pid=$!; sleep 2; rnic-kv put {tool} up
+                 wait $pid; echo \"{tool}-rc: $?\"\n"
+            );
+        } else {
+            // The device's counters around each client run (sysfs `stats`, docs/verbs.md §7).
+            s += &format!(
+                "rnic-kv get {tool} 120000 >/dev/null; sleep 1
+                 stats=/sys/bus/pci/devices/$(rnic-bar find rnic)/stats
+                 sed 's/^/{tool}-before: /' $stats
+                 echo '== {tool}'; {run} 10.9.0.1; echo \"{tool}-rc: $?\"
+                 sed 's/^/{tool}-after: /' $stats\n"
+            );
+        }
+    }
     s
 }
 
+/// A device counter from the `stats` lines printed with `prefix`.
+fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
+    let want = format!("{prefix}: {name} ");
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(want.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {prefix}"))
+}
+
+/// ibv_rc_pingpong runs: polling with ibv_post_send, sleeping on completion events, and
+/// the extended send API (`-N`: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_complete).
+const PINGPONG: [(&str, &str); 3] = [("poll", ""), ("events", " -e"), ("wr-api", " -N")];
+
+/// The perftest tools and their arguments (small runs: this is a function test under TCG).
+const PERFTEST: [(&str, &str); 5] = [
+    ("ib_write_bw", "-s 65536 -n 200"),
+    ("ib_read_bw", "-s 65536 -n 100"),
+    ("ib_send_bw", "-s 65536 -n 100"),
+    ("ib_write_lat", "-s 64 -n 200"),
+    ("ib_read_lat", "-s 64 -n 200"),
+];
+
+/// perftest's result row after `== tool`: the first line whose first field is `size`.
+fn perftest_row<'a>(lines: &'a [String], tool: &str, size: &str) -> Option<Vec<&'a str>> {
+    let at = lines.iter().position(|l| l == &format!("== {tool}"))?;
+    let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some(size))?;
+    Some(row.split_whitespace().collect())
+}
+
 #[test]
-fn devinfo_and_rc_pingpong_between_two_guests() {
+fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     ensure_image();
     let out = std::process::Command::new(bin())
         .args(["run", "--no-build", "--timeout", "900", "--topology"])
@@ -98,7 +147,7 @@ fn devinfo_and_rc_pingpong_between_two_guests() {
         // directions) with every received buffer validated (-c exits non-zero on a
         // mismatch), each side addressing the other by its RoCE v2 GID.
         let peer = addrs[1 - node];
-        for id in ["poll", "events"] {
+        for (id, _) in PINGPONG {
             assert!(has(&format!("pp-{id}-rc: 0")), "node{node}: ibv_rc_pingpong ({id}) exit status");
             assert!(has_prefix(&format!("pp-{id}: 1638400 bytes in ")), "node{node}: {id}: bytes moved");
             assert!(has_prefix(&format!("pp-{id}: 200 iters in ")), "node{node}: {id}: iterations");
@@ -111,5 +160,33 @@ fn devinfo_and_rc_pingpong_between_two_guests() {
                 "node{node}: {id}: remote GID"
             );
         }
+
+        // perftest: every tool exits 0 on both sides and reports its iterations with a
+        // positive bandwidth (MiB/s, average) or latency (usec, average); ib_read_lat's
+        // server prints no result (only the reader measures).
+        for (tool, args) in PERFTEST {
+            assert!(has(&format!("{tool}-rc: 0")), "node{node}: {tool} exit status");
+            if node == 0 && tool == "ib_read_lat" {
+                continue;
+            }
+            let size = args.split_whitespace().nth(1).unwrap();
+            let iters = args.split_whitespace().nth(3).unwrap();
+            let row = perftest_row(&lines, tool, size).unwrap_or_else(|| panic!("node{node}: no {tool} result row"));
+            assert_eq!(row.get(1), Some(&iters), "node{node}: {tool} iterations");
+            let value: f64 = if tool.ends_with("_bw") { row[3].parse() } else { row[5].parse() }.expect("a number");
+            assert!(value > 0.0, "node{node}: {tool}: {value}");
+            eprintln!("node{node}: {tool} {}: {value}", if tool.ends_with("_bw") { "MiB/s" } else { "usec avg" });
+        }
     }
+
+    // Kernel bypass: the client's ib_write_bw posted its WRITEs through the mapped ring and
+    // the doorbell page; MMIO doorbells (each one a POST_SEND system call of the provider,
+    // only when the device slept) are far fewer than the WQEs.
+    let lines = node_lines(&stdout, 1);
+    let delta = |name: &str| counter(&lines, "ib_write_bw-after", name) - counter(&lines, "ib_write_bw-before", name);
+    let (wqes, doorbells, page) = (delta("send_wqes"), delta("doorbells"), delta("db_page_updates"));
+    eprintln!("ib_write_bw client: {wqes} send WQEs, {doorbells} MMIO doorbells, {page} doorbell-page updates");
+    assert!(wqes >= 200, "the client's WRITEs reached the device: {wqes}");
+    assert!(page > 0, "indices came through the doorbell page");
+    assert!(doorbells * 4 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
 }

@@ -7,7 +7,7 @@
  * queries, PDs, MRs, CQs, RC QPs) through the kernel's generic uverbs commands, and the
  * mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and doorbell page.
  *
- * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, extended CQs/QPs;
+ * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, extended CQs;
  * libibverbs answers those with EOPNOTSUPP.
  */
 #include <errno.h>
@@ -30,7 +30,7 @@ struct rnic_create_cq_resp {
 };
 
 struct rnic_create_qp_resp {
-	struct ib_uverbs_create_qp_resp ibv_resp;
+	struct ib_uverbs_ex_create_qp_resp ibv_resp;
 	struct rnic_ib_create_qp_resp drv;
 };
 
@@ -210,26 +210,38 @@ static void rnic_qp_table_set(struct rnic_context *ctx, uint32_t qpn, struct rni
 	pthread_mutex_unlock(&ctx->qp_table_lock);
 }
 
-static struct ibv_qp *rnic_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
+					struct ibv_qp_init_attr_ex *attr)
 {
-	struct rnic_context *ctx = to_rctx(pd->context);
+	struct rnic_context *ctx = to_rctx(ibctx);
 	struct rnic_create_qp_resp resp = {};
-	struct ibv_create_qp cmd;
+	struct ibv_create_qp_ex cmd = {};
 	struct rnic_qp *qp;
 	int err;
 
-	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
+	if (attr->qp_type != IBV_QPT_RC || attr->srq ||
+	    attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return NULL;
-	if (ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd, sizeof(cmd), &resp.ibv_resp,
-			      sizeof(resp))) {
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		err = rnic_qp_ex_init(qp, attr->send_ops_flags);
+		if (err) {
+			free(qp);
+			errno = err;
+			return NULL;
+		}
+	}
+	if (ibv_cmd_create_qp_ex2(ibctx, &qp->vqp, attr, &cmd, sizeof(cmd), &resp.ibv_resp,
+				  sizeof(resp))) {
 		free(qp);
 		return NULL;
 	}
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		qp->vqp.comp_mask |= VERBS_QP_EX;
 	qp->qpn = resp.drv.qpn;
 	/* The command fills attr->cap (the core response may travel by ioctl attributes). */
 	qp->max_send_sge = attr->cap.max_send_sge;
@@ -238,27 +250,42 @@ static struct ibv_qp *rnic_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr 
 	qp->sq_sig_all = attr->sq_sig_all;
 	err = qp->qpn >= ctx->max_qp ? EINVAL : 0;
 	if (!err)
-		err = rnic_wq_init(pd->context, &qp->sq, resp.drv.sq_log_size,
-				   resp.drv.sq_log_stride, resp.drv.sq_key);
+		err = rnic_wq_init(ibctx, &qp->sq, resp.drv.sq_log_size, resp.drv.sq_log_stride,
+				   resp.drv.sq_key);
 	if (!err)
-		err = rnic_wq_init(pd->context, &qp->rq, resp.drv.rq_log_size,
-				   resp.drv.rq_log_stride, resp.drv.rq_key);
+		err = rnic_wq_init(ibctx, &qp->rq, resp.drv.rq_log_size, resp.drv.rq_log_stride,
+				   resp.drv.rq_key);
 	if (!err) {
-		qp->db_page = rnic_map(pd->context, RNIC_DBP_PAGE, resp.drv.db_key);
+		qp->db_page = rnic_map(ibctx, RNIC_DBP_PAGE, resp.drv.db_key);
 		err = qp->db_page ? 0 : errno;
 	}
 	if (err) {
 		rnic_unmap(qp->db_page, RNIC_DBP_PAGE);
 		rnic_wq_fini(&qp->rq);
 		rnic_wq_fini(&qp->sq);
-		ibv_cmd_destroy_qp(&qp->ibv_qp);
+		ibv_cmd_destroy_qp(&qp->vqp.qp);
 		free(qp);
 		errno = err;
 		return NULL;
 	}
 	attr->cap.max_inline_data = qp->max_inline;
 	rnic_qp_table_set(ctx, qp->qpn, qp);
-	return &qp->ibv_qp;
+	return &qp->vqp.qp;
+}
+
+static struct ibv_qp *rnic_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex ax = {};
+	struct ibv_qp *qp;
+
+	/* The extended attributes begin with the basic ones. */
+	memcpy(&ax, attr, sizeof(*attr));
+	ax.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ax.pd = pd;
+	qp = rnic_create_qp_ex(pd->context, &ax);
+	if (qp)
+		attr->cap = ax.cap;
+	return qp;
 }
 
 static int rnic_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
@@ -328,6 +355,7 @@ static const struct verbs_context_ops rnic_ctx_ops = {
 	.req_notify_cq = rnic_req_notify_cq,
 	.destroy_cq = rnic_destroy_cq,
 	.create_qp = rnic_create_qp,
+	.create_qp_ex = rnic_create_qp_ex,
 	.query_qp = rnic_query_qp,
 	.modify_qp = rnic_modify_qp,
 	.destroy_qp = rnic_destroy_qp,

@@ -54,13 +54,17 @@ struct rnic_wq {
 };
 
 struct rnic_qp {
-	struct ibv_qp ibv_qp;
+	struct verbs_qp vqp;		/* qp and qp_ex (the extended send API) */
 	struct rnic_wq sq, rq;
 	void *db_page;			/* mmap'd: this QP's page of the doorbell page */
 	uint32_t qpn;
 	uint32_t gen;			/* tags the device-visible wr_ids; bumped at RESET */
 	uint32_t max_send_sge, max_recv_sge, max_inline;
 	bool sq_sig_all;		/* every send WQE is signaled */
+	/* ibv_wr_start() .. ibv_wr_complete(), under sq.lock */
+	uint16_t wr_start;		/* sq.pi at ibv_wr_start() */
+	int wr_err;			/* first error of the batch */
+	struct rnic_wqe *wr_cur;	/* the WQE the setters fill */
 };
 
 static inline struct rnic_context *to_rctx(struct ibv_context *ibctx)
@@ -75,7 +79,7 @@ static inline struct rnic_cq *to_rcq(struct ibv_cq *ibcq)
 
 static inline struct rnic_qp *to_rqp(struct ibv_qp *ibqp)
 {
-	return container_of(ibqp, struct rnic_qp, ibv_qp);
+	return container_of(ibqp, struct rnic_qp, vqp.qp);
 }
 
 /* The device-visible wr_id: QP generation << 32 | receive bit << 16 | slot index. */
@@ -86,5 +90,6 @@ int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_
 int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags);
 
 #endif /* RNIC_PROVIDER_H */

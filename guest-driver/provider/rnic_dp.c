@@ -9,8 +9,9 @@
  * mmap'd ring with the owner rule (§5) and stores the consumer index into the CQ's page.
  * In steady state nothing here makes a system call.
  *
- * Not supported: atomics, memory windows, UD (no AH), SEND_WITH_INV, TSO; bad requests
- * fail with EINVAL and *bad_wr set, nothing of them written.
+ * Both send APIs: ibv_post_send() and the extended one (ibv_wr_start() .. ibv_wr_complete(),
+ * which perftest uses by default). Not supported: atomics, memory windows, UD (no AH),
+ * SEND_WITH_INV, TSO; bad requests fail with EINVAL (and *bad_wr), nothing of them published.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -34,7 +35,7 @@ static void store16(uint16_t *p, uint16_t v)
 /* Asks the kernel to ring the MMIO doorbell with the index the doorbell page holds. */
 static int rnic_kick(struct rnic_qp *qp, bool recv)
 {
-	int fd = qp->ibv_qp.context->cmd_fd;
+	int fd = qp->vqp.qp.context->cmd_fd;
 
 	if (recv) {
 		struct ib_uverbs_post_recv_resp resp;
@@ -44,7 +45,7 @@ static int rnic_kick(struct rnic_qp *qp, bool recv)
 		cmd.hdr.in_words = sizeof(cmd) / 4;
 		cmd.hdr.out_words = sizeof(resp) / 4;
 		cmd.response = (uintptr_t)&resp;
-		cmd.qp_handle = qp->ibv_qp.handle;
+		cmd.qp_handle = qp->vqp.qp.handle;
 		cmd.wqe_size = sizeof(struct ibv_recv_wr);
 		if (write(fd, &cmd, sizeof(cmd)) != sizeof(cmd))
 			return errno;
@@ -56,7 +57,7 @@ static int rnic_kick(struct rnic_qp *qp, bool recv)
 		cmd.hdr.in_words = sizeof(cmd) / 4;
 		cmd.hdr.out_words = sizeof(resp) / 4;
 		cmd.response = (uintptr_t)&resp;
-		cmd.qp_handle = qp->ibv_qp.handle;
+		cmd.qp_handle = qp->vqp.qp.handle;
 		cmd.wqe_size = sizeof(struct ibv_send_wr);
 		if (write(fd, &cmd, sizeof(cmd)) != sizeof(cmd))
 			return errno;
@@ -107,67 +108,98 @@ static int rnic_send_op(enum ibv_wr_opcode op, uint8_t *out)
 	}
 }
 
-/* Writes one send WQE into slot sq.pi; EINVAL/ENOMEM leave the ring as it was. */
-static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
+/*
+ * Starts the send WQE in slot sq.pi: the header, with no data yet (rnic_wqe_sges(),
+ * rnic_wqe_inline() add it). NULL and *err set when the ring is full or the request bad.
+ * The caller publishes it by moving sq.pi on, and the ring by rnic_ring().
+ */
+static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opcode,
+				      unsigned int send_flags, uint64_t wr_id, uint64_t raddr,
+				      uint32_t rkey, uint32_t imm, int *err)
 {
 	struct rnic_wq *wq = &qp->sq;
 	uint32_t slot = wq->pi & ((1U << wq->log_size) - 1);
-	uint8_t *w = wq->ring + ((size_t)slot << wq->log_stride);
-	struct rnic_wqe *h = (struct rnic_wqe *)w;
-	uint8_t op, flags = 0;
-	uint32_t total = 0;
-	int i;
+	struct rnic_wqe *h = (struct rnic_wqe *)(wq->ring + ((size_t)slot << wq->log_stride));
+	bool remote;
+	uint8_t op;
 
-	if (rnic_wq_full(wq))
-		return ENOMEM;
-	if (rnic_send_op(wr->opcode, &op) || wr->num_sge < 0)
-		return EINVAL;
-	if (wr->send_flags & IBV_SEND_SIGNALED || qp->sq_sig_all)
-		flags |= RNIC_WQE_FLAG_SIGNALED;
-	if (wr->send_flags & IBV_SEND_SOLICITED)
-		flags |= RNIC_WQE_FLAG_SOLICITED;
-	if (wr->send_flags & ~(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | IBV_SEND_FENCE))
-		return EINVAL;
-
-	if (wr->send_flags & IBV_SEND_INLINE && op != RNIC_WQE_OP_RDMA_READ) {
-		for (i = 0; i < wr->num_sge; i++) {
-			if (wr->sg_list[i].length > qp->max_inline - total)
-				return EINVAL;
-			total += wr->sg_list[i].length;
-		}
-		flags |= RNIC_WQE_FLAG_INLINE;
-		total = 0;
-		for (i = 0; i < wr->num_sge; i++) {
-			memcpy(w + sizeof(*h) + total, (void *)(uintptr_t)wr->sg_list[i].addr,
-			       wr->sg_list[i].length);
-			total += wr->sg_list[i].length;
-		}
-		h->num_sge = 0;
-		h->inline_len = total;
-	} else {
-		struct rnic_sge *sge = (struct rnic_sge *)(w + sizeof(*h));
-
-		if ((uint32_t)wr->num_sge > qp->max_send_sge)
-			return EINVAL;
-		for (i = 0; i < wr->num_sge; i++) {
-			sge[i].addr = wr->sg_list[i].addr;
-			sge[i].length = wr->sg_list[i].length;
-			sge[i].lkey = wr->sg_list[i].lkey;
-		}
-		h->num_sge = wr->num_sge;
-		h->inline_len = 0;
+	if (rnic_wq_full(wq)) {
+		*err = ENOMEM;
+		return NULL;
 	}
+	if (rnic_send_op(opcode, &op) ||
+	    send_flags & ~(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | IBV_SEND_FENCE)) {
+		*err = EINVAL;
+		return NULL;
+	}
+	remote = op != RNIC_WQE_OP_SEND && op != RNIC_WQE_OP_SEND_IMM;
+	memset(h, 0, sizeof(*h));
 	h->opcode = op;
-	h->flags = flags;
-	h->rsvd0 = 0;
-	h->imm_data = (op == RNIC_WQE_OP_RDMA_WRITE_IMM || op == RNIC_WQE_OP_SEND_IMM) ?
-		      (uint32_t)wr->imm_data : 0;
+	if (send_flags & IBV_SEND_SIGNALED || qp->sq_sig_all)
+		h->flags |= RNIC_WQE_FLAG_SIGNALED;
+	if (send_flags & IBV_SEND_SOLICITED)
+		h->flags |= RNIC_WQE_FLAG_SOLICITED;
+	if (op == RNIC_WQE_OP_RDMA_WRITE_IMM || op == RNIC_WQE_OP_SEND_IMM)
+		h->imm_data = imm;
 	h->wr_id = (uint64_t)qp->gen << 32 | wq->pi;
-	h->remote_addr = (op == RNIC_WQE_OP_SEND || op == RNIC_WQE_OP_SEND_IMM) ? 0 : wr->wr.rdma.remote_addr;
-	h->rkey = (op == RNIC_WQE_OP_SEND || op == RNIC_WQE_OP_SEND_IMM) ? 0 : wr->wr.rdma.rkey;
-	wq->wr_id[slot] = wr->wr_id;
-	wq->pi++;
+	h->remote_addr = remote ? raddr : 0;
+	h->rkey = remote ? rkey : 0;
+	wq->wr_id[slot] = wr_id;
+	return h;
+}
+
+/* The WQE's scatter/gather list. */
+static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
+			 const struct ibv_sge *sg)
+{
+	struct rnic_sge *sge = (struct rnic_sge *)(h + 1);
+	size_t i;
+
+	if (n > qp->max_send_sge || h->flags & RNIC_WQE_FLAG_INLINE)
+		return EINVAL;
+	for (i = 0; i < n; i++) {
+		sge[i].addr = sg[i].addr;
+		sge[i].length = sg[i].length;
+		sge[i].lkey = sg[i].lkey;
+	}
+	h->num_sge = n;
 	return 0;
+}
+
+/* Appends inline payload to the WQE (WRITE and SEND only; at most max_inline bytes). */
+static int rnic_wqe_inline(struct rnic_qp *qp, struct rnic_wqe *h, const void *addr,
+			   size_t len)
+{
+	if (h->opcode == RNIC_WQE_OP_RDMA_READ || h->num_sge ||
+	    len > qp->max_inline - h->inline_len)
+		return EINVAL;
+	memcpy((uint8_t *)(h + 1) + h->inline_len, addr, len);
+	h->inline_len += len;
+	h->flags |= RNIC_WQE_FLAG_INLINE;
+	return 0;
+}
+
+static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct rnic_wqe *h;
+	int err = 0, i;
+
+	if (wr->num_sge < 0)
+		return EINVAL;
+	h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id, wr->wr.rdma.remote_addr,
+			  wr->wr.rdma.rkey, (uint32_t)wr->imm_data, &err);
+	if (!h)
+		return err;
+	if (wr->send_flags & IBV_SEND_INLINE && h->opcode != RNIC_WQE_OP_RDMA_READ) {
+		for (i = 0; i < wr->num_sge && !err; i++)
+			err = rnic_wqe_inline(qp, h, (void *)(uintptr_t)wr->sg_list[i].addr,
+					      wr->sg_list[i].length);
+	} else {
+		err = rnic_wqe_sges(qp, h, wr->num_sge, wr->sg_list);
+	}
+	if (!err)
+		qp->sq.pi++;
+	return err;
 }
 
 int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
@@ -192,6 +224,153 @@ int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_
 	}
 	pthread_spin_unlock(&qp->sq.lock);
 	return err;
+}
+
+/*
+ * The extended send API (ibv_wr_start() ... ibv_wr_complete()): each operation starts a WQE
+ * (rnic_sq_begin()), the setters fill it, and wr_complete() publishes the batch with one
+ * rnic_ring(); the first error fails the whole batch, as wr_abort() drops it.
+ */
+static struct rnic_qp *to_xqp(struct ibv_qp_ex *ibqpx)
+{
+	return container_of(ibqpx, struct rnic_qp, vqp.qp_ex);
+}
+
+static void rnic_wr_start(struct ibv_qp_ex *ibqpx)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+
+	pthread_spin_lock(&qp->sq.lock);
+	qp->wr_start = qp->sq.pi;
+	qp->wr_err = 0;
+	qp->wr_cur = NULL;
+}
+
+static int rnic_wr_complete(struct ibv_qp_ex *ibqpx)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+	int err = qp->wr_err;
+
+	if (err)
+		qp->sq.pi = qp->wr_start;
+	else if (qp->sq.pi != qp->wr_start)
+		err = rnic_ring(qp, false, qp->wr_start, qp->sq.pi);
+	pthread_spin_unlock(&qp->sq.lock);
+	return err;
+}
+
+static void rnic_wr_abort(struct ibv_qp_ex *ibqpx)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+
+	qp->sq.pi = qp->wr_start;
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
+static void rnic_wr_op(struct ibv_qp_ex *ibqpx, enum ibv_wr_opcode op, uint32_t rkey,
+		       uint64_t raddr, uint32_t imm)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+
+	qp->wr_cur = NULL;
+	if (qp->wr_err)
+		return;
+	qp->wr_cur = rnic_sq_begin(qp, op, ibqpx->wr_flags, ibqpx->wr_id, raddr, rkey, imm,
+				   &qp->wr_err);
+	if (qp->wr_cur)
+		qp->sq.pi++;
+}
+
+static void rnic_wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr)
+{
+	rnic_wr_op(q, IBV_WR_RDMA_WRITE, rkey, raddr, 0);
+}
+
+static void rnic_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr,
+				   __be32 imm)
+{
+	rnic_wr_op(q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr, (uint32_t)imm);
+}
+
+static void rnic_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr)
+{
+	rnic_wr_op(q, IBV_WR_RDMA_READ, rkey, raddr, 0);
+}
+
+static void rnic_wr_send(struct ibv_qp_ex *q)
+{
+	rnic_wr_op(q, IBV_WR_SEND, 0, 0, 0);
+}
+
+static void rnic_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
+{
+	rnic_wr_op(q, IBV_WR_SEND_WITH_IMM, 0, 0, (uint32_t)imm);
+}
+
+/* The data of the operation just started; nothing to fill after a failed one. */
+static struct rnic_wqe *rnic_wr_cur(struct rnic_qp *qp)
+{
+	if (!qp->wr_cur && !qp->wr_err)
+		qp->wr_err = EINVAL;	/* a setter without an operation */
+	return qp->wr_err ? NULL : qp->wr_cur;
+}
+
+static void rnic_wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *sg)
+{
+	struct rnic_qp *qp = to_xqp(q);
+	struct rnic_wqe *h = rnic_wr_cur(qp);
+
+	if (h)
+		qp->wr_err = rnic_wqe_sges(qp, h, n, sg);
+}
+
+static void rnic_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { .addr = addr, .length = length, .lkey = lkey };
+
+	rnic_wr_set_sge_list(q, 1, &sge);
+}
+
+static void rnic_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n,
+					 const struct ibv_data_buf *bufs)
+{
+	struct rnic_qp *qp = to_xqp(q);
+	struct rnic_wqe *h = rnic_wr_cur(qp);
+	size_t i;
+
+	for (i = 0; h && i < n && !qp->wr_err; i++)
+		qp->wr_err = rnic_wqe_inline(qp, h, bufs[i].addr, bufs[i].length);
+}
+
+static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t length)
+{
+	struct ibv_data_buf buf = { .addr = addr, .length = length };
+
+	rnic_wr_set_inline_data_list(q, 1, &buf);
+}
+
+/* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other. */
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags)
+{
+	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
+
+	if (send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+					 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
+					 IBV_QP_EX_WITH_SEND_WITH_IMM))
+		return EOPNOTSUPP;
+	x->wr_start = rnic_wr_start;
+	x->wr_complete = rnic_wr_complete;
+	x->wr_abort = rnic_wr_abort;
+	x->wr_rdma_write = rnic_wr_rdma_write;
+	x->wr_rdma_write_imm = rnic_wr_rdma_write_imm;
+	x->wr_rdma_read = rnic_wr_rdma_read;
+	x->wr_send = rnic_wr_send;
+	x->wr_send_imm = rnic_wr_send_imm;
+	x->wr_set_sge = rnic_wr_set_sge;
+	x->wr_set_sge_list = rnic_wr_set_sge_list;
+	x->wr_set_inline_data = rnic_wr_set_inline_data;
+	x->wr_set_inline_data_list = rnic_wr_set_inline_data_list;
+	return 0;
 }
 
 int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
