@@ -190,3 +190,35 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(page > 0, "indices came through the doorbell page");
     assert!(doorbells * 4 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
 }
+
+/// The RNIC unbound while a libibverbs process holds a context with a CQ and a QP, their
+/// rings and doorbell pages mapped (ibv_rc_pingpong's server waiting for its peer): the
+/// RDMA core disassociates the context and zaps the mappings, the unbind completes, the
+/// process can still exit, nothing warns; after a rebind the device is back for both
+/// libibverbs and the character device.
+#[test]
+fn unbind_with_a_live_libibverbs_context() {
+    ensure_image();
+    let script = "bdf=$(rnic-bar find rnic)
+        ibv_rc_pingpong -d rnic0 -g 0 -n 5 >/dev/null 2>&1 & pid=$!
+        sleep 3
+        echo \"mappings: $(grep -c uverbs /proc/$pid/maps)\"
+        echo $bdf > /sys/bus/pci/drivers/rnic_emu/unbind; echo \"unbind-rc: $?\"
+        echo \"devices-after-unbind: $(ls /sys/class/infiniband | wc -l)\"
+        kill $pid; wait $pid; echo \"process-exited: $?\"
+        echo $bdf > /sys/bus/pci/drivers/rnic_emu/bind; echo \"bind-rc: $?\"
+        sleep 1; rnic-netdev-up
+        ibv_devinfo -d rnic0 | grep -E 'hca_id|state'
+        rnic-perf write -s 4096 -n 10 --verify --json | grep -c '\"bytes_verified\":40960' | sed 's/^/verified-runs: /'
+        dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'";
+    let run = run_guest(&topology("single-switch"), &[], script);
+    assert_eq!(run.code, Some(0));
+    let lines: Vec<String> = run.stdout.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    let has = |want: &str| lines.iter().any(|l| l == want);
+    assert!(has("mappings: 5"), "CQ ring, CQ doorbell page, SQ, RQ, QP doorbell page mapped");
+    assert!(has("unbind-rc: 0") && has("devices-after-unbind: 0"), "the unbind completed");
+    assert!(has("process-exited: 143"), "the process ended on SIGTERM, not stuck");
+    assert!(has("bind-rc: 0") && has("hca_id: rnic0") && has("state: PORT_ACTIVE (4)"), "rnic0 is back");
+    assert!(has("verified-runs: 1"), "the character device works after the rebind");
+    assert!(has("kernel-warnings: 0"), "no kernel warning");
+}
