@@ -189,6 +189,8 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 		return -EOPNOTSUPP;	/* kernel QPs are not offered */
 	if (init->qp_type != IB_QPT_RC || init->srq || init->create_flags || !nic->dbp)
 		return -EOPNOTSUPP;
+	if (!init->send_cq || !init->recv_cq)
+		return -EINVAL;
 	ctx = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc);
 	uc = ctx->uc;
 	req.pd = ib_pdn(ibqp->pd);
