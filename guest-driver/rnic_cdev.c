@@ -56,59 +56,17 @@ static struct rnic_nic *rnic_file_nic(struct file *file)
 
 static int rnic_cdev_open(struct inode *inode, struct file *file)
 {
-	struct rnic_nic *nic = rnic_file_nic(file);
-	struct rnic_ucontext *uc;
+	struct rnic_ucontext *uc = rnic_uc_open(rnic_file_nic(file));
 
-	uc = kzalloc(sizeof(*uc), GFP_KERNEL);
-	if (!uc)
-		return -ENOMEM;
-	uc->nic = nic;
-	mutex_init(&uc->lock);
-	xa_init(&uc->pds);
-	xa_init(&uc->cqs);
-	xa_init(&uc->qps);
-	xa_init(&uc->mrs);
-
-	mutex_lock(&nic->files_lock);
-	if (nic->dead) {
-		mutex_unlock(&nic->files_lock);
-		kfree(uc);
-		return -ENODEV;
-	}
-	kref_get(&nic->ref);
-	list_add(&uc->node, &nic->files);
-	mutex_unlock(&nic->files_lock);
-
+	if (IS_ERR(uc))
+		return PTR_ERR(uc);
 	file->private_data = uc;
 	return nonseekable_open(inode, file);
 }
 
-static void rnic_ucontext_free(struct rnic_ucontext *uc)
-{
-	xa_destroy(&uc->mrs);
-	xa_destroy(&uc->qps);
-	xa_destroy(&uc->cqs);
-	xa_destroy(&uc->pds);
-	mutex_destroy(&uc->lock);
-	kfree(uc);
-}
-
 static int rnic_cdev_release(struct inode *inode, struct file *file)
 {
-	struct rnic_ucontext *uc = file->private_data;
-	struct rnic_nic *nic = uc->nic;
-
-	/* files_lock keeps remove() from freeing the tables while this tears down. */
-	mutex_lock(&nic->files_lock);
-	mutex_lock(&uc->lock);
-	if (!uc->dead)
-		rnic_ucontext_destroy_objects(uc);
-	list_del(&uc->node);
-	mutex_unlock(&uc->lock);
-	mutex_unlock(&nic->files_lock);
-
-	rnic_ucontext_free(uc);
-	rnic_nic_put(nic);
+	rnic_uc_close(file->private_data);
 	return 0;
 }
 

@@ -5,7 +5,8 @@
  * Probe: BAR0 register block and contract checks (rnic_common.c), the verbs capability
  * and limits, a device reset, one MSI-X vector per vector the device reports (vector 0:
  * asynchronous errors, the others: CQs), the verbs engine's tables (rnic_verbs.c,
- * rnic_mr.c) and the character device /dev/rnic_emuN (rnic_cdev.c). sysfs adds `stats`
+ * rnic_mr.c), the character device /dev/rnic_emuN (rnic_cdev.c) and the RDMA core's device
+ * rnicN with its netdev rethN (rnic_ib.c, rnic_netdev.c). sysfs adds `stats`
  * (the device's counters) and `driver_stats` (the driver's own).
  *
  * Remove: quiesce, then free (see rnic_nic_remove()). Sizes the device reports are
@@ -17,6 +18,7 @@
 #include <linux/slab.h>
 
 #include "rnic_fault.h"
+#include "rnic_ib.h"
 #include "rnic_verbs.h"
 
 /* Largest MSI-X table a PCI function can have (Table Size field + 1). */
@@ -137,6 +139,12 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_verbs;
 
+	ret = rnic_ib_register(nic);
+	if (ret) {
+		dev_err(dev, "registering with the RDMA core failed: %d\n", ret);
+		goto err_cdev;
+	}
+
 	/* BAR1_APERTURE slots for every GPU bound now; later GPUs reprogram them. */
 	rnic_p2p_nic_add(nic);
 
@@ -146,9 +154,12 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		 nic->misc_name);
 	return 0;
 
+err_cdev:
+	rnic_cdev_unregister(nic);
 err_verbs:
 	pci_set_drvdata(pdev, NULL);
 	rnic_verbs_quiesce(nic);
+	rnic_cdev_kill_files(nic);	/* files opened before the failure (none if cdev failed) */
 	rnic_verbs_fini(nic);
 err_irq:
 	rnic_irq_teardown(rd);
@@ -169,6 +180,7 @@ static void rnic_nic_remove(struct pci_dev *pdev)
 	 * table, ring and MR), and only then the objects of open files and the tables freed.
 	 */
 	rnic_p2p_nic_remove(nic);
+	rnic_ib_unregister(nic);
 	rnic_cdev_unregister(nic);
 	rnic_verbs_quiesce(nic);
 	rnic_cdev_kill_files(nic);

@@ -171,8 +171,11 @@ bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 	u32 err;
 
 	atomic_inc(&nic->vec_seq[vec]);
-	if (vec != 0)
-		return atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0;
+	if (vec != 0) {
+		bool ib = rnic_ib_cq_event(nic, vec);
+
+		return atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0 || ib;
+	}
 	err = ioread32(rd->bar0 + RNIC_REG_LAST_ERROR);
 	if (!err || err == 0xffffffff)
 		return false;
@@ -196,13 +199,53 @@ void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma)
 	return dma_alloc_coherent(nic_dev(nic), size, dma, RNIC_RING_GFP);
 }
 
+/*
+ * Rings mapped into user space (rnic_ib_mmap.c) are freed by whichever comes last: their
+ * object's destruction (rnic_ring_free()) or their last unmap (rnic_ring_map_put()), so a
+ * process that keeps a mapping after destroying the object never sees freed memory.
+ */
+int rnic_ring_map_add(struct rnic_nic *nic, struct rnic_ring_map *m)
+{
+	return xa_insert(&nic->ring_maps, (unsigned long)m->ring >> PAGE_SHIFT, m, GFP_KERNEL);
+}
+
+/* rnic_ring_free() of a mapped ring: the last unmap frees it. True if @ring is mapped. */
+static bool rnic_ring_map_orphan(struct rnic_nic *nic, void *ring, bool device_let_go)
+{
+	struct rnic_ring_map *m;
+
+	xa_lock(&nic->ring_maps);
+	m = xa_load(&nic->ring_maps, (unsigned long)ring >> PAGE_SHIFT);
+	if (m) {
+		m->orphaned = true;
+		m->let_go = device_let_go;
+		__xa_erase(&nic->ring_maps, (unsigned long)ring >> PAGE_SHIFT);
+	}
+	xa_unlock(&nic->ring_maps);
+	return m;
+}
+
+/* The last unmap of a ring: frees it if its object is gone already. */
+void rnic_ring_map_put(struct rnic_nic *nic, struct rnic_ring_map *m)
+{
+	bool orphaned;
+
+	xa_lock(&nic->ring_maps);
+	orphaned = m->orphaned;
+	if (!orphaned)
+		__xa_erase(&nic->ring_maps, (unsigned long)m->ring >> PAGE_SHIFT);
+	xa_unlock(&nic->ring_maps);
+	if (orphaned)
+		rnic_ring_free(nic, m->ring, m->size, m->dma, m->let_go);
+}
+
 /* Frees a ring, or keeps it on the zombie list when the device did not let go of it. */
 void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma,
 		    bool device_let_go)
 {
 	struct rnic_zombie_ring *z;
 
-	if (!ring)
+	if (!ring || rnic_ring_map_orphan(nic, ring, device_let_go))
 		return;
 	if (device_let_go) {
 		dma_free_coherent(nic_dev(nic), size, ring, dma);
@@ -270,6 +313,8 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	mutex_init(&nic->zombie_lock);
 	INIT_LIST_HEAD(&nic->zombie_rings);
 	INIT_LIST_HEAD(&nic->zombie_mrs);
+	xa_init(&nic->ring_maps);
+	xa_init(&nic->ib_cqs);
 	ida_init(&nic->pd_ida);
 	ida_init(&nic->cq_ida);
 	ida_init(&nic->qp_ida);
@@ -406,4 +451,57 @@ void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc)
 		rnic_cq_destroy(uc, cq);
 	xa_for_each(&uc->pds, i, pd)
 		rnic_pd_free(uc, pd);
+}
+
+/*
+ * A new verbs context (an open /dev/rnic_emuN, or a libibverbs context through ib_core,
+ * rnic_ib.c): owns its PDs, CQs, QPs and MRs; -ENODEV once the RNIC is being removed.
+ */
+struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic)
+{
+	struct rnic_ucontext *uc;
+
+	uc = kzalloc(sizeof(*uc), GFP_KERNEL);
+	if (!uc)
+		return ERR_PTR(-ENOMEM);
+	uc->nic = nic;
+	mutex_init(&uc->lock);
+	xa_init(&uc->pds);
+	xa_init(&uc->cqs);
+	xa_init(&uc->qps);
+	xa_init(&uc->mrs);
+
+	mutex_lock(&nic->files_lock);
+	if (nic->dead) {
+		mutex_unlock(&nic->files_lock);
+		kfree(uc);
+		return ERR_PTR(-ENODEV);
+	}
+	kref_get(&nic->ref);
+	list_add(&uc->node, &nic->files);
+	mutex_unlock(&nic->files_lock);
+	return uc;
+}
+
+/* Destroys what the context still owns and frees it. */
+void rnic_uc_close(struct rnic_ucontext *uc)
+{
+	struct rnic_nic *nic = uc->nic;
+
+	/* files_lock keeps remove() from freeing the tables while this tears down. */
+	mutex_lock(&nic->files_lock);
+	mutex_lock(&uc->lock);
+	if (!uc->dead)
+		rnic_ucontext_destroy_objects(uc);
+	list_del(&uc->node);
+	mutex_unlock(&uc->lock);
+	mutex_unlock(&nic->files_lock);
+
+	xa_destroy(&uc->mrs);
+	xa_destroy(&uc->qps);
+	xa_destroy(&uc->cqs);
+	xa_destroy(&uc->pds);
+	mutex_destroy(&uc->lock);
+	kfree(uc);
+	rnic_nic_put(nic);
 }

@@ -39,6 +39,8 @@
 #include "rnic_p2p.h"
 #include "uapi/rnic_emu_uapi.h"
 
+struct rnic_ibdev;
+
 #define RNIC_MTT_ENTRIES	262144		/* 2 MiB of 64-bit page addresses */
 #define RNIC_MR_PAGE_SHIFT	12
 #define RNIC_MAX_PD		65536
@@ -120,6 +122,10 @@ struct rnic_nic {
 	struct list_head zombie_mrs;	/* struct rnic_mr via zombie */
 
 	struct list_head p2p_node;	/* in the GPUDirect registry (rnic_p2p.c) */
+
+	struct rnic_ibdev *ib;		/* the ib_core device (rnic_ib.c), NULL if none */
+	struct xarray ib_cqs;		/* struct rnic_ib_cq by CQN, for their interrupts */
+	struct xarray ring_maps;	/* struct rnic_ring_map by ring page: user-mapped rings */
 };
 
 /* Bit 16 of the wr_id the device sees: the WQE is a receive (rnic_post.c, rnic_poll.c). */
@@ -166,6 +172,15 @@ struct rnic_cq {
 	unsigned int users;		/* QPs */
 	struct rnic_cqe *ring;
 	dma_addr_t ring_dma;
+};
+
+/* A ring mapped into user space: see rnic_ring_map_add() in rnic_verbs.c. */
+struct rnic_ring_map {
+	void *ring;
+	size_t size;
+	dma_addr_t dma;
+	bool orphaned;			/* its object is destroyed: the last unmap frees it */
+	bool let_go;			/* ... and the device had let go of it */
 };
 
 /* DMA-coherent memory the device refused to give back (freed at remove()). */
@@ -239,10 +254,14 @@ bool rnic_nic_alive_ratelimited(struct rnic_nic *nic);
 void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma);
 void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma, bool device_let_go);
 void rnic_zombies_free(struct rnic_nic *nic);
+int rnic_ring_map_add(struct rnic_nic *nic, struct rnic_ring_map *m);
+void rnic_ring_map_put(struct rnic_nic *nic, struct rnic_ring_map *m);
 void rnic_nic_put(struct rnic_nic *nic);
 int rnic_uc_lock(struct rnic_ucontext *uc);
 void rnic_uc_unlock(struct rnic_ucontext *uc);
 void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
+struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic);
+void rnic_uc_close(struct rnic_ucontext *uc);
 
 /* rnic_pd.c */
 int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
@@ -279,6 +298,9 @@ int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr);
 void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);
+
+/* rnic_ib_verbs.c: hard-irq part of a CQ vector, for the CQs of ib_core contexts */
+bool rnic_ib_cq_event(struct rnic_nic *nic, unsigned int vec);
 
 /* rnic_cdev.c */
 int rnic_cdev_register(struct rnic_nic *nic);

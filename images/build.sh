@@ -14,12 +14,13 @@ repo=$(dirname "$here")
 cache=${RNIC_EMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rnic-emu}
 out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
 # Bump when the way a stage is built changes, so old caches are not reused.
-readonly ROOT_RECIPE=1 DRIVER_RECIPE=1 INITRAMFS_RECIPE=3
+readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=1 INITRAMFS_RECIPE=4
 # Kernel modules (with their dependencies) for Linux Soft-RoCE in the guest: the comparison
 # benchmark runs rdma_rxe over virtio-net next to rnic-emu.
 readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net"
 # User-space tools of the root copied into the guest (with their libraries).
-readonly GUEST_BINARIES="/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/rdma"
+readonly GUEST_BINARIES="/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_read_lat
+    /usr/bin/ib_send_bw /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong"
 
 t0=$(date +%s)
 log() { printf '[images +%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
@@ -39,6 +40,7 @@ ensure_host_tools() {
     command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
     command -v cpio >/dev/null || missing+=(cpio)
     command -v unshare >/dev/null || missing+=(util-linux)
+    command -v patch >/dev/null || missing+=(patch)
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" -eq 0 ] || die "missing host packages: ${missing[*]} (install them, or run as root)"
     log "installing host packages: ${missing[*]}"
@@ -67,7 +69,7 @@ packages() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/root-packages.txt"; 
 
 build_root() {
     local key dir tmp mirror
-    key=$( { echo "recipe=$ROOT_RECIPE"; packages; } | hash_stdin)
+    key=$( { echo "recipe=$ROOT_RECIPE"; packages; sha256sum < "$here/rdma-core-source.sh"; } | hash_stdin)
     dir="$cache/root-$key"
     if [ -f "$dir/.complete" ]; then
         log "toolchain root: cached ($dir)"
@@ -86,10 +88,13 @@ build_root() {
         --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        --customize-hook="$here/rdma-core-source.sh \"\$1\"" \
         trixie "$tmp" "deb $mirror trixie main" "deb $mirror trixie-backports main" \
-        2>&1 | grep --line-buffered -E '^I: (downloading|extracting|installing|running|creating|cleaning|success)' \
+        "deb-src $mirror trixie main" "deb-src $mirror trixie-backports main" \
+        2>&1 | grep --line-buffered -E '^(E:|W: .*source|I: (downloading|extracting|installing|running|creating|cleaning|success))' \
         | sed -u 's/^/    /' >&2 || true
     [ -x "$tmp/usr/bin/qemu-system-x86_64" ] || die "mmdebstrap did not produce QEMU (see output above)"
+    [ -f "$tmp/usr/src/rdma-core/VERSION" ] || die "mmdebstrap did not fetch rdma-core's source (see output above)"
     dpkg-query --admindir="$tmp/var/lib/dpkg" -W -f '${Package}\t${Version}\n' > "$tmp/.packages"
     touch "$tmp/.complete"
     rm -rf "$dir"; mv "$tmp" "$dir"
@@ -145,6 +150,49 @@ build_driver() {
     DRIVER_KEY=$key
 }
 
+# rdma-core's provider for rnic-emu (guest-driver/provider/, docs/ibverbs.md): built inside
+# Debian's rdma-core source tree of the root's libibverbs version (fetched when the root was
+# made, images/rdma-core-source.sh) as providers/rnic. Only that provider and the libibverbs it
+# links against are built; the guest keeps Debian's libibverbs and loads our provider from it.
+build_rdma() {
+    local key src ver
+    ver=$(cat "$ROOT/usr/src/rdma-core/VERSION")
+    key=$( { echo "recipe=$RDMA_RECIPE root=$(basename "$ROOT") rdma-core=$ver"; hash_tree "$repo/guest-driver/provider";
+             sha256sum "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h}; } | hash_stdin)
+    RDMA_OUT="$out/rdma"
+    if [ -f "$RDMA_OUT/.key" ] && [ "$(cat "$RDMA_OUT/.key")" = "$key" ]; then
+        log "rdma-core provider: cached"
+        RDMA_KEY=$key; return 0
+    fi
+    [ "$(id -u)" -eq 0 ] || die "building the rdma-core provider needs root (chroot into the toolchain root)"
+    log "rdma-core provider: building in rdma-core $ver"
+    src="$ROOT/build/rdma-core.$$"
+    rm -rf "$src"; mkdir -p "$ROOT/build"
+    cp -a "$ROOT/usr/src/rdma-core/src" "$src"
+    mkdir -p "$src/providers/rnic"
+    cp -a "$repo/guest-driver/provider/." "$src/providers/rnic/"
+    # The ring formats and the command data the kernel driver shares with the provider.
+    cp "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h} "$src/providers/rnic/"
+    grep -q '^add_subdirectory(providers/rxe)$' "$src/CMakeLists.txt" || die "rdma-core $ver: no providers/rxe line in CMakeLists.txt"
+    sed -i 's|^add_subdirectory(providers/rxe)$|&\nadd_subdirectory(providers/rnic)|' "$src/CMakeLists.txt"
+    if ! in_root /bin/sh -ec "cd /build/rdma-core.$$ && mkdir build && cd build
+            cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNO_MAN_PAGES=1 -DNO_PYVERBS=1 \
+                -DENABLE_STATIC=0 .. >/dev/null
+            ninja -j$(nproc) rnic-rdmav34" >"$out/rdma-build.log" 2>&1; then
+        tail -n 40 "$out/rdma-build.log" >&2
+        rm -rf "$src"
+        die "rdma-core provider build failed (full log: $out/rdma-build.log)"
+    fi
+    rm -rf "$RDMA_OUT.tmp"; mkdir -p "$RDMA_OUT.tmp"
+    install -m 0755 "$src/build/lib/librnic-rdmav34.so" "$RDMA_OUT.tmp/"
+    install -m 0644 "$src/build/providers/rnic/rnic.driver" "$RDMA_OUT.tmp/"
+    echo "$key" > "$RDMA_OUT.tmp/.key"
+    rm -rf "$RDMA_OUT"; mv "$RDMA_OUT.tmp" "$RDMA_OUT"
+    rm -rf "$src"
+    log "rdma-core provider: built librnic-rdmav34.so"
+    RDMA_KEY=$key
+}
+
 # Copies a dynamically linked binary of the root into the initramfs stage, with its libraries.
 stage_binary() {
     local stage=$1 bin=$2 dest=$3 lib
@@ -164,8 +212,8 @@ kmod_root() {
 
 build_initramfs() {
     local key stage tool applet
-    key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY kver=$KVER";
-             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|perftest|iproute2|libibverbs1)\s' "$ROOT/.packages";
+    key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY rdma=$RDMA_KEY kver=$KVER";
+             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|ibverbs-utils|perftest|iproute2|libibverbs1)\s' "$ROOT/.packages";
              sha256sum "$here/init.sh" "$here/build.sh"; } | hash_stdin)
     if [ -f "$out/initramfs.key" ] && [ "$(cat "$out/initramfs.key")" = "$key" ] && [ -f "$out/initramfs.cpio.gz" ]; then
         log "initramfs: cached"; return 0
@@ -205,6 +253,9 @@ build_initramfs() {
     # libibverbs loads its providers at run time: the rxe provider and its config.
     stage_binary "$stage" /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
     install -D -m 0644 "$ROOT/etc/libibverbs.d/rxe.driver" "$stage/etc/libibverbs.d/rxe.driver"
+    # ... and ours (build_rdma), next to Debian's libibverbs.
+    install -m 0755 "$RDMA_OUT/librnic-rdmav34.so" "$stage/usr/lib/x86_64-linux-gnu/libibverbs/"
+    install -m 0644 "$RDMA_OUT/rnic.driver" "$stage/etc/libibverbs.d/rnic.driver"
     kmod_root depmod -b "$stage" "$KVER"
     install -m 0755 "$DRIVER_OUT"/tools/* "$stage/usr/bin/"
     install -m 0755 "$here/init.sh" "$stage/init"
@@ -248,6 +299,7 @@ ensure_host_tools
 build_root
 kernel_version
 build_driver
+build_rdma
 build_initramfs
 write_outputs
 log "image ready: $out (kernel $KVER)"

@@ -25,8 +25,12 @@ out=/dev/ttyS1
 [ -c "$out" ] || out=/dev/console
 stty -F "$out" raw -echo 2>/dev/null
 
-if [ "$RNIC_EMU_LOAD_DRIVER" = 1 ] && ! modprobe rnic_emu; then
-    echo "rnic-emu guest: loading the rnic_emu driver failed (see the console log)" >"$out"
+if [ "$RNIC_EMU_LOAD_DRIVER" = 1 ]; then
+    if modprobe rnic_emu; then
+        rnic-netdev-up
+    else
+        echo "rnic-emu guest: loading the rnic_emu driver failed (see the console log)" >"$out"
+    fi
 fi
 
 if [ -f /rnic-emu/cmd.sh ]; then

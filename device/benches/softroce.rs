@@ -2,6 +2,8 @@
 //! without hardware, in the same run on the same two guests (qemu-configs/two-node.toml):
 //! - rnic-emu: `rnic-perf write` / `write-lat` between the emulated RNICs over the RoCEv2
 //!   fabric;
+//! - rnic-emu through the standard stack: the same unmodified `ib_write_bw` / `ib_write_lat`
+//!   on `rnic0` (ib_core device, our rdma-core provider; docs/ibverbs.md);
 //! - Linux Soft-RoCE: `ib_write_bw` / `ib_write_lat` (perftest) on rdma_rxe over a
 //!   virtio-net link between the same guests (QEMU `-netdev dgram` on loopback).
 //! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed.
@@ -30,6 +32,8 @@ fn script(n: usize) -> String {
             s += &format!("rnic-kv put rxe{size} up\n");
         }
         s += &format!("echo RXE_BW {size}; ib_write_bw -d rxe0 -s {size} -n {iters} --report_gbits{rxe_peer}\n");
+        s += &sync(client, &format!("ib{size}"));
+        s += &format!("echo IB_BW {size}; ib_write_bw {RNIC0} -s {size} -n {iters} --report_gbits{rxe_peer}\n");
     }
     s += &format!("rnic-perf write-lat{srv} --id lat -s 64 -n 1000 --json{peer}\n");
     if client {
@@ -38,7 +42,21 @@ fn script(n: usize) -> String {
         s += "rnic-kv put rxelat up\n";
     }
     s += &format!("echo RXE_LAT; ib_write_lat -d rxe0 -s 64 -n 1000{rxe_peer}\n");
+    s += &sync(client, "iblat");
+    s += &format!("echo IB_LAT; ib_write_lat {RNIC0} -s 64 -n 1000{rxe_peer}\n");
     s
+}
+
+/// perftest on rnic-emu's ib_core device: GID index 1 (the node address).
+const RNIC0: &str = "-d rnic0 -x 1";
+
+/// The client waits until the server published `key` (its perftest server is starting).
+fn sync(client: bool, key: &str) -> String {
+    if client {
+        format!("rnic-kv get {key} 60000 >/dev/null; sleep 1\n")
+    } else {
+        format!("rnic-kv put {key} up\n")
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,29 +72,33 @@ fn main() -> anyhow::Result<()> {
         lines.iter().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["test"] == test && v["size"] == size)
     };
     // perftest prints "<bytes> <iters> <peak> <average> <msgrate>" under its header.
-    let rxe_bw = |size: u64| -> Option<f64> {
-        let at = lines.iter().position(|l| *l == format!("RXE_BW {size}"))?;
+    let bw = |marker: &str, size: u64| -> Option<f64> {
+        let at = lines.iter().position(|l| *l == format!("{marker} {size}"))?;
         let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some(&size.to_string()))?;
         row.split_whitespace().nth(3)?.parse().ok()
     };
-    println!("guest to guest RDMA WRITE bandwidth: rnic-emu vs Soft-RoCE (rdma_rxe), Gb/s");
-    println!("{:>8} {:>10} {:>10} {:>8}", "size", "rnic-emu", "rxe", "ratio");
+    println!("guest to guest RDMA WRITE bandwidth, Gb/s: rnic-emu (rnic-perf; ib_write_bw on rnic0) vs Soft-RoCE (ib_write_bw on rxe0)");
+    println!("{:>8} {:>10} {:>10} {:>10} {:>10} {:>10}", "size", "rnic-perf", "ib:rnic0", "ib:rxe0", "rnic0/rxe", "rnic0/perf");
     for size in SIZES {
         let ours = json("write", size).and_then(|v| v["gbps"].as_f64()).unwrap_or(f64::NAN);
-        let rxe = rxe_bw(size).unwrap_or(f64::NAN);
-        println!("{:>7}K {ours:>10.3} {rxe:>10.3} {:>8.2}", size >> 10, ours / rxe);
+        let ib = bw("IB_BW", size).unwrap_or(f64::NAN);
+        let rxe = bw("RXE_BW", size).unwrap_or(f64::NAN);
+        println!("{:>7}K {ours:>10.3} {ib:>10.3} {rxe:>10.3} {:>10.2} {:>10.2}", size >> 10, ib / rxe, ib / ours);
     }
     // ib_write_lat: "#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%".
-    let at = lines.iter().position(|l| *l == "RXE_LAT").unwrap_or(lines.len());
-    let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some("64"));
-    let col = |i: usize| row.and_then(|r| r.split_whitespace().nth(i)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let lat_col = |marker: &str, i: usize| -> f64 {
+        let at = lines.iter().position(|l| *l == marker).unwrap_or(lines.len());
+        let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some("64"));
+        row.and_then(|r| r.split_whitespace().nth(i)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN)
+    };
     let lat = json("write-lat", 64).unwrap_or_default();
     println!();
-    println!("64-byte RDMA WRITE latency (us): rnic-emu vs Soft-RoCE (rxe: typical, 99%, 99.9%)");
-    println!("{:>6} {:>10} {:>10} {:>8}", "", "rnic-emu", "rxe", "ratio");
+    println!("64-byte RDMA WRITE latency (us): rnic-perf write-lat; ib_write_lat on rnic0 and on rxe0 (typical, 99%, 99.9%)");
+    println!("{:>6} {:>10} {:>10} {:>10} {:>10}", "", "rnic-perf", "ib:rnic0", "ib:rxe0", "rnic0/rxe");
     for (name, key, c) in [("P50", "p50_us", 4), ("P99", "p99_us", 7), ("P999", "p999_us", 8)] {
         let ours = lat[key].as_f64().unwrap_or(f64::NAN);
-        println!("{name:>6} {ours:>10.1} {:>10.1} {:>8.2}", col(c), ours / col(c));
+        let (ib, rxe) = (lat_col("IB_LAT", c), lat_col("RXE_LAT", c));
+        println!("{name:>6} {ours:>10.1} {ib:>10.1} {rxe:>10.1} {:>10.2}", ib / rxe);
     }
     Ok(())
 }

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB */
+/*
+ * rdma-core provider for the rnic-emu RNIC: the provider's objects (docs/ibverbs.md).
+ * The kernel side is guest-driver/rnic_ib*.c; the driver-specific command data is
+ * rnic_ib_abi.h, the rings' formats and the doorbell page rnic_emu_regs.h (both copied
+ * here from guest-driver/include/uapi/ by images/build.sh).
+ */
+#ifndef RNIC_PROVIDER_H
+#define RNIC_PROVIDER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <infiniband/driver.h>
+
+#include "rnic_emu_regs.h"
+#include "rnic_ib_abi.h"
+
+struct rnic_device {
+	struct verbs_device ibv_dev;
+};
+
+struct rnic_qp;
+
+struct rnic_context {
+	struct verbs_context ibv_ctx;
+	uint32_t max_qp;
+	uint32_t max_inline;
+	pthread_mutex_t qp_table_lock;	/* writers of qp_table */
+	struct rnic_qp **qp_table;	/* by QPN: completions name their QP */
+};
+
+struct rnic_cq {
+	struct ibv_cq ibv_cq;
+	pthread_spinlock_t lock;
+	struct rnic_cqe *ring;		/* mmap'd: the device writes CQEs here */
+	size_t ring_len;
+	void *db_page;			/* mmap'd: this CQ's page of the doorbell page */
+	uint32_t cqn;
+	uint32_t log_size;
+	uint32_t ci;			/* free-running consumer index */
+};
+
+/* One work queue: a mmap'd ring, free-running 16-bit indices, the callers' wr_ids. */
+struct rnic_wq {
+	pthread_spinlock_t lock;	/* posters */
+	uint8_t *ring;
+	size_t ring_len;
+	uint32_t log_size;
+	uint32_t log_stride;
+	uint16_t pi;			/* next slot to post */
+	uint16_t ci;			/* slots before it are free (set by poll_cq) */
+	uint64_t *wr_id;
+};
+
+struct rnic_qp {
+	struct verbs_qp vqp;		/* qp and qp_ex (the extended send API) */
+	struct rnic_wq sq, rq;
+	void *db_page;			/* mmap'd: this QP's page of the doorbell page */
+	uint32_t qpn;
+	uint32_t gen;			/* tags the device-visible wr_ids; bumped at RESET */
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+	bool sq_sig_all;		/* every send WQE is signaled */
+	/* ibv_wr_start() .. ibv_wr_complete(), under sq.lock */
+	uint16_t wr_start;		/* sq.pi at ibv_wr_start() */
+	int wr_err;			/* first error of the batch */
+	struct rnic_wqe *wr_cur;	/* the WQE the setters fill */
+};
+
+static inline struct rnic_context *to_rctx(struct ibv_context *ibctx)
+{
+	return container_of(ibctx, struct rnic_context, ibv_ctx.context);
+}
+
+static inline struct rnic_cq *to_rcq(struct ibv_cq *ibcq)
+{
+	return container_of(ibcq, struct rnic_cq, ibv_cq);
+}
+
+static inline struct rnic_qp *to_rqp(struct ibv_qp *ibqp)
+{
+	return container_of(ibqp, struct rnic_qp, vqp.qp);
+}
+
+/* The device-visible wr_id: QP generation << 32 | receive bit << 16 | slot index. */
+#define RNIC_WRID_RECV	(1ULL << 16)
+
+/* rnic_dp.c: the data path (no system call unless the device sleeps) */
+int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
+int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags);
+
+#endif /* RNIC_PROVIDER_H */

@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
+/*
+ * rdma-core provider for rnic-emu: the data path, in user space (docs/ibverbs.md).
+ *
+ * post_send/post_recv write WQEs (struct rnic_wqe, docs/verbs.md §3) into the QP's mmap'd
+ * ring, store the producer index into the QP's page of the doorbell page, and ring the MMIO
+ * doorbell (through the kernel: an empty POST_SEND/POST_RECV command) only when the
+ * device's event index says it sleeps (docs/verbs.md §3.1). poll_cq reads CQEs from the
+ * mmap'd ring with the owner rule (§5) and stores the consumer index into the CQ's page.
+ * In steady state nothing here makes a system call.
+ *
+ * Both send APIs: ibv_post_send() and the extended one (ibv_wr_start() .. ibv_wr_complete(),
+ * which perftest uses by default). Not supported: atomics, memory windows, UD (no AH),
+ * SEND_WITH_INV, TSO; bad requests fail with EINVAL (and *bad_wr), nothing of them published.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <util/udma_barrier.h>
+
+#include "rnic.h"
+
+static uint16_t load16(const uint16_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static void store16(uint16_t *p, uint16_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+/* Asks the kernel to ring the MMIO doorbell with the index the doorbell page holds. */
+static int rnic_kick(struct rnic_qp *qp, bool recv)
+{
+	int fd = qp->vqp.qp.context->cmd_fd;
+
+	if (recv) {
+		struct ib_uverbs_post_recv_resp resp;
+		struct ibv_post_recv cmd = {};
+
+		cmd.hdr.command = IB_USER_VERBS_CMD_POST_RECV;
+		cmd.hdr.in_words = sizeof(cmd) / 4;
+		cmd.hdr.out_words = sizeof(resp) / 4;
+		cmd.response = (uintptr_t)&resp;
+		cmd.qp_handle = qp->vqp.qp.handle;
+		cmd.wqe_size = sizeof(struct ibv_recv_wr);
+		if (write(fd, &cmd, sizeof(cmd)) != sizeof(cmd))
+			return errno;
+	} else {
+		struct ib_uverbs_post_send_resp resp;
+		struct ibv_post_send cmd = {};
+
+		cmd.hdr.command = IB_USER_VERBS_CMD_POST_SEND;
+		cmd.hdr.in_words = sizeof(cmd) / 4;
+		cmd.hdr.out_words = sizeof(resp) / 4;
+		cmd.response = (uintptr_t)&resp;
+		cmd.qp_handle = qp->vqp.qp.handle;
+		cmd.wqe_size = sizeof(struct ibv_send_wr);
+		if (write(fd, &cmd, sizeof(cmd)) != sizeof(cmd))
+			return errno;
+	}
+	return 0;
+}
+
+/* Publishes WQEs old..new (docs/verbs.md §3.1, the driver's side of the handshake). */
+static int rnic_ring(struct rnic_qp *qp, bool recv, uint16_t old, uint16_t new)
+{
+	volatile uint32_t *page = qp->db_page;
+	uint16_t event;
+
+	udma_to_device_barrier();	/* the WQEs before the index */
+	page[(recv ? RNIC_DBP_RQ_PI : RNIC_DBP_SQ_PI) / 4] = new;
+	atomic_thread_fence(memory_order_seq_cst);	/* the store before the event load */
+	event = page[(recv ? RNIC_DBP_RQ_EVENT : RNIC_DBP_SQ_EVENT) / 4];
+	if ((uint16_t)(new - event - 1) < (uint16_t)(new - old))
+		return rnic_kick(qp, recv);
+	return 0;
+}
+
+static bool rnic_wq_full(struct rnic_wq *wq)
+{
+	return (uint16_t)(wq->pi - load16(&wq->ci)) >= (1U << wq->log_size);
+}
+
+static int rnic_send_op(enum ibv_wr_opcode op, uint8_t *out)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+		*out = RNIC_WQE_OP_RDMA_WRITE;
+		return 0;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		*out = RNIC_WQE_OP_RDMA_WRITE_IMM;
+		return 0;
+	case IBV_WR_RDMA_READ:
+		*out = RNIC_WQE_OP_RDMA_READ;
+		return 0;
+	case IBV_WR_SEND:
+		*out = RNIC_WQE_OP_SEND;
+		return 0;
+	case IBV_WR_SEND_WITH_IMM:
+		*out = RNIC_WQE_OP_SEND_IMM;
+		return 0;
+	default:
+		return EINVAL;
+	}
+}
+
+/*
+ * Starts the send WQE in slot sq.pi: the header, with no data yet (rnic_wqe_sges(),
+ * rnic_wqe_inline() add it). NULL and *err set when the ring is full or the request bad.
+ * The caller publishes it by moving sq.pi on, and the ring by rnic_ring().
+ */
+static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opcode,
+				      unsigned int send_flags, uint64_t wr_id, uint64_t raddr,
+				      uint32_t rkey, uint32_t imm, int *err)
+{
+	struct rnic_wq *wq = &qp->sq;
+	uint32_t slot = wq->pi & ((1U << wq->log_size) - 1);
+	struct rnic_wqe *h = (struct rnic_wqe *)(wq->ring + ((size_t)slot << wq->log_stride));
+	bool remote;
+	uint8_t op;
+
+	if (rnic_wq_full(wq)) {
+		*err = ENOMEM;
+		return NULL;
+	}
+	if (rnic_send_op(opcode, &op) ||
+	    send_flags & ~(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | IBV_SEND_FENCE)) {
+		*err = EINVAL;
+		return NULL;
+	}
+	remote = op != RNIC_WQE_OP_SEND && op != RNIC_WQE_OP_SEND_IMM;
+	memset(h, 0, sizeof(*h));
+	h->opcode = op;
+	if (send_flags & IBV_SEND_SIGNALED || qp->sq_sig_all)
+		h->flags |= RNIC_WQE_FLAG_SIGNALED;
+	if (send_flags & IBV_SEND_SOLICITED)
+		h->flags |= RNIC_WQE_FLAG_SOLICITED;
+	if (op == RNIC_WQE_OP_RDMA_WRITE_IMM || op == RNIC_WQE_OP_SEND_IMM)
+		h->imm_data = imm;
+	h->wr_id = (uint64_t)qp->gen << 32 | wq->pi;
+	h->remote_addr = remote ? raddr : 0;
+	h->rkey = remote ? rkey : 0;
+	wq->wr_id[slot] = wr_id;
+	return h;
+}
+
+/* The WQE's scatter/gather list. */
+static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
+			 const struct ibv_sge *sg)
+{
+	struct rnic_sge *sge = (struct rnic_sge *)(h + 1);
+	size_t i;
+
+	if (n > qp->max_send_sge || h->flags & RNIC_WQE_FLAG_INLINE)
+		return EINVAL;
+	for (i = 0; i < n; i++) {
+		sge[i].addr = sg[i].addr;
+		sge[i].length = sg[i].length;
+		sge[i].lkey = sg[i].lkey;
+	}
+	h->num_sge = n;
+	return 0;
+}
+
+/* Appends inline payload to the WQE (WRITE and SEND only; at most max_inline bytes). */
+static int rnic_wqe_inline(struct rnic_qp *qp, struct rnic_wqe *h, const void *addr,
+			   size_t len)
+{
+	if (h->opcode == RNIC_WQE_OP_RDMA_READ || h->num_sge ||
+	    len > qp->max_inline - h->inline_len)
+		return EINVAL;
+	memcpy((uint8_t *)(h + 1) + h->inline_len, addr, len);
+	h->inline_len += len;
+	h->flags |= RNIC_WQE_FLAG_INLINE;
+	return 0;
+}
+
+static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct rnic_wqe *h;
+	int err = 0, i;
+
+	if (wr->num_sge < 0)
+		return EINVAL;
+	h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id, wr->wr.rdma.remote_addr,
+			  wr->wr.rdma.rkey, (uint32_t)wr->imm_data, &err);
+	if (!h)
+		return err;
+	if (wr->send_flags & IBV_SEND_INLINE && h->opcode != RNIC_WQE_OP_RDMA_READ) {
+		for (i = 0; i < wr->num_sge && !err; i++)
+			err = rnic_wqe_inline(qp, h, (void *)(uintptr_t)wr->sg_list[i].addr,
+					      wr->sg_list[i].length);
+	} else {
+		err = rnic_wqe_sges(qp, h, wr->num_sge, wr->sg_list);
+	}
+	if (!err)
+		qp->sq.pi++;
+	return err;
+}
+
+int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	struct rnic_qp *qp = to_rqp(ibqp);
+	uint16_t old;
+	int err = 0, kick;
+
+	pthread_spin_lock(&qp->sq.lock);
+	old = qp->sq.pi;
+	for (; wr; wr = wr->next) {
+		err = rnic_write_send_wqe(qp, wr);
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	if (qp->sq.pi != old) {
+		kick = rnic_ring(qp, false, old, qp->sq.pi);
+		if (!err)
+			err = kick;
+	}
+	pthread_spin_unlock(&qp->sq.lock);
+	return err;
+}
+
+/*
+ * The extended send API (ibv_wr_start() ... ibv_wr_complete()): each operation starts a WQE
+ * (rnic_sq_begin()), the setters fill it, and wr_complete() publishes the batch with one
+ * rnic_ring(); the first error fails the whole batch, as wr_abort() drops it.
+ */
+static struct rnic_qp *to_xqp(struct ibv_qp_ex *ibqpx)
+{
+	return container_of(ibqpx, struct rnic_qp, vqp.qp_ex);
+}
+
+static void rnic_wr_start(struct ibv_qp_ex *ibqpx)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+
+	pthread_spin_lock(&qp->sq.lock);
+	qp->wr_start = qp->sq.pi;
+	qp->wr_err = 0;
+	qp->wr_cur = NULL;
+}
+
+static int rnic_wr_complete(struct ibv_qp_ex *ibqpx)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+	int err = qp->wr_err;
+
+	if (err)
+		qp->sq.pi = qp->wr_start;
+	else if (qp->sq.pi != qp->wr_start)
+		err = rnic_ring(qp, false, qp->wr_start, qp->sq.pi);
+	pthread_spin_unlock(&qp->sq.lock);
+	return err;
+}
+
+static void rnic_wr_abort(struct ibv_qp_ex *ibqpx)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+
+	qp->sq.pi = qp->wr_start;
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
+static void rnic_wr_op(struct ibv_qp_ex *ibqpx, enum ibv_wr_opcode op, uint32_t rkey,
+		       uint64_t raddr, uint32_t imm)
+{
+	struct rnic_qp *qp = to_xqp(ibqpx);
+
+	qp->wr_cur = NULL;
+	if (qp->wr_err)
+		return;
+	qp->wr_cur = rnic_sq_begin(qp, op, ibqpx->wr_flags, ibqpx->wr_id, raddr, rkey, imm,
+				   &qp->wr_err);
+	if (qp->wr_cur)
+		qp->sq.pi++;
+}
+
+static void rnic_wr_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr)
+{
+	rnic_wr_op(q, IBV_WR_RDMA_WRITE, rkey, raddr, 0);
+}
+
+static void rnic_wr_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr,
+				   __be32 imm)
+{
+	rnic_wr_op(q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr, (uint32_t)imm);
+}
+
+static void rnic_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr)
+{
+	rnic_wr_op(q, IBV_WR_RDMA_READ, rkey, raddr, 0);
+}
+
+static void rnic_wr_send(struct ibv_qp_ex *q)
+{
+	rnic_wr_op(q, IBV_WR_SEND, 0, 0, 0);
+}
+
+static void rnic_wr_send_imm(struct ibv_qp_ex *q, __be32 imm)
+{
+	rnic_wr_op(q, IBV_WR_SEND_WITH_IMM, 0, 0, (uint32_t)imm);
+}
+
+/* The data of the operation just started; nothing to fill after a failed one. */
+static struct rnic_wqe *rnic_wr_cur(struct rnic_qp *qp)
+{
+	if (!qp->wr_cur && !qp->wr_err)
+		qp->wr_err = EINVAL;	/* a setter without an operation */
+	return qp->wr_err ? NULL : qp->wr_cur;
+}
+
+static void rnic_wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *sg)
+{
+	struct rnic_qp *qp = to_xqp(q);
+	struct rnic_wqe *h = rnic_wr_cur(qp);
+
+	if (h)
+		qp->wr_err = rnic_wqe_sges(qp, h, n, sg);
+}
+
+static void rnic_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { .addr = addr, .length = length, .lkey = lkey };
+
+	rnic_wr_set_sge_list(q, 1, &sge);
+}
+
+static void rnic_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n,
+					 const struct ibv_data_buf *bufs)
+{
+	struct rnic_qp *qp = to_xqp(q);
+	struct rnic_wqe *h = rnic_wr_cur(qp);
+	size_t i;
+
+	for (i = 0; h && i < n && !qp->wr_err; i++)
+		qp->wr_err = rnic_wqe_inline(qp, h, bufs[i].addr, bufs[i].length);
+}
+
+static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t length)
+{
+	struct ibv_data_buf buf = { .addr = addr, .length = length };
+
+	rnic_wr_set_inline_data_list(q, 1, &buf);
+}
+
+/* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other. */
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags)
+{
+	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
+
+	if (send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+					 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
+					 IBV_QP_EX_WITH_SEND_WITH_IMM))
+		return EOPNOTSUPP;
+	x->wr_start = rnic_wr_start;
+	x->wr_complete = rnic_wr_complete;
+	x->wr_abort = rnic_wr_abort;
+	x->wr_rdma_write = rnic_wr_rdma_write;
+	x->wr_rdma_write_imm = rnic_wr_rdma_write_imm;
+	x->wr_rdma_read = rnic_wr_rdma_read;
+	x->wr_send = rnic_wr_send;
+	x->wr_send_imm = rnic_wr_send_imm;
+	x->wr_set_sge = rnic_wr_set_sge;
+	x->wr_set_sge_list = rnic_wr_set_sge_list;
+	x->wr_set_inline_data = rnic_wr_set_inline_data;
+	x->wr_set_inline_data_list = rnic_wr_set_inline_data_list;
+	return 0;
+}
+
+int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct rnic_qp *qp = to_rqp(ibqp);
+	struct rnic_wq *wq = &qp->rq;
+	uint16_t old;
+	int err = 0, kick, i;
+
+	pthread_spin_lock(&wq->lock);
+	old = wq->pi;
+	for (; wr; wr = wr->next) {
+		uint32_t slot = wq->pi & ((1U << wq->log_size) - 1);
+		uint8_t *w = wq->ring + ((size_t)slot << wq->log_stride);
+		struct rnic_wqe *h = (struct rnic_wqe *)w;
+		struct rnic_sge *sge = (struct rnic_sge *)(w + sizeof(*h));
+
+		if (rnic_wq_full(wq)) {
+			err = ENOMEM;
+		} else if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_recv_sge) {
+			err = EINVAL;
+		}
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+		memset(h, 0, sizeof(*h));
+		for (i = 0; i < wr->num_sge; i++) {
+			sge[i].addr = wr->sg_list[i].addr;
+			sge[i].length = wr->sg_list[i].length;
+			sge[i].lkey = wr->sg_list[i].lkey;
+		}
+		h->opcode = RNIC_WQE_OP_RECV;
+		h->num_sge = wr->num_sge;
+		h->wr_id = (uint64_t)qp->gen << 32 | RNIC_WRID_RECV | wq->pi;
+		wq->wr_id[slot] = wr->wr_id;
+		wq->pi++;
+	}
+	if (wq->pi != old) {
+		kick = rnic_ring(qp, true, old, wq->pi);
+		if (!err)
+			err = kick;
+	}
+	pthread_spin_unlock(&wq->lock);
+	return err;
+}
+
+static enum ibv_wc_opcode rnic_wc_opcode(uint8_t op)
+{
+	switch (op) {
+	case RNIC_CQE_OP_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	case RNIC_CQE_OP_SEND:
+		return IBV_WC_SEND;
+	case RNIC_CQE_OP_RECV:
+		return IBV_WC_RECV;
+	case RNIC_CQE_OP_RECV_RDMA_IMM:
+		return IBV_WC_RECV_RDMA_WITH_IMM;
+	default:
+		return IBV_WC_RDMA_WRITE;
+	}
+}
+
+/* Matches a CQE to its QP and slot and frees the slots up to it; false: stale, drop it. */
+static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
+			   struct ibv_wc *wc)
+{
+	bool recv = cqe->wr_id & RNIC_WRID_RECV;
+	uint16_t idx = cqe->wr_id & 0xffff;
+	struct rnic_qp *qp;
+	struct rnic_wq *wq;
+	uint16_t outstanding, off;
+
+	if (cqe->qpn >= ctx->max_qp)
+		return false;
+	qp = __atomic_load_n(&ctx->qp_table[cqe->qpn], __ATOMIC_ACQUIRE);
+	if (!qp || qp->gen != (uint32_t)(cqe->wr_id >> 32) || (cqe->wr_id & 0xfffe0000))
+		return false;
+	wq = recv ? &qp->rq : &qp->sq;
+	outstanding = __atomic_load_n(&wq->pi, __ATOMIC_ACQUIRE) - wq->ci;
+	off = idx - wq->ci;
+	if (off >= outstanding)
+		return false;
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = wq->wr_id[idx & ((1U << wq->log_size) - 1)];
+	store16(&wq->ci, idx + 1);
+	wc->status = cqe->status;
+	wc->opcode = rnic_wc_opcode(cqe->opcode);
+	wc->vendor_err = cqe->syndrome;
+	wc->byte_len = cqe->byte_len;
+	wc->qp_num = cqe->qpn;
+	wc->src_qp = cqe->src_qp;
+	if (cqe->flags & RNIC_CQE_FLAG_IMM) {
+		wc->wc_flags |= IBV_WC_WITH_IMM;
+		wc->imm_data = cqe->imm_data;
+	}
+	return true;
+}
+
+int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
+{
+	struct rnic_cq *cq = to_rcq(ibcq);
+	struct rnic_context *ctx = to_rctx(ibcq->context);
+	uint32_t mask = (1U << cq->log_size) - 1, consumed = 0;
+	volatile struct rnic_cqe *slot;
+	struct rnic_cqe cqe;
+	int got = 0;
+
+	pthread_spin_lock(&cq->lock);
+	while (got < ne && consumed <= mask) {
+		slot = &cq->ring[cq->ci & mask];
+		if (slot->owner != (((cq->ci >> cq->log_size) & 1) ^ 1))
+			break;
+		udma_from_device_barrier();	/* the owner byte is written last */
+		memcpy(&cqe, (const void *)slot, sizeof(cqe));
+		cq->ci++;
+		consumed++;
+		if (rnic_cqe_to_wc(ctx, &cqe, &wc[got]))
+			got++;
+	}
+	if (consumed)
+		((volatile uint32_t *)cq->db_page)[RNIC_DBP_CQ_CI / 4] = cq->ci & 0xffff;
+	pthread_spin_unlock(&cq->lock);
+	return got;
+}
+
+/* The consumer index is in the doorbell page already (poll_cq); the kernel arms. */
+int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct rnic_cq *cq = to_rcq(ibcq);
+
+	pthread_spin_lock(&cq->lock);
+	((volatile uint32_t *)cq->db_page)[RNIC_DBP_CQ_CI / 4] = cq->ci & 0xffff;
+	pthread_spin_unlock(&cq->lock);
+	return ibv_cmd_req_notify_cq(ibcq, solicited_only);
+}

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * rnic-emu guest driver: the RNIC as an RDMA device of the kernel's RDMA core (ib_core),
+ * so libibverbs and the tools built on it (ibv_devinfo, perftest, ...) see it; see
+ * docs/ibverbs.md. One device "rnicN" per RNIC, one RoCEv2 port whose GIDs come from the
+ * RNIC's netdev (rnic_netdev.c).
+ *
+ * The verbs objects are the driver's own (rnic_pd.c, ...): the ib_core callbacks here are a
+ * thin layer that wraps them in the structures ib_core allocates.
+ */
+#ifndef _RNIC_IB_H
+#define _RNIC_IB_H
+
+#include <linux/if_ether.h>
+#include <linux/netdevice.h>
+#include <rdma/ib_verbs.h>
+
+#include "rnic_verbs.h"
+
+struct rnic_ibdev {
+	struct ib_device ibdev;		/* first: ib_alloc_device() */
+	struct rnic_nic *nic;
+	struct net_device *ndev;	/* the port's netdev (RoCE GIDs) */
+};
+
+/* A libibverbs context: a verbs context of the driver's own (rnic_uc_open()). */
+struct rnic_ib_ucontext {
+	struct ib_ucontext ibuc;
+	struct rnic_ucontext *uc;
+};
+
+struct rnic_ib_pd {
+	struct ib_pd ibpd;
+	struct rnic_ucontext *uc;	/* its context's */
+	u32 pdn;			/* in uc->pds */
+};
+
+/* An mmap entry: a ring (has_ring) or one page of the doorbell page (rnic_ib_mmap.c). */
+struct rnic_ib_mmap {
+	struct rdma_user_mmap_entry rdma;
+	struct rnic_nic *nic;		/* a reference */
+	unsigned long pfn;
+	bool has_ring;
+	struct rnic_ring_map ring;
+};
+
+struct rnic_ib_cq {
+	struct ib_cq ibcq;
+	struct rnic_ucontext *uc;	/* its context's */
+	u32 cqn;			/* in uc->cqs */
+	u32 vector;
+	atomic_t armed;			/* req_notify_cq asked for the next completion */
+	struct rnic_ib_mmap *ring_map, *db_map;
+};
+
+struct rnic_ib_qp {
+	struct ib_qp ibqp;
+	struct rnic_ucontext *uc;	/* its context's */
+	u32 qpn;			/* in uc->qps */
+	u32 state;			/* IB_QPS_* as last set */
+	u32 min_rnr_us;			/* RNR timer given at INIT->RTR, applied at RTR->RTS */
+	struct rnic_ib_mmap *sq_map, *rq_map, *db_map;
+};
+
+struct rnic_ib_mr {
+	struct ib_mr ibmr;
+	struct rnic_ucontext *uc;	/* its context's */
+	u32 index;			/* in uc->mrs */
+};
+
+static inline struct rnic_ucontext *rnic_ib_uc(struct ib_ucontext *ibuc)
+{
+	return container_of(ibuc, struct rnic_ib_ucontext, ibuc)->uc;
+}
+
+static inline struct rnic_ibdev *to_rnic_ibdev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct rnic_ibdev, ibdev);
+}
+
+/* rnic_ib.c */
+int rnic_ib_register(struct rnic_nic *nic);
+void rnic_ib_unregister(struct rnic_nic *nic);
+
+/* rnic_ib_mmap.c */
+int rnic_ib_mmap_ring(struct rnic_ib_ucontext *ctx, void *ring, size_t size, dma_addr_t dma,
+		      u64 *key, struct rnic_ib_mmap **out);
+int rnic_ib_mmap_db(struct rnic_ib_ucontext *ctx, size_t offset, u64 *key,
+		    struct rnic_ib_mmap **out);
+void rnic_ib_mmap_remove(struct rnic_ib_mmap *m);
+int rnic_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
+void rnic_ib_mmap_free(struct rdma_user_mmap_entry *e);
+
+/* rnic_ib_verbs.c: CQs, QPs, MRs, doorbells and CQ arming for user contexts */
+int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		      struct uverbs_attr_bundle *attrs);
+int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int rnic_ib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct ib_udata *udata);
+int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		      struct ib_udata *udata);
+int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		     struct ib_qp_init_attr *init);
+int rnic_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int rnic_ib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		      const struct ib_send_wr **bad_wr);
+int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		      const struct ib_recv_wr **bad_wr);
+struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt,
+				  int access, struct ib_dmah *dmah, struct ib_udata *udata);
+int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+
+/* rnic_netdev.c */
+void rnic_netdev_mac(u32 ipv4, u8 mac[ETH_ALEN]);
+struct net_device *rnic_netdev_create(struct pci_dev *pdev, u32 ipv4);
+void rnic_netdev_destroy(struct net_device *ndev);
+
+#endif /* _RNIC_IB_H */

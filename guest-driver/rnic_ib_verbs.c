@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rnic-emu guest driver: CQs, QPs and MRs of libibverbs contexts (docs/ibverbs.md).
+ *
+ * Each callback translates ib_core's arguments into the character device's request
+ * structures and calls the same functions /dev/rnic_emuN's ioctls call (rnic_cq.c,
+ * rnic_qp.c, rnic_mr.c) on the context's struct rnic_ucontext, under the same lock: one
+ * implementation of each verb. What is particular to ib_core is here: the rings and
+ * doorbell pages offered for mmap (kernel bypass: the provider writes WQEs and indices and
+ * reads CQEs itself), the MMIO doorbell rung on request (POST_SEND/POST_RECV with no work
+ * requests: the device's event index asked for it), CQ arming and the completion handler
+ * called from the CQ's interrupt, and RoCE addressing (the AH's GID -> dest_ip).
+ *
+ * Not offered: kernel consumers (CQs and QPs need a user context), QP types other than RC,
+ * SRQs, atomics, a DMA MR; GPU memory registers only peer-to-peer (strict: no bounce
+ * buffer, which would need MR_SYNC calls libibverbs cannot make).
+ */
+#include <linux/interrupt.h>
+#include <linux/slab.h>
+#include <linux/unaligned.h>
+#include <net/ipv6.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
+
+#include "rnic_ib.h"
+#include "uapi/rnic_ib_abi.h"
+
+/* IBA's RNR NAK timer encoding (table 45), in microseconds. */
+static const u32 rnic_ib_rnr_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+	163840, 245760, 327680, 491520,
+};
+
+static struct rnic_nic *ib_nic(struct ib_device *ibdev)
+{
+	return to_rnic_ibdev(ibdev)->nic;
+}
+
+static struct rnic_ib_cq *to_icq(struct ib_cq *ibcq)
+{
+	return container_of(ibcq, struct rnic_ib_cq, ibcq);
+}
+
+static struct rnic_ib_qp *to_iqp(struct ib_qp *ibqp)
+{
+	return container_of(ibqp, struct rnic_ib_qp, ibqp);
+}
+
+static u32 ib_pdn(struct ib_pd *ibpd)
+{
+	return container_of(ibpd, struct rnic_ib_pd, ibpd)->pdn;
+}
+
+/* Destroy paths: ib_core must not fail them; after removal the objects are gone already. */
+static void rnic_ib_uc_lock_destroy(struct rnic_ucontext *uc)
+{
+	mutex_lock(&uc->lock);
+}
+
+/* ---- CQs ---- */
+
+int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		      struct uverbs_attr_bundle *attrs)
+{
+	struct rnic_ib_cq *cq = to_icq(ibcq);
+	struct rnic_nic *nic = ib_nic(ibcq->device);
+	struct rnic_ib_create_cq_resp resp = {};
+	struct rnic_create_cq req = {};
+	struct rnic_ib_ucontext *ctx;
+	struct rnic_ucontext *uc;
+	struct ib_udata *udata;
+	struct rnic_cq *rcq;
+	int ret;
+
+	if (!attrs || !attrs->context)
+		return -EOPNOTSUPP;	/* kernel CQs are not offered */
+	udata = &attrs->driver_udata;
+	if (attr->flags || !nic->dbp)
+		return -EOPNOTSUPP;	/* user CQs need the doorbell page */
+	ctx = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc);
+	uc = ctx->uc;
+	req.entries = attr->cqe;
+
+	ret = rnic_uc_lock(uc);
+	if (ret)
+		return ret;
+	ret = rnic_create_cq(uc, &req);
+	if (ret)
+		goto out_unlock;
+	rcq = xa_load(&uc->cqs, req.cqn);
+	cq->uc = uc;
+	cq->cqn = req.cqn;
+	cq->vector = req.vector;
+	ret = rnic_ib_mmap_ring(ctx, rcq->ring, sizeof(*rcq->ring) << rcq->log_size,
+				rcq->ring_dma, &resp.ring_key, &cq->ring_map);
+	if (ret)
+		goto err_destroy;
+	ret = rnic_ib_mmap_db(ctx, RNIC_DBP_CQ_PAGES + (size_t)cq->cqn * RNIC_DBP_PAGE,
+			      &resp.db_key, &cq->db_map);
+	if (ret)
+		goto err_destroy;
+	resp.cqn = cq->cqn;
+	resp.log_size = rcq->log_size;
+	ret = ib_respond_udata(udata, resp);
+	if (ret)
+		goto err_destroy;
+	ret = xa_insert(&nic->ib_cqs, cq->cqn, cq, GFP_KERNEL);
+	if (ret)
+		goto err_destroy;
+	ibcq->cqe = req.actual_entries;
+	rnic_uc_unlock(uc);
+	return 0;
+
+err_destroy:
+	rnic_ib_mmap_remove(cq->db_map);
+	rnic_ib_mmap_remove(cq->ring_map);
+	rnic_cq_destroy(uc, rcq);
+out_unlock:
+	rnic_uc_unlock(uc);
+	return ret;
+}
+
+int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
+{
+	struct rnic_ib_cq *cq = to_icq(ibcq);
+	struct rnic_nic *nic = ib_nic(ibcq->device);
+	struct rnic_ucontext *uc = cq->uc;
+	struct rnic_cq *rcq;
+
+	xa_erase(&nic->ib_cqs, cq->cqn);
+	if (cq->vector < nic->rd.nvec)
+		synchronize_irq(nic->rd.vecs[cq->vector].irq);	/* no handler still sees it */
+	rnic_ib_mmap_remove(cq->db_map);
+	rnic_ib_mmap_remove(cq->ring_map);
+	rnic_ib_uc_lock_destroy(uc);
+	rcq = uc->dead ? NULL : xa_load(&uc->cqs, cq->cqn);
+	if (rcq)
+		rnic_cq_destroy(uc, rcq);
+	rnic_uc_unlock(uc);
+	return 0;
+}
+
+/*
+ * Arms the CQ. The provider stored its consumer index into the CQ's doorbell page first,
+ * so the device raises the vector at once if completions arrived since it last polled.
+ */
+int rnic_ib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
+{
+	struct rnic_ib_cq *cq = to_icq(ibcq);
+	struct rnic_nic *nic = ib_nic(ibcq->device);
+
+	atomic_set(&cq->armed, 1);
+	iowrite32(cq->cqn << RNIC_DB_OBJECT_SHIFT, nic->rd.bar0 + CQ_ARM);
+	return 0;
+}
+
+/* Hard-irq context: completion events for the armed CQs of vector @vec. */
+bool rnic_ib_cq_event(struct rnic_nic *nic, unsigned int vec)
+{
+	struct rnic_ib_cq *cq;
+	unsigned long i;
+	bool any = false;
+
+	xa_for_each(&nic->ib_cqs, i, cq) {
+		if (cq->vector != vec || !atomic_xchg(&cq->armed, 0))
+			continue;
+		any = true;
+		if (cq->ibcq.comp_handler)
+			cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
+	}
+	return any;
+}
+
+/* ---- QPs ---- */
+
+int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct ib_udata *udata)
+{
+	struct rnic_ib_qp *qp = to_iqp(ibqp);
+	struct rnic_nic *nic = ib_nic(ibqp->device);
+	struct rnic_ib_create_qp_resp resp = {};
+	struct rnic_create_qp req = {};
+	struct rnic_ib_ucontext *ctx;
+	struct rnic_ucontext *uc;
+	struct rnic_qp *rqp;
+	int ret;
+
+	if (!udata)
+		return -EOPNOTSUPP;	/* kernel QPs are not offered */
+	if (init->qp_type != IB_QPT_RC || init->srq || init->create_flags || !nic->dbp)
+		return -EOPNOTSUPP;
+	if (!init->send_cq || !init->recv_cq)
+		return -EINVAL;
+	ctx = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc);
+	uc = ctx->uc;
+	req.pd = ib_pdn(ibqp->pd);
+	req.send_cqn = to_icq(init->send_cq)->cqn;
+	req.recv_cqn = to_icq(init->recv_cq)->cqn;
+	/* The device wants at least one slot and one receive SGE. */
+	req.max_send_wr = max(init->cap.max_send_wr, 1U);
+	req.max_recv_wr = max(init->cap.max_recv_wr, 1U);
+	req.max_send_sge = init->cap.max_send_sge;
+	req.max_recv_sge = max(init->cap.max_recv_sge, 1U);
+	req.max_inline = init->cap.max_inline_data;
+
+	ret = rnic_uc_lock(uc);
+	if (ret)
+		return ret;
+	ret = rnic_create_qp(uc, &req);
+	if (ret)
+		goto out_unlock;
+	rqp = xa_load(&uc->qps, req.qpn);
+	qp->uc = uc;
+	qp->qpn = req.qpn;
+	qp->state = IB_QPS_RESET;
+	qp->min_rnr_us = rqp->rnr_timer_us;
+	ret = rnic_ib_mmap_ring(ctx, rqp->sq.ring, rqp->sq.ring_bytes, rqp->sq.ring_dma,
+				&resp.sq_key, &qp->sq_map);
+	if (ret)
+		goto err_destroy;
+	ret = rnic_ib_mmap_ring(ctx, rqp->rq.ring, rqp->rq.ring_bytes, rqp->rq.ring_dma,
+				&resp.rq_key, &qp->rq_map);
+	if (ret)
+		goto err_destroy;
+	ret = rnic_ib_mmap_db(ctx, RNIC_DBP_QP_PAGES + (size_t)qp->qpn * RNIC_DBP_PAGE,
+			      &resp.db_key, &qp->db_map);
+	if (ret)
+		goto err_destroy;
+	resp.qpn = qp->qpn;
+	resp.sq_log_size = rqp->sq.log_size;
+	resp.sq_log_stride = rqp->sq.log_stride;
+	resp.rq_log_size = rqp->rq.log_size;
+	resp.rq_log_stride = rqp->rq.log_stride;
+	resp.max_inline = req.max_inline;
+	ret = ib_respond_udata(udata, resp);
+	if (ret)
+		goto err_destroy;
+	rnic_uc_unlock(uc);
+
+	ibqp->qp_num = qp->qpn;
+	init->cap.max_send_wr = req.max_send_wr;
+	init->cap.max_recv_wr = req.max_recv_wr;
+	init->cap.max_send_sge = req.max_send_sge;
+	init->cap.max_recv_sge = req.max_recv_sge;
+	init->cap.max_inline_data = req.max_inline;
+	return 0;
+
+err_destroy:
+	rnic_ib_mmap_remove(qp->db_map);
+	rnic_ib_mmap_remove(qp->rq_map);
+	rnic_ib_mmap_remove(qp->sq_map);
+	rnic_qp_destroy(uc, rqp);
+out_unlock:
+	rnic_uc_unlock(uc);
+	return ret;
+}
+
+int rnic_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
+{
+	struct rnic_ib_qp *qp = to_iqp(ibqp);
+	struct rnic_ucontext *uc = qp->uc;
+	struct rnic_qp *rqp;
+
+	rnic_ib_mmap_remove(qp->db_map);
+	rnic_ib_mmap_remove(qp->rq_map);
+	rnic_ib_mmap_remove(qp->sq_map);
+	rnic_ib_uc_lock_destroy(uc);
+	rqp = uc->dead ? NULL : xa_load(&uc->qps, qp->qpn);
+	if (rqp)
+		rnic_qp_destroy(uc, rqp);
+	rnic_uc_unlock(uc);
+	return 0;
+}
+
+static int rnic_ib_qp_state(enum ib_qp_state s, u32 *out)
+{
+	switch (s) {
+	case IB_QPS_RESET:
+		*out = RNIC_QPS_RESET;
+		return 0;
+	case IB_QPS_INIT:
+		*out = RNIC_QPS_INIT;
+		return 0;
+	case IB_QPS_RTR:
+		*out = RNIC_QPS_RTR;
+		return 0;
+	case IB_QPS_RTS:
+		*out = RNIC_QPS_RTS;
+		return 0;
+	case IB_QPS_ERR:
+		*out = RNIC_QPS_ERR;
+		return 0;
+	default:
+		return -EOPNOTSUPP;	/* SQD, SQE */
+	}
+}
+
+/* The AH's destination GID as the device's dest_ip: IPv4-mapped; our own address: loopback. */
+static int rnic_ib_dest_ip(struct rnic_nic *nic, const struct rdma_ah_attr *ah, u32 *ip)
+{
+	const struct ib_global_route *grh;
+	u32 own = ioread32(nic->rd.bar0 + RNIC_REG_IPV4);
+
+	if (!(rdma_ah_get_ah_flags(ah) & IB_AH_GRH))
+		return -EINVAL;
+	grh = rdma_ah_read_grh(ah);
+	if (!ipv6_addr_v4mapped((const struct in6_addr *)grh->dgid.raw)) {
+		dev_warn_ratelimited(nic_dev(nic), "MODIFY_QP: destination GID %pI6 is not an IPv4-mapped RoCE v2 GID\n",
+				     grh->dgid.raw);
+		return -EINVAL;
+	}
+	*ip = get_unaligned_be32(&grh->dgid.raw[12]);
+	if (*ip == own)
+		*ip = 0;
+	return 0;
+}
+
+int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		      struct ib_udata *udata)
+{
+	struct rnic_ib_qp *qp = to_iqp(ibqp);
+	struct rnic_nic *nic = ib_nic(ibqp->device);
+	struct rnic_ucontext *uc = qp->uc;
+	enum ib_qp_state cur, next;
+	struct rnic_modify_qp req = {};
+	u32 min_rnr_us = qp->min_rnr_us;
+	int ret;
+
+	if (mask & ~IB_QP_ATTR_STANDARD_BITS)
+		return -EOPNOTSUPP;
+	cur = mask & IB_QP_CUR_STATE ? attr->cur_qp_state : qp->state;
+	next = mask & IB_QP_STATE ? attr->qp_state : cur;
+	if (!ib_modify_qp_is_ok(cur, next, IB_QPT_RC, mask))
+		return -EINVAL;
+	ret = rnic_ib_qp_state(next, &req.qp_state);
+	if (ret)
+		return ret;
+	if ((mask & IB_QP_PKEY_INDEX && attr->pkey_index) ||
+	    (mask & IB_QP_PORT && attr->port_num != 1))
+		return -EINVAL;
+	req.qpn = qp->qpn;
+	if (mask & IB_QP_ACCESS_FLAGS) {
+		/* LOCAL_WRITE and REMOTE_ATOMIC mean nothing for an RC QP here. */
+		req.attr_mask |= RNIC_QP_ATTR_ACCESS;
+		req.access = (attr->qp_access_flags & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
+			     (attr->qp_access_flags & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
+	}
+	if (mask & IB_QP_AV) {
+		ret = rnic_ib_dest_ip(nic, &attr->ah_attr, &req.dest_ip);
+		if (ret)
+			return ret;
+		req.attr_mask |= RNIC_QP_ATTR_DEST_IP;
+	}
+	if (mask & IB_QP_PATH_MTU) {
+		req.attr_mask |= RNIC_QP_ATTR_PATH_MTU;
+		req.path_mtu = ib_mtu_enum_to_int(attr->path_mtu);
+	}
+	if (mask & IB_QP_DEST_QPN) {
+		req.attr_mask |= RNIC_QP_ATTR_DEST_QPN;
+		req.dest_qpn = attr->dest_qp_num;
+	}
+	if (mask & IB_QP_RQ_PSN) {
+		req.attr_mask |= RNIC_QP_ATTR_RQ_PSN;
+		req.rq_psn = attr->rq_psn;
+	}
+	if (mask & IB_QP_SQ_PSN) {
+		req.attr_mask |= RNIC_QP_ATTR_SQ_PSN;
+		req.sq_psn = attr->sq_psn;
+	}
+	if (mask & IB_QP_RETRY_CNT) {
+		req.attr_mask |= RNIC_QP_ATTR_RETRY_CNT;
+		req.retry_cnt = attr->retry_cnt;
+	}
+	if (mask & IB_QP_TIMEOUT) {
+		req.attr_mask |= RNIC_QP_ATTR_TIMEOUT;
+		req.timeout = attr->timeout;
+	}
+	/* IB gives the RNR timer at INIT->RTR and the retry count at RTR->RTS; we take both. */
+	if (mask & IB_QP_MIN_RNR_TIMER)
+		min_rnr_us = rnic_ib_rnr_us[attr->min_rnr_timer & 31];
+	if (mask & IB_QP_RNR_RETRY) {
+		req.attr_mask |= RNIC_QP_ATTR_RNR;
+		req.rnr_retry = attr->rnr_retry;
+		req.rnr_timer_us = min_rnr_us;
+	}
+	/* MAX_QP_RD_ATOMIC, MAX_DEST_RD_ATOMIC: the engine has no limit to set. */
+
+	ret = rnic_uc_lock(uc);
+	if (ret)
+		return ret;
+	ret = rnic_modify_qp(uc, &req);
+	rnic_uc_unlock(uc);
+	if (ret)
+		return ret;
+	qp->state = next;
+	qp->min_rnr_us = min_rnr_us;
+	return 0;
+}
+
+static enum ib_qp_state rnic_ib_from_state(u32 s)
+{
+	switch (s) {
+	case RNIC_QPS_INIT:
+		return IB_QPS_INIT;
+	case RNIC_QPS_RTR:
+		return IB_QPS_RTR;
+	case RNIC_QPS_RTS:
+		return IB_QPS_RTS;
+	case RNIC_QPS_ERR:
+		return IB_QPS_ERR;
+	default:
+		return IB_QPS_RESET;
+	}
+}
+
+int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		     struct ib_qp_init_attr *init)
+{
+	struct rnic_ib_qp *qp = to_iqp(ibqp);
+	struct rnic_ucontext *uc = qp->uc;
+	struct rnic_query_qp q = { .qpn = qp->qpn };
+	struct rnic_qp *rqp;
+	int ret;
+
+	ret = rnic_uc_lock(uc);
+	if (ret)
+		return ret;
+	ret = rnic_query_qp(uc, &q);
+	rqp = xa_load(&uc->qps, qp->qpn);
+	if (!ret && rqp) {
+		memset(attr, 0, sizeof(*attr));
+		memset(init, 0, sizeof(*init));
+		attr->qp_state = rnic_ib_from_state(q.qp_state);
+		attr->cur_qp_state = attr->qp_state;
+		attr->path_mtu = ib_mtu_int_to_enum(1 << rqp->path_mtu_log2);
+		attr->qp_access_flags = (rqp->access & RNIC_ACCESS_REMOTE_WRITE ? IB_ACCESS_REMOTE_WRITE : 0) |
+					(rqp->access & RNIC_ACCESS_REMOTE_READ ? IB_ACCESS_REMOTE_READ : 0);
+		attr->dest_qp_num = rqp->dest_qpn;
+		attr->rq_psn = rqp->rq_psn;
+		attr->sq_psn = rqp->sq_psn;
+		attr->retry_cnt = rqp->retry_cnt;
+		attr->rnr_retry = rqp->rnr_retry;
+		attr->timeout = rqp->timeout;
+		attr->port_num = 1;
+		attr->cap.max_send_wr = 1U << rqp->sq.log_size;
+		attr->cap.max_recv_wr = 1U << rqp->rq.log_size;
+		attr->cap.max_send_sge = rqp->max_send_sge;
+		attr->cap.max_recv_sge = rqp->max_recv_sge;
+		attr->cap.max_inline_data = rqp->max_inline;
+		init->qp_type = IB_QPT_RC;
+		init->cap = attr->cap;
+	} else if (!ret) {
+		ret = -ENOENT;
+	}
+	rnic_uc_unlock(uc);
+	return ret;
+}
+
+/*
+ * The provider posts through the mmap'd rings and the doorbell page; it calls POST_SEND /
+ * POST_RECV with no work requests only when the device's event index asks for the MMIO
+ * doorbell (docs/verbs.md §3.1). Ring it with the producer index the page holds.
+ */
+static int rnic_ib_kick(struct ib_qp *ibqp, bool recv)
+{
+	struct rnic_nic *nic = ib_nic(ibqp->device);
+	u32 qpn = to_iqp(ibqp)->qpn;
+	void __iomem *page = nic->dbp + RNIC_DBP_QP_PAGES + (size_t)qpn * RNIC_DBP_PAGE;
+	u16 pi = readl(page + (recv ? RNIC_DBP_RQ_PI : RNIC_DBP_SQ_PI));
+
+	writel(qpn << RNIC_DB_OBJECT_SHIFT | pi, nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
+	return 0;
+}
+
+int rnic_ib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		      const struct ib_send_wr **bad_wr)
+{
+	if (wr) {
+		*bad_wr = wr;	/* user QPs post through their ring */
+		return -EINVAL;
+	}
+	return rnic_ib_kick(ibqp, false);
+}
+
+int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		      const struct ib_recv_wr **bad_wr)
+{
+	if (wr) {
+		*bad_wr = wr;
+		return -EINVAL;
+	}
+	return rnic_ib_kick(ibqp, true);
+}
+
+/* ---- MRs ---- */
+
+struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt,
+				  int access, struct ib_dmah *dmah, struct ib_udata *udata)
+{
+	struct rnic_ucontext *uc;
+	struct rnic_reg_mr req = {};
+	struct rnic_ib_mr *mr;
+	int ret;
+
+	if (!udata || dmah)
+		return ERR_PTR(-EOPNOTSUPP);
+	/* The device's iova is the user address; REMOTE_ATOMIC is meaningless without atomics. */
+	if (virt != start || access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+					IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC |
+					IB_ACCESS_RELAXED_ORDERING))
+		return ERR_PTR(-EOPNOTSUPP);
+	uc = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc)->uc;
+	req.addr = start;
+	req.length = length;
+	req.pd = ib_pdn(ibpd);
+	req.access = (access & IB_ACCESS_LOCAL_WRITE ? RNIC_ACCESS_LOCAL_WRITE : 0) |
+		     (access & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
+		     (access & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
+	req.flags = RNIC_MR_FLAG_STRICT_P2P;
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	ret = rnic_reg_mr(uc, &req);	/* takes the context's lock itself */
+	if (ret) {
+		kfree(mr);
+		return ERR_PTR(ret);
+	}
+	mr->uc = uc;
+	mr->index = req.index;
+	mr->ibmr.lkey = req.lkey;
+	mr->ibmr.rkey = req.rkey;
+	return &mr->ibmr;
+}
+
+int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct rnic_ib_mr *mr = container_of(ibmr, struct rnic_ib_mr, ibmr);
+	struct rnic_ucontext *uc = mr->uc;
+
+	rnic_ib_uc_lock_destroy(uc);
+	if (!uc->dead)
+		rnic_dereg_mr(uc, mr->index);	/* -ENOENT: revoked with its GPU already */
+	rnic_uc_unlock(uc);
+	kfree(mr);
+	return 0;
+}

@@ -1,0 +1,224 @@
+//! Guest-level tests of the standard RDMA stack on rnic-emu (docs/ibverbs.md): the guest
+//! driver registers each RNIC with the kernel's RDMA core as `rnicN`, and libibverbs loads
+//! our rdma-core provider for it (guest-driver/provider/, built inside Debian's rdma-core
+//! source by images/build.sh). Unmodified rdma-core tools run in two guests of the two-node
+//! topology (`ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest's `ib_write_bw`,
+//! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` through the provider's kernel-
+//! bypass data path), and the host checks what they printed against each node's address.
+
+mod common;
+use common::*;
+
+/// Each guest's output lines ("[nodeN] ..." prefix removed), whitespace runs as one space.
+fn node_lines(stdout: &str, node: usize) -> Vec<String> {
+    let prefix = format!("[node{node}] ");
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// Device listing, then `ibv_rc_pingpong` (node0 server, node1 client) over the two-node
+/// virtio-net link for its TCP exchange, each side validating the received buffers (`-c`;
+/// the runs in PINGPONG), then perftest (PERFTEST).
+fn script(node: usize) -> String {
+    let mut s = String::from(
+        "ibv_devices || echo failed: ibv_devices
+        ibv_devinfo -v -d rnic0 || echo failed: ibv_devinfo
+        p=/sys/class/infiniband/rnic0/ports/1
+        echo \"sysfs-gid1: $(cat $p/gids/1) $(cat $p/gid_attrs/types/1) $(cat $p/gid_attrs/ndevs/1)\"
+        echo \"sysfs-parent: $(basename $(readlink -f /sys/class/infiniband/rnic0/device))\"
+        echo \"pci-rnic: $(rnic-bar find rnic)\"
+        modprobe virtio_net || echo failed: virtio_net
+        ip link set eth0 up && ip addr add 10.9.0.$((NODE+1))/24 dev eth0 || echo failed: eth0
+        ",
+    )
+    .replace("NODE", &node.to_string());
+    for (id, extra) in PINGPONG {
+        let pp = format!("ibv_rc_pingpong -d rnic0 -g 1 -c -n 200 -s 4096{extra}");
+        if node == 0 {
+            s += &format!(
+                "{pp} > /tmp/pp-{id} 2>&1 & pid=$!; sleep 2; rnic-kv put pp-{id} up
+                 wait $pid; echo \"pp-{id}-rc: $?\"; sed 's/^/pp-{id}: /' /tmp/pp-{id}\n"
+            );
+        } else {
+            s += &format!(
+                "rnic-kv get pp-{id} 120000 >/dev/null
+                 {pp} 10.9.0.1 > /tmp/pp-{id} 2>&1; echo \"pp-{id}-rc: $?\"; sed 's/^/pp-{id}: /' /tmp/pp-{id}\n"
+            );
+        }
+    }
+    // perftest, unmodified (it picks ibv_post_send for this device); GID index 1.
+    for (tool, args) in PERFTEST {
+        let run = format!("{tool} -d rnic0 -x 1 {args}");
+        if node == 0 {
+            s += &format!(
+                "echo '== {tool}'; {run} & pid=$!; sleep 2; rnic-kv put {tool} up
+                 wait $pid; echo \"{tool}-rc: $?\"\n"
+            );
+        } else {
+            // The device's counters around each client run (sysfs `stats`, docs/verbs.md §7).
+            s += &format!(
+                "rnic-kv get {tool} 120000 >/dev/null; sleep 1
+                 stats=/sys/bus/pci/devices/$(rnic-bar find rnic)/stats
+                 sed 's/^/{tool}-before: /' $stats
+                 echo '== {tool}'; {run} 10.9.0.1; echo \"{tool}-rc: $?\"
+                 sed 's/^/{tool}-after: /' $stats\n"
+            );
+        }
+    }
+    s
+}
+
+/// A device counter from the `stats` lines printed with `prefix`.
+fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
+    let want = format!("{prefix}: {name} ");
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(want.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {prefix}"))
+}
+
+/// ibv_rc_pingpong runs: polling with ibv_post_send, sleeping on completion events, and
+/// the extended send API (`-N`: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_complete).
+const PINGPONG: [(&str, &str); 3] = [("poll", ""), ("events", " -e"), ("wr-api", " -N")];
+
+/// The perftest tools and their arguments (small runs: this is a function test under TCG).
+const PERFTEST: [(&str, &str); 5] = [
+    ("ib_write_bw", "-s 65536 -n 200"),
+    ("ib_read_bw", "-s 65536 -n 100"),
+    ("ib_send_bw", "-s 65536 -n 100"),
+    ("ib_write_lat", "-s 64 -n 200"),
+    ("ib_read_lat", "-s 64 -n 200"),
+];
+
+/// perftest's result row after `== tool`: the first line whose first field is `size`.
+fn perftest_row<'a>(lines: &'a [String], tool: &str, size: &str) -> Option<Vec<&'a str>> {
+    let at = lines.iter().position(|l| l == &format!("== {tool}"))?;
+    let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some(size))?;
+    Some(row.split_whitespace().collect())
+}
+
+#[test]
+fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
+    ensure_image();
+    let out = std::process::Command::new(bin())
+        .args(["run", "--no-build", "--timeout", "900", "--topology"])
+        .arg(topology("two-node"))
+        .args(["--on", "0", &script(0), "--on", "1", &script(1)])
+        .output()
+        .expect("rnic-emu run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "both guests ran their script");
+    assert!(!stdout.contains("failed:"), "a guest command failed");
+
+    let addrs = ["127.0.0.11", "127.0.0.12"];
+    for (node, addr) in addrs.iter().enumerate() {
+        let lines = node_lines(&stdout, node);
+        let has = |want: &str| lines.iter().any(|l| l == want);
+        let has_prefix = |want: &str| lines.iter().any(|l| l.starts_with(want));
+        // ibv_devices and ibv_devinfo found the device through our provider (PCI match).
+        assert!(has_prefix("rnic0 "), "node{node}: ibv_devices lists rnic0");
+        assert!(has("hca_id: rnic0"), "node{node}");
+        assert!(has("transport: InfiniBand (0)"), "node{node}: transport");
+        assert!(has("vendor_id: 0x1234"), "node{node}: vendor");
+        assert!(has("vendor_part_id: 21217"), "node{node}: device 0x52e1");
+        assert!(has("state: PORT_ACTIVE (4)"), "node{node}: port state");
+        assert!(has("link_layer: Ethernet"), "node{node}: link layer");
+        // Device attributes are the driver's (rnic_ib.c): the WQE's SGE limit, no atomics.
+        assert!(has("max_sge: 14") && has("atomic_cap: ATOMIC_NONE (0)"), "node{node}: device attributes");
+        // The RoCEv2 GID of the node's fabric address, from the netdev ib_core tied to the port.
+        let gid = format!("::ffff:{addr}, RoCE v2");
+        assert!(lines.iter().any(|l| l.starts_with("GID[") && l.ends_with(&gid)), "node{node}: GID {gid}");
+        let v4 = addr.split('.').map(|b| b.parse::<u8>().unwrap()).collect::<Vec<_>>();
+        let sysfs_gid = format!(
+            "sysfs-gid1: 0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x} RoCE v2 reth0",
+            v4[0], v4[1], v4[2], v4[3]
+        );
+        assert!(has(&sysfs_gid), "node{node}: {sysfs_gid}");
+        // The RDMA device is the RNIC's PCI function.
+        let pci = lines.iter().find_map(|l| l.strip_prefix("pci-rnic: ")).expect("rnic-bar find rnic");
+        assert!(has(&format!("sysfs-parent: {pci}")), "node{node}: rnic0's parent is {pci}");
+
+        // ibv_rc_pingpong: both runs completed their 200 round trips of 4 KiB (it counts both
+        // directions) with every received buffer validated (-c exits non-zero on a
+        // mismatch), each side addressing the other by its RoCE v2 GID.
+        let peer = addrs[1 - node];
+        for (id, _) in PINGPONG {
+            assert!(has(&format!("pp-{id}-rc: 0")), "node{node}: ibv_rc_pingpong ({id}) exit status");
+            assert!(has_prefix(&format!("pp-{id}: 1638400 bytes in ")), "node{node}: {id}: bytes moved");
+            assert!(has_prefix(&format!("pp-{id}: 200 iters in ")), "node{node}: {id}: iterations");
+            assert!(
+                lines.iter().any(|l| l.starts_with(&format!("pp-{id}: local address: ")) && l.ends_with(&format!("GID ::ffff:{addr}"))),
+                "node{node}: {id}: local GID"
+            );
+            assert!(
+                lines.iter().any(|l| l.starts_with(&format!("pp-{id}: remote address: ")) && l.ends_with(&format!("GID ::ffff:{peer}"))),
+                "node{node}: {id}: remote GID"
+            );
+        }
+
+        // perftest: every tool exits 0 on both sides and reports its iterations with a
+        // positive bandwidth (MiB/s, average) or latency (usec, average); ib_read_lat's
+        // server prints no result (only the reader measures).
+        for (tool, args) in PERFTEST {
+            assert!(has(&format!("{tool}-rc: 0")), "node{node}: {tool} exit status");
+            if node == 0 && tool == "ib_read_lat" {
+                continue;
+            }
+            let size = args.split_whitespace().nth(1).unwrap();
+            let iters = args.split_whitespace().nth(3).unwrap();
+            let row = perftest_row(&lines, tool, size).unwrap_or_else(|| panic!("node{node}: no {tool} result row"));
+            assert_eq!(row.get(1), Some(&iters), "node{node}: {tool} iterations");
+            let value: f64 = if tool.ends_with("_bw") { row[3].parse() } else { row[5].parse() }.expect("a number");
+            assert!(value > 0.0, "node{node}: {tool}: {value}");
+            eprintln!("node{node}: {tool} {}: {value}", if tool.ends_with("_bw") { "MiB/s" } else { "usec avg" });
+        }
+    }
+
+    // Kernel bypass: the client's ib_write_bw posted its WRITEs through the mapped ring and
+    // the doorbell page; MMIO doorbells (each one a POST_SEND system call of the provider,
+    // only when the device slept) are far fewer than the WQEs.
+    let lines = node_lines(&stdout, 1);
+    let delta = |name: &str| counter(&lines, "ib_write_bw-after", name) - counter(&lines, "ib_write_bw-before", name);
+    let (wqes, doorbells, page) = (delta("send_wqes"), delta("doorbells"), delta("db_page_updates"));
+    eprintln!("ib_write_bw client: {wqes} send WQEs, {doorbells} MMIO doorbells, {page} doorbell-page updates");
+    assert!(wqes >= 200, "the client's WRITEs reached the device: {wqes}");
+    assert!(page > 0, "indices came through the doorbell page");
+    assert!(doorbells * 4 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
+}
+
+/// The RNIC unbound while a libibverbs process holds a context with a CQ and a QP, their
+/// rings and doorbell pages mapped (ibv_rc_pingpong's server waiting for its peer): the
+/// RDMA core disassociates the context and zaps the mappings, the unbind completes, the
+/// process can still exit, nothing warns; after a rebind the device is back for both
+/// libibverbs and the character device.
+#[test]
+fn unbind_with_a_live_libibverbs_context() {
+    ensure_image();
+    let script = "bdf=$(rnic-bar find rnic)
+        ibv_rc_pingpong -d rnic0 -g 0 -n 5 >/dev/null 2>&1 & pid=$!
+        sleep 3
+        echo \"mappings: $(grep -c uverbs /proc/$pid/maps)\"
+        echo $bdf > /sys/bus/pci/drivers/rnic_emu/unbind; echo \"unbind-rc: $?\"
+        echo \"devices-after-unbind: $(ls /sys/class/infiniband | wc -l)\"
+        kill $pid; wait $pid; echo \"process-exited: $?\"
+        echo $bdf > /sys/bus/pci/drivers/rnic_emu/bind; echo \"bind-rc: $?\"
+        sleep 1; rnic-netdev-up
+        ibv_devinfo -d rnic0 | grep -E 'hca_id|state'
+        rnic-perf write -s 4096 -n 10 --verify --json | grep -c '\"bytes_verified\":40960' | sed 's/^/verified-runs: /'
+        dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'";
+    let run = run_guest(&topology("single-switch"), &[], script);
+    assert_eq!(run.code, Some(0));
+    let lines: Vec<String> = run.stdout.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    let has = |want: &str| lines.iter().any(|l| l == want);
+    assert!(has("mappings: 5"), "CQ ring, CQ doorbell page, SQ, RQ, QP doorbell page mapped");
+    assert!(has("unbind-rc: 0") && has("devices-after-unbind: 0"), "the unbind completed");
+    assert!(has("process-exited: 143"), "the process ended on SIGTERM, not stuck");
+    assert!(has("bind-rc: 0") && has("hca_id: rnic0") && has("state: PORT_ACTIVE (4)"), "rnic0 is back");
+    assert!(has("verified-runs: 1"), "the character device works after the rebind");
+    assert!(has("kernel-warnings: 0"), "no kernel warning");
+}
