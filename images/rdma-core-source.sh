@@ -6,9 +6,9 @@
 #
 # The root (variant essential) has no apt: the host's apt-get downloads the source through
 # the root's apt state (Dir=<root>: its deb-src lines and the source indices mmdebstrap
-# fetched; apt checks every file against the index's hashes). Some mirrors serve the
-# tarballs but not the .dsc: then the tarballs are unpacked and debian/patches/series
-# applied here, which is what dpkg-source -x does for a 3.0 (quilt) package.
+# fetched; apt checks every file against the index's hashes). The tarballs are unpacked and
+# debian/patches/series applied here, which is what dpkg-source -x does for a 3.0 (quilt)
+# package: the root has no dpkg-dev, and some mirrors serve the tarballs but not the .dsc.
 set -eu
 root=$1
 ver=$(dpkg-query --admindir="$root/var/lib/dpkg" -W -f '${source:Version}' libibverbs1)
@@ -26,17 +26,13 @@ if [ -z "$orig" ] || [ -z "$deb" ]; then
 fi
 rm -f apt-source.err
 rm -rf src
-if [ -f "rdma-core_$ver.dsc" ]; then
-    chroot "$root" /bin/sh -ec "cd /usr/src/rdma-core && dpkg-source -q -x rdma-core_$ver.dsc src >/dev/null"
-else
-    mkdir src
-    tar -xf "$orig" -C src --strip-components=1
-    tar -xf "$deb" -C src
-    if [ -f src/debian/patches/series ]; then
-        sed -e 's/#.*//' -e '/^[[:space:]]*$/d' src/debian/patches/series | while read -r p _; do
-            patch -s -p1 -d src < "src/debian/patches/$p"
-        done
-    fi
+mkdir src
+tar -xf "$orig" -C src --strip-components=1
+tar -xf "$deb" -C src
+if [ -f src/debian/patches/series ]; then
+    sed -e 's/#.*//' -e '/^[[:space:]]*$/d' src/debian/patches/series | while read -r p _; do
+        patch -s -p1 -d src < "src/debian/patches/$p"
+    done
 fi
 rm -f rdma-core_*
 echo "$ver" > VERSION

@@ -33,13 +33,7 @@ fn run_nodes(topo: &Path, cmds: &[String]) -> Outcome {
         args.extend(["--on".to_string(), i.to_string(), c.clone()]);
     }
     let t0 = std::time::Instant::now();
-    let mut out = std::process::Command::new(bin()).args(&args).output().expect("rnic-emu run");
-    // A TCG guest on a loaded host can fail in early boot (its kernel's timer check); boot
-    // once more then, and only then.
-    if String::from_utf8_lossy(&out.stderr).contains("the guest stopped without reporting an exit code") {
-        eprintln!("a guest did not boot:\n{}\nbooting again", String::from_utf8_lossy(&out.stderr));
-        out = std::process::Command::new(bin()).args(&args).output().expect("rnic-emu run");
-    }
+    let out = output_with_boot_retry(std::process::Command::new(bin()).args(&args));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}\n{}\n({} nodes, {:.0} s)", String::from_utf8_lossy(&out.stderr), cmds.len(), t0.elapsed().as_secs_f64());
     let json = stdout
