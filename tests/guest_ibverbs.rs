@@ -217,6 +217,10 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(has0("dmabuf-dma_p2p_root_complex_bytes: 0"));
     // The GPU unbound under a live dma-buf MR: the unbind completed, the MR was revoked,
     // deregistering it still succeeds, the GPU binds again, nothing warned.
+    // Malformed exports (unaligned offset, unaligned length, empty, past BAR1, unknown
+    // flags) and registrations (iova and offset differ within a page, past the buffer).
+    assert!(has0("dmabuf-bad-export: EINVAL EINVAL EINVAL EINVAL EINVAL"), "bad exports refused");
+    assert!(has0("dmabuf-bad-reg: EINVAL EINVAL"), "bad dma-buf registrations refused");
     assert!(has0("dmabuf-unbind: done") && has0("dmabuf-revoked_mrs: 1"), "the GPU's removal revoked the MR");
     assert!(has0("dmabuf-dereg: 0") && has0("dmabuf-rebind: done") && has0("dmabuf-revoke-rc: 0"));
     assert!(has0("kernel-warnings: 0"), "no kernel warning");

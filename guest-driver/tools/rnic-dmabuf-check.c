@@ -12,8 +12,9 @@
  *       memory into the target's dma-buf MR
  *   rnic-dmabuf-check refused [-s SIZE]  single node: ibv_reg_dmabuf_mr must fail (the GPU
  *       is not reachable peer-to-peer); prints the errno and the driver's counters
- *   rnic-dmabuf-check revoke [-s SIZE]   single node: with a dma-buf MR registered, unbinds
- *       the GPU (must complete: the MR is revoked), deregisters, rebinds the GPU
+ *   rnic-dmabuf-check revoke [-s SIZE]   single node: malformed exports and registrations
+ *       (EINVAL), then with a dma-buf MR registered, unbinds the GPU (must complete: the MR
+ *       is revoked), deregisters, rebinds the GPU
  *
  * The two sides meet through the host rendezvous store (rnic_tool_kv.h): the target puts
  * "dmabuf-target" (QPN, GID, iova, rkey), the writer puts "dmabuf-writer" (QPN, GID) and,
@@ -350,6 +351,45 @@ static int sysfs_write(const char *path, const char *val)
 	return 0;
 }
 
+/* errno of GPU_EXPORT_DMABUF for a range or flags, as a name (OK when it succeeded). */
+static const char *export_errno(const struct rv_gpu *g, uint64_t off, uint64_t len, uint32_t flags)
+{
+	struct rnic_gpu_export_dmabuf e = { .offset = off, .length = len, .flags = flags };
+
+	if (!ioctl(g->fd, RNIC_GPU_IOCTL_EXPORT_DMABUF, &e)) {
+		close(e.fd);
+		return "OK";
+	}
+	return errno == EINVAL ? "EINVAL" : strerror(errno);
+}
+
+static const char *reg_errno(struct ctx *c, int fd, uint64_t off, uint64_t len, uint64_t iova)
+{
+	struct ibv_mr *mr = ibv_reg_dmabuf_mr(c->pd, off, len, iova, fd, IBV_ACCESS_LOCAL_WRITE);
+
+	if (mr) {
+		ibv_dereg_mr(mr);
+		return "OK";
+	}
+	return errno == EINVAL ? "EINVAL" : strerror(errno);
+}
+
+/*
+ * Malformed requests: exports with an unaligned offset or length, an empty or oversized
+ * range, unknown flags; registrations whose iova and offset differ within a page, or
+ * that go past the buffer. All EINVAL.
+ */
+static void bad_inputs(const struct rv_gpu *g, struct ctx *c, int fd, uint64_t size)
+{
+	uint64_t bar = g->q.bar1_size;
+
+	printf("dmabuf-bad-export: %s %s %s %s %s\n", export_errno(g, 1, size, 0),
+	       export_errno(g, 0, size + 1, 0), export_errno(g, 0, 0, 0),
+	       export_errno(g, bar - 4096, 8192, 0), export_errno(g, 0, size, 0x2));
+	printf("dmabuf-bad-reg: %s %s\n", reg_errno(c, fd, 4096 + 8, 4096, MR_IOVA),
+	       reg_errno(c, fd, 0, size + 4096, MR_IOVA));
+}
+
 static int run_revoke(uint64_t size)
 {
 	unsigned long long revoked;
@@ -366,6 +406,7 @@ static int run_revoke(uint64_t size)
 	fd = export_dmabuf(&g, off, size);
 	if (fd < 0 || open_dev(&c))
 		return 1;
+	bad_inputs(&g, &c, fd, size);
 	mr = ibv_reg_dmabuf_mr(c.pd, 0, size, MR_IOVA, fd, IBV_ACCESS_REMOTE_WRITE |
 			       IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
