@@ -223,6 +223,7 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(has0("dmabuf-bad-reg: EINVAL EINVAL"), "bad dma-buf registrations refused");
     assert!(has0("dmabuf-unbind: done") && has0("dmabuf-revoked_mrs: 1"), "the GPU's removal revoked the MR");
     assert!(has0("dmabuf-dereg: 0") && has0("dmabuf-rebind: done") && has0("dmabuf-revoke-rc: 0"));
+    assert!(has0("dmabuf-reg-after-unbind: ENODEV"), "the buffer of a removed GPU cannot be imported");
     assert!(has0("kernel-warnings: 0"), "no kernel warning");
 }
 

@@ -14,7 +14,8 @@
  *       is not reachable peer-to-peer); prints the errno and the driver's counters
  *   rnic-dmabuf-check revoke [-s SIZE]   single node: malformed exports and registrations
  *       (EINVAL), then with a dma-buf MR registered, unbinds the GPU (must complete: the MR
- *       is revoked), deregisters, rebinds the GPU
+ *       is revoked), deregisters, registers the buffer again (ENODEV: its GPU is gone),
+ *       rebinds the GPU
  *
  * The two sides meet through the host rendezvous store (rnic_tool_kv.h): the target puts
  * "dmabuf-target" (QPN, GID, iova, rkey), the writer puts "dmabuf-writer" (QPN, GID) and,
@@ -371,7 +372,7 @@ static const char *reg_errno(struct ctx *c, int fd, uint64_t off, uint64_t len, 
 		ibv_dereg_mr(mr);
 		return "OK";
 	}
-	return errno == EINVAL ? "EINVAL" : strerror(errno);
+	return errno == EINVAL ? "EINVAL" : errno == ENODEV ? "ENODEV" : strerror(errno);
 }
 
 /*
@@ -425,6 +426,8 @@ static int run_revoke(uint64_t size)
 	printf("dmabuf-revoked_mrs: %llu\n", stat_of(c.drv_stats, "revoked_mrs") - revoked);
 	ret = ibv_dereg_mr(mr);
 	printf("dmabuf-dereg: %d\n", ret);
+	/* The buffer outlives its GPU, but nothing can import it any more. */
+	printf("dmabuf-reg-after-unbind: %s\n", reg_errno(&c, fd, 0, size, MR_IOVA));
 	close(fd);
 	if (sysfs_write("/sys/bus/pci/drivers/rnic_emu_gpu/bind", g.pci))
 		return 1;
