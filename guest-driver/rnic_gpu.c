@@ -12,7 +12,8 @@
  * and the RNIC driver can pin and DMA-map it. The GPU joins the module-wide registry
  * (rnic_p2p.c) that programs the RNICs' BAR1_APERTURE slots. /dev/rnic_gpuN
  * (include/uapi/rnic_emu_gpu_uapi.h) drives the copy/fill/reduce engine; the engine
- * signals the end of an operation on MSI-X vector RNIC_GPU_ENG_VECTOR.
+ * signals the end of an operation on MSI-X vector RNIC_GPU_ENG_VECTOR. GPU_EXPORT_DMABUF
+ * hands ranges of BAR1 out as dma-bufs (rnic_gpu_dmabuf.c).
  *
  * Removal never waits on user space: VA_TO_OFFSET pins outside dead_lock, a launch's wait
  * is killable and ends as soon as remove() marks the GPU dead, and the GPU's MRs at every
@@ -262,6 +263,16 @@ out:
 	return ret;
 }
 
+/* GPU_EXPORT_DMABUF: a range of BAR1 as a dma-buf (rnic_gpu_dmabuf.c). */
+static int rnic_gpu_export_dmabuf(void *ctx, void *arg)
+{
+	struct rnic_gpu *gpu = ctx;
+
+	if (!gpu->p2p)
+		return -EOPNOTSUPP;
+	return rnic_gpu_dmabuf_export(&gpu->reg, arg);
+}
+
 static int rnic_gpu_ioc_query(void *gpu, void *arg)
 {
 	rnic_gpu_query(gpu, arg);
@@ -274,6 +285,7 @@ static const struct rnic_ioctl_desc rnic_gpu_ioctls[] = {
 	/* result says what the engine reported */
 	RNIC_IOCTL(RNIC_GPU_IOCTL_LAUNCH, rnic_gpu_launch,
 		   RNIC_IOCTL_LOCKED | RNIC_IOCTL_COPY_BACK_ON_ERROR),
+	RNIC_IOCTL(RNIC_GPU_IOCTL_EXPORT_DMABUF, rnic_gpu_export_dmabuf, RNIC_IOCTL_LOCKED),
 };
 
 /* dead_lock (read) for LOCKED ioctls: remove() takes it for writing once it marked dead. */

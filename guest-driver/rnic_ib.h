@@ -108,6 +108,9 @@ int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		      const struct ib_recv_wr **bad_wr);
 struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt,
 				  int access, struct ib_dmah *dmah, struct ib_udata *udata);
+struct ib_mr *rnic_ib_reg_user_mr_dmabuf(struct ib_pd *ibpd, u64 offset, u64 length,
+					 u64 virt_addr, int fd, int access,
+					 struct ib_dmah *dmah, struct uverbs_attr_bundle *attrs);
 int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
 /* rnic_netdev.c */

@@ -12,8 +12,9 @@
  * called from the CQ's interrupt, and RoCE addressing (the AH's GID -> dest_ip).
  *
  * Not offered: kernel consumers (CQs and QPs need a user context), QP types other than RC,
- * SRQs, atomics, a DMA MR; GPU memory registers only peer-to-peer (strict: no bounce
- * buffer, which would need MR_SYNC calls libibverbs cannot make).
+ * SRQs, atomics, a DMA MR; GPU memory (a mapping of BAR1, or a GPU's dma-buf through
+ * reg_user_mr_dmabuf) registers only peer-to-peer (strict: no bounce buffer, which would
+ * need MR_SYNC calls libibverbs cannot make).
  */
 #include <linux/interrupt.h>
 #include <linux/slab.h>
@@ -494,23 +495,24 @@ int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 
 /* ---- MRs ---- */
 
-struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt,
-				  int access, struct ib_dmah *dmah, struct ib_udata *udata)
+/*
+ * One MR through rnic_reg_mr() (@fd < 0: user memory at @addr) or rnic_reg_mr_dmabuf()
+ * (@fd: a GPU's dma-buf, @offset in it): the request either ioctl would fill, strict P2P.
+ */
+static struct ib_mr *rnic_ib_reg_mr(struct ib_pd *ibpd, u64 addr, u64 length, int access,
+				    int fd, u64 offset, struct ib_udata *udata)
 {
 	struct rnic_ucontext *uc;
 	struct rnic_reg_mr req = {};
 	struct rnic_ib_mr *mr;
 	int ret;
 
-	if (!udata || dmah)
-		return ERR_PTR(-EOPNOTSUPP);
-	/* The device's iova is the user address; REMOTE_ATOMIC is meaningless without atomics. */
-	if (virt != start || access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
-					IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC |
-					IB_ACCESS_RELAXED_ORDERING))
+	/* REMOTE_ATOMIC is meaningless without atomics. */
+	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING))
 		return ERR_PTR(-EOPNOTSUPP);
 	uc = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc)->uc;
-	req.addr = start;
+	req.addr = addr;
 	req.length = length;
 	req.pd = ib_pdn(ibpd);
 	req.access = (access & IB_ACCESS_LOCAL_WRITE ? RNIC_ACCESS_LOCAL_WRITE : 0) |
@@ -521,7 +523,8 @@ struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	if (!mr)
 		return ERR_PTR(-ENOMEM);
-	ret = rnic_reg_mr(uc, &req);	/* takes the context's lock itself */
+	/* Both take the context's lock themselves. */
+	ret = fd < 0 ? rnic_reg_mr(uc, &req) : rnic_reg_mr_dmabuf(uc, &req, fd, offset);
 	if (ret) {
 		kfree(mr);
 		return ERR_PTR(ret);
@@ -531,6 +534,25 @@ struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64
 	mr->ibmr.lkey = req.lkey;
 	mr->ibmr.rkey = req.rkey;
 	return &mr->ibmr;
+}
+
+struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt,
+				  int access, struct ib_dmah *dmah, struct ib_udata *udata)
+{
+	/* The device's iova is the user address. */
+	if (!udata || dmah || virt != start)
+		return ERR_PTR(-EOPNOTSUPP);
+	return rnic_ib_reg_mr(ibpd, start, length, access, -1, 0, udata);
+}
+
+/* GPU memory as a dma-buf (rnic_gpu_dmabuf.c): the MR's iova is @virt_addr. */
+struct ib_mr *rnic_ib_reg_user_mr_dmabuf(struct ib_pd *ibpd, u64 offset, u64 length,
+					 u64 virt_addr, int fd, int access,
+					 struct ib_dmah *dmah, struct uverbs_attr_bundle *attrs)
+{
+	if (!attrs || dmah || fd < 0)
+		return ERR_PTR(fd < 0 ? -EBADF : -EOPNOTSUPP);
+	return rnic_ib_reg_mr(ibpd, virt_addr, length, access, fd, offset, &attrs->driver_udata);
 }
 
 int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

@@ -27,8 +27,16 @@
  * deregistered at the device, unmapped and unpinned (P2PDMA teardown waits for those
  * pins). The MR's number stays until DEREG_MR; its keys fail at the device, MR_SYNC fails
  * with -ENODEV.
+ *
+ * dma-buf MRs (rnic_reg_mr_dmabuf(), ib_core's reg_user_mr_dmabuf): a GPU's buffer of
+ * GPU_EXPORT_DMABUF (rnic_gpu_dmabuf.c) is attached for the RNIC and pinned, as
+ * ib_umem_dmabuf_get_pinned() does; the exporter maps it with the same P2PDMA rules, so
+ * the MR is a P2P MR over that GPU (path, revocation) that never bounces. Only the
+ * pinning and mapping differ: everything from the PD to the device's command is shared.
  */
+#include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/highmem.h>
 #include <linux/io.h>
 #include <linux/memremap.h>
@@ -348,19 +356,208 @@ static void rnic_mr_unpin(struct rnic_mr *mr)
 	mr->provider = NULL;
 }
 
-/* Writes the bus address of each page of the mapped table into the MR's MTT range. */
+/* Writes the bus address of each page of the MR's mapped table into its MTT range. */
 static int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
 {
+	struct sg_table *sgt = mr->attach ? mr->dmabuf_sgt : &mr->sgt;
 	struct sg_dma_page_iter iter;
 	u32 i = 0;
 
-	for_each_sgtable_dma_page(&mr->sgt, &iter, 0) {
-		if (i >= mr->npages)
-			return -EIO;
+	/* A dma-buf MR starts at page dmabuf_first of the buffer's table (0 otherwise). */
+	for_each_sgtable_dma_page(sgt, &iter, mr->dmabuf_first) {
+		if (i == mr->npages)
+			break;	/* a dma-buf's table goes on past the MR */
 		nic->mtt[mr->mtt_offset + i] = cpu_to_le64(sg_page_iter_dma_address(&iter));
 		i++;
 	}
 	return i == mr->npages ? 0 : -EIO;
+}
+
+/*
+ * The exporter never moves a GPU's BAR1 and never invalidates a mapping (rnic_gpu_dmabuf.c):
+ * MRs import pinned and are revoked through the GPU registry instead (rnic_p2p.c).
+ */
+static void rnic_mr_dmabuf_invalidate(struct dma_buf_attachment *attach)
+{
+	struct rnic_mr *mr = attach->importer_priv;
+
+	WARN_ONCE(1, "rnic_emu: dma-buf of MR %u invalidated although pinned\n", mr->index);
+}
+
+static const struct dma_buf_attach_ops rnic_mr_dmabuf_ops = {
+	.allow_peer2peer	= true,
+	.invalidate_mappings	= rnic_mr_dmabuf_invalidate,
+};
+
+/*
+ * Attaches the RNIC to @dmabuf, pins and maps the attachment (the exporter decides P2P or
+ * refusal for the RNIC, -EREMOTEIO). Takes over the caller's reference to @dmabuf on
+ * success.
+ */
+static int rnic_mr_dmabuf_import(struct rnic_nic *nic, struct rnic_mr *mr, struct dma_buf *dmabuf)
+{
+	struct dma_buf_attachment *attach;
+	struct sg_table *sgt;
+	int ret;
+
+	attach = dma_buf_dynamic_attach(dmabuf, nic_dev(nic), &rnic_mr_dmabuf_ops, mr);
+	if (IS_ERR(attach))
+		return PTR_ERR(attach);
+	dma_resv_lock(dmabuf->resv, NULL);
+	ret = dma_buf_pin(attach);
+	if (ret)
+		goto err_unlock;
+	sgt = dma_buf_map_attachment(attach, mr->dir);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		goto err_unpin;
+	}
+	dma_resv_unlock(dmabuf->resv);
+	mr->attach = attach;
+	mr->dmabuf_sgt = sgt;
+	return 0;
+
+err_unpin:
+	dma_buf_unpin(attach);
+err_unlock:
+	dma_resv_unlock(dmabuf->resv);
+	dma_buf_detach(dmabuf, attach);
+	return ret;
+}
+
+/* Unmaps, unpins and detaches a dma-buf MR's import and drops its buffer reference. */
+static void rnic_mr_dmabuf_release(struct rnic_mr *mr)
+{
+	struct dma_buf *dmabuf = mr->attach->dmabuf;
+
+	dma_resv_lock(dmabuf->resv, NULL);
+	dma_buf_unmap_attachment(mr->attach, mr->dmabuf_sgt, mr->dir);
+	dma_buf_unpin(mr->attach);
+	dma_resv_unlock(dmabuf->resv);
+	dma_buf_detach(dmabuf, mr->attach);
+	dma_buf_put(dmabuf);
+	mr->attach = NULL;
+	mr->dmabuf_sgt = NULL;
+}
+
+/*
+ * What REG_MR of user memory and of a dma-buf share, under uc->lock once the memory is
+ * pinned or imported: the PD, the GPU's liveness, the DMA mapping of pinned pages (a
+ * dma-buf comes mapped; @strict as in rnic_mr_map()), MTT space and entries, the MR index
+ * and the device's REG_MR command. On failure it undoes only its own steps.
+ */
+static int rnic_mr_add(struct rnic_ucontext *uc, struct rnic_mr *mr, u32 pdn, bool strict,
+		       const char **why)
+{
+	struct rnic_nic *nic = uc->nic;
+	struct rnic_mr_ctx *ctx;
+	struct rnic_pd *pd;
+	int id, ret;
+
+	*why = "the device went away";
+	ret = rnic_uc_lock(uc);
+	if (ret)
+		return ret;
+
+	*why = "the protection domain";
+	ret = -ENOENT;
+	pd = xa_load(&uc->pds, pdn);
+	if (!pd)
+		goto err_unlock;
+	mr->pd = pd;
+
+	/* A GPU whose removal started no longer counts (its MRs are being revoked). */
+	*why = "the GPU that provides the memory is going away";
+	ret = -ENODEV;
+	if (mr->provider && !rnic_p2p_provider_live(mr->provider))
+		goto err_unlock;
+
+	if (!mr->attach) {
+		ret = rnic_mr_map(nic, mr, strict, why);
+		if (ret)
+			goto err_unlock;
+	}
+
+	*why = "MTT space";
+	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
+	if (ret)
+		goto err_unmap;
+
+	*why = "filling the MTT";
+	ret = rnic_mr_fill_mtt(nic, mr);
+	if (ret)
+		goto err_mtt;
+
+	*why = "MR index";
+	/* Index 0 is never used, so lkey/rkey 0 never names an MR. */
+	id = ida_alloc_range(&nic->mr_ida, 1, nic->max_mr - 1, GFP_KERNEL);
+	if (id < 0) {
+		ret = id == -ENOSPC ? -ENOMEM : id;
+		goto err_mtt;
+	}
+	mr->index = id;
+	mr->key = mr->index << 8 | ++nic->mr_gen[mr->index];	/* the IDA makes it ours */
+
+	*why = "object table";
+	ret = xa_insert(&uc->mrs, mr->index, mr, GFP_KERNEL);
+	if (ret)
+		goto err_ida;
+
+	*why = "the device's REG_MR command";
+	mutex_lock(&nic->cmd_lock);
+	ctx = &nic->mr_ctx[mr->index];
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->iova = mr->iova;
+	ctx->length = mr->length;
+	ctx->pd = pd->pdn;
+	ctx->mtt_offset = mr->mtt_offset;
+	ctx->npages = mr->npages;
+	ctx->access = mr->access;
+	ctx->key = mr->key & 0xff;
+	ctx->page_shift = RNIC_MR_PAGE_SHIFT;
+	ret = rnic_cmd(nic, RNIC_CMD_REG_MR, mr->index);
+	mutex_unlock(&nic->cmd_lock);
+	if (ret)
+		goto err_xa;
+
+	pd->users++;
+	atomic64_add(mr->npages, &nic->stats.mr_pinned_pages);
+	rnic_uc_unlock(uc);
+	return 0;
+
+err_xa:
+	xa_erase(&uc->mrs, mr->index);
+err_ida:
+	ida_free(&nic->mr_ida, mr->index);
+err_mtt:
+	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
+err_unmap:
+	if (!mr->attach)
+		rnic_mr_unmap(nic, mr);
+err_unlock:
+	rnic_uc_unlock(uc);
+	return ret;
+}
+
+/* The request's access bits and flags, and the outputs of a registered MR. */
+static int rnic_mr_check_access(struct device *dev, const struct rnic_reg_mr *req)
+{
+	if (req->pad || req->flags & ~RNIC_MR_FLAG_STRICT_P2P ||
+	    req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
+			    RNIC_ACCESS_REMOTE_READ)) {
+		dev_warn_ratelimited(dev, "REG_MR: access 0x%x or flags 0x%x have unknown bits, or padding is set\n",
+				     req->access, req->flags);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void rnic_mr_done(const struct rnic_mr *mr, struct rnic_reg_mr *req)
+{
+	req->lkey = mr->key;
+	req->rkey = mr->key;
+	req->index = mr->index;
+	req->path = mr->path;
 }
 
 /*
@@ -373,21 +570,15 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 	struct rnic_nic *nic = uc->nic;
 	struct device *dev = nic_dev(nic);
 	unsigned long start, end;
-	struct rnic_mr_ctx *ctx;
-	struct rnic_pd *pd;
 	struct rnic_mr *mr;
 	const char *why;
 	u32 pinned = 0, npages;
 	u64 last;
-	int id, ret;
+	int ret;
 
-	if (req->pad || req->flags & ~RNIC_MR_FLAG_STRICT_P2P ||
-	    req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
-			    RNIC_ACCESS_REMOTE_READ)) {
-		dev_warn_ratelimited(dev, "REG_MR: access 0x%x or flags 0x%x have unknown bits, or padding is set\n",
-				     req->access, req->flags);
-		return -EINVAL;
-	}
+	ret = rnic_mr_check_access(dev, req);
+	if (ret)
+		return ret;
 	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
 	    check_add_overflow(req->addr, req->length - 1, &last) || last > TASK_SIZE_MAX) {
 		dev_warn_ratelimited(dev, "REG_MR: range 0x%llx + %llu is empty, over %llu bytes, or outside user space\n",
@@ -429,89 +620,12 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 			goto err_unpin;
 	}
 
-	why = "the device went away";
-	ret = rnic_uc_lock(uc);
+	ret = rnic_mr_add(uc, mr, req->pd, req->flags & RNIC_MR_FLAG_STRICT_P2P, &why);
 	if (ret)
 		goto err_unpin;
-
-	why = "the protection domain";
-	ret = -ENOENT;
-	pd = xa_load(&uc->pds, req->pd);
-	if (!pd)
-		goto err_unlock;
-	mr->pd = pd;
-
-	/* A GPU whose removal started no longer counts (its MRs are being revoked). */
-	why = "the GPU that provides the memory is going away";
-	ret = -ENODEV;
-	if (mr->provider && !rnic_p2p_provider_live(mr->provider))
-		goto err_unlock;
-
-	ret = rnic_mr_map(nic, mr, req->flags & RNIC_MR_FLAG_STRICT_P2P, &why);
-	if (ret)
-		goto err_unlock;
-
-	why = "MTT space";
-	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
-	if (ret)
-		goto err_unmap;
-
-	why = "filling the MTT";
-	ret = rnic_mr_fill_mtt(nic, mr);
-	if (ret)
-		goto err_mtt;
-
-	why = "MR index";
-	/* Index 0 is never used, so lkey/rkey 0 never names an MR. */
-	id = ida_alloc_range(&nic->mr_ida, 1, nic->max_mr - 1, GFP_KERNEL);
-	if (id < 0) {
-		ret = id == -ENOSPC ? -ENOMEM : id;
-		goto err_mtt;
-	}
-	mr->index = id;
-	mr->key = mr->index << 8 | ++nic->mr_gen[mr->index];	/* the IDA makes it ours */
-
-	why = "object table";
-	ret = xa_insert(&uc->mrs, mr->index, mr, GFP_KERNEL);
-	if (ret)
-		goto err_ida;
-
-	why = "the device's REG_MR command";
-	mutex_lock(&nic->cmd_lock);
-	ctx = &nic->mr_ctx[mr->index];
-	memset(ctx, 0, sizeof(*ctx));
-	ctx->iova = mr->iova;
-	ctx->length = mr->length;
-	ctx->pd = pd->pdn;
-	ctx->mtt_offset = mr->mtt_offset;
-	ctx->npages = mr->npages;
-	ctx->access = mr->access;
-	ctx->key = mr->key & 0xff;
-	ctx->page_shift = RNIC_MR_PAGE_SHIFT;
-	ret = rnic_cmd(nic, RNIC_CMD_REG_MR, mr->index);
-	mutex_unlock(&nic->cmd_lock);
-	if (ret)
-		goto err_xa;
-
-	pd->users++;
-	atomic64_add(mr->npages, &nic->stats.mr_pinned_pages);
-	rnic_uc_unlock(uc);
-	req->lkey = mr->key;
-	req->rkey = mr->key;
-	req->index = mr->index;
-	req->path = mr->path;
+	rnic_mr_done(mr, req);
 	return 0;
 
-err_xa:
-	xa_erase(&uc->mrs, mr->index);
-err_ida:
-	ida_free(&nic->mr_ida, mr->index);
-err_mtt:
-	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
-err_unmap:
-	rnic_mr_unmap(nic, mr);
-err_unlock:
-	rnic_uc_unlock(uc);
 err_unpin:
 	unpin_user_pages(mr->pages, pinned);
 	pci_dev_put(mr->provider);
@@ -526,15 +640,107 @@ err_free:
 	return ret;
 }
 
+/**
+ * rnic_reg_mr_dmabuf() - REG_MR over [@offset, @offset + length) of a GPU's dma-buf
+ * @uc: the verbs context (uc->lock not held)
+ * @req: as for rnic_reg_mr(); addr is the MR's iova, whose offset in its page must be that
+ *       of @offset; flags are ignored beyond their validation: a dma-buf MR never bounces
+ * @fd: a dma-buf of GPU_EXPORT_DMABUF (rnic_gpu_dmabuf.c); other exporters: -EOPNOTSUPP
+ * @offset: where the MR starts in the buffer
+ *
+ * The import is pinned; the MR is then registered as a P2P MR over the GPU's memory (path,
+ * counters, revocation when the GPU goes away). An RNIC the GPU cannot reach peer-to-peer
+ * gets the exporter's -EREMOTEIO.
+ */
+int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset)
+{
+	struct rnic_nic *nic = uc->nic;
+	struct device *dev = nic_dev(nic);
+	struct dma_buf *dmabuf;
+	struct rnic_mr *mr;
+	const char *why;
+	u64 last, end;
+	int ret;
+
+	ret = rnic_mr_check_access(dev, req);
+	if (ret)
+		return ret;
+	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
+	    check_add_overflow(req->addr, req->length - 1, &last) ||
+	    check_add_overflow(offset, req->length, &end) ||
+	    (offset ^ req->addr) & ~PAGE_MASK) {
+		dev_warn_ratelimited(dev, "REG_MR dma-buf: offset 0x%llx, iova 0x%llx + %llu: empty, over %llu bytes, wrapping, or iova and offset differ within a page\n",
+				     offset, req->addr, req->length, RNIC_UAPI_MAX_MR_SIZE);
+		return -EINVAL;
+	}
+	dmabuf = dma_buf_get(fd);
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+	ret = -ENOMEM;
+	why = "MR";
+	if (!mr)
+		goto err_put;
+	mr->access = req->access;
+	mr->dir = rnic_mr_writable(mr->access) ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+	mr->iova = req->addr;
+	mr->length = req->length;
+	mr->npages = (PAGE_ALIGN(end) - (offset & PAGE_MASK)) >> PAGE_SHIFT;
+	mr->dmabuf_first = offset >> PAGE_SHIFT;
+
+	why = "the buffer (not a GPU's dma-buf, or the range is outside it)";
+	ret = -EOPNOTSUPP;
+	mr->provider = rnic_gpu_dmabuf_provider(dmabuf);
+	if (!mr->provider)
+		goto err_free;
+	ret = -EINVAL;
+	if (end > dmabuf->size)
+		goto err_free;
+
+	why = "importing the dma-buf (peer-to-peer DMA-mapping the GPU memory)";
+	ret = rnic_mr_dmabuf_import(nic, mr, dmabuf);
+	if (ret)
+		goto err_free;
+	mr->path = rnic_p2p_path(nic->rd.pdev, mr->provider);
+
+	ret = rnic_mr_add(uc, mr, req->pd, true, &why);
+	if (ret) {
+		rnic_mr_dmabuf_release(mr);	/* puts dmabuf */
+		pci_dev_put(mr->provider);
+		kfree(mr);
+		goto err_count;
+	}
+	rnic_mr_done(mr, req);
+	return 0;
+
+err_free:
+	pci_dev_put(mr->provider);
+	kfree(mr);
+err_put:
+	dma_buf_put(dmabuf);
+err_count:
+	atomic64_inc(&nic->stats.mr_reg_failures);
+	dev_warn_ratelimited(dev, "REG_MR dma-buf fd %d offset 0x%llx + %llu (access 0x%x) failed at %s: %d\n",
+			     fd, offset, req->length, req->access, why, ret);
+	return ret;
+}
+
 /* Unmaps, unpins and unaccounts an MR's memory and frees its MTT range. */
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr)
 {
 	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
-	rnic_mr_unmap(nic, mr);
-	rnic_mr_unpin(mr);
-	kvfree(mr->pages);
-	mr->pages = NULL;
-	rnic_mr_unaccount(mr);
+	if (mr->attach) {
+		rnic_mr_dmabuf_release(mr);
+		pci_dev_put(mr->provider);
+		mr->provider = NULL;
+	} else {
+		rnic_mr_unmap(nic, mr);
+		rnic_mr_unpin(mr);
+		kvfree(mr->pages);
+		mr->pages = NULL;
+		rnic_mr_unaccount(mr);
+	}
 	atomic64_sub(mr->npages, &nic->stats.mr_pinned_pages);
 }
 

@@ -7,7 +7,8 @@
  * and of bound RNICs. Whenever either changes, every RNIC's BAR1_APERTURE slots are
  * reprogrammed: slot i names the i-th GPU in PCI-name order, unused slots are 0. The
  * registry also answers which GPU provides a P2PDMA page, and which path (switch or host
- * bridge) peer-to-peer DMA between an RNIC and a GPU takes.
+ * bridge) peer-to-peer DMA between an RNIC and a GPU takes. The GPU driver's dma-buf
+ * exporter (rnic_gpu_dmabuf.c) is declared here too: the RNIC's MRs import its buffers.
  */
 #ifndef _RNIC_P2P_H
 #define _RNIC_P2P_H
@@ -16,6 +17,8 @@
 #include <linux/pci.h>
 #include <linux/types.h>
 
+struct dma_buf;
+struct rnic_gpu_export_dmabuf;
 struct rnic_nic;
 
 /* One bound GPU; embedded in the GPU driver's state. */
@@ -41,5 +44,10 @@ bool rnic_p2p_provider_live(struct pci_dev *provider);
 
 /* RNIC_MR_PATH_P2P_SWITCH or RNIC_MR_PATH_P2P_HOST_BRIDGE for @client <-> @provider. */
 u32 rnic_p2p_path(struct pci_dev *client, struct pci_dev *provider);
+
+/* rnic_gpu_dmabuf.c: BAR1 ranges as dma-bufs (GPU_EXPORT_DMABUF). */
+int rnic_gpu_dmabuf_export(struct rnic_p2p_gpu *gpu, struct rnic_gpu_export_dmabuf *req);
+/* The GPU that exported @dmabuf, with a reference (pci_dev_put() it), or NULL. */
+struct pci_dev *rnic_gpu_dmabuf_provider(struct dma_buf *dmabuf);
 
 #endif /* _RNIC_P2P_H */

@@ -231,9 +231,12 @@ struct rnic_mr {
 	u64 iova, length;
 	u32 npages;
 	u32 mtt_offset;
-	struct page **pages;		/* the pinned user pages */
+	struct page **pages;		/* the pinned user pages (NULL for a dma-buf MR) */
 	struct sg_table sgt;		/* what the device uses (the bounce pages for BOUNCE) */
-	struct mm_struct *mm;		/* pinned_vm accounting */
+	struct dma_buf_attachment *attach;	/* dma-buf MR: the pinned import */
+	struct sg_table *dmabuf_sgt;	/* dma-buf MR: the exporter's mapping of the buffer */
+	u32 dmabuf_first;		/* dma-buf MR: index of its first page in the buffer */
+	struct mm_struct *mm;		/* pinned_vm accounting (NULL for a dma-buf MR) */
 	u32 path;			/* RNIC_MR_PATH_* */
 	struct pci_dev *provider;	/* GPU memory: the GPU (a reference) */
 	struct page **bounce;		/* BOUNCE: npages host pages, page i mirrors pages[i] */
@@ -293,6 +296,7 @@ int rnic_poll_cq(struct rnic_ucontext *uc, struct rnic_poll_cq *req);
 int rnic_mtt_init(struct rnic_nic *nic);
 void rnic_mtt_fini(struct rnic_nic *nic);
 int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req);	/* without uc->lock */
+int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset);
 int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index);
 int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);

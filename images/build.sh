@@ -14,7 +14,10 @@ repo=$(dirname "$here")
 cache=${RNIC_EMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rnic-emu}
 out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
 # Bump when the way a stage is built changes, so old caches are not reused.
-readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=1 INITRAMFS_RECIPE=4
+readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=2 INITRAMFS_RECIPE=4
+# guest-driver/tools/ programs that use libibverbs: built by build_rdma against the rdma-core
+# tree's headers and libibverbs (the guest runs them on Debian's libibverbs1 of that version).
+readonly IBVERBS_TOOLS="rnic-dmabuf-check.c"
 # Kernel modules (with their dependencies) for Linux Soft-RoCE in the guest: the comparison
 # benchmark runs rdma_rxe over virtio-net next to rnic-emu.
 readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net"
@@ -158,7 +161,7 @@ build_rdma() {
     local key src ver
     ver=$(cat "$ROOT/usr/src/rdma-core/VERSION")
     key=$( { echo "recipe=$RDMA_RECIPE root=$(basename "$ROOT") rdma-core=$ver"; hash_tree "$repo/guest-driver/provider";
-             sha256sum "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h}; } | hash_stdin)
+             sha256sum "$repo"/guest-driver/include/uapi/*.h "$repo"/guest-driver/tools/{$IBVERBS_TOOLS,rnic_tool_verbs.h,rnic_tool_kv.h}; } | hash_stdin)
     RDMA_OUT="$out/rdma"
     if [ -f "$RDMA_OUT/.key" ] && [ "$(cat "$RDMA_OUT/.key")" = "$key" ]; then
         log "rdma-core provider: cached"
@@ -175,10 +178,17 @@ build_rdma() {
     cp "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h} "$src/providers/rnic/"
     grep -q '^add_subdirectory(providers/rxe)$' "$src/CMakeLists.txt" || die "rdma-core $ver: no providers/rxe line in CMakeLists.txt"
     sed -i 's|^add_subdirectory(providers/rxe)$|&\nadd_subdirectory(providers/rnic)|' "$src/CMakeLists.txt"
+    # Our libibverbs programs, compiled against this tree's headers and libibverbs.
+    mkdir -p "$src/rnic-tools/uapi"
+    cp "$repo"/guest-driver/tools/{$IBVERBS_TOOLS,rnic_tool_verbs.h,rnic_tool_kv.h} "$src/rnic-tools/"
+    cp "$repo"/guest-driver/include/uapi/*.h "$src/rnic-tools/uapi/"
     if ! in_root /bin/sh -ec "cd /build/rdma-core.$$ && mkdir build && cd build
             cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNO_MAN_PAGES=1 -DNO_PYVERBS=1 \
                 -DENABLE_STATIC=0 .. >/dev/null
-            ninja -j$(nproc) rnic-rdmav34" >"$out/rdma-build.log" 2>&1; then
+            ninja -j$(nproc) rnic-rdmav34
+            for t in $IBVERBS_TOOLS; do
+                gcc -O2 -Wall -Wextra -Iinclude -I../rnic-tools -o ../rnic-tools/\${t%.c} ../rnic-tools/\$t -Llib -libverbs
+            done" >"$out/rdma-build.log" 2>&1; then
         tail -n 40 "$out/rdma-build.log" >&2
         rm -rf "$src"
         die "rdma-core provider build failed (full log: $out/rdma-build.log)"
@@ -186,6 +196,8 @@ build_rdma() {
     rm -rf "$RDMA_OUT.tmp"; mkdir -p "$RDMA_OUT.tmp"
     install -m 0755 "$src/build/lib/librnic-rdmav34.so" "$RDMA_OUT.tmp/"
     install -m 0644 "$src/build/providers/rnic/rnic.driver" "$RDMA_OUT.tmp/"
+    mkdir -p "$RDMA_OUT.tmp/tools"
+    for t in $IBVERBS_TOOLS; do install -m 0755 "$src/rnic-tools/${t%.c}" "$RDMA_OUT.tmp/tools/"; done
     echo "$key" > "$RDMA_OUT.tmp/.key"
     rm -rf "$RDMA_OUT"; mv "$RDMA_OUT.tmp" "$RDMA_OUT"
     rm -rf "$src"
@@ -257,7 +269,7 @@ build_initramfs() {
     install -m 0755 "$RDMA_OUT/librnic-rdmav34.so" "$stage/usr/lib/x86_64-linux-gnu/libibverbs/"
     install -m 0644 "$RDMA_OUT/rnic.driver" "$stage/etc/libibverbs.d/rnic.driver"
     kmod_root depmod -b "$stage" "$KVER"
-    install -m 0755 "$DRIVER_OUT"/tools/* "$stage/usr/bin/"
+    install -m 0755 "$DRIVER_OUT"/tools/* "$RDMA_OUT"/tools/* "$stage/usr/bin/"
     install -m 0755 "$here/init.sh" "$stage/init"
     (cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet -R 0:0) \
         | gzip -1 > "$out/initramfs.cpio.gz.tmp"

@@ -99,7 +99,8 @@ fn single_switch_p2p_through_the_switch_and_the_gpu_engine() {
 fn separate_root_ports_intel_refuses_p2p_and_falls_back() {
     let script = "rnic-perf write -s 1M -n 4 --src gpu --dst gpu --verify --json || echo failed
                   rnic-perf write -s 1M -n 4 --src host --dst gpu --strict-p2p --json; echo strict_rc: $?
-                  echo fallback_warnings: $(dmesg | grep -c 'cannot DMA to GPU .* peer-to-peer (-121): using a host bounce buffer')";
+                  echo fallback_warnings: $(dmesg | grep -c 'cannot DMA to GPU .* peer-to-peer (-121): using a host bounce buffer')
+                  rnic-dmabuf-check refused -s 64K; echo dmabuf_rc: $?";
     let run = run_guest(&topology("separate-root-ports"), &[], script);
     assert_eq!(run.code, Some(0));
     assert!(!run.stdout.contains("failed"));
@@ -111,6 +112,13 @@ fn separate_root_ports_intel_refuses_p2p_and_falls_back() {
     assert_ne!(value(&run.stdout, "strict_rc"), "0", "strict P2P registration must fail");
     assert!(run.stdout.contains("Remote I/O error"), "strict mode reports -EREMOTEIO");
     assert!(value(&run.stdout, "fallback_warnings").parse::<u32>().unwrap() >= 2, "the driver warned, naming both devices");
+    // The same GPU memory as a dma-buf (ibv_reg_dmabuf_mr on rnic0): the exporter maps it
+    // for the RNIC with the same P2PDMA rules, so registration is refused with -EREMOTEIO
+    // (a dma-buf MR never bounces), counted as a failed registration, not as a fallback.
+    assert_eq!(value(&run.stdout, "dmabuf_rc"), "0", "rnic-dmabuf-check refused");
+    assert_eq!(value(&run.stdout, "dmabuf-refused"), "errno 121 (Remote I/O error)");
+    assert_eq!(value(&run.stdout, "dmabuf-p2p_fallbacks"), "0");
+    assert_eq!(value(&run.stdout, "dmabuf-mr_reg_failures"), "1");
 }
 
 #[test]

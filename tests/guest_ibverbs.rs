@@ -5,6 +5,8 @@
 //! topology (`ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest's `ib_write_bw`,
 //! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` through the provider's kernel-
 //! bypass data path), and the host checks what they printed against each node's address.
+//! The same boot registers GPU memory as a dma-buf (`ibv_reg_dmabuf_mr`, our
+//! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it.
 
 mod common;
 use common::*;
@@ -67,6 +69,16 @@ fn script(node: usize) -> String {
                  sed 's/^/{tool}-after: /' $stats\n"
             );
         }
+    }
+    // GPU memory as a dma-buf (docs/gpudirect.md): node0 registers 1 MiB of its GPU's BAR1
+    // with ibv_reg_dmabuf_mr, node1 RDMA-WRITEs into it; node0 checks every byte in GPU
+    // memory. Then node0 unbinds its GPU under a live dma-buf MR (revocation) and rebinds.
+    if node == 0 {
+        s += "rnic-dmabuf-check target -s 1M; echo \"dmabuf-target-rc: $?\"
+              rnic-dmabuf-check revoke -s 64K; echo \"dmabuf-revoke-rc: $?\"
+              dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n";
+    } else {
+        s += "rnic-dmabuf-check writer -s 1M; echo \"dmabuf-writer-rc: $?\"\n";
     }
     s
 }
@@ -189,6 +201,30 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(wqes >= 200, "the client's WRITEs reached the device: {wqes}");
     assert!(page > 0, "indices came through the doorbell page");
     assert!(doorbells * 4 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
+
+    // The dma-buf MR: node1's 1 MiB of WRITEs landed in node0's GPU memory, every byte
+    // checked there, and node0's RNIC moved them peer-to-peer through the switch with no
+    // byte to or from host memory.
+    let target = node_lines(&stdout, 0);
+    let has0 = |want: &str| target.iter().any(|l| l == want);
+    let writer = node_lines(&stdout, 1);
+    assert!(writer.iter().any(|l| l == "dmabuf-written: 1048576 bytes in 4 WRITEs"), "the writer's WRITEs completed");
+    assert!(writer.iter().any(|l| l == "dmabuf-writer-rc: 0"), "the writer's exit status");
+    assert!(has0("dmabuf-target-rc: 0"), "the target's check passed");
+    assert!(has0("dmabuf-verified: 1048576 of 1048576 bytes"), "every byte in GPU memory");
+    assert!(has0("dmabuf-dma_host_bytes: 0"), "no host bytes");
+    assert!(has0("dmabuf-dma_p2p_switch_bytes: 1048576"), "the bytes went peer-to-peer through the switch");
+    assert!(has0("dmabuf-dma_p2p_root_complex_bytes: 0"));
+    // The GPU unbound under a live dma-buf MR: the unbind completed, the MR was revoked,
+    // deregistering it still succeeds, the GPU binds again, nothing warned.
+    // Malformed exports (unaligned offset, unaligned length, empty, past BAR1, unknown
+    // flags) and registrations (iova and offset differ within a page, past the buffer).
+    assert!(has0("dmabuf-bad-export: EINVAL EINVAL EINVAL EINVAL EINVAL"), "bad exports refused");
+    assert!(has0("dmabuf-bad-reg: EINVAL EINVAL"), "bad dma-buf registrations refused");
+    assert!(has0("dmabuf-unbind: done") && has0("dmabuf-revoked_mrs: 1"), "the GPU's removal revoked the MR");
+    assert!(has0("dmabuf-dereg: 0") && has0("dmabuf-rebind: done") && has0("dmabuf-revoke-rc: 0"));
+    assert!(has0("dmabuf-reg-after-unbind: ENODEV"), "the buffer of a removed GPU cannot be imported");
+    assert!(has0("kernel-warnings: 0"), "no kernel warning");
 }
 
 /// The RNIC unbound while a libibverbs process holds a context with a CQ and a QP, their

@@ -4,8 +4,9 @@
  *
  * libibverbs loads it for an RDMA device whose PCI function matches our IDs (the kernel's
  * guest-driver/rnic_ib.c registers it as rnicN). Here: the control path (device and port
- * queries, PDs, MRs, CQs, RC QPs) through the kernel's generic uverbs commands, and the
- * mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and doorbell page.
+ * queries, PDs, MRs and dma-buf MRs, CQs, RC QPs) through the kernel's generic uverbs
+ * commands, and the mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and
+ * doorbell page.
  *
  * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, extended CQs;
  * libibverbs answers those with EOPNOTSUPP.
@@ -116,6 +117,25 @@ static struct ibv_mr *rnic_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	if (ibv_cmd_reg_mr(pd, addr, length, hca_va, access, vmr, &cmd, sizeof(cmd),
 			   &resp, sizeof(resp))) {
 		free(vmr);
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+/* GPU memory as a dma-buf (GPU_EXPORT_DMABUF of /dev/rnic_gpuN): no driver data. */
+static struct ibv_mr *rnic_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+					 uint64_t iova, int fd, int access)
+{
+	struct verbs_mr *vmr;
+	int ret;
+
+	vmr = calloc(1, sizeof(*vmr));
+	if (!vmr)
+		return NULL;
+	ret = ibv_cmd_reg_dmabuf_mr(pd, offset, length, iova, fd, access, vmr, NULL);
+	if (ret) {
+		free(vmr);
+		errno = ret;
 		return NULL;
 	}
 	return &vmr->ibv_mr;
@@ -350,6 +370,7 @@ static const struct verbs_context_ops rnic_ctx_ops = {
 	.dealloc_pd = rnic_dealloc_pd,
 	.reg_mr = rnic_reg_mr,
 	.dereg_mr = rnic_dereg_mr,
+	.reg_dmabuf_mr = rnic_reg_dmabuf_mr,
 	.create_cq = rnic_create_cq,
 	.poll_cq = rnic_poll_cq,
 	.req_notify_cq = rnic_req_notify_cq,

@@ -3,7 +3,8 @@
  * rnic-emu GPU uAPI: the ioctls of /dev/rnic_gpuN (hand-written). One misc device per bound
  * GPU function; N numbers the GPUs in probe (PCI) order. GPU memory itself is allocated by
  * mmapping /sys/bus/pci/devices/<gpu>/p2pmem/allocate (MAP_SHARED); the engine works on
- * offsets into BAR1, which GPU_VA_TO_OFFSET gives for such a mapping.
+ * offsets into BAR1, which GPU_VA_TO_OFFSET gives for such a mapping. GPU_EXPORT_DMABUF
+ * hands a range of BAR1 to other drivers as a dma-buf (ibv_reg_dmabuf_mr, docs/gpudirect.md).
  *
  * Every ioctl is _IOWR('G', n, struct ...) with n >= 0x10; padding must be zero.
  * Errors: -EINVAL malformed request or engine RANGE/ALIGN/BAD_OP; -EBUSY engine busy;
@@ -16,7 +17,7 @@
 #include <linux/types.h>
 
 /* Bumped on any incompatible change of the structs or semantics below. */
-#define RNIC_GPU_UAPI_VERSION		1
+#define RNIC_GPU_UAPI_VERSION		2	/* 2: GPU_EXPORT_DMABUF */
 
 /* MSI-X vector the driver gives the engine (GPU_ENG_VECTOR). */
 #define RNIC_GPU_ENG_VECTOR		1
@@ -57,8 +58,28 @@ struct rnic_gpu_launch {
 	__u32 pad;
 };
 
+/*
+ * GPU_EXPORT_DMABUF: a dma-buf over [offset, offset + length) of BAR1 (the GPU's P2PDMA
+ * pages), as a new file descriptor. offset and length are multiples of 4096, length > 0,
+ * the range inside BAR1. The buffer cannot be mmapped or read by the CPU through the
+ * dma-buf; it is for importers that DMA to it (the RNIC: ibv_reg_dmabuf_mr). Each
+ * importer's mapping is decided by Linux's P2PDMA rules for that device; a device the GPU
+ * cannot reach peer-to-peer gets -EREMOTEIO from its map. The buffer outlives the GPU:
+ * after the GPU is removed, new attachments and mappings fail with -ENODEV.
+ * Errors: -EINVAL bad range or flags; -EOPNOTSUPP BAR1 is not P2PDMA memory; -ENODEV.
+ */
+#define RNIC_GPU_DMABUF_CLOEXEC		0x1	/* the fd gets O_CLOEXEC */
+
+struct rnic_gpu_export_dmabuf {
+	__aligned_u64 offset;		/* in: BAR1 offset */
+	__aligned_u64 length;		/* in: bytes */
+	__u32 flags;			/* in: RNIC_GPU_DMABUF_* */
+	__s32 fd;			/* out: the dma-buf */
+};
+
 #define RNIC_GPU_IOCTL_QUERY		_IOWR('G', 0x10, struct rnic_gpu_query)
 #define RNIC_GPU_IOCTL_VA_TO_OFFSET	_IOWR('G', 0x11, struct rnic_gpu_va_to_offset)
 #define RNIC_GPU_IOCTL_LAUNCH		_IOWR('G', 0x12, struct rnic_gpu_launch)
+#define RNIC_GPU_IOCTL_EXPORT_DMABUF	_IOWR('G', 0x13, struct rnic_gpu_export_dmabuf)
 
 #endif /* _UAPI_RNIC_EMU_GPU_UAPI_H */
