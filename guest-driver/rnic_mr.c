@@ -381,7 +381,8 @@ static void rnic_mr_dmabuf_invalidate(struct dma_buf_attachment *attach)
 {
 	struct rnic_mr *mr = attach->importer_priv;
 
-	WARN_ONCE(1, "rnic_emu: dma-buf of MR %u invalidated although pinned\n", mr->index);
+	pr_warn_once("rnic_emu: dma-buf of MR %u invalidated although pinned; the MR keeps its pages until DEREG_MR\n",
+		     mr->index);
 }
 
 static const struct dma_buf_attach_ops rnic_mr_dmabuf_ops = {
