@@ -6,16 +6,19 @@ run_tests.py does (every tests/test_*.py module, hence pyverbs and its provider 
 runs unittest's command-line runner over an empty selection, and prints one path a line:
 every file under /usr/lib/python3* that the loaded modules came from, with its compiled
 .pyc, and for a module inside a package the whole package directory (packages such as
-multiprocessing and unittest import submodules lazily, at run time; the codecs of
+multiprocessing and unittest import submodules lazily, at run time, and with them the C
+modules those import: every submodule of such a package is imported once here; the codecs of
 `encodings` file by file). Python's own startup modules (site, encodings, ...) are among
-the loaded ones. Importing the suite
-writes the tests' own .pyc files next to them, which build.sh copies along.
+the loaded ones. Importing the suite writes the tests' own .pyc files next to them, which
+build.sh copies along.
 
 It does not know about modules a test imports inside a function body from outside the
 packages above; the guest test (tests/guest_pyverbs.rs) fails on "No module named".
 """
+import importlib
 import importlib.util
 import os
+import pkgutil
 import sys
 import unittest
 
@@ -34,7 +37,26 @@ def main():
     import tests
     unittest.main(module=tests, argv=['run_tests', '-v', '-k', 'no-such-test'], exit=False)
 
-    files = set()
+    # Twice: the second pass imports every submodule of the packages the first pass copies
+    # whole, so what those import lazily (C modules such as _multiprocessing) is listed too.
+    files, packages = collect()
+    for name in sorted(packages):
+        for info in pkgutil.walk_packages(importlib.import_module(name).__path__, name + '.'):
+            if info.name.endswith('.__main__'):  # runs a program when imported
+                continue
+            try:
+                importlib.import_module(info.name)
+            except (Exception, SystemExit):  # platform-specific ones (Windows, ...)
+                pass
+    files, _ = collect(whole=packages)
+    for f in sorted(files):
+        print(f)
+
+
+def collect(whole=None):
+    """The files of the loaded modules (see the module's doc), and the packages copied whole
+    (all of them, or only those of `whole`: other packages file by file)."""
+    files, packages = set(), set()
     for mod in list(sys.modules.values()):
         path = getattr(mod, '__file__', None)
         if not path or not path.startswith('/usr/lib/python3'):
@@ -44,19 +66,19 @@ def main():
         if root is None:
             continue
         top = path[len(root) + 1:].split('/')[0]
-        if top.endswith(('.py', '.so')) or top in FILE_BY_FILE:
+        if top.endswith(('.py', '.so')) or top in FILE_BY_FILE or (whole is not None and top not in whole):
             files.add(path)
             if path.endswith('.py'):
                 pyc = importlib.util.cache_from_source(path)
                 if os.path.exists(pyc):
                     files.add(pyc)
         else:
+            packages.add(top)
             for dirpath, _, names in os.walk(os.path.join(root, top)):
                 if '/test' in dirpath[len(root):]:
                     continue
                 files.update(os.path.join(dirpath, n) for n in names)
-    for f in sorted(files):
-        print(f)
+    return files, packages
 
 
 if __name__ == '__main__':
