@@ -15,7 +15,7 @@ repo=$(dirname "$here")
 cache=${RNIC_EMU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rnic-emu}
 out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
 # Bump when the way a stage is built changes, so old caches are not reused.
-readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=1 INITRAMFS_RECIPE=5
+readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=1 INITRAMFS_RECIPE=4
 # Kernel modules (with their dependencies) for Linux Soft-RoCE in the guest: the comparison
 # benchmark runs rdma_rxe over virtio-net next to rnic-emu; rdma-core's test suite runs it over
 # a dummy netdev (tests/guest_pyverbs.rs).
