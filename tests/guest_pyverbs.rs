@@ -10,12 +10,14 @@
 //! address>`) and once with `--dev rxe0` on rdma_rxe over a dummy netdev (its RoCE v2 GID of
 //! the dummy's IPv4 address). Each test connects two QPs of the same device (loopback). The
 //! host parses every test's result on both devices and asserts: no test fails or errors on
-//! rnic0 and no module crashes there; every test that passes on rxe0 passes on rnic0 or
+//! rnic0 and no module crashes there; the RC traffic tests of MUST_PASS pass there; every
+//! test that passes on rxe0 passes on rnic0 or
 //! skips with one of the reasons of SKIPS (a feature the RNIC does not offer, reported
 //! through the device's capabilities or an EOPNOTSUPP); every module's run is complete (as
 //! many results as "Ran N tests" says, nothing missing a module).
 //!
-//! Not run: the vendor modules (test_mlx5_*, test_efa*), which need those devices.
+//! Not run: the vendor modules (test_mlx5_*, test_efa*), which need those devices, and
+//! test_rdmacm (MODULES says why).
 
 mod common;
 use common::*;
