@@ -11,10 +11,10 @@
 //! the dummy's IPv4 address). Each test connects two QPs of the same device (loopback). The
 //! host parses every test's result on both devices and asserts: no test fails or errors on
 //! rnic0 and no module crashes there; the RC traffic tests of MUST_PASS pass there; every
-//! test that passes on rxe0 passes on rnic0 or
-//! skips with one of the reasons of SKIPS (a feature the RNIC does not offer, reported
-//! through the device's capabilities or an EOPNOTSUPP); every module's run is complete (as
-//! many results as "Ran N tests" says, nothing missing a module).
+//! test that passes on rxe0 passes on rnic0 or skips with one of the reasons of SKIPS (a
+//! feature the RNIC does not offer, reported through the device's capabilities or an
+//! EOPNOTSUPP); every module's run is complete (as many results as "Ran N tests" says,
+//! nothing missing a module).
 //!
 //! Not run: the vendor modules (test_mlx5_*, test_efa*), which need those devices, and
 //! test_rdmacm (MODULES says why).
