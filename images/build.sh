@@ -4,7 +4,8 @@
 #      QEMU >= 10.1 with vfio-user-pci, a kernel with CONFIG_PCI_P2PDMA=y and its headers,
 #      gcc, make, busybox, kmod, pciutils                          -> $RNIC_EMU_CACHE/root-<key>
 #   2. guest-driver/ (kernel module + guest tools) built inside that root
-#   3. an initramfs: busybox, kmod, pciutils, the module, the tools, images/init.sh as /init
+#   3. an initramfs: busybox, kmod, pciutils, the module, the tools, images/init.sh as /init,
+#      libibverbs tools and perftest, python3 with pyverbs and rdma-core's test suite
 # Outputs land in build/image/ (see images/README.md). Each stage is keyed by a hash of its
 # inputs; a second run with nothing changed only hashes files. Needs root (chroot, mounts).
 set -euo pipefail
@@ -19,8 +20,9 @@ readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=2 INITRAMFS_RECIPE=4
 # tree's headers and libibverbs (the guest runs them on Debian's libibverbs1 of that version).
 readonly IBVERBS_TOOLS="rnic-dmabuf-check.c"
 # Kernel modules (with their dependencies) for Linux Soft-RoCE in the guest: the comparison
-# benchmark runs rdma_rxe over virtio-net next to rnic-emu.
-readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net"
+# benchmark runs rdma_rxe over virtio-net next to rnic-emu; rdma-core's test suite runs it over
+# a dummy netdev (tests/guest_pyverbs.rs).
+readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net dummy"
 # User-space tools of the root copied into the guest (with their libraries).
 readonly GUEST_BINARIES="/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_read_lat
     /usr/bin/ib_send_bw /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong"
@@ -215,6 +217,46 @@ stage_binary() {
     done
 }
 
+# rdma-core's test suite on pyverbs (docs/ibverbs.md): python3 with the standard-library
+# modules and pyverbs files the suite loads (listed by images/pyverbs-files.py, run in the
+# root), the suite itself (tests/ of the rdma-core source fetched with the root, with its
+# compiled .pyc) in /usr/lib/rdma-core/tests, and iproute2's `ip` (the suite runs
+# `ip -j addr show`, which busybox's ip does not know). pyverbs is Debian's python3-pyverbs,
+# built from the same source package as the root's libibverbs1.
+stage_pyverbs() {
+    local stage=$1 work f src pyver ibver
+    pyver=$(awk '$1=="python3-pyverbs" {print $2}' "$ROOT/.packages")
+    ibver=$(awk '$1=="libibverbs1" {print $2}' "$ROOT/.packages")
+    [ -n "$pyver" ] && [ "$pyver" = "$ibver" ] || die "python3-pyverbs '$pyver' is not of libibverbs1's version $ibver"
+    [ "$(cat "$ROOT/usr/src/rdma-core/VERSION")" = "$ibver" ] || die "rdma-core's source is not of libibverbs1's version $ibver"
+    work="$ROOT/build/pyverbs.$$"
+    rm -rf "$work"; mkdir -p "$work"
+    cp -a "$ROOT/usr/src/rdma-core/src/tests" "$work/tests"
+    cp "$here/pyverbs-files.py" "$work/"
+    if ! in_root python3 "/build/pyverbs.$$/pyverbs-files.py" "/build/pyverbs.$$/tests" \
+            >"$work/files" 2>"$out/pyverbs-files.log"; then
+        tail -n 20 "$out/pyverbs-files.log" >&2
+        rm -rf "$work"
+        die "listing the files of rdma-core's test suite failed (full log: $out/pyverbs-files.log)"
+    fi
+    stage_binary "$stage" "/usr/bin/$(readlink "$ROOT/usr/bin/python3")" /usr/bin/python3
+    while read -r f; do
+        src="$ROOT$f"
+        # Debian links some files into /etc (sitecustomize.py), absolute: inside the root.
+        [ -L "$src" ] && case $(readlink "$src") in /*) src="$ROOT$(readlink "$src")" ;; esac
+        case $f in
+            *.so) stage_binary "$stage" "$f" "$f" ;;
+            # Timestamps kept: a .pyc is used only while its source's mtime matches.
+            *) install -p -D -m 0644 "$src" "$stage$f" ;;
+        esac
+    done <"$work/files"
+    mkdir -p "$stage/usr/lib/rdma-core"
+    cp -a "$work/tests" "$stage/usr/lib/rdma-core/tests"
+    rm -rf "$work"
+    rm -f "$stage/usr/bin/ip" "$stage/usr/sbin/ip" "$stage/bin/ip" "$stage/sbin/ip"
+    stage_binary "$stage" /usr/bin/ip /usr/bin/ip
+}
+
 # Runs the root's kmod as `tool` (modprobe, depmod) on the host, through the root's loader.
 kmod_root() {
     local tool=$1
@@ -225,8 +267,8 @@ kmod_root() {
 build_initramfs() {
     local key stage tool applet
     key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY rdma=$RDMA_KEY kver=$KVER";
-             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|ibverbs-utils|perftest|iproute2|libibverbs1)\s' "$ROOT/.packages";
-             sha256sum "$here/init.sh" "$here/build.sh"; } | hash_stdin)
+             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|ibverbs-utils|perftest|iproute2|libibverbs1|python3.*|libpython3.*)\s' "$ROOT/.packages";
+             sha256sum "$here/init.sh" "$here/build.sh" "$here/pyverbs-files.py"; } | hash_stdin)
     if [ -f "$out/initramfs.key" ] && [ "$(cat "$out/initramfs.key")" = "$key" ] && [ -f "$out/initramfs.cpio.gz" ]; then
         log "initramfs: cached"; return 0
     fi
@@ -268,6 +310,7 @@ build_initramfs() {
     # ... and ours (build_rdma), next to Debian's libibverbs.
     install -m 0755 "$RDMA_OUT/librnic-rdmav34.so" "$stage/usr/lib/x86_64-linux-gnu/libibverbs/"
     install -m 0644 "$RDMA_OUT/rnic.driver" "$stage/etc/libibverbs.d/rnic.driver"
+    stage_pyverbs "$stage"
     kmod_root depmod -b "$stage" "$KVER"
     install -m 0755 "$DRIVER_OUT"/tools/* "$RDMA_OUT"/tools/* "$stage/usr/bin/"
     install -m 0755 "$here/init.sh" "$stage/init"

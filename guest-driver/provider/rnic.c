@@ -239,8 +239,11 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	struct rnic_qp *qp;
 	int err;
 
+	/* CREATE_FLAGS is allowed without flags (rdma-core's tests set it so); no flag is offered. */
 	if (attr->qp_type != IBV_QPT_RC || attr->srq ||
-	    attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+	    attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+				IBV_QP_INIT_ATTR_CREATE_FLAGS) ||
+	    (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
