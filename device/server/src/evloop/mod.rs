@@ -18,14 +18,14 @@
 //! `RNIC_EMU_BUSY_POLL_US` microseconds from the environment (0: never poll); by default
 //! [`DEFAULT_BUSY_POLL`] (with the doorbell page on: `worker::POLL_WINDOW`, during which
 //! the page's indices are taken without a doorbell) on hosts with at least
-//! [`BUSY_POLL_MIN_CPUS`] CPUs, and none on smaller ones (the doorbell page's window only
-//! while a CPU is idle: [`page_poll`]), where a polling loop takes the CPU that the peer
-//! node, the guest's vCPUs or the application need
+//! [`BUSY_POLL_MIN_CPUS`] CPUs, and none on smaller ones, where a polling loop takes the
+//! CPU that the peer node, the guest's vCPUs or the application need
 //! (`cargo bench --bench fabric` on 2 CPUs: polling 50 us cut WRITE bandwidth to a quarter
 //! and raised the 64-byte P99 latency from about 0.1 ms to 8 ms; `cargo bench --bench
 //! softroce` on 2 CPUs: polling the doorbell page for 200 us after each message made
-//! perftest's `ib_write_lat` between two busy-polling guests take 2 ms instead of 60 us,
-//! because the polling loops and the two spinning vCPUs shared two CPUs: docs/ibverbs.md).
+//! perftest's `ib_write_lat` between two busy-polling guests take 2 ms instead of 40-60
+//! us, because the polling loops and the two spinning vCPUs shared two CPUs:
+//! docs/ibverbs.md).
 //!
 //! Not here: the vfio-user socket threads (rust-vmm's server blocks on its socket), the
 //! control socket (its requests lock functions; the loop never does, so a socket thread
@@ -70,24 +70,14 @@ pub fn default_busy_poll(cpus: usize) -> Duration {
     }
 }
 
-/// The window for the doorbell page on a host with `cpus` CPUs of which `running` tasks
-/// are runnable now (this loop's thread included): [`POLL_WINDOW`] on hosts with at least
-/// [`BUSY_POLL_MIN_CPUS`] CPUs; on smaller ones only while a CPU is idle, because polling
-/// then takes no CPU anyone needs (a guest that busy-polls on its own, as `rnic-perf
-/// write-lat` does, keeps its fast path), while with every CPU taken (two guests spinning
-/// in `ib_write_lat` on 2 CPUs) it delays the vCPUs that must answer (docs/ibverbs.md).
-pub fn page_poll(cpus: usize, running: Option<usize>) -> Duration {
-    if cpus >= BUSY_POLL_MIN_CPUS || running.is_some_and(|r| r <= cpus) {
+/// The default window for the doorbell page on a host with `cpus` CPUs: the same rule
+/// (polling only when a loop tried it on a busier host was no better: docs/ibverbs.md).
+pub fn default_page_poll(cpus: usize) -> Duration {
+    if cpus >= BUSY_POLL_MIN_CPUS {
         POLL_WINDOW
     } else {
         Duration::ZERO
     }
-}
-
-/// Runnable tasks of the host now (the kernel's `nr_running`, /proc/loadavg's fourth field).
-fn host_running() -> Option<usize> {
-    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
-    s.split_whitespace().nth(3)?.split('/').next()?.parse().ok()
 }
 
 fn host_cpus() -> usize {
@@ -161,13 +151,14 @@ pub struct NodeEngines {
     gpus: Vec<NodeGpu>,
     events: VecDeque<Event>,
     launches: VecDeque<Launch>,
-    /// The host's CPUs ([`page_poll`]).
-    cpus: usize,
+    /// The polling window while an engine uses the doorbell page ([`default_page_poll`]).
+    page_poll: Duration,
 }
 
 impl NodeEngines {
     pub fn new(engines: Vec<NodeEngine>, gpus: Vec<NodeGpu>) -> Self {
-        NodeEngines { engines, gpus, events: VecDeque::new(), launches: VecDeque::new(), cpus: host_cpus() }
+        let page_poll = default_page_poll(host_cpus());
+        NodeEngines { engines, gpus, events: VecDeque::new(), launches: VecDeque::new(), page_poll }
     }
 }
 
@@ -221,8 +212,7 @@ impl LoopWork for NodeEngines {
 
     fn poll_window(&self) -> Duration {
         if self.engines.iter().any(|e| e.driver.page_on()) {
-            let running = if self.cpus >= BUSY_POLL_MIN_CPUS { None } else { host_running() };
-            page_poll(self.cpus, running)
+            self.page_poll
         } else {
             Duration::ZERO
         }
@@ -301,15 +291,12 @@ impl<W: LoopWork> EventLoop<W> {
 
     fn run(&mut self) {
         let mut last_active = Instant::now();
-        // The polling window, taken once per idle spell (it may read /proc).
-        let mut window = None;
         while !self.stopping.load(Ordering::Relaxed) {
             if self.work.pass() {
                 last_active = Instant::now();
-                window = None;
                 continue;
             }
-            if last_active.elapsed() < *window.get_or_insert_with(|| self.busy_poll.max(self.work.poll_window())) {
+            if last_active.elapsed() < self.busy_poll.max(self.work.poll_window()) {
                 std::thread::yield_now();
                 continue;
             }
@@ -325,7 +312,6 @@ impl<W: LoopWork> EventLoop<W> {
                 self.armed = None;
             }
             last_active = Instant::now();
-            window = None;
         }
     }
 
