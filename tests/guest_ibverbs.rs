@@ -225,6 +225,26 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(has0("dmabuf-dereg: 0") && has0("dmabuf-rebind: done") && has0("dmabuf-revoke-rc: 0"));
     assert!(has0("dmabuf-reg-after-unbind: ENODEV"), "the buffer of a removed GPU cannot be imported");
     assert!(has0("kernel-warnings: 0"), "no kernel warning");
+    // ib_write_lat: both guests busy-poll memory between messages, so each keeps its vCPU
+    // thread runnable. On a host with few CPUs the node's event loop must not busy-poll
+    // the doorbell page after each message (it did for 200 us, and the two
+    // spinning vCPUs and two polling loops on 2 CPUs made each message wait for a CPU:
+    // typical latency 2 ms instead of 40-60 us, docs/ibverbs.md). Then the device is
+    // asleep when the guest posts its reply, and the provider rings the MMIO doorbell for
+    // it: the counters show that sleep, with no timing in the test (hosts with fewer than
+    // 8 CPUs; larger ones keep the polling window).
+    let delta = |name: &str| counter(&lines, "ib_write_lat-after", name) - counter(&lines, "ib_write_lat-before", name);
+    let (wqes, doorbells) = (delta("send_wqes"), delta("doorbells"));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!("ib_write_lat client: {wqes} send WQEs, {doorbells} MMIO doorbells ({cpus} host CPUs)");
+    assert!(wqes >= 200, "the client's WRITEs reached the device: {wqes}");
+    let polling = std::env::var_os(rnic_emu_server::evloop::BUSY_POLL_ENV).is_some();
+    if cpus < rnic_emu_server::evloop::BUSY_POLL_MIN_CPUS && !polling {
+        assert!(
+            doorbells * 10 >= wqes * 8,
+            "{doorbells} MMIO doorbells for {wqes} ib_write_lat WQEs: the device polled the doorbell page between messages on a {cpus}-CPU host"
+        );
+    }
 }
 
 /// The RNIC unbound while a libibverbs process holds a context with a CQ and a QP, their

@@ -5,8 +5,9 @@
 //! after RNIC_REG_CMD sees its status.
 //!
 //! With the doorbell page on (docs/verbs.md §3.1) the engine also takes indices from the
-//! page ([`Driver`]): the loop polls it within [`POLL_WINDOW`] after activity and
-//! publishes event indices before it sleeps, so the driver rings MMIO only when asked.
+//! page ([`Driver`]): the loop polls it within [`POLL_WINDOW`] after activity (on hosts
+//! with enough CPUs; `evloop` in `rnic-emu-server`) and publishes event indices before it
+//! sleeps, so the driver rings MMIO only when asked.
 //!
 //! An RNIC not (yet) attached to an event loop drives its engine itself, on the caller's
 //! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
@@ -46,7 +47,8 @@ pub const BUDGET: usize = 64;
 /// Passes an inline engine runs after one event at most (the loop interleaves instead).
 const INLINE_PASSES: usize = 1024;
 /// With the doorbell page on: how long the loop keeps polling the page after the last
-/// activity before it publishes event indices and sleeps (docs/verbs.md §3.1).
+/// activity before it publishes event indices and sleeps (docs/verbs.md §3.1), on hosts
+/// with enough CPUs to spare one for polling (docs/architecture.md).
 pub const POLL_WINDOW: Duration = Duration::from_micros(200);
 
 struct Queue<E> {

@@ -13,14 +13,19 @@
 //! budget, and flushes the queued datagrams (`sendmmsg`). After the last pass that did
 //! anything, the loop keeps polling without sleeping for a bounded window (busy polling:
 //! a doorbell or packet right after a completion is picked up without an epoll round
-//! trip or a kick), then sleeps in epoll. With the doorbell page on, the loop polls the
-//! page for `worker::POLL_WINDOW` after activity and publishes the page's event indices
-//! before it sleeps. Otherwise the window is `RNIC_EMU_BUSY_POLL_US`
-//! microseconds from the environment (0: never poll); by default [`DEFAULT_BUSY_POLL`] on
-//! hosts with at least [`BUSY_POLL_MIN_CPUS`] CPUs and none on smaller ones, where a
-//! polling loop takes the CPU that the peer node, the guest's vCPUs or the application
-//! need (`cargo bench --bench fabric` on 2 CPUs: polling 50 us cut WRITE bandwidth to a
-//! quarter and raised the 64-byte P99 latency from about 0.1 ms to 8 ms).
+//! trip or a kick), then sleeps in epoll; before it sleeps it publishes the doorbell page's
+//! event indices, so a driver rings the MMIO doorbell for its next post. The window is
+//! `RNIC_EMU_BUSY_POLL_US` microseconds from the environment (0: never poll); by default
+//! [`DEFAULT_BUSY_POLL`] (with the doorbell page on: `worker::POLL_WINDOW`, during which
+//! the page's indices are taken without a doorbell) on hosts with at least
+//! [`BUSY_POLL_MIN_CPUS`] CPUs, and none on smaller ones, where a polling loop takes the
+//! CPU that the peer node, the guest's vCPUs or the application need
+//! (`cargo bench --bench fabric` on 2 CPUs: polling 50 us cut WRITE bandwidth to a quarter
+//! and raised the 64-byte P99 latency from about 0.1 ms to 8 ms; `cargo bench --bench
+//! softroce` on 2 CPUs: polling the doorbell page for 200 us after each message made
+//! perftest's `ib_write_lat` between two busy-polling guests take 2 ms instead of 40-60
+//! us, because the polling loops and the two spinning vCPUs shared two CPUs:
+//! docs/ibverbs.md).
 //!
 //! Not here: the vfio-user socket threads (rust-vmm's server blocks on its socket), the
 //! control socket (its requests lock functions; the loop never does, so a socket thread
@@ -65,10 +70,24 @@ pub fn default_busy_poll(cpus: usize) -> Duration {
     }
 }
 
+/// The default window for the doorbell page on a host with `cpus` CPUs: the same rule
+/// (polling only when a loop tried it on a busier host was no better: docs/ibverbs.md).
+pub fn default_page_poll(cpus: usize) -> Duration {
+    if cpus >= BUSY_POLL_MIN_CPUS {
+        POLL_WINDOW
+    } else {
+        Duration::ZERO
+    }
+}
+
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// The busy-poll window: `RNIC_EMU_BUSY_POLL_US` if set and valid (at most one second),
 /// else the default for this host.
 pub fn busy_poll_from_env() -> Duration {
-    let default = default_busy_poll(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let default = default_busy_poll(host_cpus());
     match std::env::var(BUSY_POLL_ENV) {
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(us) => Duration::from_micros(us.min(1_000_000)),
@@ -132,11 +151,14 @@ pub struct NodeEngines {
     gpus: Vec<NodeGpu>,
     events: VecDeque<Event>,
     launches: VecDeque<Launch>,
+    /// The polling window while an engine uses the doorbell page ([`default_page_poll`]).
+    page_poll: Duration,
 }
 
 impl NodeEngines {
     pub fn new(engines: Vec<NodeEngine>, gpus: Vec<NodeGpu>) -> Self {
-        NodeEngines { engines, gpus, events: VecDeque::new(), launches: VecDeque::new() }
+        let page_poll = default_page_poll(host_cpus());
+        NodeEngines { engines, gpus, events: VecDeque::new(), launches: VecDeque::new(), page_poll }
     }
 }
 
@@ -190,7 +212,7 @@ impl LoopWork for NodeEngines {
 
     fn poll_window(&self) -> Duration {
         if self.engines.iter().any(|e| e.driver.page_on()) {
-            POLL_WINDOW
+            self.page_poll
         } else {
             Duration::ZERO
         }

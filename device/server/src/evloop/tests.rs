@@ -118,6 +118,8 @@ fn busy_polls_only_within_the_window() {
 #[test]
 fn busy_poll_default_depends_on_the_host() {
     assert_eq!(default_busy_poll(2), Duration::ZERO, "small hosts sleep right away");
+    assert_eq!(default_page_poll(2), Duration::ZERO, "small hosts do not poll the doorbell page either");
+    assert_eq!(default_page_poll(BUSY_POLL_MIN_CPUS), POLL_WINDOW);
     assert_eq!(default_busy_poll(BUSY_POLL_MIN_CPUS), DEFAULT_BUSY_POLL);
 }
 
