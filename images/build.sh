@@ -32,6 +32,8 @@ log() { printf '[images +%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 hash_stdin() { sha256sum | cut -c1-16; }
+# True when the stage key file $1 exists and holds $2.
+key_matches() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
 # Hash of every file under a directory (names and contents), ignoring build products.
 hash_tree() {
@@ -130,7 +132,7 @@ build_driver() {
     local key src
     key=$( { echo "recipe=$DRIVER_RECIPE kver=$KVER"; hash_tree "$repo/guest-driver"; } | hash_stdin)
     DRIVER_OUT="$out/driver"
-    if [ -f "$DRIVER_OUT/.key" ] && [ "$(cat "$DRIVER_OUT/.key")" = "$key" ]; then
+    if key_matches "$DRIVER_OUT/.key" "$key"; then
         log "guest driver: cached"
         DRIVER_KEY=$key; return 0
     fi
@@ -165,7 +167,7 @@ build_rdma() {
     key=$( { echo "recipe=$RDMA_RECIPE root=$(basename "$ROOT") rdma-core=$ver"; hash_tree "$repo/guest-driver/provider";
              sha256sum "$repo"/guest-driver/include/uapi/*.h "$repo"/guest-driver/tools/{$IBVERBS_TOOLS,rnic_tool_verbs.h,rnic_tool_kv.h}; } | hash_stdin)
     RDMA_OUT="$out/rdma"
-    if [ -f "$RDMA_OUT/.key" ] && [ "$(cat "$RDMA_OUT/.key")" = "$key" ]; then
+    if key_matches "$RDMA_OUT/.key" "$key"; then
         log "rdma-core provider: cached"
         RDMA_KEY=$key; return 0
     fi
@@ -269,7 +271,7 @@ build_initramfs() {
     key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY rdma=$RDMA_KEY kver=$KVER";
              grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|ibverbs-utils|perftest|iproute2|libibverbs1|python3.*|libpython3.*)\s' "$ROOT/.packages";
              sha256sum "$here/init.sh" "$here/build.sh" "$here/pyverbs-files.py"; } | hash_stdin)
-    if [ -f "$out/initramfs.key" ] && [ "$(cat "$out/initramfs.key")" = "$key" ] && [ -f "$out/initramfs.cpio.gz" ]; then
+    if key_matches "$out/initramfs.key" "$key" && [ -f "$out/initramfs.cpio.gz" ]; then
         log "initramfs: cached"; return 0
     fi
     log "initramfs: packing"
