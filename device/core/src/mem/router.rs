@@ -1,4 +1,4 @@
-//! The DMA router (ARCHITECTURE.md): the one place that knows where an RNIC DMA address
+//! The DMA router (docs/architecture.md): the one place that knows where an RNIC DMA address
 //! lands. Built from (a) the client's DMA maps (guest RAM) and (b) the live BAR1 windows of
 //! the node's GPUs (address and memory-enable from their config space, published by the
 //! GPU model on every config write). A GPU window is reachable only when the driver named
@@ -7,7 +7,8 @@
 //! payload bytes are counted on that path. An address nothing claims is an error, never a
 //! guess. A view works on a snapshot of the DMA maps, not under their lock. With the
 //! node's MMIO/DMA trace on ([`crate::iotrace`]), every access is recorded with the tag
-//! the engine last set on the view ([`GuestMem::tag`]).
+//! the engine last set on the view ([`GuestMem::tag`]). Before any access, the function's
+//! PCIe-side faults ([`crate::fault`], docs/faults.md) may fail it or poison its data.
 
 use super::access::{DmaTag, GuestMem, PciePath};
 use crate::iotrace::IoTrace;
