@@ -219,10 +219,7 @@ fn surprise_removal() {
     let (console, output) = (wd.path().join("console.log"), wd.path().join("output.log"));
     let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None };
     let args = rnic_emu::qemu::command_line(&topo, 0, &sockets, &files);
-    let qlog = std::fs::File::create(wd.path().join("qemu.log")).unwrap();
-    let mut qemu = Proc(
-        Command::new(&img.qemu).args(&args).stdin(Stdio::null()).stdout(qlog.try_clone().unwrap()).stderr(qlog).spawn().expect("starting QEMU"),
-    );
+    let mut qemu = spawn_qemu_until_init(&img.qemu, &args, &console, &wd.path().join("qemu.log"));
     let read_out = || std::fs::read_to_string(&output).unwrap_or_default();
 
     // The guest has a connected QP pair, MRs and a completed WRITE: now the server dies.

@@ -36,14 +36,14 @@ fn gpu_to_gpu_rdma_across_two_guests() {
     }
     let stats = tempfile::NamedTempFile::new().unwrap();
     let topo = topology("two-node");
-    let out = output_with_boot_retry(
-        std::process::Command::new(bin())
-            .args(["run", "--no-build", "--timeout", "900", "--topology"])
-            .arg(&topo)
-            .arg("--stats")
-            .arg(stats.path())
-            .args(["--on", "0", &server, "--on", "1", &client]),
-    );
+    let out = std::process::Command::new(bin())
+        .args(["run", "--no-build", "--timeout", "900", "--topology"])
+        .arg(&topo)
+        .arg("--stats")
+        .arg(stats.path())
+        .args(["--on", "0", &server, "--on", "1", &client])
+        .output()
+        .expect("running rnic-emu run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "both guests succeeded");
@@ -103,7 +103,7 @@ fn four_node_ring_of_gpu_writes() {
     for (i, c) in cmds.iter().enumerate() {
         args.extend(["--on".to_string(), i.to_string(), c.clone()]);
     }
-    let out = output_with_boot_retry(std::process::Command::new(bin()).args(&args));
+    let out = std::process::Command::new(bin()).args(&args).output().expect("running rnic-emu run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "all four guests succeeded");

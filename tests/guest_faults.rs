@@ -11,7 +11,6 @@ use common::*;
 use rnic_emu::hostdrv::ServerProcess;
 use rnic_emu::topology::Topology;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -44,9 +43,7 @@ fn boot(topo: &Topology, server: &ServerProcess, work: &Path, cycle: usize, scri
     let (console, output) = (work.join(format!("console-{cycle}.log")), work.join(format!("output-{cycle}.log")));
     let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None };
     let args = rnic_emu::qemu::command_line(topo, 0, &server.socket_dir, &files);
-    let log = std::fs::File::create(work.join(format!("qemu-{cycle}.log"))).unwrap();
-    let child = Command::new(&img.qemu).args(&args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-    (Proc(child), output)
+    (spawn_qemu_until_init(&img.qemu, &args, &console, &work.join(format!("qemu-{cycle}.log"))), output)
 }
 
 #[test]

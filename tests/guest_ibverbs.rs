@@ -116,12 +116,12 @@ fn perftest_row<'a>(lines: &'a [String], tool: &str, size: &str) -> Option<Vec<&
 #[test]
 fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     ensure_image();
-    let out = output_with_boot_retry(
-        std::process::Command::new(bin())
-            .args(["run", "--no-build", "--timeout", "900", "--topology"])
-            .arg(topology("two-node"))
-            .args(["--on", "0", &script(0), "--on", "1", &script(1)]),
-    );
+    let out = std::process::Command::new(bin())
+        .args(["run", "--no-build", "--timeout", "900", "--topology"])
+        .arg(topology("two-node"))
+        .args(["--on", "0", &script(0), "--on", "1", &script(1)])
+        .output()
+        .expect("running rnic-emu run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "both guests ran their script");

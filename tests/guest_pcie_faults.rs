@@ -18,7 +18,6 @@ use rnic_emu::kv::KvStore;
 use rnic_emu::topology::Topology;
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,8 +161,7 @@ fn the_driver_reports_and_recovers_from_every_pcie_fault() {
     let (console, output) = (work.path().join("console.log"), work.path().join("output.log"));
     let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: Some(&kv_sock) };
     let args = rnic_emu::qemu::command_line(&topo, 0, &server.socket_dir, &files);
-    let log = std::fs::File::create(work.path().join("qemu.log")).unwrap();
-    let mut qemu = Proc(Command::new(&img.qemu).args(&args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap());
+    let mut qemu = spawn_qemu_until_init(&img.qemu, &args, &console, &work.path().join("qemu.log"));
 
     drive(&server, &store);
     let done = wait_until(Duration::from_secs(180), || std::fs::read_to_string(&output).unwrap_or_default().contains("@@RNIC-EMU-EXIT@@"));

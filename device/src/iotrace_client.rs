@@ -34,6 +34,11 @@ impl Reader {
         Reader { socket_dir: socket_dir.to_path_buf(), node: node.to_string(), since: 0 }
     }
 
+    /// The node's server was started again (a new, empty ring): read from its start.
+    pub fn restart(&mut self) {
+        self.since = 0;
+    }
+
     /// Sends `iotrace <args>` to the node; returns the reply's text.
     pub fn request(&self, args: &str) -> anyhow::Result<String> {
         let reply = control_request(&self.socket_dir, &self.node, &format!("iotrace {args}"))?;

@@ -20,6 +20,7 @@ pub use rnic_emu_core::{
 };
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
 
+pub mod bootwatch;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hostdrv;

@@ -64,6 +64,13 @@ enum Cmd {
         /// Seconds before the guest is stopped.
         #[arg(long, default_value_t = 900)]
         timeout: u64,
+        /// Seconds a node's kernel gets to start /init; a node that stalls or dies before
+        /// that (nothing of the image ran yet) is booted again.
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+        boot_timeout: u64,
+        /// Boots a node gets before a stall in early boot fails the run.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        boot_attempts: u32,
         /// Do not run images/build.sh first (use the image as it is).
         #[arg(long)]
         no_build: bool,
@@ -226,7 +233,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
         }
-        Cmd::Run { topology, node, timeout, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
+        Cmd::Run { topology, node, timeout, boot_timeout, boot_attempts, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
             let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
             match (commands.is_empty(), command.is_empty()) {
                 (true, false) => commands.push((node, command.join(" "))),
@@ -270,6 +277,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 topology,
                 commands,
                 timeout: Duration::from_secs(timeout),
+                boot_timeout: Duration::from_secs(boot_timeout),
+                boot_attempts,
                 server_bin: std::env::current_exe()?,
                 gpu_mem_dir,
                 load_driver: !no_driver,

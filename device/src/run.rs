@@ -6,10 +6,17 @@
 //! /rnic-emu/cmd.sh and /rnic-emu/env; the command's output arrives on serial port 1,
 //! ending with the line "@@RNIC-EMU-EXIT@@ <code>".
 //!
+//! A node whose kernel never starts /init within `boot_timeout` (or whose QEMU ends before
+//! that) stalled or died in early boot, before anything of the image ran: it is stopped
+//! and booted again, up to `boot_attempts` boots, its earlier logs kept as
+//! `<log>.boot<N>` (`bootwatch`). Under TCG on a loaded host such boots happen (a lost
+//! wake-up in a stop_machine rendezvous, an int3 while the kernel patches its text).
+//!
 //! With `--trace FILE` every node's MMIO/DMA trace is on from before QEMU starts, read
 //! over the control sockets while the run goes and written to FILE as JSON lines, each
 //! with its node (docs/trace.md).
 
+use crate::bootwatch::BootWatch;
 use crate::image::Image;
 use crate::kv::KvStore;
 use crate::qemu::{self, GuestFiles};
@@ -35,6 +42,11 @@ pub struct RunOptions {
     /// every listed node boots at once and output lines are prefixed "[node] ".
     pub commands: Vec<(String, String)>,
     pub timeout: Duration,
+    /// A node whose kernel has not started /init this long after QEMU started is booted
+    /// again.
+    pub boot_timeout: Duration,
+    /// Boots a node gets before a stall in early boot fails the run (at least 1).
+    pub boot_attempts: u32,
     /// The `rnic-emu` binary to start as the node's server.
     pub server_bin: PathBuf,
     /// Back GPU memory with files in this directory (kept after the run).
@@ -50,6 +62,37 @@ pub struct RunOptions {
     pub pcap: Option<PathBuf>,
     /// Record every node's MMIO/DMA trace to this file (JSON lines).
     pub trace_file: Option<PathBuf>,
+}
+
+enum BootState {
+    /// Booted, or still within its boot time.
+    Going,
+    /// Stopped or stalled before /init; boot it again.
+    Again,
+    /// Stalled before /init on its last boot: the run fails with this message.
+    Stalled(String),
+}
+
+/// Where a node's boot stands; a QEMU that ended before /init on its last boot is left
+/// to [`NodeRun::poll`], which reports it with the console's last lines.
+fn boot_check(n: &mut NodeRun, opts: &RunOptions) -> BootState {
+    if n.boot.reached_init() {
+        return BootState::Going;
+    }
+    let ended = n.qemu.exited();
+    let stalled = Instant::now() > n.boot_deadline;
+    match (ended || stalled, n.attempt < opts.boot_attempts.max(1)) {
+        (false, _) => BootState::Going,
+        (true, true) => BootState::Again,
+        (true, false) if ended => BootState::Going,
+        (true, false) => BootState::Stalled(format!(
+            "{}: the guest kernel did not start /init within {:?} ({} boots)\nconsole (last lines):\n{}",
+            n.name,
+            opts.boot_timeout,
+            n.attempt,
+            tail(&n.console_log, 30)
+        )),
+    }
 }
 
 /// Writes the MMIO/DMA traces of a run's nodes to one file as they come.
@@ -76,6 +119,13 @@ impl TraceFile {
         }
         self.out.flush()?;
         Ok(())
+    }
+
+    /// A node was booted again: its new server's trace starts from the beginning.
+    fn restarted(&mut self, node: &str) {
+        for r in self.readers.iter_mut().filter(|r| r.node == node) {
+            r.restart();
+        }
     }
 }
 
@@ -115,6 +165,13 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl ChildGuard {
+    /// Ends the child (SIGTERM, then SIGKILL after 3 s) and reaps it; a no-op once done.
+    fn stop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let pid = self.child.id() as libc::pid_t;
             // SAFETY: signalling our own child by pid; it is not reaped yet, so the pid
@@ -204,9 +261,38 @@ impl OutputFollower {
     }
 }
 
+fn rendezvous_path(wd: &Path, node: &str) -> PathBuf {
+    wd.join(format!("kv-{node}.sock"))
+}
+
+/// Serves the rendezvous store to a node's guests (its third serial port) for the whole
+/// run: a node booted again reconnects to the same socket.
+fn start_rendezvous(wd: &Path, node: &str, kv: &Arc<KvStore>) -> anyhow::Result<()> {
+    let listener = std::os::unix::net::UnixListener::bind(rendezvous_path(wd, node))?;
+    let (store, name) = (kv.clone(), node.to_string());
+    std::thread::spawn(move || crate::kv::serve(listener, store, name));
+    Ok(())
+}
+
+/// Moves a stalled boot's logs aside (`<log>.boot<N>`) so the next boot starts fresh ones.
+fn keep_boot_logs(n: &NodeRun) {
+    for log in [&n.console_log, &n.server_log, &n.qemu_log] {
+        let mut kept = log.clone().into_os_string();
+        kept.push(format!(".boot{}", n.attempt));
+        let _ = std::fs::rename(log, kept);
+    }
+}
+
 /// One booted node of a run.
 struct NodeRun {
     name: String,
+    /// The node's index in the topology and its command (to boot it again).
+    index: usize,
+    command: String,
+    /// Which boot this is (1 = the first).
+    attempt: u32,
+    boot: BootWatch,
+    boot_deadline: Instant,
     server: ChildGuard,
     qemu: ChildGuard,
     follower: OutputFollower,
@@ -226,7 +312,7 @@ fn start_node(
     index: usize,
     command: &str,
     wd: &Path,
-    kv: &Arc<KvStore>,
+    attempt: u32,
 ) -> anyhow::Result<NodeRun> {
     let node = &topo.nodes[index];
     let sockets = wd.join("sockets");
@@ -255,8 +341,10 @@ fn start_node(
     if std::env::var_os("RUST_LOG").is_none() {
         server_cmd.env("RUST_LOG", "info");
     }
-    let mut server = ChildGuard::spawn(&format!("rnic-emu serve ({})", node.name), &mut server_cmd)?;
     let ctl = crate::serve::control_path(&sockets, &node.name);
+    // A server of an earlier boot that had to be killed leaves its control socket behind.
+    let _ = std::fs::remove_file(&ctl);
+    let mut server = ChildGuard::spawn(&format!("rnic-emu serve ({})", node.name), &mut server_cmd)?;
     let ready = wait_until(Instant::now() + Duration::from_secs(20), || server.exited() || ctl.exists());
     if !ready || server.exited() {
         bail!("the server of {} did not come up:\n{}", node.name, tail(&server_log, 20));
@@ -264,12 +352,7 @@ fn start_node(
     if opts.trace_file.is_some() {
         crate::iotrace_client::Reader::new(&sockets, &node.name).request("on")?;
     }
-    // The rendezvous store, on the guest's third serial port.
-    let kv_sock = wd.join(format!("kv-{}.sock", node.name));
-    let listener = std::os::unix::net::UnixListener::bind(&kv_sock)?;
-    let (store, name) = (kv.clone(), node.name.clone());
-    std::thread::spawn(move || crate::kv::serve(listener, store, name));
-
+    let kv_sock = rendezvous_path(wd, &node.name);
     let initrd = wd.join(format!("initrd-{}.img", node.name));
     write_initrd(img, &initrd, command, opts.load_driver)?;
     let console_log = wd.join(format!("console-{}.log", node.name));
@@ -284,6 +367,11 @@ fn start_node(
     let qemu = ChildGuard::spawn(&format!("qemu ({})", node.name), &mut qemu_cmd)?;
     Ok(NodeRun {
         name: node.name.clone(),
+        index,
+        command: command.to_string(),
+        attempt,
+        boot: BootWatch::new(console_log.clone()),
+        boot_deadline: Instant::now() + opts.boot_timeout,
         server,
         qemu,
         follower: OutputFollower { file: None, path: output_log, pending: Vec::new(), exit_code: None },
@@ -360,7 +448,8 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     let kv = Arc::new(KvStore::default());
     let mut nodes = Vec::new();
     for (index, command) in &targets {
-        nodes.push(start_node(opts, img, &topo, *index, command, &wd, &kv)?);
+        start_rendezvous(&wd, &topo.nodes[*index].name, &kv)?;
+        nodes.push(start_node(opts, img, &topo, *index, command, &wd, 1)?);
     }
     let mut trace = match &opts.trace_file {
         Some(f) => {
@@ -379,6 +468,33 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
             }
         }
         let mut failure = None;
+        for n in nodes.iter_mut().filter(|n| !n.done) {
+            match boot_check(n, opts) {
+                BootState::Going => {}
+                BootState::Stalled(msg) => {
+                    failure = Some(msg);
+                    break;
+                }
+                BootState::Again => {
+                    log::warn!(
+                        "{}: the guest kernel stopped or stalled before starting /init (boot {} of {}; nothing of the image ran): booting it again",
+                        n.name,
+                        n.attempt,
+                        opts.boot_attempts
+                    );
+                    n.qemu.stop();
+                    n.server.stop();
+                    keep_boot_logs(n);
+                    *n = start_node(opts, img, &topo, n.index, &n.command, &wd, n.attempt + 1)?;
+                    if let Some(t) = trace.as_mut() {
+                        t.restarted(&n.name);
+                    }
+                }
+            }
+        }
+        if failure.is_some() {
+            break failure;
+        }
         for n in nodes.iter_mut().filter(|n| !n.done) {
             if let Some(f) = n.poll(sink, prefix) {
                 failure = Some(f);

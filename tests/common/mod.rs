@@ -37,40 +37,34 @@ pub struct GuestRun {
     pub stderr: String,
 }
 
-/// Runs an `rnic-emu run` command; once more, and only then, when a guest never reached
-/// its /init: its kernel died or stalled in early boot (under TCG on a loaded 2-core host:
-/// an int3 oops while the kernel live-patches a static key, or a stalled timer check).
-/// Nothing of ours had run in that guest, so the first attempt says nothing about the test.
-pub fn output_with_boot_retry(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("running rnic-emu run");
-    match guest_missed_init(&out) {
-        Some(console) => {
-            eprintln!("{}\n{} never reached /init: booting again", String::from_utf8_lossy(&out.stderr), console.display());
-            cmd.output().expect("running rnic-emu run")
+/// Starts QEMU for a test that drives the guest itself (not through `rnic-emu run`) and
+/// returns once the guest kernel has started /init. A kernel that stalls or dies in early
+/// boot (under TCG on a loaded host; nothing of ours has run yet) is killed and started
+/// again, up to three boots, as `rnic-emu run` does (`--boot-timeout`); the vfio-user
+/// server serves the next QEMU after a client goes.
+pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: &Path) -> Proc {
+    for boot in 1..=3 {
+        let out = std::fs::File::create(log).unwrap();
+        let mut child = Proc(Command::new(qemu).args(args).stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out).spawn().expect("starting QEMU"));
+        let mut watch = rnic_emu::bootwatch::BootWatch::new(console.to_path_buf());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline && !watch.reached_init() && matches!(child.0.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(100));
         }
-        None => out,
+        if watch.reached_init() {
+            return child;
+        }
+        let console_text = std::fs::read_to_string(console).unwrap_or_default();
+        eprintln!("boot {boot}: the guest kernel stalled or died before /init; console:\n{console_text}\nbooting again");
+        drop(child);
     }
-}
-
-/// The console log of a guest that never reached /init, when `rnic-emu run` failed with
-/// "the guest stopped without reporting an exit code" and kept its logs.
-fn guest_missed_init(out: &Output) -> Option<PathBuf> {
-    let err = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() != Some(125) || !err.contains("the guest stopped without reporting an exit code") {
-        return None;
-    }
-    let dir = err.split("(logs kept in ").nth(1)?.split(')').next()?;
-    std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
-        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("console-"))
-            && std::fs::read_to_string(p).is_ok_and(|c| !c.contains("Run /init as init process"))
-    })
+    panic!("the guest kernel did not start /init in three boots");
 }
 
 /// Boots `topology` with `rnic-emu run` and runs `script` in the guest.
 pub fn run_guest(topology: &Path, extra: &[&str], script: &str) -> GuestRun {
     ensure_image();
-    let out: Output = output_with_boot_retry(
-        Command::new(bin())
+    let out: Output = Command::new(bin())
             .arg("run")
             .arg("--no-build")
             .arg("--timeout")
@@ -80,8 +74,9 @@ pub fn run_guest(topology: &Path, extra: &[&str], script: &str) -> GuestRun {
             .args(extra)
             .arg("--")
             .arg(script)
-            .stdin(Stdio::null()),
-    );
+            .stdin(Stdio::null())
+            .output()
+            .expect("running rnic-emu run");
     let run = GuestRun {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

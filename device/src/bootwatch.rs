@@ -1,0 +1,80 @@
+//! Watches a guest's serial console for the line the kernel prints when it starts the
+//! initramfs's init ("Run /init as init process"). `rnic-emu run` uses it to tell a guest
+//! kernel that stalled or died in early boot (before any of the image's code ran) from a
+//! guest whose command failed, and to boot such a node again (`--boot-timeout`,
+//! `--boot-attempts`).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+
+/// What the kernel prints as it hands over to /init.
+pub const INIT_LINE: &[u8] = b"Run /init as init process";
+
+/// Follows one console log file from where it last stopped reading.
+pub struct BootWatch {
+    path: PathBuf,
+    offset: u64,
+    /// The end of the previous read, so a line split across two reads is still seen.
+    carry: Vec<u8>,
+    reached: bool,
+}
+
+impl BootWatch {
+    pub fn new(path: PathBuf) -> BootWatch {
+        BootWatch { path, offset: 0, carry: Vec::new(), reached: false }
+    }
+
+    /// Whether the kernel has started /init (reads what the console got since last time).
+    pub fn reached_init(&mut self) -> bool {
+        if self.reached {
+            return true;
+        }
+        let Ok(mut f) = std::fs::File::open(&self.path) else { return false };
+        if f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return false;
+        }
+        let mut buf = std::mem::take(&mut self.carry);
+        let before = buf.len();
+        if f.read_to_end(&mut buf).is_err() {
+            self.carry = buf;
+            return false;
+        }
+        self.offset += (buf.len() - before) as u64;
+        self.reached = buf.windows(INIT_LINE.len()).any(|w| w == INIT_LINE);
+        let keep = buf.len().min(INIT_LINE.len() - 1);
+        self.carry = buf.split_off(buf.len() - keep);
+        self.reached
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn sees_the_init_line_even_when_it_arrives_in_pieces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console.log");
+        let mut w = BootWatch::new(path.clone());
+        assert!(!w.reached_init(), "no file yet");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"[    1.2] hpet0: 3 comparators\n[    2.5] Run /in").unwrap();
+        assert!(!w.reached_init());
+        f.write_all(b"it as init").unwrap();
+        assert!(!w.reached_init());
+        f.write_all(b" process\n  with arguments:\n").unwrap();
+        assert!(w.reached_init());
+        assert!(w.reached_init(), "stays reached");
+    }
+
+    #[test]
+    fn a_console_without_the_line_never_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console.log");
+        std::fs::write(&path, "Kernel panic - not syncing: IO-APIC + timer doesn't work!\nRun /sbin/init\n").unwrap();
+        let mut w = BootWatch::new(path);
+        assert!(!w.reached_init());
+        assert!(!w.reached_init());
+    }
+}
