@@ -88,7 +88,7 @@ fn a_kernel_that_dies_before_init_is_booted_again() {
 fn a_stall_on_every_boot_fails_the_run_and_keeps_each_boots_console() {
     let o = run("stall", 99, &["--boot-timeout", "1", "--boot-attempts", "2"]);
     assert_eq!((o.code, o.boots), (Some(125), 2), "rnic-emu failed, after two boots: {}", o.stderr);
-    assert!(o.stderr.contains("node0: the guest kernel did not start /init within 1s (2 boots)"), "{}", o.stderr);
+    assert!(o.stderr.contains("node0: the guest kernel stalled before starting /init: its console was silent for 1s (2 boots)"), "{}", o.stderr);
     assert!(o.stderr.contains("hpet0: 3 comparators, 64-bit 100.000000 MHz counter (boot 2)"), "the last console: {}", o.stderr);
     let kept = o.stderr.split("(logs kept in ").nth(1).and_then(|s| s.split(')').next()).expect("logs kept");
     let first = std::fs::read_to_string(Path::new(kept).join("console-node0.log.boot1")).unwrap();

@@ -1,11 +1,14 @@
 //! Watches a guest's serial console for the line the kernel prints when it starts the
-//! initramfs's init ("Run /init as init process"). `rnic-emu run` uses it to tell a guest
-//! kernel that stalled or died in early boot (before any of the image's code ran) from a
-//! guest whose command failed, and to boot such a node again (`--boot-timeout`,
-//! `--boot-attempts`).
+//! initramfs's init ("Run /init as init process"), and for how long the console has been
+//! silent. `rnic-emu run` uses it to tell a guest kernel that stalled or died in early
+//! boot (before any of the image's code ran) from one that is slow, and from a guest whose
+//! command failed, and to boot a stalled node again (`--boot-timeout`, `--boot-attempts`).
+//! Silence, not the time since start, is what counts: on a host with more vCPUs than
+//! cores a boot can take minutes and still print a line every few seconds.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// What the kernel prints as it hands over to /init.
 pub const INIT_LINE: &[u8] = b"Run /init as init process";
@@ -17,11 +20,13 @@ pub struct BootWatch {
     /// The end of the previous read, so a line split across two reads is still seen.
     carry: Vec<u8>,
     reached: bool,
+    /// When the console last grew (or the watch started).
+    last_growth: Instant,
 }
 
 impl BootWatch {
     pub fn new(path: PathBuf) -> BootWatch {
-        BootWatch { path, offset: 0, carry: Vec::new(), reached: false }
+        BootWatch { path, offset: 0, carry: Vec::new(), reached: false, last_growth: Instant::now() }
     }
 
     /// Whether the kernel has started /init (reads what the console got since last time).
@@ -39,11 +44,20 @@ impl BootWatch {
             self.carry = buf;
             return false;
         }
-        self.offset += (buf.len() - before) as u64;
+        let grown = (buf.len() - before) as u64;
+        if grown > 0 {
+            self.last_growth = Instant::now();
+        }
+        self.offset += grown;
         self.reached = buf.windows(INIT_LINE.len()).any(|w| w == INIT_LINE);
         let keep = buf.len().min(INIT_LINE.len() - 1);
         self.carry = buf.split_off(buf.len() - keep);
         self.reached
+    }
+
+    /// How long the console has not grown (as of the last [`BootWatch::reached_init`]).
+    pub fn silent_for(&self) -> Duration {
+        self.last_growth.elapsed()
     }
 }
 
@@ -66,6 +80,20 @@ mod tests {
         f.write_all(b" process\n  with arguments:\n").unwrap();
         assert!(w.reached_init());
         assert!(w.reached_init(), "stays reached");
+    }
+
+    #[test]
+    fn silence_is_measured_from_the_last_console_growth() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console.log");
+        std::fs::write(&path, "[    0.0] Linux version 7.3\n").unwrap();
+        let mut w = BootWatch::new(path.clone());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!w.reached_init());
+        assert!(w.silent_for() < Duration::from_millis(50), "the first read is growth");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!w.reached_init());
+        assert!(w.silent_for() >= Duration::from_millis(60), "nothing new since");
     }
 
     #[test]

@@ -64,8 +64,9 @@ enum Cmd {
         /// Seconds before the guest is stopped.
         #[arg(long, default_value_t = 900)]
         timeout: u64,
-        /// Seconds a node's kernel gets to start /init; a node that stalls or dies before
-        /// that (nothing of the image ran yet) is booted again.
+        /// Seconds of console silence after which a node whose kernel has not started
+        /// /init counts as stalled and is booted again (nothing of the image ran yet), as
+        /// is one whose QEMU ends before /init.
         #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
         boot_timeout: u64,
         /// Boots a node gets before a stall in early boot fails the run.
