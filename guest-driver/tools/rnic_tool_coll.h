@@ -292,9 +292,16 @@ static inline int cm_create_qp(struct cm *c, uint32_t sq, uint32_t rq, uint32_t 
 static inline int cm_connect(struct cm *c, uint32_t qpn, uint32_t my_psn, uint32_t ip,
 			     uint32_t dest, uint32_t dest_psn)
 {
+	/*
+	 * timeout 16: 4.096 us * 2^16 = 268 ms per retransmission, 2.1 s for all seven
+	 * retries. Four guests and their node servers can share two host cores; with
+	 * 67 ms (14) a node server kept off the CPU for half a second would exhaust a QP's
+	 * retries (a rare, unexplained retry exhaustion under 1% injected loss is the one
+	 * failure of this kind seen). NCCL's own default (NCCL_IB_TIMEOUT) is longer still.
+	 */
 	struct rv_remote_attr ra = {
 		.dest_qpn = dest, .dest_ip = ip, .rq_psn = dest_psn, .sq_psn = my_psn,
-		.path_mtu = 4096, .retry_cnt = 7, .timeout = 14, .rnr_retry = 7,
+		.path_mtu = 4096, .retry_cnt = 7, .timeout = 16, .rnr_retry = 7,
 		.rnr_timer_us = 10,
 	};
 
