@@ -67,7 +67,7 @@ enum Cmd {
         /// Seconds of console silence after which a node whose kernel has not started
         /// /init counts as stalled and is booted again (nothing of the image ran yet), as
         /// is one whose QEMU ends before /init.
-        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         boot_timeout: u64,
         /// Boots a node gets before a stall in early boot fails the run.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]

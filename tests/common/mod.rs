@@ -39,7 +39,7 @@ pub struct GuestRun {
 
 /// Starts QEMU for a test that drives the guest itself (not through `rnic-emu run`) and
 /// returns once the guest kernel has started /init. A kernel that stalls (its console
-/// silent for 120 s) or dies in early boot (under TCG on a loaded host; nothing of ours has
+/// silent for 60 s) or dies in early boot (under TCG on a loaded host; nothing of ours has
 /// run yet) is killed and started again, up to three boots, as `rnic-emu run` does
 /// (`--boot-timeout`); the vfio-user
 /// server serves the next QEMU after a client goes.
@@ -48,7 +48,7 @@ pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: 
         let out = std::fs::File::create(log).unwrap();
         let mut child = Proc(Command::new(qemu).args(args).stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out).spawn().expect("starting QEMU"));
         let mut watch = rnic_emu::bootwatch::BootWatch::new(console.to_path_buf());
-        while !watch.reached_init() && watch.silent_for() < Duration::from_secs(120) && matches!(child.0.try_wait(), Ok(None)) {
+        while !watch.reached_init() && watch.silent_for() < Duration::from_secs(60) && matches!(child.0.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(100));
         }
         if watch.reached_init() {
