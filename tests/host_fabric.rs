@@ -3,7 +3,8 @@
 //! a remote access error across the wire, reliability under injected loss, duplication
 //! and reordering (every byte intact, retransmissions counted), and a dead link (100%
 //! drop: every outstanding WR completes exactly once, with a retry-exceeded or flush
-//! status); malformed send and receive WQEs on connected QPs. Each test writes its own
+//! status); malformed send and receive WQEs on connected QPs; completions waited for on
+//! MSI-X interrupts (eventfds through SET_IRQS, the CQ armed). Each test writes its own
 //! topology with its own loopback addresses.
 
 mod common;
@@ -89,6 +90,44 @@ fn write_read_send_across_nodes() {
     assert_eq!(s0["bytes_read"], 3 * MIB);
     assert!(s1["acks_sent"].as_u64().unwrap() > 0);
     assert_eq!(s1["pkts_dropped"], 0);
+}
+
+/// `hostdrv` waiting as an interrupt-driven driver does (the fabric bench's mode): the
+/// CQ armed, the client asleep on the vector's eventfd that SET_IRQS gave the server.
+#[test]
+fn completions_by_msix_interrupt_across_nodes() {
+    let (mut p, _dir) = pair(10, "", 7);
+    p.h[0].use_interrupts().unwrap();
+    p.h[1].use_interrupts().unwrap();
+    let data = pattern(23, 0, 64 << 10);
+    p.h[0].ram.write(p.buf[0], &data).unwrap();
+    for i in 0..20 {
+        write(&mut p, 0, 0, 64 << 10, i, true);
+        let c = p.h[0].wait(1, Duration::from_secs(30)).unwrap();
+        assert_eq!((c.status, c.wr_id), (WC_SUCCESS, i));
+    }
+    // A SEND whose RECV completion node 1's client is already asleep for.
+    let NodePair { h: [mut h0, mut h1], servers: _servers, buf, key, .. } = p;
+    let recv = (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 77, ..Default::default() }, vec![Sge { addr: VA + buf[1] + MIB, length: 4096, lkey: key[1] }]);
+    h1.post(1, false, &[recv]).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let c = h1.wait(1, Duration::from_secs(30)).unwrap();
+        (h1, c)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let hdr = WqeHeader { opcode: WQE_OP_SEND, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 21, ..Default::default() };
+    h0.post(1, true, &[(hdr, vec![Sge { addr: VA + buf[0], length: 4096, lkey: key[0] }])]).unwrap();
+    assert_eq!(h0.wait(1, Duration::from_secs(30)).unwrap().status, WC_SUCCESS);
+    let (h1, r) = waiter.join().unwrap();
+    assert_eq!((r.wr_id, r.opcode, r.byte_len), (77, CQE_OP_RECV, 4096));
+    let mut got = vec![0u8; 4096];
+    h1.ram.read(buf[1] + MIB, &mut got).unwrap();
+    assert!(got == data[..4096]);
+    // Every wait above slept on an interrupt the engine raised for an armed CQ.
+    for (i, soc) in _servers.iter().enumerate() {
+        let st = rnic_emu::serve::query_stats(&soc.socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone();
+        assert!(st["interrupts"].as_u64().unwrap() >= 1, "node{i} raised its CQ's vector: {st}");
+    }
 }
 
 #[test]
