@@ -53,6 +53,9 @@ const MODULES: &[&str] = &[
 /// suite): these must pass, not skip.
 const MUST_PASS: &[&str] = &[
     "test_cq_events.CqEventsTestCase.test_cq_events_rc",
+    "test_cqex.CQEXAPITest.test_create_cq_ex",
+    "test_cqex.CQEXAPITest.test_create_cq_ex_bad_flow",
+    "test_cqex.CqExTestCase.test_rc_traffic_cq_ex",
     "test_qp.QPTest.test_create_rc_qp_ex_with_attr",
     "test_qp.QPTest.test_query_rc_qp",
     "test_qpex.QpExTestCase.test_qp_ex_rc_rdma_read",
@@ -82,7 +85,6 @@ const SKIPS: &[(&str, &str, &str)] = &[
     ("flush", "", "RDMA FLUSH"),
     ("test_odp.", "ODP is not supported", "on-demand paging"),
     ("test_srq.", "Create SRQ is not supported", "SRQs"),
-    ("", "Create Extended CQ is not supported", "extended CQs (ibv_create_cq_ex)"),
 ];
 
 /// The SKIPS reason that explains an rnic0 skip of `id` with message `why`.

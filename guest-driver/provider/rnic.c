@@ -4,11 +4,11 @@
  *
  * libibverbs loads it for an RDMA device whose PCI function matches our IDs (the kernel's
  * guest-driver/rnic_ib.c registers it as rnicN). Here: the control path (device and port
- * queries, PDs, MRs and dma-buf MRs, CQs, RC QPs) through the kernel's generic uverbs
- * commands, and the mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and
- * doorbell page.
+ * queries, PDs, MRs and dma-buf MRs, CQs (also from ibv_create_cq_ex), RC QPs) through the
+ * kernel's generic uverbs commands, and the mappings the data path (rnic_dp.c) uses: each
+ * CQ's and QP's rings and doorbell page.
  *
- * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, extended CQs;
+ * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, completion timestamps;
  * libibverbs answers those with EOPNOTSUPP.
  */
 #include <errno.h>
@@ -27,6 +27,11 @@ struct rnic_get_context_resp {
 
 struct rnic_create_cq_resp {
 	struct ib_uverbs_create_cq_resp ibv_resp;
+	struct rnic_ib_create_cq_resp drv;
+};
+
+struct rnic_create_cq_ex_resp {
+	struct ib_uverbs_ex_create_cq_resp ibv_resp;
 	struct rnic_ib_create_cq_resp drv;
 };
 
@@ -150,36 +155,92 @@ static int rnic_dereg_mr(struct verbs_mr *vmr)
 	return ret;
 }
 
+/* Maps a created CQ's ring and doorbell page (the driver data of either create). */
+static int rnic_cq_map(struct ibv_context *ibctx, struct rnic_cq *cq,
+		       const struct rnic_ib_create_cq_resp *drv)
+{
+	cq->cqn = drv->cqn;
+	cq->log_size = drv->log_size;
+	cq->ring_len = sizeof(struct rnic_cqe) << cq->log_size;
+	cq->ring = rnic_map(ibctx, cq->ring_len, drv->ring_key);
+	cq->db_page = rnic_map(ibctx, RNIC_DBP_PAGE, drv->db_key);
+	if (cq->ring && cq->db_page)
+		return 0;
+	rnic_unmap(cq->db_page, RNIC_DBP_PAGE);
+	rnic_unmap(cq->ring, cq->ring_len);
+	return -1;
+}
+
+/* Undoes a create whose mapping failed: the kernel CQ goes, errno is kept. */
+static void rnic_cq_abort(struct rnic_cq *cq)
+{
+	int err = errno;
+
+	ibv_cmd_destroy_cq(&cq->vcq.cq);
+	pthread_spin_destroy(&cq->lock);
+	free(cq);
+	errno = err;
+}
+
 static struct ibv_cq *rnic_create_cq(struct ibv_context *ibctx, int cqe,
 				     struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct rnic_create_cq_resp resp = {};
 	struct rnic_cq *cq;
-	int err;
 
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return NULL;
 	if (pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE))
 		goto err_free;
-	if (ibv_cmd_create_cq(ibctx, cqe, channel, comp_vector, &cq->ibv_cq, NULL, 0,
+	if (ibv_cmd_create_cq(ibctx, cqe, channel, comp_vector, &cq->vcq.cq, NULL, 0,
 			      &resp.ibv_resp, sizeof(resp)))
 		goto err_lock;
-	cq->cqn = resp.drv.cqn;
-	cq->log_size = resp.drv.log_size;
-	cq->ring_len = sizeof(struct rnic_cqe) << cq->log_size;
-	cq->ring = rnic_map(ibctx, cq->ring_len, resp.drv.ring_key);
-	cq->db_page = rnic_map(ibctx, RNIC_DBP_PAGE, resp.drv.db_key);
-	if (!cq->ring || !cq->db_page)
-		goto err_destroy;
-	return &cq->ibv_cq;
+	if (rnic_cq_map(ibctx, cq, &resp.drv)) {
+		rnic_cq_abort(cq);
+		return NULL;
+	}
+	return &cq->vcq.cq;
 
-err_destroy:
-	err = errno;
-	rnic_unmap(cq->db_page, RNIC_DBP_PAGE);
-	rnic_unmap(cq->ring, cq->ring_len);
-	ibv_cmd_destroy_cq(&cq->ibv_cq);
-	errno = err;
+err_lock:
+	pthread_spin_destroy(&cq->lock);
+err_free:
+	free(cq);
+	return NULL;
+}
+
+/*
+ * ibv_create_cq_ex(): the same CQ, polled through start_poll/next_poll/end_poll. Every
+ * field of the standard set can be read (SLID, SL and DLID path bits are 0 on RoCE);
+ * timestamps, VLANs, flow tags and tag matching are not offered: EOPNOTSUPP.
+ */
+static struct ibv_cq_ex *rnic_create_cq_ex(struct ibv_context *ibctx,
+					   struct ibv_cq_init_attr_ex *attr)
+{
+	struct rnic_create_cq_ex_resp resp = {};
+	struct rnic_cq *cq;
+
+	if ((attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS) ||
+	    (attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     (attr->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+	if (pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE))
+		goto err_free;
+	if (ibv_cmd_create_cq_ex(ibctx, attr, &cq->vcq, NULL, 0, &resp.ibv_resp, sizeof(resp), 0))
+		goto err_lock;
+	if (rnic_cq_map(ibctx, cq, &resp.drv)) {
+		rnic_cq_abort(cq);
+		return NULL;
+	}
+	rnic_cq_ex_init(cq, attr->wc_flags);
+	return &cq->vcq.cq_ex;
+
 err_lock:
 	pthread_spin_destroy(&cq->lock);
 err_free:
@@ -375,6 +436,7 @@ static const struct verbs_context_ops rnic_ctx_ops = {
 	.dereg_mr = rnic_dereg_mr,
 	.reg_dmabuf_mr = rnic_reg_dmabuf_mr,
 	.create_cq = rnic_create_cq,
+	.create_cq_ex = rnic_create_cq_ex,
 	.poll_cq = rnic_poll_cq,
 	.req_notify_cq = rnic_req_notify_cq,
 	.destroy_cq = rnic_destroy_cq,

@@ -31,7 +31,8 @@ struct rnic_context {
 };
 
 struct rnic_cq {
-	struct ibv_cq ibv_cq;
+	struct verbs_cq vcq;		/* cq and cq_ex (the extended poll API) */
+	struct ibv_wc cur;		/* start_poll()/next_poll()'s completion */
 	pthread_spinlock_t lock;
 	struct rnic_cqe *ring;		/* mmap'd: the device writes CQEs here */
 	size_t ring_len;
@@ -74,7 +75,7 @@ static inline struct rnic_context *to_rctx(struct ibv_context *ibctx)
 
 static inline struct rnic_cq *to_rcq(struct ibv_cq *ibcq)
 {
-	return container_of(ibcq, struct rnic_cq, ibv_cq);
+	return container_of(ibcq, struct rnic_cq, vcq.cq);
 }
 
 static inline struct rnic_qp *to_rqp(struct ibv_qp *ibqp)
@@ -90,6 +91,7 @@ int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_
 int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+void rnic_cq_ex_init(struct rnic_cq *cq, uint64_t wc_flags);
 int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags);
 
 #endif /* RNIC_PROVIDER_H */

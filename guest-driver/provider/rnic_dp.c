@@ -6,7 +6,8 @@
  * ring, store the producer index into the QP's page of the doorbell page, and ring the MMIO
  * doorbell (through the kernel: an empty POST_SEND/POST_RECV command) only when the
  * device's event index says it sleeps (docs/verbs.md §3.1). poll_cq reads CQEs from the
- * mmap'd ring with the owner rule (§5) and stores the consumer index into the CQ's page.
+ * mmap'd ring with the owner rule (§5) and stores the consumer index into the CQ's page;
+ * so do start_poll/next_poll/end_poll, the extended poll API of ibv_create_cq_ex().
  * In steady state nothing here makes a system call.
  *
  * Both send APIs: ibv_post_send() and the extended one (ibv_wr_start() .. ibv_wr_complete(),
@@ -470,31 +471,173 @@ static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
 	return true;
 }
 
-int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
+/*
+ * The next completion of the CQ into *wc (stale CQEs of destroyed or reset QPs are
+ * consumed and dropped); false when the ring holds none. Under cq->lock; the caller
+ * reports the consumer index (rnic_cq_report) when it is done.
+ */
+static bool rnic_cq_next(struct rnic_cq *cq, struct ibv_wc *wc)
 {
-	struct rnic_cq *cq = to_rcq(ibcq);
-	struct rnic_context *ctx = to_rctx(ibcq->context);
-	uint32_t mask = (1U << cq->log_size) - 1, consumed = 0;
+	struct rnic_context *ctx = to_rctx(cq->vcq.cq.context);
+	uint32_t mask = (1U << cq->log_size) - 1, consumed;
 	volatile struct rnic_cqe *slot;
 	struct rnic_cqe cqe;
-	int got = 0;
 
-	pthread_spin_lock(&cq->lock);
-	while (got < ne && consumed <= mask) {
+	for (consumed = 0; consumed <= mask; consumed++) {
 		slot = &cq->ring[cq->ci & mask];
 		if (slot->owner != (((cq->ci >> cq->log_size) & 1) ^ 1))
-			break;
+			return false;
 		udma_from_device_barrier();	/* the owner byte is written last */
 		memcpy(&cqe, (const void *)slot, sizeof(cqe));
 		cq->ci++;
-		consumed++;
-		if (rnic_cqe_to_wc(ctx, &cqe, &wc[got]))
-			got++;
+		if (rnic_cqe_to_wc(ctx, &cqe, wc))
+			return true;
 	}
-	if (consumed)
-		((volatile uint32_t *)cq->db_page)[RNIC_DBP_CQ_CI / 4] = cq->ci & 0xffff;
+	return false;
+}
+
+/* Tells the device how far software has consumed (its doorbell page). */
+static void rnic_cq_report(struct rnic_cq *cq)
+{
+	((volatile uint32_t *)cq->db_page)[RNIC_DBP_CQ_CI / 4] = cq->ci & 0xffff;
+}
+
+int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
+{
+	struct rnic_cq *cq = to_rcq(ibcq);
+	uint32_t before;
+	int got = 0;
+
+	pthread_spin_lock(&cq->lock);
+	before = cq->ci;
+	while (got < ne && rnic_cq_next(cq, &wc[got]))
+		got++;
+	if (cq->ci != before)
+		rnic_cq_report(cq);
 	pthread_spin_unlock(&cq->lock);
 	return got;
+}
+
+/* The extended poll API: the lock is held from start_poll() to end_poll(). */
+static struct rnic_cq *to_xcq(struct ibv_cq_ex *ibcqx)
+{
+	return container_of(ibcqx, struct rnic_cq, vcq.cq_ex);
+}
+
+static int rnic_cq_ex_take(struct rnic_cq *cq)
+{
+	if (!rnic_cq_next(cq, &cq->cur))
+		return ENOENT;
+	cq->vcq.cq_ex.wr_id = cq->cur.wr_id;
+	cq->vcq.cq_ex.status = cq->cur.status;
+	return 0;
+}
+
+static int rnic_start_poll(struct ibv_cq_ex *ibcqx, struct ibv_poll_cq_attr *attr)
+{
+	struct rnic_cq *cq = to_xcq(ibcqx);
+	int ret;
+
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_spin_lock(&cq->lock);
+	ret = rnic_cq_ex_take(cq);
+	if (ret) {
+		rnic_cq_report(cq);	/* stale entries may have been dropped */
+		pthread_spin_unlock(&cq->lock);
+	}
+	return ret;
+}
+
+static int rnic_next_poll(struct ibv_cq_ex *ibcqx)
+{
+	return rnic_cq_ex_take(to_xcq(ibcqx));
+}
+
+static void rnic_end_poll(struct ibv_cq_ex *ibcqx)
+{
+	struct rnic_cq *cq = to_xcq(ibcqx);
+
+	rnic_cq_report(cq);
+	pthread_spin_unlock(&cq->lock);
+}
+
+static enum ibv_wc_opcode rnic_read_opcode(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.opcode;
+}
+
+static uint32_t rnic_read_vendor_err(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.vendor_err;
+}
+
+static unsigned int rnic_read_wc_flags(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.wc_flags;
+}
+
+static uint32_t rnic_read_byte_len(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.byte_len;
+}
+
+static __be32 rnic_read_imm_data(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.imm_data;
+}
+
+static uint32_t rnic_read_qp_num(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.qp_num;
+}
+
+static uint32_t rnic_read_src_qp(struct ibv_cq_ex *q)
+{
+	return to_xcq(q)->cur.src_qp;
+}
+
+/* RoCE: no LIDs, no service level in the completion. */
+static uint32_t rnic_read_slid(struct ibv_cq_ex *q)
+{
+	return 0;
+}
+
+static uint8_t rnic_read_sl(struct ibv_cq_ex *q)
+{
+	return 0;
+}
+
+static uint8_t rnic_read_dlid_path_bits(struct ibv_cq_ex *q)
+{
+	return 0;
+}
+
+/* Fills the extended poll API; a reader is set only for the fields the user asked for. */
+void rnic_cq_ex_init(struct rnic_cq *cq, uint64_t wc_flags)
+{
+	struct ibv_cq_ex *x = &cq->vcq.cq_ex;
+
+	x->start_poll = rnic_start_poll;
+	x->next_poll = rnic_next_poll;
+	x->end_poll = rnic_end_poll;
+	x->read_opcode = rnic_read_opcode;
+	x->read_vendor_err = rnic_read_vendor_err;
+	x->read_wc_flags = rnic_read_wc_flags;
+	if (wc_flags & IBV_WC_EX_WITH_BYTE_LEN)
+		x->read_byte_len = rnic_read_byte_len;
+	if (wc_flags & IBV_WC_EX_WITH_IMM)
+		x->read_imm_data = rnic_read_imm_data;
+	if (wc_flags & IBV_WC_EX_WITH_QP_NUM)
+		x->read_qp_num = rnic_read_qp_num;
+	if (wc_flags & IBV_WC_EX_WITH_SRC_QP)
+		x->read_src_qp = rnic_read_src_qp;
+	if (wc_flags & IBV_WC_EX_WITH_SLID)
+		x->read_slid = rnic_read_slid;
+	if (wc_flags & IBV_WC_EX_WITH_SL)
+		x->read_sl = rnic_read_sl;
+	if (wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
+		x->read_dlid_path_bits = rnic_read_dlid_path_bits;
 }
 
 /* The consumer index is in the doorbell page already (poll_cq); the kernel arms. */
@@ -503,7 +646,7 @@ int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	struct rnic_cq *cq = to_rcq(ibcq);
 
 	pthread_spin_lock(&cq->lock);
-	((volatile uint32_t *)cq->db_page)[RNIC_DBP_CQ_CI / 4] = cq->ci & 0xffff;
+	rnic_cq_report(cq);
 	pthread_spin_unlock(&cq->lock);
 	return ibv_cmd_req_notify_cq(ibcq, solicited_only);
 }
