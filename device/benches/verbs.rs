@@ -5,7 +5,9 @@
 //! - RDMA WRITE bandwidth, 64 KiB .. 4 MiB, 16 WQEs per doorbell (the last signaled, as
 //!   perftest keeps a window in flight), against one plain memcpy of the same bytes;
 //! - small (64-byte) RDMA WRITEs per second, posted 32 per doorbell, against the bare cost
-//!   of one vfio-user register round trip.
+//!   of one vfio-user register round trip;
+//! - both again (doorbell page) with the node's MMIO/DMA trace recording, the cost of
+//!   `rnic-emu trace --record on` (off, each access pays one relaxed atomic load).
 //! Prints tables; the ratios are what to compare between runs (machines are noisy).
 
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
@@ -106,5 +108,13 @@ fn main() -> anyhow::Result<()> {
     println!();
     bandwidth(&mut h, &b, "doorbell page")?;
     small_writes(&mut h, &b, "doorbell page")?;
+    // The MMIO/DMA trace (docs/trace.md) recording every WQE fetch, payload and CQE DMA:
+    // what it costs when on; off, each access pays one relaxed atomic load (the runs above).
+    let trace = rnic_emu::iotrace_client::Reader::new(dir.path(), "node0");
+    trace.request("on")?;
+    println!();
+    bandwidth(&mut h, &b, "doorbell page, MMIO/DMA trace recording")?;
+    small_writes(&mut h, &b, "doorbell page, MMIO/DMA trace recording")?;
+    trace.request("off")?;
     Ok(())
 }
