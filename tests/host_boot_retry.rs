@@ -3,32 +3,10 @@
 //! through `RNIC_EMU_QEMU`) plays a guest that stalls or dies in early boot on its first
 //! boots and then runs; the node's real server is started for every boot.
 
+mod common;
+use common::fake_qemu::FakeQemu;
+use common::topology;
 use std::path::Path;
-use std::process::Command;
-
-/// A stand-in for QEMU: writes the console (first `-serial file:`) and the command's
-/// output (second); counts its boots in $FAKE_STATE; boots before $FAKE_GOOD_BOOT stall
-/// ($FAKE_MODE=stall) or end at once after a panic line (die).
-const FAKE_QEMU: &str = r#"#!/bin/bash
-cons=; out=; prev=
-for a in "$@"; do
-  if [ "$prev" = -serial ]; then
-    case "$a" in file:*) if [ -z "$cons" ]; then cons=${a#file:}; elif [ -z "$out" ]; then out=${a#file:}; fi ;; esac
-  fi
-  prev=$a
-done
-n=$(( $(cat "$FAKE_STATE" 2>/dev/null || echo 0) + 1 ))
-echo $n > "$FAKE_STATE"
-echo "[    1.2] hpet0: 3 comparators, 64-bit 100.000000 MHz counter (boot $n)" > "$cons"
-if [ "$n" -lt "$FAKE_GOOD_BOOT" ]; then
-  case "$FAKE_MODE" in
-    stall) exec sleep 300 ;;
-    die) echo "[    0.05] Kernel panic - not syncing: IO-APIC + timer doesn't work!" >> "$cons"; exit 0 ;;
-  esac
-fi
-echo "[    2.0] Run /init as init process" >> "$cons"
-printf 'ran on boot %s\n@@RNIC-EMU-EXIT@@ 7\n' "$n" > "$out"
-"#;
 
 struct Outcome {
     code: Option<i32>,
@@ -38,33 +16,19 @@ struct Outcome {
 }
 
 fn run(mode: &str, good_boot: u32, extra: &[&str]) -> Outcome {
-    let dir = tempfile::tempdir().unwrap();
-    let qemu = dir.path().join("qemu-system-x86_64");
-    std::fs::write(&qemu, FAKE_QEMU).unwrap();
-    std::fs::set_permissions(&qemu, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    // An image directory with a kernel and an initramfs (the stand-in reads neither).
-    let image = dir.path().join("image");
-    std::fs::create_dir(&image).unwrap();
-    std::fs::write(image.join("vmlinuz"), b"not a kernel").unwrap();
-    std::fs::write(image.join("initramfs.cpio.gz"), b"not an initramfs").unwrap();
-    let state = dir.path().join("boots");
-    let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("../qemu-configs/single-switch.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_rnic-emu"))
-        .args(["run", "--no-build", "--timeout", "120", "--topology", topology.to_str().unwrap()])
+    let fake = FakeQemu::new();
+    let out = fake
+        .run(mode, good_boot, 0)
+        .args(["--timeout", "120", "--topology", topology("single-switch").to_str().unwrap()])
         .args(extra)
         .args(["--", "true"])
-        .env("RNIC_EMU_QEMU", &qemu)
-        .env("RNIC_EMU_IMAGE_DIR", &image)
-        .env("FAKE_STATE", &state)
-        .env("FAKE_MODE", mode)
-        .env("FAKE_GOOD_BOOT", good_boot.to_string())
         .output()
         .expect("running rnic-emu run");
     Outcome {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        boots: std::fs::read_to_string(&state).unwrap().trim().parse().unwrap(),
+        boots: fake.boots(),
     }
 }
 

@@ -28,5 +28,6 @@ pub mod image;
 pub mod iotrace_client;
 pub mod kv;
 pub mod logging;
+pub mod netns;
 pub mod qemu;
 pub mod run;

@@ -72,6 +72,10 @@ enum Cmd {
         /// Boots a node gets before a stall in early boot fails the run.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         boot_attempts: u32,
+        /// Run the node servers and QEMU in a network namespace of their own (root), so
+        /// that several runs of one topology (fixed fabric addresses) can share a host.
+        #[arg(long)]
+        netns: bool,
         /// Do not run images/build.sh first (use the image as it is).
         #[arg(long)]
         no_build: bool,
@@ -234,7 +238,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
         }
-        Cmd::Run { topology, node, timeout, boot_timeout, boot_attempts, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
+        Cmd::Run { topology, node, timeout, boot_timeout, boot_attempts, netns, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
             let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
             match (commands.is_empty(), command.is_empty()) {
                 (true, false) => commands.push((node, command.join(" "))),
@@ -274,6 +278,9 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 image::build()?;
             }
             let img = image::ensure(false).config()?;
+            if netns {
+                rnic_emu::netns::enter_private().config()?;
+            }
             let opts = run::RunOptions {
                 topology,
                 commands,

@@ -3,6 +3,7 @@
 //! that are ended by pid.
 #![allow(dead_code)]
 
+pub mod fake_qemu;
 pub mod raw;
 
 use std::path::{Path, PathBuf};

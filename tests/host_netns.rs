@@ -1,0 +1,52 @@
+//! `rnic-emu run --netns`: two runs of one topology at once on one host. Its fabric
+//! addresses (127.0.0.11:4791, ...) are fixed, so without namespaces the second run's node
+//! servers cannot bind them; each in a network namespace of its own, both runs complete.
+//! Host-level: the node servers are real, QEMU is the stand-in of `common::fake_qemu`,
+//! which keeps each run up for a few seconds so that the two overlap. Needs root.
+
+mod common;
+use common::fake_qemu::FakeQemu;
+use common::topology;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+/// Starts two `rnic-emu run`s of two-node.toml 1.5 s apart; each guest stays up 4 s.
+fn two_runs_at_once(netns: bool) -> [Output; 2] {
+    let fake = FakeQemu::new();
+    let start = || {
+        let mut c = fake.run("stall", 1, 4);
+        if netns {
+            c.arg("--netns");
+        }
+        c.args(["--timeout", "60", "--topology", topology("two-node").to_str().unwrap(), "--on", "0", "true", "--on", "1", "true"]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("running rnic-emu run")
+    };
+    let first = start();
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = start();
+    [first.wait_with_output().unwrap(), second.wait_with_output().unwrap()]
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn two_runs_of_one_topology_at_once_each_in_its_own_network_namespace() {
+    if !root() {
+        eprintln!("skipped: --netns needs root");
+        return;
+    }
+    for (i, o) in two_runs_at_once(true).iter().enumerate() {
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.status.code(), Some(7), "run {i} ran both guests to their exit code: {err}");
+        assert!(out.contains("[node0] ran on boot") && out.contains("[node1] ran on boot"), "run {i}: {out}");
+    }
+    // The control: the same two runs without namespaces collide on the fabric addresses.
+    let [first, second] = two_runs_at_once(false);
+    assert_eq!(first.status.code(), Some(7), "{}", String::from_utf8_lossy(&first.stderr));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(125), "{err}");
+    assert!(err.contains("Address already in use"), "{err}");
+}
