@@ -7,10 +7,11 @@
 //! ending with the line "@@RNIC-EMU-EXIT@@ <code>".
 //!
 //! A node whose console stays silent for `boot_timeout` before its kernel starts /init
-//! (or whose QEMU ends before that) stalled or died in early boot, before anything of the image ran: it is stopped
-//! and booted again, up to `boot_attempts` boots, its earlier logs kept as
-//! `<log>.boot<N>` (`bootwatch`). Under TCG on a loaded host such boots happen (a lost
-//! wake-up in a stop_machine rendezvous, an int3 while the kernel patches its text).
+//! (or whose QEMU ends before that) stalled or died in early boot, before anything of the
+//! image ran: it is stopped and booted again with a fresh node server, up to
+//! `boot_attempts` boots, its earlier logs kept as `<log>.boot<N>` (`bootwatch`). Under
+//! TCG on a loaded host such boots happen (a lost wake-up in a stop_machine rendezvous,
+//! an int3 while the kernel patches its text).
 //!
 //! With `--trace FILE` every node's MMIO/DMA trace is on from before QEMU starts, read
 //! over the control sockets while the run goes and written to FILE as JSON lines, each
@@ -483,7 +484,13 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
                     n.qemu.stop();
                     n.server.stop();
                     keep_boot_logs(n);
-                    *n = start_node(opts, img, &topo, n.index, &n.command, &wd, n.attempt + 1)?;
+                    match start_node(opts, img, &topo, n.index, &n.command, &wd, n.attempt + 1) {
+                        Ok(fresh) => *n = fresh,
+                        Err(e) => {
+                            failure = Some(format!("{}: booting it again failed: {e:#}", n.name));
+                            break;
+                        }
+                    }
                     if let Some(t) = trace.as_mut() {
                         t.restarted(&n.name);
                     }

@@ -42,8 +42,7 @@ pub struct GuestRun {
 /// returns once the guest kernel has started /init. A kernel that stalls (its console
 /// silent for 60 s) or dies in early boot (under TCG on a loaded host; nothing of ours has
 /// run yet) is killed and started again, up to three boots, as `rnic-emu run` does
-/// (`--boot-timeout`); the vfio-user
-/// server serves the next QEMU after a client goes.
+/// (`--boot-timeout`); the vfio-user server serves the next QEMU after a client goes.
 pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: &Path) -> Proc {
     for boot in 1..=3 {
         let out = std::fs::File::create(log).unwrap();
@@ -66,18 +65,14 @@ pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: 
 pub fn run_guest(topology: &Path, extra: &[&str], script: &str) -> GuestRun {
     ensure_image();
     let out: Output = Command::new(bin())
-            .arg("run")
-            .arg("--no-build")
-            .arg("--timeout")
-            .arg("600")
-            .arg("--topology")
-            .arg(topology)
-            .args(extra)
-            .arg("--")
-            .arg(script)
-            .stdin(Stdio::null())
-            .output()
-            .expect("running rnic-emu run");
+        .args(["run", "--no-build", "--timeout", "600", "--topology"])
+        .arg(topology)
+        .args(extra)
+        .arg("--")
+        .arg(script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running rnic-emu run");
     let run = GuestRun {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
