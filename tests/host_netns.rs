@@ -6,11 +6,12 @@
 
 mod common;
 use common::fake_qemu::FakeQemu;
-use common::topology;
+use common::{topology, wait_until};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-/// Starts two `rnic-emu run`s of two-node.toml 1.5 s apart; each guest stays up 4 s.
+/// Starts two `rnic-emu run`s of two-node.toml, the second once both guests of the first
+/// have started (so its node servers hold their addresses); each guest stays up 4 s.
 fn two_runs_at_once(netns: bool) -> [Output; 2] {
     let fake = FakeQemu::new();
     let start = || {
@@ -22,7 +23,7 @@ fn two_runs_at_once(netns: bool) -> [Output; 2] {
         c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("running rnic-emu run")
     };
     let first = start();
-    std::thread::sleep(Duration::from_millis(1500));
+    assert!(wait_until(Duration::from_secs(30), || fake.boots() >= 2), "the first run's guests did not start");
     let second = start();
     [first.wait_with_output().unwrap(), second.wait_with_output().unwrap()]
 }
