@@ -13,6 +13,13 @@ use std::time::{Duration, Instant};
 /// What the kernel prints as it hands over to /init.
 pub const INIT_LINE: &[u8] = b"Run /init as init process";
 
+/// Console silence before /init after which a boot counts as stalled (`--boot-timeout`):
+/// boots on a busy host print at most ~8 s apart.
+pub const STALL_SILENCE: Duration = Duration::from_secs(60);
+
+/// Boots a node gets before a stall fails the run (`--boot-attempts`).
+pub const BOOT_ATTEMPTS: u32 = 3;
+
 /// Follows one console log file from where it last stopped reading.
 pub struct BootWatch {
     path: PathBuf,

@@ -67,10 +67,10 @@ enum Cmd {
         /// Seconds of console silence after which a node whose kernel has not started
         /// /init counts as stalled and is booted again (nothing of the image ran yet), as
         /// is one whose QEMU ends before /init.
-        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = rnic_emu::bootwatch::STALL_SILENCE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
         boot_timeout: u64,
         /// Boots a node gets before a stall in early boot fails the run.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = rnic_emu::bootwatch::BOOT_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
         boot_attempts: u32,
         /// Run the node servers and QEMU in a network namespace of their own (root), so
         /// that several runs of one topology (fixed fabric addresses) can share a host.

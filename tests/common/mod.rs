@@ -40,15 +40,17 @@ pub struct GuestRun {
 
 /// Starts QEMU for a test that drives the guest itself (not through `rnic-emu run`) and
 /// returns once the guest kernel has started /init. A kernel that stalls (its console
-/// silent for 60 s) or dies in early boot (under TCG on a loaded host; nothing of ours has
-/// run yet) is killed and started again, up to three boots, as `rnic-emu run` does
-/// (`--boot-timeout`); the vfio-user server serves the next QEMU after a client goes.
+/// silent for `STALL_SILENCE`) or dies in early boot (under TCG on a loaded host; nothing
+/// of ours has run yet) is killed and started again, up to `BOOT_ATTEMPTS` boots, by the
+/// rule and defaults of `rnic-emu run`; the vfio-user server serves the next QEMU after a
+/// client goes.
 pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: &Path) -> Proc {
-    for boot in 1..=3 {
+    use rnic_emu::bootwatch::{BootWatch, BOOT_ATTEMPTS, STALL_SILENCE};
+    for boot in 1..=BOOT_ATTEMPTS {
         let out = std::fs::File::create(log).unwrap();
         let mut child = Proc(Command::new(qemu).args(args).stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out).spawn().expect("starting QEMU"));
-        let mut watch = rnic_emu::bootwatch::BootWatch::new(console.to_path_buf());
-        while !watch.reached_init() && watch.silent_for() < Duration::from_secs(60) && matches!(child.0.try_wait(), Ok(None)) {
+        let mut watch = BootWatch::new(console.to_path_buf());
+        while !watch.reached_init() && watch.silent_for() < STALL_SILENCE && matches!(child.0.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(100));
         }
         if watch.reached_init() {
@@ -58,7 +60,7 @@ pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: 
         eprintln!("boot {boot}: the guest kernel stalled or died before /init; console:\n{console_text}\nbooting again");
         drop(child);
     }
-    panic!("the guest kernel did not start /init in three boots");
+    panic!("the guest kernel did not start /init in {BOOT_ATTEMPTS} boots");
 }
 
 /// Boots `topology` with `rnic-emu run` and runs `script` in the guest.
