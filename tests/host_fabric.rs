@@ -107,7 +107,7 @@ fn completions_by_msix_interrupt_across_nodes() {
         assert_eq!((c.status, c.wr_id), (WC_SUCCESS, i));
     }
     // A SEND whose RECV completion node 1's client is already asleep for.
-    let NodePair { h: [mut h0, mut h1], servers: _servers, buf, key, .. } = p;
+    let NodePair { h: [mut h0, mut h1], servers, buf, key, .. } = p;
     let recv = (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 77, ..Default::default() }, vec![Sge { addr: VA + buf[1] + MIB, length: 4096, lkey: key[1] }]);
     h1.post(1, false, &[recv]).unwrap();
     let waiter = std::thread::spawn(move || {
@@ -124,7 +124,7 @@ fn completions_by_msix_interrupt_across_nodes() {
     h1.ram.read(buf[1] + MIB, &mut got).unwrap();
     assert!(got == data[..4096]);
     // Every wait above slept on an interrupt the engine raised for an armed CQ.
-    for (i, soc) in _servers.iter().enumerate() {
+    for (i, soc) in servers.iter().enumerate() {
         let st = rnic_emu::serve::query_stats(&soc.socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone();
         assert!(st["interrupts"].as_u64().unwrap() >= 1, "node{i} raised its CQ's vector: {st}");
     }

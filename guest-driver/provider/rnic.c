@@ -171,42 +171,56 @@ static int rnic_cq_map(struct ibv_context *ibctx, struct rnic_cq *cq,
 	return -1;
 }
 
+/* A zeroed CQ with its lock, before either create command. */
+static struct rnic_cq *rnic_cq_alloc(void)
+{
+	struct rnic_cq *cq = calloc(1, sizeof(*cq));
+
+	if (cq && pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE)) {
+		free(cq);
+		return NULL;
+	}
+	return cq;
+}
+
+/* Frees what rnic_cq_alloc() made; errno is kept. */
+static void rnic_cq_free(struct rnic_cq *cq)
+{
+	int err = errno;
+
+	pthread_spin_destroy(&cq->lock);
+	free(cq);
+	errno = err;
+}
+
 /* Undoes a create whose mapping failed: the kernel CQ goes, errno is kept. */
 static void rnic_cq_abort(struct rnic_cq *cq)
 {
 	int err = errno;
 
 	ibv_cmd_destroy_cq(&cq->vcq.cq);
-	pthread_spin_destroy(&cq->lock);
-	free(cq);
 	errno = err;
+	rnic_cq_free(cq);
 }
 
 static struct ibv_cq *rnic_create_cq(struct ibv_context *ibctx, int cqe,
 				     struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct rnic_create_cq_resp resp = {};
-	struct rnic_cq *cq;
+	struct rnic_cq *cq = rnic_cq_alloc();
 
-	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return NULL;
-	if (pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE))
-		goto err_free;
 	if (ibv_cmd_create_cq(ibctx, cqe, channel, comp_vector, &cq->vcq.cq, NULL, 0,
-			      &resp.ibv_resp, sizeof(resp)))
-		goto err_lock;
+			      &resp.ibv_resp, sizeof(resp))) {
+		rnic_cq_free(cq);
+		return NULL;
+	}
 	if (rnic_cq_map(ibctx, cq, &resp.drv)) {
 		rnic_cq_abort(cq);
 		return NULL;
 	}
 	return &cq->vcq.cq;
-
-err_lock:
-	pthread_spin_destroy(&cq->lock);
-err_free:
-	free(cq);
-	return NULL;
 }
 
 /*
@@ -227,25 +241,19 @@ static struct ibv_cq_ex *rnic_create_cq_ex(struct ibv_context *ibctx,
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	cq = calloc(1, sizeof(*cq));
+	cq = rnic_cq_alloc();
 	if (!cq)
 		return NULL;
-	if (pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE))
-		goto err_free;
-	if (ibv_cmd_create_cq_ex(ibctx, attr, &cq->vcq, NULL, 0, &resp.ibv_resp, sizeof(resp), 0))
-		goto err_lock;
+	if (ibv_cmd_create_cq_ex(ibctx, attr, &cq->vcq, NULL, 0, &resp.ibv_resp, sizeof(resp), 0)) {
+		rnic_cq_free(cq);
+		return NULL;
+	}
 	if (rnic_cq_map(ibctx, cq, &resp.drv)) {
 		rnic_cq_abort(cq);
 		return NULL;
 	}
 	rnic_cq_ex_init(cq, attr->wc_flags);
 	return &cq->vcq.cq_ex;
-
-err_lock:
-	pthread_spin_destroy(&cq->lock);
-err_free:
-	free(cq);
-	return NULL;
 }
 
 static int rnic_destroy_cq(struct ibv_cq *ibcq)
@@ -257,8 +265,7 @@ static int rnic_destroy_cq(struct ibv_cq *ibcq)
 		return ret;
 	rnic_unmap(cq->db_page, RNIC_DBP_PAGE);
 	rnic_unmap(cq->ring, cq->ring_len);
-	pthread_spin_destroy(&cq->lock);
-	free(cq);
+	rnic_cq_free(cq);
 	return 0;
 }
 
