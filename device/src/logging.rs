@@ -16,8 +16,10 @@ const VFIO_USER_TARGET: &str = "vfio_user";
 
 struct Limited {
     inner: env_logger::Logger,
-    library_errors: RateLimit,
 }
+
+/// The one limiter of the library's lines (they come from many call sites inside it).
+static LIBRARY_ERRORS: RateLimit = RateLimit::new(Level::Warn, "client-triggered vfio-user");
 
 impl Log for Limited {
     fn enabled(&self, metadata: &Metadata) -> bool {
@@ -31,12 +33,9 @@ impl Log for Limited {
         if !(record.target().starts_with(VFIO_USER_TARGET) && record.level() <= Level::Warn) {
             return self.inner.log(record);
         }
-        let Some(suppressed) = self.library_errors.check() else { return };
-        if suppressed > 0 {
-            let note = format_args!("({suppressed} similar client-triggered vfio-user messages suppressed)");
-            self.inner.log(&Record::builder().args(note).level(Level::Warn).target(record.target()).build());
+        if LIBRARY_ERRORS.check() {
+            self.inner.log(record);
         }
-        self.inner.log(record);
     }
 
     fn flush(&self) {
@@ -48,7 +47,7 @@ impl Log for Limited {
 pub fn init(default_filter: &str) {
     let inner = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_filter)).build();
     let max = inner.filter();
-    if log::set_boxed_logger(Box::new(Limited { inner, library_errors: RateLimit::new() })).is_ok() {
+    if log::set_boxed_logger(Box::new(Limited { inner })).is_ok() {
         log::set_max_level(max);
     }
     let default_hook = std::panic::take_hook();

@@ -169,9 +169,17 @@ pub fn query_stats(socket_dir: &Path, node: &str) -> anyhow::Result<serde_json::
     control_request(socket_dir, node, "stats")
 }
 
-/// Every function's counters as JSON: {"<function>": {"<counter>": value, ...}, ...}.
-pub fn stats_json(functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value {
+/// The statistics entry of the server process itself, beside its functions' entries.
+pub fn server_stats_key(node: &str) -> String {
+    format!("{node}-server")
+}
+
+/// Every function's counters as JSON, and the process's own under `<node>-server`:
+/// {"<function>": {"<counter>": value, ...}, ..., "<node>-server": {"log_lines_suppressed": n}}.
+pub fn stats_json(node: &str, functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value {
     let mut all = serde_json::Map::new();
+    let server = serde_json::json!({ "log_lines_suppressed": rnic_emu_core::ratelimit::suppressed_total() });
+    all.insert(server_stats_key(node), server);
     for (_, f) in functions {
         let f = vfio::lock(f);
         let counters: serde_json::Map<String, serde_json::Value> =
@@ -227,7 +235,7 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
 }
 
 /// Answers `stats` requests on the control socket (one JSON line per request line).
-fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>, io: Arc<IoTrace>) {
+fn serve_control(node: String, listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>, io: Arc<IoTrace>) {
     use std::io::{BufRead, BufReader, Write};
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -236,7 +244,7 @@ fn serve_control(listener: std::os::unix::net::UnixListener, functions: Vec<(Pat
         for line in BufReader::new(conn).lines().take(64) {
             let Ok(line) = line else { break };
             let reply = match line.trim() {
-                "stats" => stats_json(&functions).to_string(),
+                "stats" => stats_json(&node, &functions).to_string(),
                 other if other.split_whitespace().next() == Some("iotrace") => match io.control(&other["iotrace".len()..]) {
                     Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
                     Err(e) => serde_json::json!({ "error": e }).to_string(),
@@ -269,10 +277,16 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let ctl = control_path(&opts.socket_dir, &node.name);
     let _ = std::fs::remove_file(&ctl);
     let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
-    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(listener, functions, ports, io))?;
+    let name = node.name.clone();
+    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(name, listener, functions, ports, io))?;
     paths.push(ctl);
     log::info!("node {} ready ({} functions)", node.name, paths.len());
-    let _ = rx.recv();
+    // Until the signal: once a second, report what the log limiters suppressed in an
+    // interval that has ended (a flood that stopped gets its summary line too).
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(1)) {
+        rnic_emu_core::ratelimit::report_expired();
+    }
+    rnic_emu_core::ratelimit::report_all();
     log::info!("node {}: signal received, shutting down", node.name);
     remove_sockets(&paths);
     Ok(())
