@@ -12,9 +12,8 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-const ITEMS: [&str; 12] = [
-    "p2p_fallbacks", "same_switch", "acs", "iommu", "p2pdma", "p2p_distance", "aperture", "mps_mrrs", "bar1_size", "link", "kernel", "aer",
-];
+const ITEMS: [&str; 12] =
+    ["p2p_fallbacks", "same_switch", "acs", "iommu", "p2pdma", "p2p_distance", "aperture", "mps_mrrs", "bar1_size", "link", "kernel", "aer"];
 
 /// The doctor's JSON reports in the guest's output, in order.
 fn reports(out: &str) -> Vec<Vec<Value>> {

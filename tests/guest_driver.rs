@@ -43,90 +43,107 @@ fn removal_revocation_bounds_teardown() {
 
     // Finding 3: ring sizes are bounded before allocating; the 8 MiB ring that used to hit
     // the page allocator's warning is refused with EINVAL; the bound itself works.
-    expect(&sc, "ring-bounds", &[
-        ("max_ring_bytes", "4194304"),
-        ("qp_at_bound", "OK"),
-        ("qp_over_bound", "EINVAL"),
-        ("qp_32768x14", "EINVAL"),
-        ("qp_32768x1", "OK"),
-        ("cq_max", "OK"),
-        ("after_status", "SUCCESS"),
-    ]);
+    expect(
+        &sc,
+        "ring-bounds",
+        &[
+            ("max_ring_bytes", "4194304"),
+            ("qp_at_bound", "OK"),
+            ("qp_over_bound", "EINVAL"),
+            ("qp_32768x14", "EINVAL"),
+            ("qp_32768x1", "OK"),
+            ("cq_max", "OK"),
+            ("after_status", "SUCCESS"),
+        ],
+    );
 
     // Finding 2: four calls asleep on user memory (REG_MR pinning, POST_SEND copying inline
     // data, POLL_CQ copying completions out, GPU_VA_TO_OFFSET pinning) do not hold up the
     // unbind of either device; once the memory arrives they fail with ENODEV (or, for the
     // completions already taken, succeed); the devices bind again and work.
-    expect(&sc, "remove-blocked", &[
-        ("reg_mr_blocked", "1"),
-        ("post_send_blocked", "1"),
-        ("poll_cq_blocked", "1"),
-        ("gpu_va_to_offset_blocked", "1"),
-        ("rnic_unbind", "done"),
-        ("gpu_unbind", "done"),
-        ("reg_mr_errno", "ENODEV"),
-        ("post_send_errno", "ENODEV"),
-        ("poll_cq_errno", "OK"),
-        ("gpu_va_to_offset_errno", "EINVAL"),
-        ("after_unbind_query", "ENODEV"),
-        ("rnic_bind", "done"),
-        ("gpu_bind", "done"),
-        ("rebound_status", "SUCCESS"),
-        ("rebound_data_ok", "1"),
-    ]);
+    expect(
+        &sc,
+        "remove-blocked",
+        &[
+            ("reg_mr_blocked", "1"),
+            ("post_send_blocked", "1"),
+            ("poll_cq_blocked", "1"),
+            ("gpu_va_to_offset_blocked", "1"),
+            ("rnic_unbind", "done"),
+            ("gpu_unbind", "done"),
+            ("reg_mr_errno", "ENODEV"),
+            ("post_send_errno", "ENODEV"),
+            ("poll_cq_errno", "OK"),
+            ("gpu_va_to_offset_errno", "EINVAL"),
+            ("after_unbind_query", "ENODEV"),
+            ("rnic_bind", "done"),
+            ("gpu_bind", "done"),
+            ("rebound_status", "SUCCESS"),
+            ("rebound_data_ok", "1"),
+        ],
+    );
 
     // Finding 1: the GPU's removal with a GPU-memory MR registered completes (the MR is
     // revoked: its QPs in ERROR, its rkey refused by the device, MR_SYNC ENODEV), and the
     // rescanned GPU takes a verified WRITE peer-to-peer.
-    expect(&sc, "gpu-revoke", &[
-        ("before_path", "p2p-switch"),
-        ("before_status", "SUCCESS"),
-        ("before_data_ok", "1"),
-        ("gpu_remove", "done"),
-        ("revoked_mrs", "1"),
-        ("qp_state_after", "ERR"),
-        ("mr_sync_revoked", "ENODEV"),
-        ("revoked_rkey_status", "REM_ACCESS_ERR"),
-        ("dereg_revoked", "OK"),
-        ("gpu_back", "1"),
-        ("after_rescan_path", "p2p-switch"),
-        ("after_rescan_status", "SUCCESS"),
-        ("after_rescan_data_ok", "1"),
-    ]);
+    expect(
+        &sc,
+        "gpu-revoke",
+        &[
+            ("before_path", "p2p-switch"),
+            ("before_status", "SUCCESS"),
+            ("before_data_ok", "1"),
+            ("gpu_remove", "done"),
+            ("revoked_mrs", "1"),
+            ("qp_state_after", "ERR"),
+            ("mr_sync_revoked", "ENODEV"),
+            ("revoked_rkey_status", "REM_ACCESS_ERR"),
+            ("dereg_revoked", "OK"),
+            ("gpu_back", "1"),
+            ("after_rescan_path", "p2p-switch"),
+            ("after_rescan_status", "SUCCESS"),
+            ("after_rescan_data_ok", "1"),
+        ],
+    );
 
     // Finding 5: a QP in each state (RESET included) costs exactly one DESTROY_QP at the
     // device; unbinding under streaming WRITEs completes, the writer gets ENODEV, and the
     // rebound RNIC moves 1 MiB verified.
-    expect(&sc, "teardown", &[
-        ("destroyed_qps", "4"),
-        ("destroy_commands", "4"),
-        ("streamed_writes_before", "1"),
-        ("unbind_under_traffic", "done"),
-        ("traffic_errno", "ENODEV"),
-        ("rebind", "done"),
-        ("rebound_status", "SUCCESS"),
-        ("rebound_data_ok", "1"),
-    ]);
+    expect(
+        &sc,
+        "teardown",
+        &[
+            ("destroyed_qps", "4"),
+            ("destroy_commands", "4"),
+            ("streamed_writes_before", "1"),
+            ("unbind_under_traffic", "done"),
+            ("traffic_errno", "ENODEV"),
+            ("rebind", "done"),
+            ("rebound_status", "SUCCESS"),
+            ("rebound_data_ok", "1"),
+        ],
+    );
 
     // Finding 4: an MR over a read-only file mapping registers only without write access;
     // READ from it works; a WRITE into it and MR_SYNC FROM_BOUNCE are refused; the file
     // keeps its bytes.
-    expect(&sc, "read-only-mr", &[
-        ("rw_reg_on_ro_mapping", "EFAULT"),
-        ("ro_reg", "OK"),
-        ("read_from_ro_status", "SUCCESS"),
-        ("read_data_ok", "1"),
-        ("sync_to_bounce_ro", "OK"),
-        ("sync_from_bounce_ro", "EPERM"),
-        ("write_into_ro_status", "REM_ACCESS_ERR"),
-        ("file_untouched", "1"),
-    ]);
+    expect(
+        &sc,
+        "read-only-mr",
+        &[
+            ("rw_reg_on_ro_mapping", "EFAULT"),
+            ("ro_reg", "OK"),
+            ("read_from_ro_status", "SUCCESS"),
+            ("read_data_ok", "1"),
+            ("sync_to_bounce_ro", "OK"),
+            ("sync_from_bounce_ro", "EPERM"),
+            ("write_into_ro_status", "REM_ACCESS_ERR"),
+            ("file_untouched", "1"),
+        ],
+    );
 
     // After all of that, GPUDirect still works and the kernel reported no bug.
-    let r: serde_json::Value = serde_json::from_str(
-        run.stdout.lines().find(|l| l.starts_with('{')).expect("a rnic-perf JSON line"),
-    )
-    .unwrap();
+    let r: serde_json::Value = serde_json::from_str(run.stdout.lines().find(|l| l.starts_with('{')).expect("a rnic-perf JSON line")).unwrap();
     assert_eq!(r["bytes_verified"], 4 << 20);
     assert_eq!(r["dst_path"], "p2p-switch");
     expect(&sc, "kmsg", &[("kmsg_bad_lines", "0")]);
@@ -239,11 +256,7 @@ fn surprise_removal_run() -> Option<String> {
         let c = std::fs::read_to_string(p).unwrap_or_default();
         c.lines().rev().take(n).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     };
-    eprintln!(
-        "--- guest output ---\n{out}\n--- console (tail) ---\n{}\n--- QEMU (tail) ---\n{}",
-        tail(&console, 40),
-        tail(&wd.path().join("qemu.log"), 20)
-    );
+    eprintln!("--- guest output ---\n{out}\n--- console (tail) ---\n{}\n--- QEMU (tail) ---\n{}", tail(&console, 40), tail(&wd.path().join("qemu.log"), 20));
     if !done {
         return None;
     }
@@ -267,14 +280,18 @@ fn surprise_removal() {
     let sc = scenarios(&out);
     let first = sc["hold"].get("first_error").map(String::as_str);
     assert!(matches!(first, Some("ENODEV") | Some("EIO")), "first error after the server died: {first:?}");
-    expect(&sc, "hold", &[
-        ("first_status", "SUCCESS"),
-        ("query_device_after", "ENODEV"),
-        ("create_cq_after", "ENODEV"),
-        ("poll_after", "ENODEV"),
-        ("close", "OK"),
-        ("ran", "1"),
-    ]);
+    expect(
+        &sc,
+        "hold",
+        &[
+            ("first_status", "SUCCESS"),
+            ("query_device_after", "ENODEV"),
+            ("create_cq_after", "ENODEV"),
+            ("poll_after", "ENODEV"),
+            ("close", "OK"),
+            ("ran", "1"),
+        ],
+    );
     assert_eq!(value(&out, "rmmod_rc"), "0");
     assert!(!out.contains("module_still_loaded"));
     assert_eq!(value(&out, "not_responding_lines"), "1", "the driver logs the dead device once");

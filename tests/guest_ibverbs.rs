@@ -14,11 +14,7 @@ use common::*;
 /// Each guest's output lines ("[nodeN] ..." prefix removed), whitespace runs as one space.
 fn node_lines(stdout: &str, node: usize) -> Vec<String> {
     let prefix = format!("[node{node}] ");
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(prefix.as_str()))
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect()
+    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
 }
 
 /// Device listing, then `ibv_rc_pingpong` (node0 server, node1 client) over the two-node
@@ -86,11 +82,7 @@ fn script(node: usize) -> String {
 /// A device counter from the `stats` lines printed with `prefix`.
 fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
     let want = format!("{prefix}: {name} ");
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(want.as_str()))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {prefix}"))
+    lines.iter().find_map(|l| l.strip_prefix(want.as_str())).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {name} in {prefix}"))
 }
 
 /// ibv_rc_pingpong runs: polling with ibv_post_send, sleeping on completion events, and
@@ -146,10 +138,7 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
         let gid = format!("::ffff:{addr}, RoCE v2");
         assert!(lines.iter().any(|l| l.starts_with("GID[") && l.ends_with(&gid)), "node{node}: GID {gid}");
         let v4 = addr.split('.').map(|b| b.parse::<u8>().unwrap()).collect::<Vec<_>>();
-        let sysfs_gid = format!(
-            "sysfs-gid1: 0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x} RoCE v2 reth0",
-            v4[0], v4[1], v4[2], v4[3]
-        );
+        let sysfs_gid = format!("sysfs-gid1: 0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x} RoCE v2 reth0", v4[0], v4[1], v4[2], v4[3]);
         assert!(has(&sysfs_gid), "node{node}: {sysfs_gid}");
         // The RDMA device is the RNIC's PCI function.
         let pci = lines.iter().find_map(|l| l.strip_prefix("pci-rnic: ")).expect("rnic-bar find rnic");

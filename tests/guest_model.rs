@@ -18,7 +18,20 @@ fn results(out: &str) -> Vec<Value> {
 /// The host model's latency (doorbell to the local CPU seeing the CQE), us.
 fn host_model_us(op: &str, size: u64, src: &str, dst: &str) -> f64 {
     let out = Command::new(bin())
-        .args(["model", "--topology", topology("single-switch").to_str().unwrap(), "--op", op, "--size", &size.to_string(), "--src", src, "--dst", dst, "--json"])
+        .args([
+            "model",
+            "--topology",
+            topology("single-switch").to_str().unwrap(),
+            "--op",
+            op,
+            "--size",
+            &size.to_string(),
+            "--src",
+            src,
+            "--dst",
+            dst,
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -42,7 +55,9 @@ fn rnic_perf_prints_modelled_latency_and_bandwidth_beside_the_measured() {
     assert!(!run.stdout.contains("failed"), "a guest command failed: {}", run.stdout);
     let rs = results(&run.stdout);
     let get = |test: &str, src: &str, dst: &str, size: u64| -> &Value {
-        rs.iter().find(|r| r["test"] == test && r["src"] == src && r["dst"] == dst && r["size"] == size).unwrap_or_else(|| panic!("no {test} {size}: {}", run.stdout))
+        rs.iter()
+            .find(|r| r["test"] == test && r["src"] == src && r["dst"] == dst && r["size"] == size)
+            .unwrap_or_else(|| panic!("no {test} {size}: {}", run.stdout))
     };
     let (mut last_lat, mut last_bw) = (0.0, 0.0);
     for s in sizes {

@@ -224,7 +224,10 @@ fn the_driver_reports_and_recovers_from_every_pcie_fault() {
     assert!(kmsg(&out, "aer-fatal").contains("(first error bit 18)"), "{}", kmsg(&out, "aer-fatal"));
     assert_eq!(get(&s, "cmd-timeout", "query_errno"), "Connection timed out", "ETIMEDOUT to user space");
     let fatal_poll = (get(&s, "fatal", "post_errno"), get(&s, "fatal", "poll_errno"), s["fatal"].get("status").map(String::as_str));
-    assert!(matches!(fatal_poll, ("none", "none", Some("WR_FLUSH_ERR")) | ("none", "No such device", None)), "outstanding RECV at a fatal error: {fatal_poll:?}");
+    assert!(
+        matches!(fatal_poll, ("none", "none", Some("WR_FLUSH_ERR")) | ("none", "No such device", None)),
+        "outstanding RECV at a fatal error: {fatal_poll:?}"
+    );
     assert!(get(&s, "fatal", "latency_ms").parse::<u64>().unwrap() < 20000, "the poller did not hang");
     assert!(get(&s, "fatal-silent", "latency_ms").parse::<u64>().unwrap() < 5000, "found within a poll slice or two");
     let silent_poll = (get(&s, "fatal-silent", "poll_errno"), s["fatal-silent"].get("status").map(String::as_str));

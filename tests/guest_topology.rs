@@ -38,10 +38,7 @@ fn upstream_ports(section: &str) -> Vec<String> {
 
 /// The vendor:device of an upstream port, from the indented lines under "upstream ports".
 fn port_ids(section: &str, port: &str) -> String {
-    section
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix(port).map(|r| r.split_whitespace().next().unwrap_or("").to_string()))
-        .unwrap_or_default()
+    section.lines().find_map(|l| l.trim_start().strip_prefix(port).map(|r| r.split_whitespace().next().unwrap_or("").to_string())).unwrap_or_default()
 }
 
 /// "major.minor" of the register contract, as the driver prints it.

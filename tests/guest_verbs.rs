@@ -49,8 +49,7 @@ fn loopback_verbs_errors_and_ten_thousand_writes() {
     assert!(!out.contains("perf_failed"), "a rnic-perf run failed");
 
     // Every (operation, size) ran and verified every byte it moved.
-    let results: Vec<serde_json::Value> =
-        out.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    let results: Vec<serde_json::Value> = out.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).expect("JSON line")).collect();
     for op in ["write", "read", "send", "write-imm"] {
         for size in SIZES {
             let r = results
@@ -145,17 +144,15 @@ fn doorbell_page_bursts_from_several_processes_and_mmio_fallback() {
     let wqes = PROCS * BURSTS * N;
     eprintln!(
         "doorbell page: {wqes} WQEs, {} MMIO doorbells, {} page updates; MMIO-only run: {} doorbells",
-        delta("doorbells"), delta("db_page_updates"), mmio["doorbells"]
+        delta("doorbells"),
+        delta("db_page_updates"),
+        mmio["doorbells"]
     );
     assert_eq!(delta("send_wqes"), wqes);
     assert_eq!(delta("cqes"), wqes, "no completion lost or duplicated");
     assert!(delta("db_page_updates") > 0, "indices were taken from the page");
     assert!(delta("doorbells") > 0, "the engine slept and asked for MMIO doorbells");
-    assert!(
-        delta("doorbells") < wqes / 4,
-        "most doorbells cost no MMIO write: {} MMIO doorbells for {wqes} WQEs",
-        delta("doorbells")
-    );
+    assert!(delta("doorbells") < wqes / 4, "most doorbells cost no MMIO write: {} MMIO doorbells for {wqes} WQEs", delta("doorbells"));
     // Reloading reset the device (counters start again); the MMIO-only driver never
     // touched the page.
     assert_eq!(mmio["send_wqes"], 200);
@@ -187,9 +184,7 @@ fn check_trace(text: &str) {
     let read = after(fetch, "payload read", &|e| e["what"] == "payload" && e["dir"] == "read");
     let write = after(read, "payload write", &|e| e["what"] == "payload" && e["dir"] == "write");
     let cqe = after(write, "CQE write", &|e| e["what"] == "cqe" && e["dir"] == "write");
-    let bytes = |dir: &str| -> u64 {
-        events[read..cqe].iter().filter(|e| e["what"] == "payload" && e["dir"] == dir).filter_map(|e| e["len"].as_u64()).sum()
-    };
+    let bytes = |dir: &str| -> u64 { events[read..cqe].iter().filter(|e| e["what"] == "payload" && e["dir"] == dir).filter_map(|e| e["len"].as_u64()).sum() };
     assert_eq!((bytes("read"), bytes("write")), (4096, 4096), "the first WRITE's payload, before its CQE");
     let slot = events[cqe]["addr"].as_u64().unwrap();
     let in_slot = |e: &&serde_json::Value| e["what"] == "cqe" && e["addr"].as_u64().is_some_and(|a| a >= slot && a < slot + 32);

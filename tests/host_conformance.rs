@@ -72,7 +72,15 @@ fn dev() -> Dev {
 
 impl Dev {
     fn write_wqe(&self, wr_id: u64, len: u32) -> (WqeHeader, Vec<Sge>) {
-        let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, remote_addr: VA + self.dst, rkey: self.rkey, ..Default::default() };
+        let hdr = WqeHeader {
+            opcode: WQE_OP_RDMA_WRITE,
+            flags: WQE_FLAG_SIGNALED,
+            num_sge: 1,
+            wr_id,
+            remote_addr: VA + self.dst,
+            rkey: self.rkey,
+            ..Default::default()
+        };
         (hdr, vec![Sge { addr: VA + self.src, length: len, lkey: self.lkey }])
     }
 
@@ -481,8 +489,19 @@ fn qp_invalid() {
     let mut d = dev();
     let (sq, rq) = (d.h.alloc(64 << 4, 4096), d.h.alloc(64 << 4, 4096));
     let good = QpCtx {
-        state: QPS_INIT, sq_log_size: 4, rq_log_size: 4, sq_log_stride: 6, rq_log_stride: 6, access: QP_ACC, rnr_retry: 7,
-        pd: 1, send_cqn: 1, recv_cqn: 1, sq_addr: IOVA + sq, rq_addr: IOVA + rq, ..Default::default()
+        state: QPS_INIT,
+        sq_log_size: 4,
+        rq_log_size: 4,
+        sq_log_stride: 6,
+        rq_log_stride: 6,
+        access: QP_ACC,
+        rnr_retry: 7,
+        pd: 1,
+        send_cqn: 1,
+        recv_cqn: 1,
+        sq_addr: IOVA + sq,
+        rq_addr: IOVA + rq,
+        ..Default::default()
     };
     let bad = [
         QpCtx { send_cqn: 50, ..good },
@@ -545,7 +564,7 @@ fn doorbell_states() {
     let mut d = dev();
     d.h.w32(WQE_DB_IDX, 300 << 16 | 1).unwrap(); // no such QP
     d.h.w32(WQE_DB_IDX, 5 << 16 | 3).unwrap(); // QP 5 in RESET
-    // QP 3 in INIT: the doorbell is kept, the WQE runs once the QP reaches RTS.
+                                               // QP 3 in INIT: the doorbell is kept, the WQE runs once the QP reaches RTS.
     d.h.create_cq(3, 4, 1).unwrap();
     d.h.create_qp(3, 1, 3, 4, QP_ACC).unwrap();
     let w = d.write_wqe(33, 128);
@@ -594,7 +613,8 @@ fn doorbell_overrun() {
 #[test]
 fn wqe_malformed() {
     let mut d = dev();
-    let base = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 1, remote_addr: VA + d.dst, rkey: d.rkey, ..Default::default() };
+    let base =
+        WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 1, remote_addr: VA + d.dst, rkey: d.rkey, ..Default::default() };
     let bad = [
         WqeHeader { opcode: 9, ..base },
         WqeHeader { opcode: WQE_OP_RECV, ..base },
@@ -810,7 +830,12 @@ fn reset() {
     for r in REGS {
         if r.access != rnic_emu::regs::Access::Wo && !matches!(r.offset, RNIC_REG_INT_COUNT) {
             let got = if r.width == 8 { d.h.r64(r.offset).unwrap() } else { u64::from(d.h.r32(r.offset).unwrap()) };
-            let want = match r.offset { RNIC_REG_NUM_VECTORS => 8, RNIC_REG_NUM_GPUS => got, RNIC_REG_IPV4 => got, _ => r.reset };
+            let want = match r.offset {
+                RNIC_REG_NUM_VECTORS => 8,
+                RNIC_REG_NUM_GPUS => got,
+                RNIC_REG_IPV4 => got,
+                _ => r.reset,
+            };
             assert_eq!(got, want, "{} after reset", r.name);
         }
     }
@@ -860,7 +885,15 @@ fn fabric_conformance() {
     let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
     let write = |p: &mut NodePair, qpn: u32, from: usize, off: u64, len: u32, wr_id: u64| {
         let to = 1 - from;
-        let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, remote_addr: VA + p.buf[to] + off, rkey: p.key[to], ..Default::default() };
+        let hdr = WqeHeader {
+            opcode: WQE_OP_RDMA_WRITE,
+            flags: WQE_FLAG_SIGNALED,
+            num_sge: 1,
+            wr_id,
+            remote_addr: VA + p.buf[to] + off,
+            rkey: p.key[to],
+            ..Default::default()
+        };
         let sge = Sge { addr: VA + p.buf[from] + off, length: len, lkey: p.key[from] };
         p.h[from].post(qpn, true, &[(hdr, vec![sge])]).unwrap();
     };
@@ -924,7 +957,15 @@ fn fabric_conformance() {
         let c = Connection { dest_qpn: 13 - q, dest_ip: Some(ips[0]), timeout: 16, ..Default::default() };
         p.h[0].connect_with(q, &c).unwrap();
     }
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 4, remote_addr: VA + p.buf[0] + (2 << 20), rkey: p.key[0], ..Default::default() };
+    let hdr = WqeHeader {
+        opcode: WQE_OP_RDMA_WRITE,
+        flags: WQE_FLAG_SIGNALED,
+        num_sge: 1,
+        wr_id: 4,
+        remote_addr: VA + p.buf[0] + (2 << 20),
+        rkey: p.key[0],
+        ..Default::default()
+    };
     p.h[0].post(6, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 8192, lkey: p.key[0] }])]).unwrap();
     let c = p.h[0].wait(6, Duration::from_secs(30)).unwrap();
     assert_eq!((c.wr_id, c.status), (4, WC_SUCCESS));
@@ -961,7 +1002,15 @@ fn fabric_dereg_in_flight() {
     p.h[0].ram.write(p.buf[0] + region, &vec![POISON; 1 << 20]).unwrap();
     let key = p.h[0].reg_mr(2, 1, acc, p.buf[0] + region, 1 << 20).unwrap();
     let sent = stat(&mut p.h[0], Counter::PktsSent);
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_READ, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 21, remote_addr: VA + p.buf[1], rkey: p.key[1], ..Default::default() };
+    let hdr = WqeHeader {
+        opcode: WQE_OP_RDMA_READ,
+        flags: WQE_FLAG_SIGNALED,
+        num_sge: 1,
+        wr_id: 21,
+        remote_addr: VA + p.buf[1],
+        rkey: p.key[1],
+        ..Default::default()
+    };
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0] + region, length: 1 << 20, lkey: key }])]).unwrap();
     assert!(wait_until(SECOND, || stat(&mut p.h[0], Counter::PktsSent) > sent), "the READ request went out");
     assert_eq!(p.h[0].cmd(CMD_DEREG_MR, 2).unwrap(), CMD_OK);
@@ -982,7 +1031,15 @@ fn fabric_dereg_in_flight() {
         h.connect_with(2, &c).unwrap();
     }
     let got = stat(&mut p.h[1], Counter::PktsReceived);
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 22, remote_addr: VA + p.buf[1] + region, rkey, ..Default::default() };
+    let hdr = WqeHeader {
+        opcode: WQE_OP_RDMA_WRITE,
+        flags: WQE_FLAG_SIGNALED,
+        num_sge: 1,
+        wr_id: 22,
+        remote_addr: VA + p.buf[1] + region,
+        rkey,
+        ..Default::default()
+    };
     p.h[0].post(2, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: len as u32, lkey: p.key[0] }])]).unwrap();
     assert!(wait_until(SECOND, || stat(&mut p.h[1], Counter::PktsReceived) > got), "the WRITE started arriving");
     assert_eq!(p.h[1].cmd(CMD_DEREG_MR, 3).unwrap(), CMD_OK);

@@ -64,7 +64,15 @@ fn write_read_send_across_nodes() {
     p.h[1].ram.read(p.buf[1], &mut got).unwrap();
     assert!(got == data, "node 1 holds what node 0 wrote");
     // READ 3 MiB of node 1's buffer back into node 0 at another offset.
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_READ, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 8, remote_addr: VA + p.buf[1], rkey: p.key[1], ..Default::default() };
+    let hdr = WqeHeader {
+        opcode: WQE_OP_RDMA_READ,
+        flags: WQE_FLAG_SIGNALED,
+        num_sge: 1,
+        wr_id: 8,
+        remote_addr: VA + p.buf[1],
+        rkey: p.key[1],
+        ..Default::default()
+    };
     let sge = Sge { addr: VA + p.buf[0] + 32 * MIB, length: 3 * MIB as u32, lkey: p.key[0] };
     p.h[0].post(1, true, &[(hdr, vec![sge])]).unwrap();
     let c = p.h[0].wait(1, Duration::from_secs(30)).unwrap();
@@ -73,7 +81,10 @@ fn write_read_send_across_nodes() {
     p.h[0].ram.read(p.buf[0] + 32 * MIB, &mut back).unwrap();
     assert!(back == data[..3 * MIB as usize]);
     // SEND with immediate into a RECV posted on node 1.
-    let recv = (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 99, ..Default::default() }, vec![Sge { addr: VA + p.buf[1] + 40 * MIB, length: 1 << 16, lkey: p.key[1] }]);
+    let recv = (
+        WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 99, ..Default::default() },
+        vec![Sge { addr: VA + p.buf[1] + 40 * MIB, length: 1 << 16, lkey: p.key[1] }],
+    );
     p.h[1].post(1, false, &[recv]).unwrap();
     let hdr = WqeHeader { opcode: WQE_OP_SEND_IMM, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 9, imm_data: 0xabcd, ..Default::default() };
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 9000, lkey: p.key[0] }])]).unwrap();
@@ -108,7 +119,8 @@ fn completions_by_msix_interrupt_across_nodes() {
     }
     // A SEND whose RECV completion node 1's client is already asleep for.
     let NodePair { h: [mut h0, mut h1], servers, buf, key, .. } = p;
-    let recv = (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 77, ..Default::default() }, vec![Sge { addr: VA + buf[1] + MIB, length: 4096, lkey: key[1] }]);
+    let recv =
+        (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 77, ..Default::default() }, vec![Sge { addr: VA + buf[1] + MIB, length: 4096, lkey: key[1] }]);
     h1.post(1, false, &[recv]).unwrap();
     let waiter = std::thread::spawn(move || {
         let c = h1.wait(1, Duration::from_secs(30)).unwrap();
@@ -134,7 +146,8 @@ fn completions_by_msix_interrupt_across_nodes() {
 fn remote_access_error_across_the_wire() {
     let (mut p, _dir) = pair(2, "", 7);
     let bad = p.key[1] ^ 0x100;
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 5, remote_addr: VA + p.buf[1], rkey: bad, ..Default::default() };
+    let hdr =
+        WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 5, remote_addr: VA + p.buf[1], rkey: bad, ..Default::default() };
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 100, lkey: p.key[0] }])]).unwrap();
     write(&mut p, 0, 0, 100, 6, true);
     let c = p.h[0].wait(1, Duration::from_secs(10)).unwrap();
@@ -251,7 +264,15 @@ fn capture_decodes_and_every_icrc_checks_independently() {
     p.h[0].ram.write(p.buf[0], &data).unwrap();
     write(&mut p, 0, 0, data.len() as u64, 1, true);
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_READ, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 2, remote_addr: VA + p.buf[1], rkey: p.key[1], ..Default::default() };
+    let hdr = WqeHeader {
+        opcode: WQE_OP_RDMA_READ,
+        flags: WQE_FLAG_SIGNALED,
+        num_sge: 1,
+        wr_id: 2,
+        remote_addr: VA + p.buf[1],
+        rkey: p.key[1],
+        ..Default::default()
+    };
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0] + MIB, length: 9000, lkey: p.key[0] }])]).unwrap();
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     write(&mut p, 0, 0, 64, 3, true);

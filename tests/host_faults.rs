@@ -72,11 +72,11 @@ fn a_million_bad_accesses_are_counted_not_logged() {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let log_before = std::fs::metadata(server.log_path()).unwrap().len();
     let kinds = [
-        (false, RNIC_REG_ID, 3),               // odd width: all-ones, counted by the model
-        (true, DMA_CTRL, 2),                   // narrow write to a 32-bit register: dropped
-        (false, 0x7000, 4),                    // no register there
-        (false, RNIC_BAR0_SIZE - 2, 4),        // runs past BAR0: refused by the transport
-        (true, RNIC_BAR0_SIZE + 0x1000, 4),    // entirely outside BAR0
+        (false, RNIC_REG_ID, 3),            // odd width: all-ones, counted by the model
+        (true, DMA_CTRL, 2),                // narrow write to a 32-bit register: dropped
+        (false, 0x7000, 4),                 // no register there
+        (false, RNIC_BAR0_SIZE - 2, 4),     // runs past BAR0: refused by the transport
+        (true, RNIC_BAR0_SIZE + 0x1000, 4), // entirely outside BAR0
     ];
     let started = Instant::now();
     let (mut errors, mut msg) = (0u64, Vec::new());
@@ -171,7 +171,15 @@ impl Rig {
     fn stream(&mut self, qpn: u32, key: u32, n: u64) {
         let wqes: Vec<_> = (0..n)
             .map(|i| {
-                let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: i, remote_addr: VA2 + i * PIECE, rkey: key, ..Default::default() };
+                let hdr = WqeHeader {
+                    opcode: WQE_OP_RDMA_WRITE,
+                    flags: WQE_FLAG_SIGNALED,
+                    num_sge: 1,
+                    wr_id: i,
+                    remote_addr: VA2 + i * PIECE,
+                    rkey: key,
+                    ..Default::default()
+                };
                 (hdr, vec![Sge { addr: VA + self.src, length: PIECE as u32, lkey: self.src_key }])
             })
             .collect();
@@ -413,8 +421,18 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
     h.create_qp(last_qp, 1, last_cq, max_log, ACCESS).unwrap();
     let sq = IOVA_OF(h.alloc(64 << (max_log + 1), 4096));
     let qp = |log_size| QpCtx {
-        state: QPS_INIT, sq_log_size: log_size, rq_log_size: 4, sq_log_stride: 6, rq_log_stride: 6, pd: 1,
-        send_cqn: 1, recv_cqn: 1, sq_addr: sq, rq_addr: sq, access: ACCESS, ..Default::default()
+        state: QPS_INIT,
+        sq_log_size: log_size,
+        rq_log_size: 4,
+        sq_log_stride: 6,
+        rq_log_stride: 6,
+        pd: 1,
+        send_cqn: 1,
+        recv_cqn: 1,
+        sq_addr: sq,
+        rq_addr: sq,
+        access: ACCESS,
+        ..Default::default()
     };
     assert_eq!(cmd_with(&mut h, 0, 64, CMD_MODIFY_QP, MAX_QP as u32, &qp(4)), CMD_ERR_BAD_INDEX);
     assert_eq!(cmd_with(&mut h, 0, 64, CMD_MODIFY_QP, 2, &qp(max_log + 1)), CMD_ERR_INVALID);
@@ -426,7 +444,15 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
     let last = u64::from(rnic_emu::hostdrv::MTT_ENTRIES_HOST) - 1;
     h.ram.write(h.tables[3] + last * 8, &IOVA_OF(buf).to_le_bytes()).unwrap();
     let mr = |npages: u32| MrCtx {
-        iova: VA, length: u64::from(npages) * 4096, pd: 1, mtt_offset: last as u32, npages, access: ACCESS, key: 1, page_shift: 12, rsvd0: 0,
+        iova: VA,
+        length: u64::from(npages) * 4096,
+        pd: 1,
+        mtt_offset: last as u32,
+        npages,
+        access: ACCESS,
+        key: 1,
+        page_shift: 12,
+        rsvd0: 0,
     };
     assert_eq!(cmd_with(&mut h, 2, 32, CMD_REG_MR, MAX_MR as u32, &mr(1)), CMD_ERR_BAD_INDEX);
     assert_eq!(cmd_with(&mut h, 2, 32, CMD_REG_MR, 1, &mr(2)), CMD_ERR_INVALID);
@@ -544,7 +570,15 @@ fn reads_in_flight_per_qp_are_bounded() {
     deaf(&p, true);
     let wqes: Vec<_> = (0..=MAX_READS)
         .map(|i| {
-            let hdr = WqeHeader { opcode: WQE_OP_RDMA_READ, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: i, remote_addr: VA + p.buf[1] + 64 * i, rkey: p.key[1], ..Default::default() };
+            let hdr = WqeHeader {
+                opcode: WQE_OP_RDMA_READ,
+                flags: WQE_FLAG_SIGNALED,
+                num_sge: 1,
+                wr_id: i,
+                remote_addr: VA + p.buf[1] + 64 * i,
+                rkey: p.key[1],
+                ..Default::default()
+            };
             (hdr, vec![Sge { addr: VA + p.buf[0] + 64 * i, length: 64, lkey: p.key[0] }])
         })
         .collect();

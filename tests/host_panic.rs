@@ -59,7 +59,15 @@ impl Dev {
     }
 
     fn post_write(&mut self, wr_id: u64) {
-        let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, remote_addr: VA + self.dst, rkey: self.keys.1, ..Default::default() };
+        let hdr = WqeHeader {
+            opcode: WQE_OP_RDMA_WRITE,
+            flags: WQE_FLAG_SIGNALED,
+            num_sge: 1,
+            wr_id,
+            remote_addr: VA + self.dst,
+            rkey: self.keys.1,
+            ..Default::default()
+        };
         let sge = Sge { addr: VA + self.src, length: LEN as u32, lkey: self.keys.0 };
         self.h.post(1, true, &[(hdr, vec![sge])]).unwrap();
     }

@@ -93,7 +93,15 @@ impl Dev {
     fn post_write(&mut self, seed: u32) {
         self.h.ram.write(self.src, &pattern(seed, 0, LEN as usize)).unwrap();
         self.h.ram.write(self.dst, &vec![0u8; LEN as usize]).unwrap();
-        let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: u64::from(seed), remote_addr: VA + self.dst, rkey: self.keys.1, ..Default::default() };
+        let hdr = WqeHeader {
+            opcode: WQE_OP_RDMA_WRITE,
+            flags: WQE_FLAG_SIGNALED,
+            num_sge: 1,
+            wr_id: u64::from(seed),
+            remote_addr: VA + self.dst,
+            rkey: self.keys.1,
+            ..Default::default()
+        };
         let sge = Sge { addr: VA + self.src, length: LEN as u32, lkey: self.keys.0 };
         self.h.post(1, true, &[(hdr, vec![sge])]).unwrap();
     }

@@ -221,4 +221,3 @@ fn garbage_on_the_socket_does_not_kill_the_server() {
     let mut g = node.client("gpu0");
     assert_eq!(rd32(&mut g, 0, gpu::GPU_REG_ID), gpu::ID_MAGIC);
 }
-

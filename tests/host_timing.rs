@@ -93,7 +93,10 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     let payload_in_host = p2p.lines().any(|l| (l.contains("source data") || l.contains("data placed")) && l.contains("host memory"));
     assert!(!payload_in_host, "{p2p}");
     let readt = text.split('#').find(|b| b.contains("wr_id 0x7a")).unwrap_or_else(|| panic!("{text}"));
-    assert!(readt.contains("(src p2p-switch, dst host)") && readt.contains("remote: responder has the data (GPU BAR1, P2P through the PCIe switch)"), "{readt}");
+    assert!(
+        readt.contains("(src p2p-switch, dst host)") && readt.contains("remote: responder has the data (GPU BAR1, P2P through the PCIe switch)"),
+        "{readt}"
+    );
     let hostw = text.split('#').find(|b| b.contains("wr_id 0x78")).unwrap();
     assert!(hostw.contains("source data back (4096 B, host memory via the root complex)"), "{hostw}");
 }
@@ -155,7 +158,20 @@ fn the_model_command_prints_the_reference_timeline_and_the_ring_rows() {
     }
     let reference = topology("reference-timing");
     let text = model(&[&["--topology", reference.to_str().unwrap()], &write4k[..]].concat());
-    for stage in ["[T0ns]", "[T5ns]", "[T50ns]", "[T55ns]", "[T60ns]", "[T120ns]", "[T125ns]", "[T130ns]", "[T200ns]", "[T200ns+RTT+0ns]", "[T200ns+RTT+50ns]", "[T200ns+RTT+100ns]"] {
+    for stage in [
+        "[T0ns]",
+        "[T5ns]",
+        "[T50ns]",
+        "[T55ns]",
+        "[T60ns]",
+        "[T120ns]",
+        "[T125ns]",
+        "[T130ns]",
+        "[T200ns]",
+        "[T200ns+RTT+0ns]",
+        "[T200ns+RTT+50ns]",
+        "[T200ns+RTT+100ns]",
+    ] {
         let line = text.lines().find(|l| l.contains(stage)).unwrap_or_else(|| panic!("{stage} missing:\n{text}"));
         assert!(line.contains(" ok "), "{line}");
     }

@@ -57,7 +57,15 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     h.connect_qp(1, 1).unwrap();
     let buf = h.alloc(1 << 20, 4096);
     let key = h.reg_mr(1, 1, access, buf, 1 << 20).unwrap();
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 0x99, remote_addr: VA + buf + 8192, rkey: key, ..Default::default() };
+    let hdr = WqeHeader {
+        opcode: WQE_OP_RDMA_WRITE,
+        flags: WQE_FLAG_SIGNALED,
+        num_sge: 1,
+        wr_id: 0x99,
+        remote_addr: VA + buf + 8192,
+        rkey: key,
+        ..Default::default()
+    };
     h.post(1, true, &[(hdr, vec![Sge { addr: VA + buf, length: 4096, lkey: key }])]).unwrap();
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
 
@@ -66,7 +74,9 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     let all = json_lines(&out);
     assert!(all.windows(2).all(|w| w[0]["seq"].as_u64() < w[1]["seq"].as_u64()), "in sequence");
     // The GPU's BAR placement: configuration writes named from the header.
-    let gpu_bar = find(&all, 0, "GPU BAR1 write", |e| e["dev"] == "gpu" && e["bar"].is_null() && e["dir"] == "write" && e["reg"].as_str().is_some_and(|r| r.starts_with("BAR")));
+    let gpu_bar = find(&all, 0, "GPU BAR1 write", |e| {
+        e["dev"] == "gpu" && e["bar"].is_null() && e["dir"] == "write" && e["reg"].as_str().is_some_and(|r| r.starts_with("BAR"))
+    });
     // The driver's load: the context tables and DMA_CTRL, by name, in program order.
     let qp_ctx = find(&all, gpu_bar, "QP_CTX_BASE write", |e| e["reg"] == "QP_CTX_BASE" && e["dir"] == "write" && e["function"] == "node0-rnic0");
     let mtt = find(&all, qp_ctx, "MTT_BASE write", |e| e["reg"] == "MTT_BASE" && e["dir"] == "write");

@@ -76,7 +76,12 @@ fn verbs_over_the_vfio_user_socket() {
     assert!(got == data, "the 1 MiB written through the socket-driven engine matches");
 
     // SEND_IMM into a posted RECV on QP 2, with CQ 2 armed: one interrupt.
-    h.post(2, false, &[(WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 0x77, ..Default::default() }, vec![Sge { addr: VA + dst, length: 4096, lkey: rkey }])]).unwrap();
+    h.post(
+        2,
+        false,
+        &[(WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 0x77, ..Default::default() }, vec![Sge { addr: VA + dst, length: 4096, lkey: rkey }])],
+    )
+    .unwrap();
     h.w32(CQ_ARM, 2 << 16).unwrap();
     h.post(1, true, &[wqe(WQE_OP_SEND_IMM, 0xabd, 0, 0, Sge { addr: VA + src, length: 100, lkey })]).unwrap();
     let r = h.wait(2, SECOND).unwrap();
@@ -107,4 +112,3 @@ fn verbs_over_the_vfio_user_socket() {
     assert_eq!(h.r64(stat(Counter::BytesWritten)).unwrap(), 0);
     assert_eq!(h.cmd(CMD_DESTROY_CQ, 1).unwrap(), CMD_ERR_NOT_FOUND);
 }
-

@@ -46,10 +46,7 @@ fn coll_script() -> String {
 }
 
 fn row<'a>(rows: &'a [(String, Value)], op: &str, size: u64) -> &'a Value {
-    rows.iter()
-        .map(|(_, v)| v)
-        .find(|v| v["op"] == op && v["size"] == size && v["summary"].is_null())
-        .unwrap_or_else(|| panic!("no {op} row for {size}"))
+    rows.iter().map(|(_, v)| v).find(|v| v["op"] == op && v["size"] == size && v["summary"].is_null()).unwrap_or_else(|| panic!("no {op} row for {size}"))
 }
 
 fn f(v: &Value, k: &str) -> f64 {
@@ -69,11 +66,7 @@ fn main() -> anyhow::Result<()> {
         wait.to_string() + &coll_script(),
     ];
     let on = run("four-node", &scripts)?;
-    let link = on
-        .iter()
-        .find(|(n, v)| n == "node1" && v["test"] == "write")
-        .map(|(_, v)| f(v, "gbps") / 8.0)
-        .unwrap_or(f64::NAN);
+    let link = on.iter().find(|(n, v)| n == "node1" && v["test"] == "write").map(|(_, v)| f(v, "gbps") / 8.0).unwrap_or(f64::NAN);
     let off = run("four-node-bounce", &vec![coll_script(); 4])?;
 
     println!("all_reduce on 4 guests (four-node, GPU memory to GPU memory, P2P) vs point-to-point RDMA WRITE between two of them");
@@ -96,12 +89,7 @@ fn main() -> anyhow::Result<()> {
         let (x, y) = (f(a, key), f(b, key));
         println!("{:>22} {x:>10.0} {y:>10.0} {:>8.2}   {seed}", format!("{name} {} KiB us/call", SMALL >> 10), x / y);
     }
-    println!(
-        "{:>22} {:>10} {:>10}",
-        "host bytes (32 MiB)",
-        row(&on, "all_reduce", BIG[1])["bytes_host"],
-        row(&off, "all_reduce", BIG[1])["bytes_host"]
-    );
+    println!("{:>22} {:>10} {:>10}", "host bytes (32 MiB)", row(&on, "all_reduce", BIG[1])["bytes_host"], row(&off, "all_reduce", BIG[1])["bytes_host"]);
 
     if std::env::var_os("RNIC_BENCH_EIGHT").is_some() {
         let t0 = std::time::Instant::now();

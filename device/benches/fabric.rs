@@ -203,10 +203,7 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("64-byte latency (us): RDMA WRITE post-to-completion vs UDP ping-pong (the better of two runs)");
     println!("(irq: the client sleeps until the CQ's MSI-X vector fires; spin: it polls the CQ)");
-    println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}",
-        "", "MMIO irq", "page irq", "page spin", "UDP", "MMIO", "page", "spin"
-    );
+    println!("{:>6} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8}", "", "MMIO irq", "page irq", "page spin", "UDP", "MMIO", "page", "spin");
     for (name, q) in [("P50", 0.5), ("P99", 0.99), ("P999", 0.999)] {
         let (r, g, s, u) = (percentile(&mmio, q), percentile(&page, q), percentile(&spin, q), percentile(&udp, q));
         println!("{name:>6} {r:>10.1} {g:>10.1} {s:>10.1} {u:>8.1} {:>8.2} {:>8.2} {:>8.2}", r / u, g / u, s / u);

@@ -85,9 +85,8 @@ pub fn served_node(dir: &Path, node: &str) -> anyhow::Result<String> {
     if let Some(name) = candidates.into_iter().flatten().find(|n| rnic_emu::serve::control_path(dir, n).exists()) {
         return Ok(name);
     }
-    let mut there: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".ctl").map(str::to_string)).collect())
-        .unwrap_or_default();
+    let mut there: Vec<String> =
+        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".ctl").map(str::to_string)).collect()).unwrap_or_default();
     there.sort();
     let listing = if there.is_empty() { "no node server runs there".to_string() } else { format!("nodes served there: {}", there.join(", ")) };
     let path = rnic_emu::serve::control_path(dir, node);

@@ -3,8 +3,8 @@
 //! WQEs, contexts and MTT entries fed to the verbs engine, and hostile BAR0/config accesses
 //! fed to the RNIC model. They must never panic, hang or touch memory outside guest RAM.
 
-use crate::mem::dma::{test_ram, DmaMaps};
 use crate::function::PciFunction;
+use crate::mem::dma::{test_ram, DmaMaps};
 use crate::msix::Interrupts;
 use crate::rnic::Rnic;
 use crate::topology::Topology;
@@ -28,7 +28,13 @@ pub fn engine(data: &[u8]) {
         return;
     }
     let _ = ram.write(0, &data[..data.len().min(RAM as usize)]);
-    let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: Arc::new(Stats::default()), last_error: Arc::new(AtomicU64::new(0)), fatal: Default::default(), clock: Default::default() };
+    let shared = Shared {
+        irqs: Arc::new(Interrupts::new(4)),
+        stats: Arc::new(Stats::default()),
+        last_error: Arc::new(AtomicU64::new(0)),
+        fatal: Default::default(),
+        clock: Default::default(),
+    };
     let mut e = Engine::new("fuzz".into(), shared);
     e.set_dma_ctrl(true, true);
     let tables = Tables { qp_ctx: 0x1000, cq_ctx: 0x1000 + 0x4000, mr_ctx: 0x1000 + 0x6000, mtt: 0x1000 + 0x8000, mtt_entries: 0x1000 };
@@ -104,7 +110,8 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
     };
     let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new(), None) else { return Vec::new() };
     let Ok((ram, fd)) = test_ram(BAR0_RAM) else { return Vec::new() };
-    let map = |rnic: &Rnic, iova: u64, size: u64, fd: Option<std::fs::File>, off: u64| rnic.dma().write().unwrap_or_else(|p| p.into_inner()).map(iova, size, fd, off);
+    let map =
+        |rnic: &Rnic, iova: u64, size: u64, fd: Option<std::fs::File>, off: u64| rnic.dma().write().unwrap_or_else(|p| p.into_inner()).map(iova, size, fd, off);
     let _ = map(&rnic, BAR0_RAM_BASE, BAR0_RAM, fd.try_clone().ok(), 0);
     for rec in data.chunks(12).take(256) {
         let mut r = [0u8; 12];
@@ -166,7 +173,12 @@ mod tests {
         // Valid packets with random corruption: must be rejected or decode consistently.
         use crate::fabric::packet::*;
         let ep = Endpoints { src: std::net::Ipv4Addr::new(127, 0, 0, 11), dst: std::net::Ipv4Addr::new(127, 0, 0, 12), src_port: 4791 };
-        let p = Packet { bth: Bth { opcode: op::WRITE_ONLY, psn: 9, ..Default::default() }, reth: Some(Reth::default()), payload: vec![7; 33], ..Default::default() };
+        let p = Packet {
+            bth: Bth { opcode: op::WRITE_ONLY, psn: 9, ..Default::default() },
+            reth: Some(Reth::default()),
+            payload: vec![7; 33],
+            ..Default::default()
+        };
         let wire = p.encode(&ep);
         for seed in 0..500u64 {
             let mut w = wire.clone();
@@ -316,7 +328,15 @@ pub fn vfio_stream(data: &[u8]) {
 pub type Entry = fn(&[u8]);
 
 /// The fuzz targets and their entry points.
-pub const TARGETS: &[(&str, Entry)] = &[("engine", engine), ("bar0", bar0), ("packet", packet), ("vfio_stream", vfio_stream), ("verbs_ops", verbs_ops), ("verbs_pair", verbs_pair), ("dbpage", dbpage)];
+pub const TARGETS: &[(&str, Entry)] = &[
+    ("engine", engine),
+    ("bar0", bar0),
+    ("packet", packet),
+    ("vfio_stream", vfio_stream),
+    ("verbs_ops", verbs_ops),
+    ("verbs_pair", verbs_pair),
+    ("dbpage", dbpage),
+];
 
 /// The pseudo-random bytes the smoke tests use (xorshift64).
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
@@ -381,7 +401,19 @@ fn bar0_session() -> Vec<u8> {
     let lkey = 1 << 8 | 0x11;
     for (qpn, dest) in [(1u32, 2u32), (2, 1)] {
         let sq = base + 0x1_0000 + u64::from(qpn) * 0x4000;
-        let mut ctx = QpCtx { state: QPS_INIT, sq_log_size: 2, rq_log_size: 2, sq_log_stride: 6, rq_log_stride: 6, access: 7, send_cqn: 1, recv_cqn: 1, sq_addr: sq, rq_addr: sq + 0x2000, ..Default::default() };
+        let mut ctx = QpCtx {
+            state: QPS_INIT,
+            sq_log_size: 2,
+            rq_log_size: 2,
+            sq_log_stride: 6,
+            rq_log_stride: 6,
+            access: 7,
+            send_cqn: 1,
+            recv_cqn: 1,
+            sq_addr: sq,
+            rq_addr: sq + 0x2000,
+            ..Default::default()
+        };
         for state in [QPS_INIT, QPS_RTR, QPS_RTS] {
             (ctx.state, ctx.dest_qpn, ctx.path_mtu) = (state, dest, 10);
             ram(&mut out, u64::from(qpn) * 64, ctx.as_slice());
@@ -429,25 +461,25 @@ fn vfio_session(gpu: bool) -> Vec<u8> {
     };
     let msgs: Vec<(u16, Vec<u8>)> = vec![
         (1, version),
-        (4, le(&[16, 0, 0, 0], &[4, 4, 4, 4])),                              // DEVICE_GET_INFO
-        (5, le(&[32, 0, 0, 0, 0, 0], &[4, 4, 4, 4, 8, 8])),                  // GET_REGION_INFO config
-        (5, le(&[32, 0, 1, 0, 0, 0], &[4, 4, 4, 4, 8, 8])),                  // GET_REGION_INFO BAR1
-        (7, le(&[16, 0, 4, 0], &[4, 4, 4, 4])),                              // GET_IRQ_INFO MSI-X
-        (9, access(7, 0, 4, &[])),                                           // config read
-        (10, access(7, 4, 2, &[6, 0])),                                      // enable decoding
-        (9, access(0, 0, 4, &[])),                                           // BAR0 read
-        (10, access(0, 0x20, 4, &1u32.to_le_bytes())),                       // BAR0 write
-        (9, access(1, 0x100, 8, &[])),                                       // BAR1 read
-        (9, access(0, 0xfff_ffff, 4, &[])),                                  // past the BAR
-        (2, le(&[32, 3, 0, 0x8000_0000, 0x1000], &[4, 4, 8, 8, 8])),         // DMA_MAP, no fd
-        (2, le(&[32, 3, 0, u64::MAX - 10, 0x1000], &[4, 4, 8, 8, 8])),       // wrapping map
-        (3, le(&[32, 0, 0x8000_0000, 0x1000], &[4, 4, 8, 8])),               // DMA_UNMAP
-        (3, le(&[32, 2, 0, 0], &[4, 4, 8, 8])),                              // DMA_UNMAP all
-        (8, le(&[20, 0x24, 2, 0, 1], &[4, 4, 4, 4, 4])),                     // SET_IRQS fd-less
-        (8, le(&[20, 0x21, 2, 0, 0], &[4, 4, 4, 4, 4])),                     // SET_IRQS trigger none
-        (8, le(&[20, 0x24, 9, 0, 1], &[4, 4, 4, 4, 4])),                     // unsupported index
-        (13, Vec::new()),                                                    // DEVICE_RESET
-        (11, le(&[0, 16], &[8, 8])),                                         // DMA_READ (unsupported)
+        (4, le(&[16, 0, 0, 0], &[4, 4, 4, 4])),                        // DEVICE_GET_INFO
+        (5, le(&[32, 0, 0, 0, 0, 0], &[4, 4, 4, 4, 8, 8])),            // GET_REGION_INFO config
+        (5, le(&[32, 0, 1, 0, 0, 0], &[4, 4, 4, 4, 8, 8])),            // GET_REGION_INFO BAR1
+        (7, le(&[16, 0, 4, 0], &[4, 4, 4, 4])),                        // GET_IRQ_INFO MSI-X
+        (9, access(7, 0, 4, &[])),                                     // config read
+        (10, access(7, 4, 2, &[6, 0])),                                // enable decoding
+        (9, access(0, 0, 4, &[])),                                     // BAR0 read
+        (10, access(0, 0x20, 4, &1u32.to_le_bytes())),                 // BAR0 write
+        (9, access(1, 0x100, 8, &[])),                                 // BAR1 read
+        (9, access(0, 0xfff_ffff, 4, &[])),                            // past the BAR
+        (2, le(&[32, 3, 0, 0x8000_0000, 0x1000], &[4, 4, 8, 8, 8])),   // DMA_MAP, no fd
+        (2, le(&[32, 3, 0, u64::MAX - 10, 0x1000], &[4, 4, 8, 8, 8])), // wrapping map
+        (3, le(&[32, 0, 0x8000_0000, 0x1000], &[4, 4, 8, 8])),         // DMA_UNMAP
+        (3, le(&[32, 2, 0, 0], &[4, 4, 8, 8])),                        // DMA_UNMAP all
+        (8, le(&[20, 0x24, 2, 0, 1], &[4, 4, 4, 4, 4])),               // SET_IRQS fd-less
+        (8, le(&[20, 0x21, 2, 0, 0], &[4, 4, 4, 4, 4])),               // SET_IRQS trigger none
+        (8, le(&[20, 0x24, 9, 0, 1], &[4, 4, 4, 4, 4])),               // unsupported index
+        (13, Vec::new()),                                              // DEVICE_RESET
+        (11, le(&[0, 16], &[8, 8])),                                   // DMA_READ (unsupported)
     ];
     for (i, (cmd, payload)) in msgs.iter().enumerate() {
         s.extend_from_slice(&vfio_message(i as u16, *cmd, payload));

@@ -438,7 +438,14 @@ impl ServerProcess {
 
     /// Starts node `node` of `topology` (capturing its fabric traffic to `pcap` if given)
     /// and waits (10 s at most) for its sockets.
-    pub fn start_node(bin: &Path, topology: &Path, node: &str, socket_dir: &Path, gpu_mem_dir: Option<&Path>, pcap: Option<&Path>) -> anyhow::Result<ServerProcess> {
+    pub fn start_node(
+        bin: &Path,
+        topology: &Path,
+        node: &str,
+        socket_dir: &Path,
+        gpu_mem_dir: Option<&Path>,
+        pcap: Option<&Path>,
+    ) -> anyhow::Result<ServerProcess> {
         let mut cmd = Command::new(bin);
         cmd.arg("serve").arg("--topology").arg(topology).arg("--node").arg(node).arg("--socket-dir").arg(socket_dir);
         if let Some(p) = pcap {
@@ -576,7 +583,8 @@ impl NodePair {
     pub fn write(&mut self, from: usize, off: u64, len: u64, wr_id: u64, signaled: bool) -> anyhow::Result<()> {
         let to = 1 - from;
         let flags = if signaled { WQE_FLAG_SIGNALED } else { 0 };
-        let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags, num_sge: 1, wr_id, remote_addr: VA + self.buf[to] + off, rkey: self.key[to], ..Default::default() };
+        let hdr =
+            WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags, num_sge: 1, wr_id, remote_addr: VA + self.buf[to] + off, rkey: self.key[to], ..Default::default() };
         let sge = Sge { addr: VA + self.buf[from] + off, length: len as u32, lkey: self.key[from] };
         self.h[from].post(1, true, &[(hdr, vec![sge])])
     }

@@ -15,16 +15,12 @@ pub struct Image {
 
 /// The repository this binary was built from (`RNIC_EMU_REPO` overrides it).
 pub fn repo_root() -> PathBuf {
-    std::env::var_os("RNIC_EMU_REPO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+    std::env::var_os("RNIC_EMU_REPO").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
 }
 
 /// The image directory (`RNIC_EMU_IMAGE_DIR` overrides it, as for images/build.sh).
 pub fn image_dir() -> PathBuf {
-    std::env::var_os("RNIC_EMU_IMAGE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("build/image"))
+    std::env::var_os("RNIC_EMU_IMAGE_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("build/image"))
 }
 
 /// The QEMU binary a run starts: `RNIC_EMU_QEMU` when set, else the image's wrapper.
@@ -49,11 +45,7 @@ pub fn check_qemu_override() -> anyhow::Result<()> {
 /// Runs `images/build.sh` (cached: seconds when nothing changed), progress on stderr.
 pub fn build() -> anyhow::Result<()> {
     let script = repo_root().join("images/build.sh");
-    let status = Command::new("bash")
-        .arg(&script)
-        .env("RNIC_EMU_IMAGE_DIR", image_dir())
-        .status()
-        .with_context(|| format!("running {}", script.display()))?;
+    let status = Command::new("bash").arg(&script).env("RNIC_EMU_IMAGE_DIR", image_dir()).status().with_context(|| format!("running {}", script.display()))?;
     if !status.success() {
         bail!("{} failed ({status})", script.display());
     }
@@ -66,12 +58,7 @@ pub fn ensure(build_first: bool) -> anyhow::Result<Image> {
         build()?;
     }
     let dir = image_dir();
-    let img = Image {
-        kernel: dir.join("vmlinuz"),
-        initramfs: dir.join("initramfs.cpio.gz"),
-        qemu: qemu_path(&dir),
-        dir,
-    };
+    let img = Image { kernel: dir.join("vmlinuz"), initramfs: dir.join("initramfs.cpio.gz"), qemu: qemu_path(&dir), dir };
     check_qemu_override()?;
     if !img.qemu.exists() {
         bail!("QEMU {} is missing: run images/build.sh (or drop --no-build), or set RNIC_EMU_QEMU", img.qemu.display());

@@ -2,9 +2,9 @@
 //! filtered, as text or JSON lines, once or following it; `--record on|off` switches the
 //! node's recording; `--from FILE` prints what `rnic-emu run --trace FILE` recorded.
 
-use rnic_emu::iotrace_client::{text, Filter, Reader};
 use crate::checks::OrConfig;
 use anyhow::Context;
+use rnic_emu::iotrace_client::{text, Filter, Reader};
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -28,7 +28,12 @@ pub fn trace(socket_dir: &Path, node: &str, record: Option<&str>, filter: &Filte
             warned_off = true;
         }
         if polled.lost > 0 {
-            eprintln!("rnic-emu: {} events lost: the ring of {node} overflowed before they were read ({} events kept, {} dropped since it was cleared)", polled.lost, rnic_emu::iotrace::CAPACITY, polled.overflow);
+            eprintln!(
+                "rnic-emu: {} events lost: the ring of {node} overflowed before they were read ({} events kept, {} dropped since it was cleared)",
+                polled.lost,
+                rnic_emu::iotrace::CAPACITY,
+                polled.overflow
+            );
         }
         for e in polled.events.iter().filter(|e| filter.keeps(e)) {
             let line = if json { e.to_string() } else { text(e) };

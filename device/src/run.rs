@@ -305,15 +305,7 @@ struct NodeRun {
     done: bool,
 }
 
-fn start_node(
-    opts: &RunOptions,
-    img: &Image,
-    topo: &Topology,
-    index: usize,
-    command: &str,
-    wd: &Path,
-    attempt: u32,
-) -> anyhow::Result<NodeRun> {
+fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, command: &str, wd: &Path, attempt: u32) -> anyhow::Result<NodeRun> {
     let node = &topo.nodes[index];
     let sockets = wd.join("sockets");
     std::fs::create_dir_all(&sockets)?;

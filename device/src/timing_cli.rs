@@ -23,7 +23,8 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
             }
             let reference = (t.request == rnic_emu::timing::reference::REQUEST).then(|| {
                 let rows = rnic_emu::timing::reference::compare(&t);
-                let stages: Vec<_> = rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect();
+                let stages: Vec<_> =
+                    rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect();
                 serde_json::json!({ "stages": stages, "intervals": rnic_emu::timing::reference::intervals(p, &layout, &t) })
             });
             Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
@@ -94,13 +95,28 @@ pub fn trace(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo:
 /// A record back from JSON (names interned to the ones the device uses).
 fn parse_record(v: &serde_json::Value) -> Record {
     const NAMES: &[&str] = &[
-        "requester", "responder", "loopback", "fabric", "host", "p2p-switch", "p2p-root-complex", "write", "read", "send", "doorbell", "remote_read",
-        "wqe_data", "sgl_parsed", "packetized", "on_wire", "placed", "ack", "cqe",
+        "requester",
+        "responder",
+        "loopback",
+        "fabric",
+        "host",
+        "p2p-switch",
+        "p2p-root-complex",
+        "write",
+        "read",
+        "send",
+        "doorbell",
+        "remote_read",
+        "wqe_data",
+        "sgl_parsed",
+        "packetized",
+        "on_wire",
+        "placed",
+        "ack",
+        "cqe",
     ];
     let intern = |s: Option<&str>| s.and_then(|s| NAMES.iter().copied().find(|n| *n == s));
-    let stages = v["stages"].as_array().map(|a| {
-        a.iter().filter_map(|s| Some((intern(s[0].as_str())?, s[1].as_u64()?))).collect()
-    });
+    let stages = v["stages"].as_array().map(|a| a.iter().filter_map(|s| Some((intern(s[0].as_str())?, s[1].as_u64()?))).collect());
     Record {
         seq: v["seq"].as_u64().unwrap_or(0),
         role: intern(v["role"].as_str()).unwrap_or("?"),

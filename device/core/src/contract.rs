@@ -50,11 +50,7 @@ fn c_struct(out: &mut String, st: &AbiStruct) {
     out.push_str("};\n");
     let _ = writeln!(out, "_Static_assert(sizeof(struct {}) == {}, \"{} size\");", st.c_name, st.size, st.c_name);
     for f in st.fields {
-        let _ = writeln!(
-            out,
-            "_Static_assert(offsetof(struct {}, {}) == {}, \"{}.{}\");",
-            st.c_name, f.name, f.offset, st.c_name, f.name
-        );
+        let _ = writeln!(out, "_Static_assert(offsetof(struct {}, {}) == {}, \"{}.{}\");", st.c_name, f.name, f.offset, st.c_name, f.name);
     }
 }
 
@@ -161,7 +157,13 @@ fn md_regs(out: &mut String, title: &str, regs: &[RegDef]) {
         let _ = writeln!(
             out,
             "| `{:#06x}` | `{}` | {} | {} | `{:#x}` | `{:#x}` | {} |",
-            r.offset, r.name, r.width * 8, r.access.as_str(), r.reset, r.writable, r.doc.trim()
+            r.offset,
+            r.name,
+            r.width * 8,
+            r.access.as_str(),
+            r.reset,
+            r.writable,
+            r.doc.trim()
         );
     }
 }
@@ -181,7 +183,12 @@ fn md_bits(o: &mut String) {
         ("RNIC_REG_STATUS", "RNIC_STATUS_DMA_ENABLED", r::STATUS_DMA_ENABLED, "mirrors DMA_CTRL bit 0"),
         ("RNIC_REG_STATUS", "RNIC_STATUS_ERROR", r::STATUS_ERROR, "RNIC_REG_LAST_ERROR holds an error; reading it clears both"),
         ("RNIC_REG_STATUS", "RNIC_STATUS_FATAL", r::STATUS_FATAL, "the engine failed internally; until a device reset (minor 5, docs/verbs.md §5.1)"),
-        ("RNIC_REG_STATUS", "RNIC_STATUS_FLR_REQUIRED", r::STATUS_FLR_REQUIRED, "acts as FATAL; only an FLR clears it, not RNIC_REG_RESET (minor 6, docs/faults.md)"),
+        (
+            "RNIC_REG_STATUS",
+            "RNIC_STATUS_FLR_REQUIRED",
+            r::STATUS_FLR_REQUIRED,
+            "acts as FATAL; only an FLR clears it, not RNIC_REG_RESET (minor 6, docs/faults.md)",
+        ),
         ("DMA_CTRL", "RNIC_DMA_CTRL_ENABLE", r::DMA_CTRL_ENABLE, "engine enable: clear, the device starts no DMA except for commands"),
         ("DMA_CTRL", "RNIC_DMA_CTRL_INT_ENABLE", r::DMA_CTRL_INT_ENABLE, "completion and async-error interrupts"),
         ("DMA_CTRL", "RNIC_DMA_CTRL_DB_PAGE", r::DMA_CTRL_DB_PAGE, "take indices from the doorbell page (minor 3)"),
@@ -212,10 +219,25 @@ pub fn markdown() -> String {
     let _ = writeln!(o, "| Vendor ID (default) | `{:#06x}` (QEMU's example-device ID; no real product) |", pci_ids::VENDOR_ID);
     let _ = writeln!(o, "| RNIC device ID / class | `{:#06x}` / `{:#08x}` |", pci_ids::RNIC_DEVICE_ID, pci_ids::RNIC_CLASS);
     let _ = writeln!(o, "| GPU device ID / class | `{:#06x}` / `{:#08x}` |", pci_ids::GPU_DEVICE_ID, pci_ids::GPU_CLASS);
-    let _ = writeln!(o, "| RNIC BAR0 | 64-bit non-prefetchable, {} KiB: registers, MSI-X table at `{:#x}`, PBA at `{:#x}` |", pci_ids::RNIC_BAR0_SIZE >> 10, pci_ids::MSIX_TABLE_OFFSET, pci_ids::MSIX_PBA_OFFSET);
+    let _ = writeln!(
+        o,
+        "| RNIC BAR0 | 64-bit non-prefetchable, {} KiB: registers, MSI-X table at `{:#x}`, PBA at `{:#x}` |",
+        pci_ids::RNIC_BAR0_SIZE >> 10,
+        pci_ids::MSIX_TABLE_OFFSET,
+        pci_ids::MSIX_PBA_OFFSET
+    );
     let _ = writeln!(o, "| GPU BAR0 | 32-bit non-prefetchable, {} KiB: registers, MSI-X table and PBA as above |", pci_ids::GPU_BAR0_SIZE >> 10);
-    let _ = writeln!(o, "| GPU BAR1 | 64-bit prefetchable memory aperture, default {} MiB, shared memory QEMU maps directly |", pci_ids::GPU_BAR1_DEFAULT_SIZE >> 20);
-    let _ = writeln!(o, "| RNIC BAR{} | 64-bit non-prefetchable, {} KiB: the doorbell page (below), shared memory QEMU maps directly |", pci_ids::RNIC_DB_BAR, pci_ids::RNIC_DB_BAR_SIZE >> 10);
+    let _ = writeln!(
+        o,
+        "| GPU BAR1 | 64-bit prefetchable memory aperture, default {} MiB, shared memory QEMU maps directly |",
+        pci_ids::GPU_BAR1_DEFAULT_SIZE >> 20
+    );
+    let _ = writeln!(
+        o,
+        "| RNIC BAR{} | 64-bit non-prefetchable, {} KiB: the doorbell page (below), shared memory QEMU maps directly |",
+        pci_ids::RNIC_DB_BAR,
+        pci_ids::RNIC_DB_BAR_SIZE >> 10
+    );
     let _ = writeln!(o, "| MSI-X vectors | RNIC {}, GPU {} |", pci_ids::RNIC_MSIX_VECTORS, pci_ids::GPU_MSIX_VECTORS);
     md_regs(&mut o, "RNIC BAR0", regs::rnic::REGS);
     md_bits(&mut o);
@@ -227,7 +249,13 @@ pub fn markdown() -> String {
         let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `RQ_PI` | driver | receive-queue producer index of QP q |", d::PAGE, d::RQ_PI);
         let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `SQ_EVENT` | device | ring `WQE_DB_IDX` once `SQ_PI` moves past this index |", d::PAGE, d::SQ_EVENT);
         let _ = writeln!(o, "| `q * {:#x} + {:#x}` | `RQ_EVENT` | device | ring `RQ_DB_IDX` once `RQ_PI` moves past this index |", d::PAGE, d::RQ_EVENT);
-        let _ = writeln!(o, "| `{:#x} + c * {:#x} + {:#x}` | `CQ_CI` | driver | consumer index of CQ c (replaces `CQE_CONS_IDX` writes) |", d::CQ_PAGES, d::PAGE, d::CQ_CI);
+        let _ = writeln!(
+            o,
+            "| `{:#x} + c * {:#x} + {:#x}` | `CQ_CI` | driver | consumer index of CQ c (replaces `CQE_CONS_IDX` writes) |",
+            d::CQ_PAGES,
+            d::PAGE,
+            d::CQ_CI
+        );
     }
     md_regs(&mut o, "GPU BAR0", regs::gpu::REGS);
     o.push_str("\n## RNIC statistics (BAR0, 64-bit, read-only)\n\n| Offset | Counter | Meaning |\n|---|---|---|\n");
@@ -263,17 +291,11 @@ mod tests {
 
     #[test]
     fn checked_in_c_header_matches_regs() {
-        assert!(
-            repo_file(HEADER_PATH) == c_header(),
-            "{HEADER_PATH} is stale: run `cargo run -p rnic-emu -- gen-header > {HEADER_PATH}`"
-        );
+        assert!(repo_file(HEADER_PATH) == c_header(), "{HEADER_PATH} is stale: run `cargo run -p rnic-emu -- gen-header > {HEADER_PATH}`");
     }
 
     #[test]
     fn checked_in_doc_matches_regs() {
-        assert!(
-            repo_file(DOC_PATH) == markdown(),
-            "{DOC_PATH} is stale: run `cargo run -p rnic-emu -- gen-doc > {DOC_PATH}`"
-        );
+        assert!(repo_file(DOC_PATH) == markdown(), "{DOC_PATH} is stale: run `cargo run -p rnic-emu -- gen-doc > {DOC_PATH}`");
     }
 }

@@ -7,9 +7,9 @@ use crate::msix::Interrupts;
 use crate::pci::caps::{self, Capability};
 use crate::pci::config::{ConfigSpace, Identity, LayoutError};
 use crate::regs::pci_ids;
+use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use crate::shm::{SharedMemory, ShmError};
 use crate::topology::{Device, DeviceKind};
-use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
 use std::os::fd::RawFd;
 use std::sync::RwLock;
 

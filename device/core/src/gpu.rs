@@ -6,8 +6,10 @@
 //! server attaches it; the model itself starts no thread. Reset leaves BAR1 contents
 //! alone, as GPU memory survives a function reset.
 
+use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, ModelError, PciFunction};
+use crate::gpu_engine::{GpuEngine, Launch, Runner};
 use crate::mem::dma::DmaMaps;
-use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, PciFunction};
+use crate::mem::router::PeerWindow;
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace};
 use crate::regfile::RegisterFile;
@@ -15,9 +17,7 @@ use crate::regs::gpu::*;
 use crate::regs::pci_ids::{self, GPU_BAR0_SIZE};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
-use crate::gpu_engine::{GpuEngine, Launch, Runner};
 use crate::verbs::worker::Mailbox;
-use crate::mem::router::PeerWindow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -134,10 +134,7 @@ impl PciFunction for Gpu {
     }
 
     fn bar_regions(&self) -> Vec<BarRegion> {
-        vec![
-            BarRegion { index: 0, size: GPU_BAR0_SIZE, mmap_fd: None },
-            BarRegion { index: MEM_BAR, size: self.mem.size(), mmap_fd: Some(self.mem.raw_fd()) },
-        ]
+        vec![BarRegion { index: 0, size: GPU_BAR0_SIZE, mmap_fd: None }, BarRegion { index: MEM_BAR, size: self.mem.size(), mmap_fd: Some(self.mem.raw_fd()) }]
     }
 
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {

@@ -17,9 +17,9 @@
 //! these models over vfio-user and the fabric sockets, and the `rnic-emu` command
 //! orchestrates QEMU and the servers.
 pub mod contract;
-pub mod fault;
 pub mod doorbell;
 pub mod fabric;
+pub mod fault;
 pub mod function;
 pub mod gpu;
 pub mod gpu_engine;

@@ -8,16 +8,15 @@
 //! fd -1 it uses for "no eventfd" over the socket, so it sends such runs without fds
 //! (it does this on MSI-X enable, for vector 0, before the guest requests any vector).
 
+use crate::fault::PcieFaults;
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::fault::PcieFaults;
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
-    VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK,
-    VFIO_IRQ_SET_ACTION_UNMASK, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
-    VFIO_IRQ_SET_DATA_TYPE_MASK,
+    VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_ACTION_UNMASK, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK,
 };
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

@@ -45,12 +45,7 @@ pub struct RateLimit {
 
 impl RateLimit {
     pub const fn new(level: log::Level, origin: &'static str) -> Self {
-        RateLimit {
-            level,
-            origin,
-            window: Mutex::new(Window { start: None, printed: 0, suppressed: 0 }),
-            registered: AtomicBool::new(false),
-        }
+        RateLimit { level, origin, window: Mutex::new(Window { start: None, printed: 0, suppressed: 0 }), registered: AtomicBool::new(false) }
     }
 
     /// Whether a line may be printed now. Before saying yes it reports the lines

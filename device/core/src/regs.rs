@@ -352,8 +352,7 @@ mod tests {
             assert!(r.width == 4 || r.width == 8, "{}", r.name);
             assert_eq!(r.offset % u64::from(r.width), 0, "{} misaligned", r.name);
             for other in &regs[i + 1..] {
-                let disjoint = r.offset + u64::from(r.width) <= other.offset
-                    || other.offset + u64::from(other.width) <= r.offset;
+                let disjoint = r.offset + u64::from(r.width) <= other.offset || other.offset + u64::from(other.width) <= r.offset;
                 assert!(disjoint, "{} overlaps {}", r.name, other.name);
             }
             assert!(r.offset + u64::from(r.width) <= pci_ids::MSIX_TABLE_OFFSET);
@@ -387,8 +386,12 @@ mod tests {
         let caps = rnic::REGS.iter().find(|r| r.offset == rnic::RNIC_REG_CAPS).unwrap();
         assert_eq!(caps.reset, rnic::CAPS_ALL);
         assert_eq!(CHANGELOG.last().map(|c| c.0), Some(CONTRACT_VERSION), "the changelog names the current version");
-        let limits = [(rnic::RNIC_REG_MAX_QP, rnic::MAX_QP), (rnic::RNIC_REG_MAX_CQ, rnic::MAX_CQ),
-            (rnic::RNIC_REG_MAX_MR, rnic::MAX_MR), (rnic::RNIC_REG_MAX_RING_LOG2, rnic::MAX_RING_LOG2)];
+        let limits = [
+            (rnic::RNIC_REG_MAX_QP, rnic::MAX_QP),
+            (rnic::RNIC_REG_MAX_CQ, rnic::MAX_CQ),
+            (rnic::RNIC_REG_MAX_MR, rnic::MAX_MR),
+            (rnic::RNIC_REG_MAX_RING_LOG2, rnic::MAX_RING_LOG2),
+        ];
         for (reg, v) in limits {
             assert_eq!(rnic::REGS.iter().find(|r| r.offset == reg).unwrap().reset, v);
         }

@@ -7,23 +7,23 @@
 //! gives it the fabric port; from then on this socket-side model only posts doorbells and
 //! waits for command results. Unattached (unit tests, fuzzing) it runs the engine inline.
 
-use crate::mem::dma::DmaMaps;
 use crate::doorbell::DoorbellPage;
-use crate::shm::SharedMemory;
-use crate::function::{capabilities, ModelError, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, PciFunction};
+use crate::fault::PcieFaults;
+use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, ModelError, PciFunction};
+use crate::iotrace::{FunctionKind, IoTrace};
+use crate::mem::dma::DmaMaps;
+use crate::mem::router::{Peer, Router};
 use crate::msix::Interrupts;
 use crate::pci::config::{BarDef, ConfigSpace, LayoutError};
 use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
 use crate::regs::rnic::*;
+use crate::shm::SharedMemory;
 use crate::topology::Device;
-use crate::iotrace::{FunctionKind, IoTrace};
-use crate::mem::router::{Peer, Router};
 use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Engine, Shared, Tables};
 use crate::verbs::stats::{Stats, COUNTERS};
 use crate::verbs::worker::{Driver, EngineSlot, Event, Mailbox};
-use crate::fault::PcieFaults;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

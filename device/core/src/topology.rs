@@ -227,8 +227,7 @@ impl Topology {
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Topology, TopologyError> {
-        let mut topo: Topology = toml::from_str(text)
-            .map_err(|e| TopologyError::Parse { path: origin.to_string(), source: Box::new(e) })?;
+        let mut topo: Topology = toml::from_str(text).map_err(|e| TopologyError::Parse { path: origin.to_string(), source: Box::new(e) })?;
         topo.validate()?;
         let link = PcieLink::of(&topo.timing);
         for n in &mut topo.nodes {
@@ -278,7 +277,9 @@ impl Topology {
         for text in &node.faults.pcie {
             match crate::fault::spec::parse(text.split_whitespace()) {
                 Ok(crate::fault::Fault::Arm(_)) => {}
-                Ok(_) => return Err(err(format!("faults.pcie '{text}': only faults that are armed (dma-*, poison, cqe-*, msi-lost, cmd-timeout) go in a topology"))),
+                Ok(_) => {
+                    return Err(err(format!("faults.pcie '{text}': only faults that are armed (dma-*, poison, cqe-*, msi-lost, cmd-timeout) go in a topology")))
+                }
                 Err(e) => return Err(err(format!("faults.pcie '{text}': {e}"))),
             }
         }
@@ -447,10 +448,14 @@ mod tests {
 
     #[test]
     fn p2p_paths_follow_the_lowest_common_port() {
-        let roots = Topology::parse(&SWITCH.replace("port = \"dn1\"", "port = \"rp1\"").replace(
-            "{ id = \"dn1\", kind = \"switch-downstream\", parent = \"up\" } ]",
-            "{ id = \"dn1\", kind = \"switch-downstream\", parent = \"up\" }, { id = \"rp1\", kind = \"root-port\" } ]",
-        ), "t").unwrap();
+        let roots = Topology::parse(
+            &SWITCH.replace("port = \"dn1\"", "port = \"rp1\"").replace(
+                "{ id = \"dn1\", kind = \"switch-downstream\", parent = \"up\" } ]",
+                "{ id = \"dn1\", kind = \"switch-downstream\", parent = \"up\" }, { id = \"rp1\", kind = \"root-port\" } ]",
+            ),
+            "t",
+        )
+        .unwrap();
         let n = &roots.nodes[0];
         assert_eq!(n.p2p_path(&n.devices[0], &n.devices[1]), P2pPath::RootComplex, "separate root ports");
         let mf = Topology::parse(MULTIFUNCTION, "t").unwrap();

@@ -13,15 +13,15 @@
 
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
 use crate::fabric::port::{self, FabricPort};
-use rnic_emu_core::gpu::Gpu;
-use rnic_emu_core::iotrace::IoTrace;
-use rnic_emu_core::rnic::Rnic;
-use rnic_emu_core::verbs::worker::Mailbox;
-use rnic_emu_core::mem::router::Peer;
-use rnic_emu_core::shm::SharedMemory;
-use rnic_emu_core::topology::{DeviceKind, Topology};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
+use rnic_emu_core::gpu::Gpu;
+use rnic_emu_core::iotrace::IoTrace;
+use rnic_emu_core::mem::router::Peer;
+use rnic_emu_core::rnic::Rnic;
+use rnic_emu_core::shm::SharedMemory;
+use rnic_emu_core::topology::{DeviceKind, Topology};
+use rnic_emu_core::verbs::worker::Mailbox;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -115,8 +115,7 @@ impl NodeDevices {
                 let guard = vfio::lock(&f);
                 (vfio::regions(&*guard), vfio::irqs(&*guard))
             };
-            let server = Server::new(&path, true, irqs, regions)
-                .with_context(|| format!("binding vfio-user socket {}", path.display()))?;
+            let server = Server::new(&path, true, irqs, regions).with_context(|| format!("binding vfio-user socket {}", path.display()))?;
             log::info!("{}: listening on {}", vfio::lock(&f).name(), path.display());
             servers.push((server, f));
         }
@@ -235,7 +234,13 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
 }
 
 /// Answers `stats` requests on the control socket (one JSON line per request line).
-fn serve_control(node: String, listener: std::os::unix::net::UnixListener, functions: Vec<(PathBuf, SharedFunction)>, ports: Vec<Arc<FabricPort>>, io: Arc<IoTrace>) {
+fn serve_control(
+    node: String,
+    listener: std::os::unix::net::UnixListener,
+    functions: Vec<(PathBuf, SharedFunction)>,
+    ports: Vec<Arc<FabricPort>>,
+    io: Arc<IoTrace>,
+) {
     use std::io::{BufRead, BufReader, Write};
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
@@ -261,8 +266,7 @@ fn serve_control(node: String, listener: std::os::unix::net::UnixListener, funct
 /// Serves a node until SIGINT/SIGTERM, then removes its sockets.
 pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<()> {
     let node = &topo.nodes[index];
-    std::fs::create_dir_all(&opts.socket_dir)
-        .with_context(|| format!("creating the socket directory {}", opts.socket_dir.display()))?;
+    std::fs::create_dir_all(&opts.socket_dir).with_context(|| format!("creating the socket directory {}", opts.socket_dir.display()))?;
     let devices = NodeDevices::build(topo, index, opts)?;
     remove_stale_sockets(&devices.functions);
     let mut paths: Vec<PathBuf> = devices.functions.iter().map(|(p, _)| p.clone()).collect();

@@ -16,9 +16,8 @@ use std::io::{Error, ErrorKind};
 use std::mem::size_of;
 use std::sync::{Arc, Mutex, MutexGuard};
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR5_REGION_INDEX,
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS,
-    VFIO_PCI_NUM_REGIONS, VFIO_PCI_REQ_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
+    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR5_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_ERR_IRQ_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_PCI_REQ_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
     VFIO_REGION_INFO_FLAG_WRITE,
 };
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, ServerBackend, ServerRegion, SparseArea};
@@ -62,11 +61,7 @@ fn inside_file(fd: &File, offset: u64, size: u64) -> bool {
 pub fn regions(f: &dyn PciFunction) -> Vec<ServerRegion> {
     let mut regions: Vec<ServerRegion> = (0..VFIO_PCI_NUM_REGIONS)
         .map(|index| ServerRegion {
-            region_info: vfio_region_info {
-                argsz: size_of::<vfio_region_info>() as u32,
-                index,
-                ..Default::default()
-            },
+            region_info: vfio_region_info { argsz: size_of::<vfio_region_info>() as u32, index, ..Default::default() },
             sparse_areas: Vec::new(),
             mmap_fd: None,
         })

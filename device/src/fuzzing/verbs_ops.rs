@@ -140,8 +140,8 @@ struct Harness {
 
 /// `n` MSI-X vectors, each with an eventfd (nobody reads them; a raise is a counter add).
 fn enabled_vectors(n: u16) -> Arc<Interrupts> {
-    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
     use std::os::fd::FromRawFd;
+    use vfio_bindings::bindings::vfio::{VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD};
     let irqs = Arc::new(Interrupts::new(n));
     let fds: Vec<std::fs::File> = (0..n)
         .filter_map(|_| {
@@ -378,7 +378,17 @@ impl Harness {
                 };
                 let length = if iova_kind & 4 == 0 { u64::from(length) % (pages.len() as u64 * 4096 + 1) } else { u64::from(length) };
                 let page_shift = if page_shift & 0x80 == 0 { 12 } else { page_shift % 40 };
-                let ctx = MrCtx { iova, length, pd: u32::from(pd % 2), mtt_offset: first, npages: pages.len() as u32, access: access & 7, key: mr_key(i) as u8, page_shift, rsvd0: 0 };
+                let ctx = MrCtx {
+                    iova,
+                    length,
+                    pd: u32::from(pd % 2),
+                    mtt_offset: first,
+                    npages: pages.len() as u32,
+                    access: access & 7,
+                    key: mr_key(i) as u8,
+                    page_shift,
+                    rsvd0: 0,
+                };
                 self.put(MR_TABLE + i as u64 * 32, &ctx);
                 self.cmd(CMD_REG_MR, i as u32);
             }
@@ -443,7 +453,11 @@ impl Harness {
                     _ => (dbpage::QP_PAGES, [dbpage::SQ_PI, dbpage::RQ_PI, dbpage::SQ_EVENT, dbpage::RQ_EVENT]),
                 };
                 // Objects the harness uses, or (index >= 0xf0) any page offset at all.
-                let offset = if index >= 0xf0 { u64::from(value) << 8 | u64::from(index) } else { base + u64::from(index % 16) * dbpage::PAGE + fields[usize::from(field % 4)] };
+                let offset = if index >= 0xf0 {
+                    u64::from(value) << 8 | u64::from(index)
+                } else {
+                    base + u64::from(index % 16) * dbpage::PAGE + fields[usize::from(field % 4)]
+                };
                 self.page_store(offset, value);
             }
             Op::Sleep => {
@@ -482,7 +496,11 @@ impl Harness {
         let q = usize::from(qpn) % QPS;
         let r = self.rings[q];
         let send = send & 1 == 1;
-        let (base, log, stride, pi) = if send { (QP_RINGS + q as u64 * 0x4000, r.sq_log, r.sq_stride, self.sq_pi[q]) } else { (QP_RINGS + q as u64 * 0x4000 + 0x2000, r.rq_log, r.rq_stride, self.rq_pi[q]) };
+        let (base, log, stride, pi) = if send {
+            (QP_RINGS + q as u64 * 0x4000, r.sq_log, r.sq_stride, self.sq_pi[q])
+        } else {
+            (QP_RINGS + q as u64 * 0x4000 + 0x2000, r.rq_log, r.rq_stride, self.rq_pi[q])
+        };
         let opcode = match opcode % 8 {
             0 => WQE_OP_RDMA_WRITE,
             1 => WQE_OP_RDMA_WRITE_IMM,
@@ -570,10 +588,10 @@ impl Harness {
         let size = (u64::from(pages % 16) + 1) * 4096;
         let end = self.maps.iter().map(|m| m.0 + m.1).max().unwrap_or(RAM_BASE + RAM);
         let iova = match kind % 4 {
-            0 => end,                             // adjacent to the last map
-            1 => end + 0x10_0000,                 // after a gap
+            0 => end,                              // adjacent to the last map
+            1 => end + 0x10_0000,                  // after a gap
             2 => 0u64.wrapping_sub(size) & !0xfff, // the last pages below 2^64
-            _ => RAM_BASE - size,                 // just below RAM
+            _ => RAM_BASE - size,                  // just below RAM
         };
         let memory = kind & 0x80 == 0;
         let fd = if memory {
@@ -834,7 +852,14 @@ pub fn page_seeds() -> Vec<Vec<u8>> {
     ]);
     let mut around = seed_ops(1);
     for _ in 0..3 {
-        around.extend([Op::Sleep, seed_post(2, 0, 5, vec![seed_sge(2, 64)]), seed_post(1, 1, 3, vec![seed_sge(1, 64)]), Op::Run { passes: 4 }, Op::Reflect { pick: 0, how: 4 }, Op::Reflect { pick: 0, how: 4 }]);
+        around.extend([
+            Op::Sleep,
+            seed_post(2, 0, 5, vec![seed_sge(2, 64)]),
+            seed_post(1, 1, 3, vec![seed_sge(1, 64)]),
+            Op::Run { passes: 4 },
+            Op::Reflect { pick: 0, how: 4 },
+            Op::Reflect { pick: 0, how: 4 },
+        ]);
     }
     [seed_ops(0), around, hostile].iter().map(|ops| encode(ops)).collect()
 }
@@ -923,7 +948,10 @@ mod tests {
             let s = &h.stats;
             let all = s.snapshot();
             assert!(s.get(Counter::Cqes) >= 5, "seed {n}: too few CQEs ({all:?})");
-            assert!(s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0, "seed {n}: data did not move ({all:?})");
+            assert!(
+                s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0,
+                "seed {n}: data did not move ({all:?})"
+            );
             if n == 1 {
                 assert!(s.get(Counter::PktsReceived) >= 10 && s.get(Counter::AcksSent) > 0, "seed {n}: the fabric pair did not talk RC ({all:?})");
             }
@@ -1039,7 +1067,10 @@ mod tests {
             let s = &h.stats;
             let all = s.snapshot();
             assert!(s.get(Counter::PktsReceived) >= 10 && s.get(Counter::AcksSent) > 0, "node {n}: no RC traffic ({all:?})");
-            assert!(s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesRead) > 0 && s.get(Counter::BytesSent) > 0, "node {n}: data did not move ({all:?})");
+            assert!(
+                s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesRead) > 0 && s.get(Counter::BytesSent) > 0,
+                "node {n}: data did not move ({all:?})"
+            );
         }
         verbs_pair(seed);
     }

@@ -328,9 +328,18 @@ mod tests {
         let mut expect = p.clone();
         expect.bth.pad = 1;
         assert!(Packet::decode(&wire, &ep()) == Ok(expect));
-        let ack = Packet { bth: Bth { opcode: op::ACK, dest_qp: 7, psn: 5, ..Default::default() }, aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 3 }), ..Default::default() };
+        let ack = Packet {
+            bth: Bth { opcode: op::ACK, dest_qp: 7, psn: 5, ..Default::default() },
+            aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 3 }),
+            ..Default::default()
+        };
         assert_eq!(Packet::decode(&ack.encode(&ep()), &ep()), Ok(ack));
-        let imm = Packet { bth: Bth { opcode: op::SEND_ONLY_IMM, solicited: true, psn: PSN_MASK, pad: 1, ..Default::default() }, imm: Some(0xdead_beef), payload: vec![1, 2, 3], ..Default::default() };
+        let imm = Packet {
+            bth: Bth { opcode: op::SEND_ONLY_IMM, solicited: true, psn: PSN_MASK, pad: 1, ..Default::default() },
+            imm: Some(0xdead_beef),
+            payload: vec![1, 2, 3],
+            ..Default::default()
+        };
         assert_eq!(Packet::decode(&imm.encode(&ep()), &ep()), Ok(imm));
     }
 
@@ -341,7 +350,8 @@ mod tests {
         let mut buf = vec![0xee; 3];
         p.encode_into(&e, &mut buf);
         assert_eq!(buf, p.encode(&e), "encode_into clears the buffer first");
-        let ack = Packet { bth: Bth { opcode: op::ACK, psn: 9, ..Default::default() }, aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 1 }), ..Default::default() };
+        let ack =
+            Packet { bth: Bth { opcode: op::ACK, psn: 9, ..Default::default() }, aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 1 }), ..Default::default() };
         let mut reused = Packet::decode(&buf, &e).unwrap();
         let cap = reused.payload.capacity();
         reused.decode_into(&ack.encode(&e), &e).unwrap();

@@ -235,8 +235,19 @@ mod tests {
         assert_eq!(r.delay, Duration::from_millis(250));
         let Ok(Fault::Arm(r)) = p("cqe-duplicate deliver") else { panic!() };
         assert!(r.deliver);
-        for bad in ["dma-read-fail count=0", "dma-read-fail addr=1", "dma-read-fail addr=0xffffffffffffffff len=2", "poison prob=2",
-            "cqe-delay", "cqe-delay ms=100000", "msi-lost ms=3", "cmd-timeout prob=0.5", "dma-read-fail vector=1", "nope", ""] {
+        for bad in [
+            "dma-read-fail count=0",
+            "dma-read-fail addr=1",
+            "dma-read-fail addr=0xffffffffffffffff len=2",
+            "poison prob=2",
+            "cqe-delay",
+            "cqe-delay ms=100000",
+            "msi-lost ms=3",
+            "cmd-timeout prob=0.5",
+            "dma-read-fail vector=1",
+            "nope",
+            "",
+        ] {
             assert!(p(bad).is_err(), "{bad} accepted");
         }
     }

@@ -84,8 +84,7 @@ impl DmaMaps {
         let map = match fd {
             Some(file) => {
                 let len = usize::try_from(size).map_err(|_| bad)?;
-                let region = MmapRegion::from_file(FileOffset::new(file, fd_offset), len)
-                    .map_err(|e| DmaError::Mmap(e.to_string()))?;
+                let region = MmapRegion::from_file(FileOffset::new(file, fd_offset), len).map_err(|e| DmaError::Mmap(e.to_string()))?;
                 Some(Arc::new(region))
             }
             None => None,
@@ -194,10 +193,7 @@ impl MapSet {
 
     /// The server's view of [addr, addr+len), as one slice per mapping it spans.
     pub fn slices(&self, addr: u64, len: usize) -> Result<Vec<vm_memory::VolatileSlice<'_, ()>>, DmaError> {
-        self.pieces(addr, len)?
-            .into_iter()
-            .map(|(r, off, n)| r.get_slice(off, n).map_err(|e| DmaError::Mmap(e.to_string())))
-            .collect()
+        self.pieces(addr, len)?.into_iter().map(|(r, off, n)| r.get_slice(off, n).map_err(|e| DmaError::Mmap(e.to_string()))).collect()
     }
 
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {

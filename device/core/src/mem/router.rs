@@ -11,9 +11,9 @@
 //! PCIe-side faults ([`crate::fault`], docs/faults.md) may fail it or poison its data.
 
 use super::access::{DmaTag, GuestMem, PciePath};
-use crate::iotrace::IoTrace;
 use super::dma::{DmaError, DmaMaps, MapSet};
 use crate::fault::{Dir, DmaAction, PcieFaults};
+use crate::iotrace::IoTrace;
 use crate::regs::rnic::APERTURE_SLOTS;
 use crate::shm::SharedMemory;
 pub use crate::topology::P2pPath;

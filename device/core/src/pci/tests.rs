@@ -3,18 +3,9 @@ use super::caps::{self, CAP_ID_MSIX, CAP_ID_PCIE, CAP_ID_PM};
 use super::config::*;
 
 fn sample() -> ConfigSpace {
-    let id = Identity {
-        vendor_id: 0x1234,
-        device_id: 0x52e1,
-        subsystem_vendor_id: 0x1234,
-        subsystem_id: 1,
-        class_code: 0x020000,
-        revision: 1,
-    };
-    let bars = [
-        BarDef { index: 0, size: 0x1_0000, is_64bit: false, prefetchable: false },
-        BarDef { index: 1, size: 1 << 34, is_64bit: true, prefetchable: true },
-    ];
+    let id = Identity { vendor_id: 0x1234, device_id: 0x52e1, subsystem_vendor_id: 0x1234, subsystem_id: 1, class_code: 0x020000, revision: 1 };
+    let bars =
+        [BarDef { index: 0, size: 0x1_0000, is_64bit: false, prefetchable: false }, BarDef { index: 1, size: 1 << 34, is_64bit: true, prefetchable: true }];
     let caps = [caps::power_management(), caps::msix(8, 0, 0x8000, 0xc000), caps::pcie_endpoint()];
     ConfigSpace::new(id, &bars, &caps).unwrap()
 }
@@ -182,10 +173,7 @@ fn layout_errors() {
     let id = Identity { vendor_id: 1, device_id: 2, subsystem_vendor_id: 0, subsystem_id: 0, class_code: 0, revision: 0 };
     let bad_size = [BarDef { index: 0, size: 3000, is_64bit: false, prefetchable: false }];
     assert_eq!(ConfigSpace::new(id, &bad_size, &[]).err(), Some(LayoutError::BadSize(0)));
-    let overlap = [
-        BarDef { index: 0, size: 4096, is_64bit: true, prefetchable: false },
-        BarDef { index: 1, size: 4096, is_64bit: false, prefetchable: false },
-    ];
+    let overlap = [BarDef { index: 0, size: 4096, is_64bit: true, prefetchable: false }, BarDef { index: 1, size: 4096, is_64bit: false, prefetchable: false }];
     assert_eq!(ConfigSpace::new(id, &overlap, &[]).err(), Some(LayoutError::BadIndex(1)));
     let last64 = [BarDef { index: 5, size: 4096, is_64bit: true, prefetchable: false }];
     assert_eq!(ConfigSpace::new(id, &last64, &[]).err(), Some(LayoutError::BadIndex(5)));

@@ -12,8 +12,8 @@
 use super::Rnic;
 use crate::fault::{self, Count, Fault, Now};
 use crate::pci::caps::EXT_CAP_ID_AER;
-use crate::regs::rnic::DMA_CTRL_INT_ENABLE;
 use crate::regs::rnic::DMA_CTRL;
+use crate::regs::rnic::DMA_CTRL_INT_ENABLE;
 use crate::topology::NodeFaults;
 use crate::verbs::abi::{ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED};
 use crate::verbs::engine::ASYNC_VECTOR;

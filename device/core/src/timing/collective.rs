@@ -86,10 +86,38 @@ pub struct Reference {
 }
 
 pub const REFERENCE: &[Reference] = &[
-    Reference { nodes: 8, fabric: Fabric::Roce, label: "RoCEv2 400G", gdr: true, latency: Percentiles { p50_us: 4.5, p99_us: 6.2, p999_us: 12.5 }, busbw_gbps: 48.5 },
-    Reference { nodes: 8, fabric: Fabric::Roce, label: "RoCEv2 400G", gdr: false, latency: Percentiles { p50_us: 18.5, p99_us: 25.0, p999_us: 45.2 }, busbw_gbps: 18.2 },
-    Reference { nodes: 128, fabric: Fabric::IbNdr, label: "IB NDR 400G", gdr: true, latency: Percentiles { p50_us: 5.1, p99_us: 7.8, p999_us: 15.3 }, busbw_gbps: 49.2 },
-    Reference { nodes: 128, fabric: Fabric::IbNdr, label: "IB NDR 400G", gdr: false, latency: Percentiles { p50_us: 22.0, p99_us: 35.4, p999_us: 68.5 }, busbw_gbps: 16.5 },
+    Reference {
+        nodes: 8,
+        fabric: Fabric::Roce,
+        label: "RoCEv2 400G",
+        gdr: true,
+        latency: Percentiles { p50_us: 4.5, p99_us: 6.2, p999_us: 12.5 },
+        busbw_gbps: 48.5,
+    },
+    Reference {
+        nodes: 8,
+        fabric: Fabric::Roce,
+        label: "RoCEv2 400G",
+        gdr: false,
+        latency: Percentiles { p50_us: 18.5, p99_us: 25.0, p999_us: 45.2 },
+        busbw_gbps: 18.2,
+    },
+    Reference {
+        nodes: 128,
+        fabric: Fabric::IbNdr,
+        label: "IB NDR 400G",
+        gdr: true,
+        latency: Percentiles { p50_us: 5.1, p99_us: 7.8, p999_us: 15.3 },
+        busbw_gbps: 49.2,
+    },
+    Reference {
+        nodes: 128,
+        fabric: Fabric::IbNdr,
+        label: "IB NDR 400G",
+        gdr: false,
+        latency: Percentiles { p50_us: 22.0, p99_us: 35.4, p999_us: 68.5 },
+        busbw_gbps: 16.5,
+    },
 ];
 
 /// The reference row for `nodes`, `fabric` and `gdr`, if it has one.
@@ -227,7 +255,9 @@ mod tests {
         // The GPUDirect rows imply all_reduce times below the fabric-only alpha-beta
         // floor; the 128-node one even below the 254 sequential hops alone. The bounce
         // rows are above every floor: their gap is the model's (staging copies).
-        for (p, nodes, gdr, below_ab, below_hops) in [(&roce, 8, true, true, false), (&ib, 128, true, true, true), (&roce, 8, false, false, false), (&ib, 128, false, false, false)] {
+        for (p, nodes, gdr, below_ab, below_hops) in
+            [(&roce, 8, true, true, false), (&ib, 128, true, true, true), (&roce, 8, false, false, false), (&ib, 128, false, false, false)]
+        {
             let r = ring_all_reduce(p, &Layout::default(), nodes, 4 << 20, gdr);
             let implied = reference(nodes, p.fabric, gdr).unwrap().implied_time_us(4 << 20);
             assert!(implied >= r.wire_floor_us, "no row is faster than its wire");

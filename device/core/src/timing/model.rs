@@ -250,7 +250,13 @@ pub fn timeline_in(p: &Params, l: &Layout, req: &Request, nodes: u32) -> Timelin
         let first_extra = if req.op == Op::Write { RETH } else { 0 };
         let s = stream(p, l, one_way, issue, req.len, req.src, req.dst, first_extra);
         push("source_data", format!("source data back ({} B, {})", req.len, l.describe(req.src)), s.data, false, Some(req.src));
-        push("packetized", format!("{} packet built (BTH{})", if req.op == Op::Write { "RDMA WRITE" } else { "SEND" }, if req.op == Op::Write { "/RETH" } else { "" }), s.built, false, None);
+        push(
+            "packetized",
+            format!("{} packet built (BTH{})", if req.op == Op::Write { "RDMA WRITE" } else { "SEND" }, if req.op == Op::Write { "/RETH" } else { "" }),
+            s.built,
+            false,
+            None,
+        );
         push("tx_fifo", "packet enters the TX FIFO".into(), s.fifo, false, None);
         push("on_wire", "last bit on the wire".into(), s.wire, false, None);
         push("remote_write", format!("remote NIC receives, writes {}", l.describe(req.dst)), s.arrived + 2.0 * c, true, None);

@@ -123,12 +123,7 @@ pub fn intervals(p: &Params, l: &Layout, t: &Timeline) -> Vec<Interval> {
         ),
         ("source_data", "packetized", 5.0, cycles(2)),
         ("packetized", "tx_fifo", 5.0, cycles(1)),
-        (
-            "tx_fifo",
-            "on_wire",
-            70.0,
-            (p.frame_ns(4096, RETH), format!("one {} frame of 4096 B + RETH at {} Gb/s", p.fabric.name(), p.link_gbps)),
-        ),
+        ("tx_fifo", "on_wire", 70.0, (p.frame_ns(4096, RETH), format!("one {} frame of 4096 B + RETH at {} Gb/s", p.fabric.name(), p.link_gbps))),
         (
             "on_wire",
             "remote_write",

@@ -88,7 +88,11 @@ pub fn ring_text(rows: &[Ring]) -> String {
                 let l = &x.latency;
                 let err = 100.0 * (r.busbw_gbps - x.busbw_gbps) / x.busbw_gbps;
                 let src = format!("reference ({})", x.label);
-                let _ = writeln!(out, "  {:<12} {src:<24} {:>8.2} {:>8.2} {:>8.2} {:>12.1}  (bandwidth {err:+.1}%)", "", l.p50_us, l.p99_us, l.p999_us, x.busbw_gbps);
+                let _ = writeln!(
+                    out,
+                    "  {:<12} {src:<24} {:>8.2} {:>8.2} {:>8.2} {:>12.1}  (bandwidth {err:+.1}%)",
+                    "", l.p50_us, l.p99_us, l.p999_us, x.busbw_gbps
+                );
                 let implied = x.implied_time_us(r.bytes);
                 let floor = if implied < r.hop_floor_us {
                     "below the hop floor"
@@ -130,7 +134,16 @@ pub fn record_text(rec: &Record, model: Option<&Timeline>) -> String {
     let _ = writeln!(
         out,
         "#{} {} QP {} wr_id {:#x} {} {} bytes via {} (src {}, dst {}) status {}",
-        rec.seq, rec.role, rec.qpn, rec.wr_id, rec.op, rec.len, rec.transport, path(rec.src), path(rec.dst), rec.status
+        rec.seq,
+        rec.role,
+        rec.qpn,
+        rec.wr_id,
+        rec.op,
+        rec.len,
+        rec.transport,
+        path(rec.src),
+        path(rec.dst),
+        rec.status
     );
     for (stage, ns) in &rec.stages {
         let modelled = model.and_then(|t| t.at(stage)).map(|m| format!("[T+{m:.1}ns]")).unwrap_or_default();

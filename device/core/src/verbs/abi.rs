@@ -27,10 +27,18 @@ pub struct AbiStruct {
 }
 
 macro_rules! c_type {
-    (u8) => { "__u8" };
-    (u16) => { "__u16" };
-    (u32) => { "__u32" };
-    (u64) => { "__u64" };
+    (u8) => {
+        "__u8"
+    };
+    (u16) => {
+        "__u16"
+    };
+    (u32) => {
+        "__u32"
+    };
+    (u64) => {
+        "__u64"
+    };
 }
 
 macro_rules! abi_struct {
@@ -346,6 +354,5 @@ abi_consts!(ASYNC_ERRORS: u32 {
 });
 
 /// Every constant group, in header order.
-pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] = &[
-    WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS,
-];
+pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
+    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];

@@ -7,16 +7,16 @@
 //! The roles never reach the engine itself; the engine hands them a [`Ctx`].
 
 use super::abi::*;
-use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use super::cq::{Cq, OWNER_OFFSET};
 use super::mr::{MrTable, Segment};
 use super::opcode::send_cqe_opcode;
 use super::qp::{Qp, QpState, Ring};
 use super::stats::{Counter, Stats};
 use super::wqe::read_header;
+use crate::fault::{Count, PcieFaults};
+use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::mem::dma::DmaError;
 use crate::msix::Interrupts;
-use crate::fault::{Count, PcieFaults};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -11,10 +11,9 @@
 
 use super::abi::*;
 use super::completer::{self, Completer};
-use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use super::cq::Cq;
+use super::ctx::{fail, Cqs, Ctx};
 pub use super::ctx::{Shared, ASYNC_VECTOR};
-use super::ctx::{fail, Ctx, Cqs};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring};
@@ -22,8 +21,9 @@ use super::requester::{self, Requester};
 use super::responder::{self, Responder};
 use super::stats::{Counter, Stats};
 use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
-use crate::mem::dma::DmaError;
 use crate::fabric::packet::Packet;
+use crate::mem::access::{DmaKind, DmaTag, GuestMem};
+use crate::mem::dma::DmaError;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;

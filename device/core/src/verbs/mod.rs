@@ -20,14 +20,14 @@ pub mod qp;
 pub mod requester;
 pub mod responder;
 pub mod stats;
-pub mod transport;
-pub mod worker;
-pub mod wqe;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_roles;
 #[cfg(test)]
 mod tests_fatal;
 #[cfg(test)]
 mod tests_faults;
+#[cfg(test)]
+mod tests_roles;
+pub mod transport;
+pub mod worker;
+pub mod wqe;

@@ -71,15 +71,7 @@ impl Mr {
         if pages.iter().any(|p| p.checked_add(page).is_none()) {
             return Err("an MTT entry's page runs past the end of the bus address space");
         }
-        Ok(Mr {
-            key: ctx.key,
-            pd: ctx.pd,
-            access: ctx.access,
-            iova: ctx.iova,
-            length: ctx.length,
-            page_shift: ctx.page_shift,
-            pages,
-        })
+        Ok(Mr { key: ctx.key, pd: ctx.pd, access: ctx.access, iova: ctx.iova, length: ctx.length, page_shift: ctx.page_shift, pages })
     }
 
     /// Whether [va, va + len) lies inside the MR.

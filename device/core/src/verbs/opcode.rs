@@ -95,10 +95,7 @@ pub fn info(opcode: u8) -> Option<&'static OpInfo> {
 /// last packet when `imm`).
 pub fn opcode_for(kind: Kind, imm: bool, i: u32, n: u32) -> u8 {
     let (first, last) = (i == 0, i + 1 >= n);
-    OPCODES
-        .iter()
-        .find(|o| o.kind == kind && o.first == first && o.last == last && (o.imm == (imm && last)))
-        .map_or(op::ACK, |o| o.opcode)
+    OPCODES.iter().find(|o| o.kind == kind && o.first == first && o.last == last && (o.imm == (imm && last))).map_or(op::ACK, |o| o.opcode)
 }
 
 /// One send-queue WQE opcode.

@@ -199,18 +199,7 @@ mod tests {
 
     #[test]
     fn every_illegal_edge_is_refused() {
-        let illegal = [
-            (Reset, Rtr),
-            (Reset, Rts),
-            (Init, Rts),
-            (Rtr, Init),
-            (Rtr, Rtr),
-            (Rts, Init),
-            (Rts, Rtr),
-            (Err, Init),
-            (Err, Rtr),
-            (Err, Rts),
-        ];
+        let illegal = [(Reset, Rtr), (Reset, Rts), (Init, Rts), (Rtr, Init), (Rtr, Rtr), (Rts, Init), (Rts, Rtr), (Err, Init), (Err, Rtr), (Err, Rts)];
         for (from, to) in illegal {
             assert!(!transition_allowed(from, to), "{from:?} -> {to:?} must be refused");
         }

@@ -15,7 +15,7 @@ use super::mr::Segment;
 use super::opcode::{opcode_for, wqe_op, Kind};
 use super::qp::Qp;
 use super::stats::Counter;
-use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
+use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_wqe, SlotError, Wqe};
 use crate::fabric::packet::{Bth, Reth, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};

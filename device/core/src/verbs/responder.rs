@@ -20,12 +20,12 @@ use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
 use super::qp::Qp;
 use super::stats::Counter;
-use super::transport::{packets_for, BURST, psn_add, psn_diff, Msg, Payload, Transport};
+use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_header, read_wqe, SlotError};
 use crate::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};
-use std::collections::VecDeque;
 use crate::timing::trace::Side;
+use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
 pub const ACK_EVERY: u32 = 16;

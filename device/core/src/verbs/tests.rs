@@ -47,7 +47,13 @@ impl Dev {
         mem.map(0, RAM, Some(fd), 0).unwrap();
         let stats = Arc::new(Stats::default());
         let last_error = Arc::new(AtomicU64::new(0));
-        let shared = Shared { irqs: Arc::new(Interrupts::new(4)), stats: stats.clone(), last_error: last_error.clone(), fatal: Default::default(), clock: Default::default() };
+        let shared = Shared {
+            irqs: Arc::new(Interrupts::new(4)),
+            stats: stats.clone(),
+            last_error: last_error.clone(),
+            fatal: Default::default(),
+            clock: Default::default(),
+        };
         let mut e = Engine::new("test".into(), shared);
         e.set_dma_ctrl(true, true);
         Dev { e, mem, ram, stats, last_error, sq_pi: vec![0; 8], rq_pi: vec![0; 8], cq_ci: vec![0; 8], mtt_next: 0 }
@@ -107,7 +113,13 @@ impl Dev {
     pub(super) fn connect(&mut self, a: u32, b: u32) {
         let pairs = if a == b { vec![(a, a)] } else { vec![(a, b), (b, a)] };
         for (x, y) in pairs {
-            assert_eq!(self.modify(x, |c| { c.state = QPS_RTR; c.dest_qpn = y; }), CMD_OK);
+            assert_eq!(
+                self.modify(x, |c| {
+                    c.state = QPS_RTR;
+                    c.dest_qpn = y;
+                }),
+                CMD_OK
+            );
             assert_eq!(self.modify(x, |c| c.state = QPS_RTS), CMD_OK);
         }
     }
@@ -166,7 +178,16 @@ impl Dev {
     }
 
     pub(super) fn send(&mut self, qpn: u32, op: u8, wr_id: u64, sges: &[Sge], remote: u64, rkey: u32) {
-        let hdr = WqeHeader { opcode: op, flags: WQE_FLAG_SIGNALED, num_sge: sges.len() as u8, wr_id, remote_addr: remote, rkey, imm_data: 0x1234_5678, ..Default::default() };
+        let hdr = WqeHeader {
+            opcode: op,
+            flags: WQE_FLAG_SIGNALED,
+            num_sge: sges.len() as u8,
+            wr_id,
+            remote_addr: remote,
+            rkey,
+            imm_data: 0x1234_5678,
+            ..Default::default()
+        };
         self.post(qpn, true, hdr, sges, &[]);
     }
 
@@ -499,7 +520,18 @@ fn commands_validate_before_committing() {
     d.put(CQ_TABLE, &CqCtx { ring_addr: RINGS + 4, log_size: 4, ..Default::default() });
     assert_eq!(d.cmd(CMD_CREATE_CQ, 0), CMD_ERR_INVALID);
     // a QP referencing a missing CQ stays in RESET
-    assert_eq!(d.modify(1, |c| { c.state = QPS_INIT; c.send_cqn = 5; c.recv_cqn = 5; c.sq_addr = RINGS; c.rq_addr = RINGS; c.sq_log_stride = 6; c.rq_log_stride = 6; }), CMD_ERR_INVALID);
+    assert_eq!(
+        d.modify(1, |c| {
+            c.state = QPS_INIT;
+            c.send_cqn = 5;
+            c.recv_cqn = 5;
+            c.sq_addr = RINGS;
+            c.rq_addr = RINGS;
+            c.sq_log_stride = 6;
+            c.rq_log_stride = 6;
+        }),
+        CMD_ERR_INVALID
+    );
     assert_eq!(d.qp_ctx(1).state, QPS_RESET, "written back: still RESET");
     d.create_cq(1, 4);
     d.create_qp(1, 1, RW, 0);
@@ -534,7 +566,12 @@ fn unmapped_rings_and_buffers_are_fatal_errors_not_crashes() {
     // a QP whose SQ lies outside guest RAM
     let mut d = Dev::new();
     d.create_cq(1, 4);
-    assert_eq!(d.modify(1, |c| { *c = QpCtx { state: QPS_INIT, send_cqn: 1, recv_cqn: 1, sq_addr: RAM, rq_addr: RAM, sq_log_stride: 6, rq_log_stride: 6, ..Default::default() }; }), CMD_OK);
+    assert_eq!(
+        d.modify(1, |c| {
+            *c = QpCtx { state: QPS_INIT, send_cqn: 1, recv_cqn: 1, sq_addr: RAM, rq_addr: RAM, sq_log_stride: 6, rq_log_stride: 6, ..Default::default() };
+        }),
+        CMD_OK
+    );
     d.connect(1, 1);
     d.e.sq_doorbell(1, 1);
     let c = d.run_until(1, 1);

@@ -20,7 +20,13 @@ fn cqs() -> (Cqs, DmaMaps, SharedMemory, Arc<PcieFaults>) {
     let (ram, fd) = test_ram(1 << 20).unwrap();
     let mut mem = DmaMaps::default();
     mem.map(0, 1 << 20, Some(fd), 0).unwrap();
-    let shared = Shared { irqs: Arc::new(Interrupts::new(2)), stats: Arc::new(Stats::default()), last_error: Default::default(), fatal: Default::default(), clock: Default::default() };
+    let shared = Shared {
+        irqs: Arc::new(Interrupts::new(2)),
+        stats: Arc::new(Stats::default()),
+        last_error: Default::default(),
+        fatal: Default::default(),
+        clock: Default::default(),
+    };
     let mut c = Cqs::new(4, shared);
     c.faults = Arc::new(PcieFaults::default());
     c.cqs[1] = Some(Cq::new(RING, 1, 1)); // two entries

@@ -13,11 +13,11 @@
 //!
 //! The roles never know which one carries them. Not modelled: UD/GRH addressing, VLANs.
 
-use crate::mem::access::{self as copy, GuestMem};
 use super::mr::Segment;
 use super::stats::{Counter, Stats};
-use crate::mem::dma::DmaError;
 use crate::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
+use crate::mem::access::{self as copy, GuestMem};
+use crate::mem::dma::DmaError;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
@@ -60,7 +60,11 @@ pub enum Payload<'a> {
     /// Bytes in hand (inline WQE data, a received packet).
     Bytes(&'a [u8]),
     /// `len` bytes from `off` bytes into a segment list of guest memory.
-    Segs { segs: &'a [Segment], off: u64, len: u64 },
+    Segs {
+        segs: &'a [Segment],
+        off: u64,
+        len: u64,
+    },
 }
 
 impl Payload<'_> {

@@ -13,12 +13,12 @@
 //! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
 //! Memory is reached through the DMA router, whose view is taken once per pass.
 
-use crate::mem::access::GuestMem;
+use super::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
 use super::engine::{Engine, Tables};
 use crate::doorbell::DoorbellPage;
-use crate::mem::router::Router;
-use super::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
 use crate::fabric::packet::Packet;
+use crate::mem::access::GuestMem;
+use crate::mem::router::Router;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, SyncSender};
@@ -27,17 +27,42 @@ use std::time::Duration;
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub enum Event {
-    SqDoorbell { qpn: u32, pi: u16 },
-    RqDoorbell { qpn: u32, pi: u16 },
-    CqConsumed { cqn: u32, ci: u16 },
-    CqArm { cqn: u32 },
+    SqDoorbell {
+        qpn: u32,
+        pi: u16,
+    },
+    RqDoorbell {
+        qpn: u32,
+        pi: u16,
+    },
+    CqConsumed {
+        cqn: u32,
+        ci: u16,
+    },
+    CqArm {
+        cqn: u32,
+    },
     /// Synchronous, like commands: turning the doorbell page on copies the device's
     /// indices into it before the register write completes.
-    DmaCtrl { enabled: bool, int_enabled: bool, db_page: bool, reply: SyncSender<()> },
-    Command { op: u32, index: u32, tables: Tables, reply: SyncSender<u32> },
-    Reset { reply: SyncSender<()> },
+    DmaCtrl {
+        enabled: bool,
+        int_enabled: bool,
+        db_page: bool,
+        reply: SyncSender<()>,
+    },
+    Command {
+        op: u32,
+        index: u32,
+        tables: Tables,
+        reply: SyncSender<u32>,
+    },
+    Reset {
+        reply: SyncSender<()>,
+    },
     /// Fault injection (docs/faults.md): the engine fails as after an internal error.
-    InjectFatal { reply: SyncSender<()> },
+    InjectFatal {
+        reply: SyncSender<()>,
+    },
 }
 
 /// How long a command may take before the register reports the engine as unresponsive.

@@ -3,9 +3,9 @@
 //! ring's stride). The WQE is never read again from the ring afterwards.
 
 use super::abi::*;
-use crate::mem::access::GuestMem;
 use super::opcode::wqe_op;
 use super::qp::Ring;
+use crate::mem::access::GuestMem;
 use vm_memory::ByteValued;
 
 const HDR: usize = std::mem::size_of::<WqeHeader>();

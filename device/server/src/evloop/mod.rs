@@ -35,10 +35,10 @@ mod wakeups;
 
 use crate::fabric::batch::BATCH;
 use crate::fabric::port::FabricPort;
+use event_manager::{EventManager, SubscriberOps};
 use rnic_emu_core::gpu_engine::{self, Launch, Runner};
 use rnic_emu_core::mem::router::Router;
 use rnic_emu_core::verbs::worker::{Driver, Event, Mailbox, POLL_WINDOW};
-use event_manager::{EventManager, SubscriberOps};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -251,15 +251,13 @@ pub fn spawn<W: LoopWork + Send + 'static>(name: &str, work: W, busy_poll: Durat
     let stopping = Arc::new(AtomicBool::new(false));
     let flag = stopping.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-    let thread = std::thread::Builder::new().name(format!("{name}-evloop")).spawn(move || {
-        match EventLoop::new(work, stop_loop, flag, busy_poll) {
-            Ok(mut l) => {
-                let _ = ready_tx.send(Ok(()));
-                l.run();
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
-            }
+    let thread = std::thread::Builder::new().name(format!("{name}-evloop")).spawn(move || match EventLoop::new(work, stop_loop, flag, busy_poll) {
+        Ok(mut l) => {
+            let _ = ready_tx.send(Ok(()));
+            l.run();
+        }
+        Err(e) => {
+            let _ = ready_tx.send(Err(e));
         }
     })?;
     let started = ready_rx.recv().map_err(|_| std::io::Error::other("the event loop thread died while starting"))?;

@@ -133,7 +133,13 @@ fn a_panic_in_fabric_port_work_makes_the_engine_fatal_until_reset() {
     use rnic_emu_core::verbs::engine::{Engine, Shared};
     use rnic_emu_core::verbs::stats::Stats;
     let stats = Arc::new(Stats::default());
-    let shared = Shared { irqs: Arc::new(Interrupts::new(2)), stats: stats.clone(), last_error: Default::default(), fatal: Default::default(), clock: Default::default() };
+    let shared = Shared {
+        irqs: Arc::new(Interrupts::new(2)),
+        stats: stats.clone(),
+        last_error: Default::default(),
+        fatal: Default::default(),
+        clock: Default::default(),
+    };
     let mut driver = Driver::new(Engine::new("port".into(), shared.clone()), None);
     let router = Router::new(Arc::new(std::sync::RwLock::new(DmaMaps::default())), Vec::new(), stats);
     assert_eq!(port_guarded(&mut driver, &router, "the fabric port's flush", |_| 7), Some(7));

@@ -126,8 +126,9 @@ impl RecvBatch {
             let h = &hdrs[i];
             self.lens[i] = (h.msg_len as usize).min(RX_BUF);
             self.truncated[i] = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.from[i] = (addrs[i].sin_family == libc::AF_INET as libc::sa_family_t && h.msg_hdr.msg_namelen as usize >= std::mem::size_of::<libc::sockaddr_in>())
-                .then(|| SocketAddrV4::new(Ipv4Addr::from(u32::from_be(addrs[i].sin_addr.s_addr)), u16::from_be(addrs[i].sin_port)));
+            self.from[i] = (addrs[i].sin_family == libc::AF_INET as libc::sa_family_t
+                && h.msg_hdr.msg_namelen as usize >= std::mem::size_of::<libc::sockaddr_in>())
+            .then(|| SocketAddrV4::new(Ipv4Addr::from(u32::from_be(addrs[i].sin_addr.s_addr)), u16::from_be(addrs[i].sin_port)));
         }
         self.count = n;
         Ok(n)
@@ -164,7 +165,13 @@ mod tests {
             for i in 0..n {
                 let (from, data, cut) = b.get(i).unwrap();
                 assert!(!cut);
-                assert_eq!(from, match tx.local_addr().unwrap() { std::net::SocketAddr::V4(a) => Some(a), _ => None });
+                assert_eq!(
+                    from,
+                    match tx.local_addr().unwrap() {
+                        std::net::SocketAddr::V4(a) => Some(a),
+                        _ => None,
+                    }
+                );
                 got.push(data.to_vec());
             }
         }

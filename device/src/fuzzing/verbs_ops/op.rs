@@ -8,51 +8,139 @@ use arbitrary::{Result, Unstructured};
 /// One typed operation. Every field is raw input; [`super::Harness::apply`] gives it meaning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    CreateCq { cqn: u8, log_size: u8, vector: u8 },
-    DestroyCq { cqn: u8 },
+    CreateCq {
+        cqn: u8,
+        log_size: u8,
+        vector: u8,
+    },
+    DestroyCq {
+        cqn: u8,
+    },
     /// A full QP context written and MODIFY_QP issued; `fabric` sends to [`super::PEER`].
-    ModifyQp { qpn: u8, state: u8, dest: u8, access: u8, pd: u8, cqs: u8, sizes: u8, strides: u8, fabric: u8, mtu: u8, psn: u32 },
+    ModifyQp {
+        qpn: u8,
+        state: u8,
+        dest: u8,
+        access: u8,
+        pd: u8,
+        cqs: u8,
+        sizes: u8,
+        strides: u8,
+        fabric: u8,
+        mtu: u8,
+        psn: u32,
+    },
     /// QPs `a` and `b` created (if in RESET) and moved to RTS towards each other, on
     /// loopback or (`fabric` odd) through the wire.
-    Connect { a: u8, b: u8, fabric: u8 },
-    DestroyQp { qpn: u8 },
-    QueryQp { qpn: u8 },
+    Connect {
+        a: u8,
+        b: u8,
+        fabric: u8,
+    },
+    DestroyQp {
+        qpn: u8,
+    },
+    QueryQp {
+        qpn: u8,
+    },
     /// MR over `pages` MTT entries, each (kind, value) (see `Harness::page`).
-    RegMr { index: u8, pd: u8, access: u8, iova_kind: u8, iova: u64, length: u32, page_shift: u8, pages: Vec<(u8, u64)> },
-    DeregMr { index: u8 },
+    RegMr {
+        index: u8,
+        pd: u8,
+        access: u8,
+        iova_kind: u8,
+        iova: u64,
+        length: u32,
+        page_shift: u8,
+        pages: Vec<(u8, u64)>,
+    },
+    DeregMr {
+        index: u8,
+    },
     /// A WQE in the SQ (`send` odd) or RQ and a doorbell for it; SGEs (addr kind, MR,
     /// offset, length, key kind).
-    Post { qpn: u8, send: u8, opcode: u8, flags: u8, sges: Vec<(u8, u8, u32, u32, u8)>, remote: (u8, u8, u32), inline: u8 },
+    Post {
+        qpn: u8,
+        send: u8,
+        opcode: u8,
+        flags: u8,
+        sges: Vec<(u8, u8, u32, u32, u8)>,
+        remote: (u8, u8, u32),
+        inline: u8,
+    },
     /// A doorbell with the tracked producer index plus `delta`.
-    Doorbell { qpn: u8, send: u8, delta: u16 },
+    Doorbell {
+        qpn: u8,
+        send: u8,
+        delta: u16,
+    },
     /// Consumes every valid CQE of `cqn` and reports the consumer index.
-    Poll { cqn: u8 },
-    Consumed { cqn: u8, ci: u16 },
-    Arm { cqn: u8 },
+    Poll {
+        cqn: u8,
+    },
+    Consumed {
+        cqn: u8,
+        ci: u16,
+    },
+    Arm {
+        cqn: u8,
+    },
     /// Maps `pages` more pages: after RAM, after a gap, near 2^64, or without memory.
-    Map { kind: u8, pages: u8 },
+    Map {
+        kind: u8,
+        pages: u8,
+    },
     /// Unmaps extra map `which` (or RAM itself).
-    Unmap { which: u8 },
+    Unmap {
+        which: u8,
+    },
     Reset,
-    DmaCtrl { bits: u8 },
+    DmaCtrl {
+        bits: u8,
+    },
     /// A packet from [`super::PEER`] built from the input.
-    Packet { qpn: u8, opcode: u8, psn: u32, va: u64, rkey: u32, len: u32, syndrome: u8, payload: u8 },
+    Packet {
+        qpn: u8,
+        opcode: u8,
+        psn: u32,
+        va: u64,
+        rkey: u32,
+        len: u32,
+        syndrome: u8,
+        payload: u8,
+    },
     /// A recorded packet back to the engine (`how`: as is, with its PSN or opcode changed,
     /// twice, or dropped; `pick` chooses which one, so reordering too).
-    Reflect { pick: u8, how: u8 },
-    Run { passes: u8 },
+    Reflect {
+        pick: u8,
+        how: u8,
+    },
+    Run {
+        passes: u8,
+    },
     /// The engine's (manual) clock moves `ms` milliseconds on, then a pass runs: the
     /// retransmission timer and the RNR wait expire when the input says so.
-    Advance { ms: u16 },
+    Advance {
+        ms: u16,
+    },
     /// A driver's plain store into the doorbell page (BAR2): `field` picks SQ_PI, RQ_PI,
     /// an event index (which only the device should write) or CQ_CI, of object `index`.
-    PageStore { field: u8, index: u8, value: u16 },
+    PageStore {
+        field: u8,
+        index: u8,
+        value: u16,
+    },
     /// The event loop going to sleep: event indices published, the page read again.
     Sleep,
     /// The GPU's BAR1 window: placed at its address, moved, or not decoding.
-    Window { kind: u8 },
+    Window {
+        kind: u8,
+    },
     /// A BAR1_APERTURE slot: the GPU window's address, empty, or another address.
-    Aperture { slot: u8, kind: u8 },
+    Aperture {
+        slot: u8,
+        kind: u8,
+    },
 }
 
 const OPS: u8 = 25;
@@ -210,4 +298,3 @@ impl Op {
         }
     }
 }
-
