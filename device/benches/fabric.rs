@@ -11,6 +11,7 @@
 //!   page and a client spinning on the CQ, against a UDP ping-pong of 64-byte datagrams
 //!   (the RDMA WRITE needs the request and its ACK: one round trip);
 //! - the transport counters of both nodes (retransmissions explain tails).
+//!
 //! Ratios are what to compare between runs (machines are noisy).
 
 use rnic_emu::fabric::batch::{send_batch, RecvBatch, BATCH};

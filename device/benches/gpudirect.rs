@@ -5,6 +5,7 @@
 //! - bounce: the RNIC writes into a host buffer, then the CPU copies it into GPU memory
 //!   (what the driver's fallback does when Linux refuses P2P);
 //! - memcpy: one plain copy of the same bytes, the ceiling.
+//!
 //! 16 WRITEs per doorbell, the last signaled. Ratios are what to compare between runs.
 
 use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};

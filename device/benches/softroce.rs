@@ -6,6 +6,7 @@
 //!   on `rnic0` (ib_core device, our rdma-core provider; docs/ibverbs.md);
 //! - Linux Soft-RoCE: `ib_write_bw` / `ib_write_lat` (perftest) on rdma_rxe over a
 //!   virtio-net link between the same guests (QEMU `-netdev dgram` on loopback).
+//!
 //! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed.
 //! Needs the guest image (`make test` or `rnic-emu image` builds it).
 

@@ -8,6 +8,7 @@
 //!   of one vfio-user register round trip;
 //! - both again (doorbell page) with the node's MMIO/DMA trace recording, the cost of
 //!   `rnic-emu trace --record on` (off, each access pays one relaxed atomic load).
+//!
 //! Prints tables; the ratios are what to compare between runs (machines are noisy).
 
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};

@@ -148,6 +148,7 @@ fn enabled_vectors(n: u16) -> Arc<Interrupts> {
             // SAFETY: eventfd() returns a new descriptor (or -1); a valid one is owned by
             // the File from here on.
             let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            // SAFETY: fd is that new descriptor, owned by nothing else.
             (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
         })
         .collect();

@@ -53,6 +53,7 @@ pub fn send_batch(fd: RawFd, msgs: &[(SocketAddrV4, Vec<u8>)]) -> (usize, Option
         let mut addrs = [sockaddr(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)); BATCH];
         // SAFETY: iovec and mmsghdr are plain C structs for which all-zero is valid.
         let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for (i, (dst, data)) in chunk.iter().enumerate() {
             addrs[i] = sockaddr(*dst);
@@ -97,9 +98,11 @@ impl RecvBatch {
     /// returns how many. Nothing queued is `Ok(0)`.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         self.count = 0;
-        // SAFETY: all-zero is valid for these C structs.
+        // SAFETY: all-zero is valid for these C structs (here and in the next two).
         let mut addrs: [libc::sockaddr_in; BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
         let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
         let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for i in 0..BATCH {
             iov[i] = libc::iovec { iov_base: self.bufs[i].as_mut_ptr().cast(), iov_len: self.bufs[i].len() };
