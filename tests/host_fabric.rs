@@ -122,10 +122,15 @@ fn completions_by_msix_interrupt_across_nodes() {
     let recv =
         (WqeHeader { opcode: WQE_OP_RECV, num_sge: 1, wr_id: 77, ..Default::default() }, vec![Sge { addr: VA + buf[1] + MIB, length: 4096, lkey: key[1] }]);
     h1.post(1, false, &[recv]).unwrap();
+    let (started, has_started) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
+        let _ = started.send(());
         let c = h1.wait(1, Duration::from_secs(30)).unwrap();
         (h1, c)
     });
+    // The waiter has begun; its poll and CQ_ARM are two register accesses, well inside
+    // this pause (a timing assumption of the kind tests/README.md lists).
+    has_started.recv().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let hdr = WqeHeader { opcode: WQE_OP_SEND, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 21, ..Default::default() };
     h0.post(1, true, &[(hdr, vec![Sge { addr: VA + buf[0], length: 4096, lkey: key[0] }])]).unwrap();

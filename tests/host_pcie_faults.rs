@@ -252,7 +252,9 @@ fn completions_delayed_and_duplicated_never_overwrite_a_slot() {
     for i in 0..32 {
         d.post_write(100 + i);
     }
-    assert!(wait_until(WAIT, || d.counter("send_wqes") >= 4 + 32));
+    // Awaited, not assumed done after a fixed time: the 64 CQEs; then a pause in which
+    // not one more may come.
+    assert!(wait_until(WAIT, || d.counter("send_wqes") >= 4 + 32 && d.counter("cqes") - cqes >= 64));
     std::thread::sleep(Duration::from_millis(200));
     let written = d.counter("cqes") - cqes;
     assert_eq!(written, 64, "a 64-entry CQ holds 64 and not one more");

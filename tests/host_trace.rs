@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const GPU_BAR: u64 = 0x1_0000_0000;
 
@@ -143,9 +143,17 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
             let _ = tx.send(line);
         }
     });
-    std::thread::sleep(Duration::from_millis(500));
-    h.w32(RNIC_REG_SCRATCH, 0x5eed).unwrap();
-    let line = rx.recv_timeout(Duration::from_secs(20));
+    // The follower may take any time to start: the write is repeated until it shows one
+    // (bounded), instead of assuming the follower is up after a fixed delay.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let line = loop {
+        h.w32(RNIC_REG_SCRATCH, 0x5eed).unwrap();
+        match rx.recv_timeout(Duration::from_millis(250)) {
+            Ok(line) => break Ok(line),
+            Err(e) if Instant::now() > deadline => break Err(e),
+            Err(_) => {}
+        }
+    };
     let _ = child.kill(); // our child, by its handle
     let _ = child.wait();
     let line = line.expect("the follower printed the write");
