@@ -72,15 +72,7 @@ fn dev() -> Dev {
 
 impl Dev {
     fn write_wqe(&self, wr_id: u64, len: u32) -> (WqeHeader, Vec<Sge>) {
-        let hdr = WqeHeader {
-            opcode: WQE_OP_RDMA_WRITE,
-            flags: WQE_FLAG_SIGNALED,
-            num_sge: 1,
-            wr_id,
-            remote_addr: VA + self.dst,
-            rkey: self.rkey,
-            ..Default::default()
-        };
+        let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, wr_id, VA + self.dst, self.rkey);
         (hdr, vec![Sge { addr: VA + self.src, length: len, lkey: self.lkey }])
     }
 
@@ -613,8 +605,7 @@ fn doorbell_overrun() {
 #[test]
 fn wqe_malformed() {
     let mut d = dev();
-    let base =
-        WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 1, remote_addr: VA + d.dst, rkey: d.rkey, ..Default::default() };
+    let base = rdma_wqe(WQE_OP_RDMA_WRITE, 1, VA + d.dst, d.rkey);
     let bad = [
         WqeHeader { opcode: 9, ..base },
         WqeHeader { opcode: WQE_OP_RECV, ..base },
@@ -885,15 +876,7 @@ fn fabric_conformance() {
     let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
     let write = |p: &mut NodePair, qpn: u32, from: usize, off: u64, len: u32, wr_id: u64| {
         let to = 1 - from;
-        let hdr = WqeHeader {
-            opcode: WQE_OP_RDMA_WRITE,
-            flags: WQE_FLAG_SIGNALED,
-            num_sge: 1,
-            wr_id,
-            remote_addr: VA + p.buf[to] + off,
-            rkey: p.key[to],
-            ..Default::default()
-        };
+        let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, wr_id, VA + p.buf[to] + off, p.key[to]);
         let sge = Sge { addr: VA + p.buf[from] + off, length: len, lkey: p.key[from] };
         p.h[from].post(qpn, true, &[(hdr, vec![sge])]).unwrap();
     };
@@ -957,15 +940,7 @@ fn fabric_conformance() {
         let c = Connection { dest_qpn: 13 - q, dest_ip: Some(ips[0]), timeout: 16, ..Default::default() };
         p.h[0].connect_with(q, &c).unwrap();
     }
-    let hdr = WqeHeader {
-        opcode: WQE_OP_RDMA_WRITE,
-        flags: WQE_FLAG_SIGNALED,
-        num_sge: 1,
-        wr_id: 4,
-        remote_addr: VA + p.buf[0] + (2 << 20),
-        rkey: p.key[0],
-        ..Default::default()
-    };
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 4, VA + p.buf[0] + (2 << 20), p.key[0]);
     p.h[0].post(6, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 8192, lkey: p.key[0] }])]).unwrap();
     let c = p.h[0].wait(6, Duration::from_secs(30)).unwrap();
     assert_eq!((c.wr_id, c.status), (4, WC_SUCCESS));
@@ -1002,15 +977,7 @@ fn fabric_dereg_in_flight() {
     p.h[0].ram.write(p.buf[0] + region, &vec![POISON; 1 << 20]).unwrap();
     let key = p.h[0].reg_mr(2, 1, acc, p.buf[0] + region, 1 << 20).unwrap();
     let sent = stat(&mut p.h[0], Counter::PktsSent);
-    let hdr = WqeHeader {
-        opcode: WQE_OP_RDMA_READ,
-        flags: WQE_FLAG_SIGNALED,
-        num_sge: 1,
-        wr_id: 21,
-        remote_addr: VA + p.buf[1],
-        rkey: p.key[1],
-        ..Default::default()
-    };
+    let hdr = rdma_wqe(WQE_OP_RDMA_READ, 21, VA + p.buf[1], p.key[1]);
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0] + region, length: 1 << 20, lkey: key }])]).unwrap();
     assert!(wait_until(SECOND, || stat(&mut p.h[0], Counter::PktsSent) > sent), "the READ request went out");
     assert_eq!(p.h[0].cmd(CMD_DEREG_MR, 2).unwrap(), CMD_OK);

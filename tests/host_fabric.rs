@@ -64,15 +64,7 @@ fn write_read_send_across_nodes() {
     p.h[1].ram.read(p.buf[1], &mut got).unwrap();
     assert!(got == data, "node 1 holds what node 0 wrote");
     // READ 3 MiB of node 1's buffer back into node 0 at another offset.
-    let hdr = WqeHeader {
-        opcode: WQE_OP_RDMA_READ,
-        flags: WQE_FLAG_SIGNALED,
-        num_sge: 1,
-        wr_id: 8,
-        remote_addr: VA + p.buf[1],
-        rkey: p.key[1],
-        ..Default::default()
-    };
+    let hdr = rdma_wqe(WQE_OP_RDMA_READ, 8, VA + p.buf[1], p.key[1]);
     let sge = Sge { addr: VA + p.buf[0] + 32 * MIB, length: 3 * MIB as u32, lkey: p.key[0] };
     p.h[0].post(1, true, &[(hdr, vec![sge])]).unwrap();
     let c = p.h[0].wait(1, Duration::from_secs(30)).unwrap();
@@ -151,8 +143,7 @@ fn completions_by_msix_interrupt_across_nodes() {
 fn remote_access_error_across_the_wire() {
     let (mut p, _dir) = pair(2, "", 7);
     let bad = p.key[1] ^ 0x100;
-    let hdr =
-        WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 5, remote_addr: VA + p.buf[1], rkey: bad, ..Default::default() };
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 5, VA + p.buf[1], bad);
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 100, lkey: p.key[0] }])]).unwrap();
     write(&mut p, 0, 0, 100, 6, true);
     let c = p.h[0].wait(1, Duration::from_secs(10)).unwrap();
@@ -269,15 +260,7 @@ fn capture_decodes_and_every_icrc_checks_independently() {
     p.h[0].ram.write(p.buf[0], &data).unwrap();
     write(&mut p, 0, 0, data.len() as u64, 1, true);
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
-    let hdr = WqeHeader {
-        opcode: WQE_OP_RDMA_READ,
-        flags: WQE_FLAG_SIGNALED,
-        num_sge: 1,
-        wr_id: 2,
-        remote_addr: VA + p.buf[1],
-        rkey: p.key[1],
-        ..Default::default()
-    };
+    let hdr = rdma_wqe(WQE_OP_RDMA_READ, 2, VA + p.buf[1], p.key[1]);
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0] + MIB, length: 9000, lkey: p.key[0] }])]).unwrap();
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     write(&mut p, 0, 0, 64, 3, true);

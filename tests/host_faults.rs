@@ -171,15 +171,7 @@ impl Rig {
     fn stream(&mut self, qpn: u32, key: u32, n: u64) {
         let wqes: Vec<_> = (0..n)
             .map(|i| {
-                let hdr = WqeHeader {
-                    opcode: WQE_OP_RDMA_WRITE,
-                    flags: WQE_FLAG_SIGNALED,
-                    num_sge: 1,
-                    wr_id: i,
-                    remote_addr: VA2 + i * PIECE,
-                    rkey: key,
-                    ..Default::default()
-                };
+                let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, i, VA2 + i * PIECE, key);
                 (hdr, vec![Sge { addr: VA + self.src, length: PIECE as u32, lkey: self.src_key }])
             })
             .collect();
@@ -465,7 +457,7 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
     let key = last_mr << 8 | 0x5a;
     h.ram.write(buf + 4096, &[0xab; 64]).unwrap();
     let src_key = h.reg_mr(2, 1, ACCESS, buf + 4096, 64).unwrap();
-    let hdr = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id: 9, remote_addr: VA + buf, rkey: key, ..Default::default() };
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 9, VA + buf, key);
     h.post(last_qp, true, &[(hdr, vec![Sge { addr: VA + buf + 4096, length: 64, lkey: src_key }])]).unwrap();
     let c = h.wait(last_cq, WAIT).unwrap();
     assert_eq!((c.status, c.wr_id), (WC_SUCCESS, 9));
@@ -570,15 +562,7 @@ fn reads_in_flight_per_qp_are_bounded() {
     deaf(&p, true);
     let wqes: Vec<_> = (0..=MAX_READS)
         .map(|i| {
-            let hdr = WqeHeader {
-                opcode: WQE_OP_RDMA_READ,
-                flags: WQE_FLAG_SIGNALED,
-                num_sge: 1,
-                wr_id: i,
-                remote_addr: VA + p.buf[1] + 64 * i,
-                rkey: p.key[1],
-                ..Default::default()
-            };
+            let hdr = rdma_wqe(WQE_OP_RDMA_READ, i, VA + p.buf[1] + 64 * i, p.key[1]);
             (hdr, vec![Sge { addr: VA + p.buf[0] + 64 * i, length: 64, lkey: p.key[0] }])
         })
         .collect();

@@ -111,15 +111,7 @@ fn rdma_to_and_from_gpu_memory_through_the_router() {
     assert_eq!(stat(&mut h, Counter::DmaP2pSwitchBytes), 6 * MIB);
 
     // RDMA READ of GPU memory into host memory.
-    let hdr = WqeHeader {
-        opcode: WQE_OP_RDMA_READ,
-        flags: WQE_FLAG_SIGNALED,
-        num_sge: 1,
-        wr_id: 4,
-        remote_addr: va_gpu + 4 * MIB,
-        rkey: gpu_key,
-        ..Default::default()
-    };
+    let hdr = rdma_wqe(WQE_OP_RDMA_READ, 4, va_gpu + 4 * MIB, gpu_key);
     h.post(2, true, &[(hdr, vec![Sge { addr: VA + host + 2 * MIB, length: MIB as u32, lkey: host_key }])]).unwrap();
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     let mut back = vec![0u8; MIB as usize];

@@ -59,15 +59,7 @@ impl Dev {
     }
 
     fn post_write(&mut self, wr_id: u64) {
-        let hdr = WqeHeader {
-            opcode: WQE_OP_RDMA_WRITE,
-            flags: WQE_FLAG_SIGNALED,
-            num_sge: 1,
-            wr_id,
-            remote_addr: VA + self.dst,
-            rkey: self.keys.1,
-            ..Default::default()
-        };
+        let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, wr_id, VA + self.dst, self.keys.1);
         let sge = Sge { addr: VA + self.src, length: LEN as u32, lkey: self.keys.0 };
         self.h.post(1, true, &[(hdr, vec![sge])]).unwrap();
     }

@@ -93,15 +93,7 @@ impl Dev {
     fn post_write(&mut self, seed: u32) {
         self.h.ram.write(self.src, &pattern(seed, 0, LEN as usize)).unwrap();
         self.h.ram.write(self.dst, &vec![0u8; LEN as usize]).unwrap();
-        let hdr = WqeHeader {
-            opcode: WQE_OP_RDMA_WRITE,
-            flags: WQE_FLAG_SIGNALED,
-            num_sge: 1,
-            wr_id: u64::from(seed),
-            remote_addr: VA + self.dst,
-            rkey: self.keys.1,
-            ..Default::default()
-        };
+        let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, u64::from(seed), VA + self.dst, self.keys.1);
         let sge = Sge { addr: VA + self.src, length: LEN as u32, lkey: self.keys.0 };
         self.h.post(1, true, &[(hdr, vec![sge])]).unwrap();
     }

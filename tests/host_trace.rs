@@ -57,15 +57,7 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     h.connect_qp(1, 1).unwrap();
     let buf = h.alloc(1 << 20, 4096);
     let key = h.reg_mr(1, 1, access, buf, 1 << 20).unwrap();
-    let hdr = WqeHeader {
-        opcode: WQE_OP_RDMA_WRITE,
-        flags: WQE_FLAG_SIGNALED,
-        num_sge: 1,
-        wr_id: 0x99,
-        remote_addr: VA + buf + 8192,
-        rkey: key,
-        ..Default::default()
-    };
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 0x99, VA + buf + 8192, key);
     h.post(1, true, &[(hdr, vec![Sge { addr: VA + buf, length: 4096, lkey: key }])]).unwrap();
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
 

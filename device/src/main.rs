@@ -5,19 +5,18 @@
 
 mod checks;
 mod iotrace_cli;
+mod run_cli;
 mod timing_cli;
 
 use checks::OrConfig;
 use clap::{Parser, Subcommand};
 use rnic_emu::{contract, image, qemu, run, serve, topology::Topology};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 /// The default topology, embedded so that `rnic-emu run` works without arguments.
-const DEFAULT_TOPOLOGY: &str = include_str!("../../qemu-configs/single-switch.toml");
+pub(crate) const DEFAULT_TOPOLOGY: &str = include_str!("../../qemu-configs/single-switch.toml");
 
 #[derive(Parser)]
 #[command(name = "rnic-emu", version, about = "Emulated RDMA NIC + GPU for QEMU (vfio-user)")]
@@ -55,57 +54,7 @@ enum Cmd {
     /// Boot a node of a topology, run a shell command in the guest as root, print its output
     /// and exit with its exit code (2: bad arguments or configuration, 125: rnic-emu itself
     /// failed, 130: interrupted; README.md, "Exit codes").
-    Run {
-        /// Topology file (default: the embedded single-switch topology).
-        #[arg(long)]
-        topology: Option<PathBuf>,
-        #[arg(long, default_value = "0")]
-        node: String,
-        /// Seconds before the guest is stopped.
-        #[arg(long, default_value_t = 900)]
-        timeout: u64,
-        /// Seconds of console silence after which a node whose kernel has not started
-        /// /init counts as stalled and is booted again (nothing of the image ran yet), as
-        /// is one whose QEMU ends before /init.
-        #[arg(long, default_value_t = rnic_emu::bootwatch::STALL_SILENCE.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-        boot_timeout: u64,
-        /// Boots a node gets before a stall in early boot fails the run.
-        #[arg(long, default_value_t = rnic_emu::bootwatch::BOOT_ATTEMPTS, value_parser = clap::value_parser!(u32).range(1..))]
-        boot_attempts: u32,
-        /// Run the node servers and QEMU in a network namespace of their own (root), so
-        /// that several runs of one topology (fixed fabric addresses) can share a host.
-        #[arg(long)]
-        netns: bool,
-        /// Do not run images/build.sh first (use the image as it is).
-        #[arg(long)]
-        no_build: bool,
-        /// Do not load the rnic_emu driver before the command.
-        #[arg(long)]
-        no_driver: bool,
-        #[arg(long)]
-        gpu_mem_dir: Option<PathBuf>,
-        /// Keep the working directory (logs, console, QEMU command line) on success too.
-        #[arg(long)]
-        keep: bool,
-        /// After the command, write the device counters as the server saw them (JSON) here.
-        #[arg(long)]
-        stats: Option<PathBuf>,
-        /// Capture every fabric packet (pcap; with several nodes: FILE.<node> each).
-        #[arg(long, value_name = "FILE")]
-        pcap: Option<PathBuf>,
-        /// Record every node's MMIO/DMA trace (register accesses and DMAs) to FILE as JSON
-        /// lines (docs/trace.md).
-        #[arg(long, value_name = "FILE")]
-        trace: Option<PathBuf>,
-        /// Multi-node: run COMMAND on NODE (name or index); repeat for each node. All nodes
-        /// boot at once, output lines are prefixed with the node, and the exit code is the
-        /// first non-zero one.
-        #[arg(long = "on", num_args = 2, value_names = ["NODE", "COMMAND"], action = clap::ArgAction::Append)]
-        on: Vec<String>,
-        /// The guest command (joined with spaces, run by sh), for --node.
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
+    Run(run_cli::RunArgs),
     /// Print the QEMU arguments of a topology node (for your own QEMU command line).
     QemuArgs {
         #[command(flatten)]
@@ -238,78 +187,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
             serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
         }
-        Cmd::Run { topology, node, timeout, boot_timeout, boot_attempts, netns, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } => {
-            let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
-            match (commands.is_empty(), command.is_empty()) {
-                (true, false) => commands.push((node, command.join(" "))),
-                (false, true) => {}
-                _ => return Err(anyhow::anyhow!("give either a command after -- (one node) or --on NODE COMMAND pairs")).config(),
-            }
-            ctrlc::set_handler(|| run::INTERRUPTED.store(true, Ordering::SeqCst))?;
-            let default_file;
-            let topology = match topology {
-                Some(t) => t,
-                None => {
-                    default_file = tempfile::Builder::new().suffix(".toml").tempfile()?;
-                    std::fs::write(default_file.path(), DEFAULT_TOPOLOGY)?;
-                    default_file.path().to_path_buf()
-                }
-            };
-            // Check what the user named before building anything (the image build is slow).
-            let topo = checks::topology(&topology)?;
-            let mut seen = Vec::new();
-            for (node, _) in &commands {
-                let i = checks::node(&topo, &topology, node)?;
-                if seen.contains(&i) {
-                    return Err(anyhow::anyhow!("node '{node}' is given more than one command")).config();
-                }
-                seen.push(i);
-            }
-            for (flag, file) in [("--stats", &stats), ("--pcap", &pcap), ("--trace", &trace)] {
-                if let Some(f) = file {
-                    checks::output_file(flag, f)?;
-                }
-            }
-            if let Some(dir) = &gpu_mem_dir {
-                checks::existing_dir("--gpu-mem-dir", dir)?;
-            }
-            image::check_qemu_override().config()?;
-            if !no_build {
-                image::build()?;
-            }
-            let img = image::ensure(false).config()?;
-            if netns {
-                rnic_emu::netns::enter_private().config()?;
-            }
-            let opts = run::RunOptions {
-                topology,
-                commands,
-                timeout: Duration::from_secs(timeout),
-                boot_timeout: Duration::from_secs(boot_timeout),
-                boot_attempts,
-                server_bin: std::env::current_exe()?,
-                gpu_mem_dir,
-                load_driver: !no_driver,
-                keep_workdir: keep,
-                stats_file: stats,
-                pcap,
-                trace_file: trace,
-            };
-            let mut stdout = std::io::stdout();
-            let outcome = run::run(&opts, &img, &mut |b| {
-                let _ = stdout.write_all(b);
-                let _ = stdout.flush();
-            })?;
-            if outcome.per_node.len() > 1 {
-                for (n, code) in &outcome.per_node {
-                    eprintln!("rnic-emu: {n} exited {code}");
-                }
-            }
-            if let Some(dir) = outcome.workdir {
-                eprintln!("rnic-emu: logs kept in {}", dir.display());
-            }
-            return Ok(ExitCode::from(u8::try_from(outcome.exit_code).unwrap_or(255)));
-        }
+        Cmd::Run(args) => return run_cli::run(args),
         Cmd::QemuArgs { at } => {
             let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
             for a in qemu::device_args(&topo.nodes[i], &at.socket_dir) {

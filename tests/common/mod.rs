@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests: the binary under test, guest runs through
 //! `rnic-emu run`, parsing of guest output, the rnic-bar test pattern, child processes
-//! that are ended by pid.
+//! that are ended by pid, the RDMA WQE header most host tests post.
 #![allow(dead_code)]
 
 pub mod fake_qemu;
@@ -155,4 +155,11 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     cond()
+}
+
+/// The header of a signaled one-SGE RDMA WRITE or READ (`opcode`) of `remote_addr` under
+/// `rkey`: the WQE most host tests post.
+pub fn rdma_wqe(opcode: u8, wr_id: u64, remote_addr: u64, rkey: u32) -> rnic_emu::verbs::abi::WqeHeader {
+    use rnic_emu::verbs::abi::{WqeHeader, WQE_FLAG_SIGNALED};
+    WqeHeader { opcode, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, remote_addr, rkey, ..Default::default() }
 }
