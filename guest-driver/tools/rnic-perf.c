@@ -1140,38 +1140,37 @@ static int put_done(struct perf *p, uint64_t size, bool ok)
 	return rkv_put(key, ok ? "ok" : "fail");
 }
 
-/* Client, one size: bandwidth (window of slots) or latency (one at a time). */
-static int client_run(struct perf *p, uint64_t size)
-{
-	uint32_t iters = p->o.iters, wslots = slots_for(p, size, PERF_WINDOW);
-	uint32_t window = p->o.lat ? 1 : wslots;
-	uint32_t rslots = server_slots(&p->o, p->peer.len, size);
-	uint8_t *seen = calloc(iters, 1);
-	uint64_t *t_post = calloc(iters, sizeof(uint64_t)), *lat = calloc(iters, sizeof(uint64_t));
-	struct rnic_send_wr wrs[PERF_POST_BATCH];
-	struct rnic_wc wcs[64];
-	uint64_t posted = 0, done = 0, t0, t1, last, sum = 0, verified = 0;
-	char key[RKV_MAX_KEY + 1], val[RKV_MAX_VALUE + 1];
-	bool ok = false;
-	double secs;
-	int n, i, ret;
-	uint32_t j;
+/* A client's run of one size: client_run and its steps. */
+struct client_state {
+	uint64_t size;
+	uint32_t iters;
+	uint32_t wslots;		/* this side's slots */
+	uint32_t rslots;		/* the server's slots */
+	uint32_t window;		/* WRs in flight at most */
+	uint8_t *seen;			/* wr_ids completed */
+	uint64_t *t_post, *lat;		/* per wr_id: post time; per completion: latency */
+	uint64_t posted, done, last, sum, verified;
+};
 
-	if (!seen || !t_post || !lat) {
-		fprintf(stderr, "error: out of memory\n");
-		goto out;
-	}
-	if (p->o.op == OP_READ && (uint64_t)rslots * size > p->peer.len) {
+/* Before the first post: the peer's buffer fits, READ targets poisoned, the server ready. */
+static int client_prepare(struct perf *p, struct client_state *cs)
+{
+	uint64_t size = cs->size;
+	char key[RKV_MAX_KEY + 1], val[RKV_MAX_VALUE + 1];
+	uint32_t j;
+	int ret;
+
+	if (p->o.op == OP_READ && (uint64_t)cs->rslots * size > p->peer.len) {
 		printf("error: the server's buffer (%llu bytes) is too small for size %llu\n",
 		       (unsigned long long)p->peer.len, (unsigned long long)size);
-		goto out;
+		return -1;
 	}
 	/* Source slots: any content without --verify (filled per iteration with it). */
 	if (p->o.op == OP_READ) {
-		for (j = 0; j < wslots; j++)
-			fill_inverted(p->lbuf + (size_t)j * size, size, j % rslots);
-		if (local_sync(p, 0, (uint64_t)wslots * size, RNIC_MR_SYNC_TO_BOUNCE))
-			goto out;
+		for (j = 0; j < cs->wslots; j++)
+			fill_inverted(p->lbuf + (size_t)j * size, size, j % cs->rslots);
+		if (local_sync(p, 0, (uint64_t)cs->wslots * size, RNIC_MR_SYNC_TO_BOUNCE))
+			return -1;
 	}
 
 	perf_key(p, "ready", size, key);
@@ -1179,139 +1178,198 @@ static int client_run(struct perf *p, uint64_t size)
 	if (ret == RKV_TIMEOUT)
 		printf("error: the server did not get ready (%s) within %u s\n", key,
 		       p->o.timeout_s);
-	if (ret)
-		goto out;
+	return ret ? -1 : 0;
+}
 
-	stats_begin(p);
-	t0 = rv_now_ns();
-	last = t0;
-	while (done < iters) {
-		uint32_t batch = 0;
+/* Work request `id` towards the server's slot id mod rslots; 0 or -1. */
+static int client_fill_wr(struct perf *p, const struct client_state *cs, uint64_t id,
+			  struct rnic_send_wr *wr)
+{
+	uint64_t size = cs->size;
+	uint32_t ls = (uint32_t)(id % cs->wslots), rs = (uint32_t)(id % cs->rslots);
+	uint8_t *l = p->lbuf + (size_t)ls * size;
 
-		while (posted + batch < iters && posted + batch - done < window &&
-		       batch < PERF_POST_BATCH) {
-			uint64_t id = posted + batch;
-			uint32_t ls = (uint32_t)(id % wslots), rs = (uint32_t)(id % rslots);
-			struct rnic_send_wr *wr = &wrs[batch];
-			uint8_t *l = p->lbuf + (size_t)ls * size;
-
-			memset(wr, 0, sizeof(*wr));
-			wr->wr_id = id;
-			wr->flags = RNIC_WQE_FLAG_SIGNALED;
-			wr->remote_addr = p->peer.addr + (uint64_t)rs * size;
-			wr->rkey = p->peer.rkey;
-			if (p->o.op == OP_READ) {
-				wr->opcode = RNIC_WQE_OP_RDMA_READ;
-			} else {
-				wr->opcode = p->o.op == OP_SEND ? RNIC_WQE_OP_SEND :
-					     RNIC_WQE_OP_RDMA_WRITE;
-				if (p->o.verify) {
-					rv_pattern_fill(l, size, (uint32_t)id);
-					if (local_sync(p, (uint64_t)ls * size, size,
-						       RNIC_MR_SYNC_TO_BOUNCE))
-						goto out;
-				}
-			}
-			if (p->o.op != OP_READ && p->o.use_inline && size <= p->max_inline) {
-				wr->flags |= RNIC_WQE_FLAG_INLINE;
-				wr->inline_data = (uintptr_t)l;
-				wr->inline_len = (uint32_t)size;
-			} else {
-				wr->num_sge = 1;
-				wr->sge[0].addr = (uintptr_t)l;
-				wr->sge[0].length = (uint32_t)size;
-				wr->sge[0].lkey = p->lmr.lkey;
-			}
-			batch++;
-		}
-		if (batch) {
-			uint64_t now = rv_now_ns();
-
-			for (j = 0; j < batch; j++)
-				t_post[posted + j] = now;
-			if (rv_post_send(p->fd, p->qp_a, wrs, batch))
-				goto out;
-			posted += batch;
-		}
-
-		n = rv_poll_cq(p->fd, p->cq_a, wcs, 64, p->o.event && done < posted ? 1000 : 0);
-		if (n < 0)
-			goto out;
-		for (i = 0; i < n; i++) {
-			uint64_t id = wcs[i].wr_id;
-
-			if (check_wc(p, &wcs[i], seen, iters, "requester"))
-				goto out;
-			last = rv_now_ns();
-			lat[done] = last - t_post[id];
-			sum += lat[done];
-			done++;
-			if (p->o.op == OP_READ) {
-				uint32_t ls = (uint32_t)(id % wslots);
-				uint8_t *l = p->lbuf + (size_t)ls * size;
-
-				if (local_sync(p, (uint64_t)ls * size, size,
-					       RNIC_MR_SYNC_FROM_BOUNCE))
-					goto out;
-				if (p->o.verify) {
-					if (check_pattern(p, l, size, (uint32_t)(id % rslots), id, ls))
-						goto out;
-					verified += size;
-					/* poison for the read that reuses this slot */
-					fill_inverted(l, size, (uint32_t)((id + wslots) % rslots));
-					if (local_sync(p, (uint64_t)ls * size, size,
-						       RNIC_MR_SYNC_TO_BOUNCE))
-						goto out;
-				}
-			}
-		}
-		if (rv_now_ns() - last > remote_stall_ns(size)) {
-			report_lost(p, seen, iters, "requester");
-			goto out;
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = id;
+	wr->flags = RNIC_WQE_FLAG_SIGNALED;
+	wr->remote_addr = p->peer.addr + (uint64_t)rs * size;
+	wr->rkey = p->peer.rkey;
+	if (p->o.op == OP_READ) {
+		wr->opcode = RNIC_WQE_OP_RDMA_READ;
+	} else {
+		wr->opcode = p->o.op == OP_SEND ? RNIC_WQE_OP_SEND : RNIC_WQE_OP_RDMA_WRITE;
+		if (p->o.verify) {
+			rv_pattern_fill(l, size, (uint32_t)id);
+			if (local_sync(p, (uint64_t)ls * size, size, RNIC_MR_SYNC_TO_BOUNCE))
+				return -1;
 		}
 	}
-	t1 = rv_now_ns();
-	stats_end(p);
-	ok = true;
+	if (p->o.op != OP_READ && p->o.use_inline && size <= p->max_inline) {
+		wr->flags |= RNIC_WQE_FLAG_INLINE;
+		wr->inline_data = (uintptr_t)l;
+		wr->inline_len = (uint32_t)size;
+	} else {
+		wr->num_sge = 1;
+		wr->sge[0].addr = (uintptr_t)l;
+		wr->sge[0].length = (uint32_t)size;
+		wr->sge[0].lkey = p->lmr.lkey;
+	}
+	return 0;
+}
 
-	secs = (double)(t1 - t0) / 1e9;
+/* Posts up to PERF_POST_BATCH WRs, as many as the window allows; 0 or -1. */
+static int client_post(struct perf *p, struct client_state *cs)
+{
+	struct rnic_send_wr wrs[PERF_POST_BATCH];
+	uint32_t batch = 0, j;
+	uint64_t now;
+
+	while (cs->posted + batch < cs->iters && cs->posted + batch - cs->done < cs->window &&
+	       batch < PERF_POST_BATCH) {
+		if (client_fill_wr(p, cs, cs->posted + batch, &wrs[batch]))
+			return -1;
+		batch++;
+	}
+	if (!batch)
+		return 0;
+	now = rv_now_ns();
+	for (j = 0; j < batch; j++)
+		cs->t_post[cs->posted + j] = now;
+	if (rv_post_send(p->fd, p->qp_a, wrs, batch))
+		return -1;
+	cs->posted += batch;
+	return 0;
+}
+
+/* One completion: its latency; for READ the slot checked and poisoned again; 0 or -1. */
+static int client_complete(struct perf *p, struct client_state *cs, const struct rnic_wc *wc)
+{
+	uint64_t size = cs->size, id = wc->wr_id;
+	uint32_t ls;
+	uint8_t *l;
+
+	if (check_wc(p, wc, cs->seen, cs->iters, "requester"))
+		return -1;
+	cs->last = rv_now_ns();
+	cs->lat[cs->done] = cs->last - cs->t_post[id];
+	cs->sum += cs->lat[cs->done];
+	cs->done++;
+	if (p->o.op != OP_READ)
+		return 0;
+	ls = (uint32_t)(id % cs->wslots);
+	l = p->lbuf + (size_t)ls * size;
+	if (local_sync(p, (uint64_t)ls * size, size, RNIC_MR_SYNC_FROM_BOUNCE))
+		return -1;
+	if (p->o.verify) {
+		if (check_pattern(p, l, size, (uint32_t)(id % cs->rslots), id, ls))
+			return -1;
+		cs->verified += size;
+		/* poison for the read that reuses this slot */
+		fill_inverted(l, size, (uint32_t)((id + cs->wslots) % cs->rslots));
+		if (local_sync(p, (uint64_t)ls * size, size, RNIC_MR_SYNC_TO_BOUNCE))
+			return -1;
+	}
+	return 0;
+}
+
+/* Reaps what completed (with --event, sleeps while WRs are outstanding); 0 or -1. */
+static int client_poll(struct perf *p, struct client_state *cs)
+{
+	struct rnic_wc wcs[64];
+	int n, i;
+
+	n = rv_poll_cq(p->fd, p->cq_a, wcs, 64, p->o.event && cs->done < cs->posted ? 1000 : 0);
+	if (n < 0)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (client_complete(p, cs, &wcs[i]))
+			return -1;
+	return 0;
+}
+
+/* The client's result line: latency percentiles or rates, then the remote columns. */
+static void client_print(struct perf *p, struct client_state *cs, double secs)
+{
+	uint64_t size = cs->size, *lat = cs->lat;
+	uint32_t iters = cs->iters;
+
 	if (p->o.lat) {
 		qsort(lat, iters, sizeof(*lat), cmp_u64);
 		if (p->o.json)
 			printf("{\"test\":\"%s\",\"role\":\"client\",\"size\":%llu,\"iterations\":%u,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"avg_us\":%.2f,\"bytes_verified\":%llu",
 			       p->o.test, (unsigned long long)size, iters, pct_us(lat, iters, 500),
 			       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
-			       (double)sum / iters / 1000.0, (unsigned long long)verified);
+			       (double)cs->sum / iters / 1000.0, (unsigned long long)cs->verified);
 		else
 			printf("%-10s %10llu %10u %10.2f %10.2f %10.2f %10.2f %16llu", p->o.test,
 			       (unsigned long long)size, iters, pct_us(lat, iters, 500),
 			       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
-			       (double)sum / iters / 1000.0, (unsigned long long)verified);
+			       (double)cs->sum / iters / 1000.0, (unsigned long long)cs->verified);
 	} else {
 		double gbps = (double)size * iters * 8 / 1e9 / secs, mops = iters / secs / 1e6;
 
 		if (p->o.json)
 			printf("{\"test\":\"%s\",\"role\":\"client\",\"size\":%llu,\"iterations\":%u,\"bytes_verified\":%llu,\"gbps\":%.3f,\"msg_rate_mops\":%.4f",
 			       p->o.test, (unsigned long long)size, iters,
-			       (unsigned long long)verified, gbps, mops);
+			       (unsigned long long)cs->verified, gbps, mops);
 		else
 			printf("%-10s %10llu %10u %16llu %10.3f %12.4f", p->o.test,
-			       (unsigned long long)size, iters, (unsigned long long)verified, gbps,
-			       mops);
+			       (unsigned long long)size, iters, (unsigned long long)cs->verified,
+			       gbps, mops);
 	}
 	if (p->o.json) {
 		bool sg, dg;
 		uint32_t sp, dp;
 
 		remote_paths(p, &sg, &dg, &sp, &dp);
-		print_json_model(p, size, sg && sp != RNIC_MR_PATH_BOUNCE, dg && dp != RNIC_MR_PATH_BOUNCE,
-				 window);
+		print_json_model(p, size, sg && sp != RNIC_MR_PATH_BOUNCE,
+				 dg && dp != RNIC_MR_PATH_BOUNCE, cs->window);
 	}
 	print_remote_tail(p);
+}
+
+/* Client, one size: bandwidth (window of slots) or latency (one at a time). */
+static int client_run(struct perf *p, uint64_t size)
+{
+	struct client_state cs = {
+		.size = size,
+		.iters = p->o.iters,
+		.wslots = slots_for(p, size, PERF_WINDOW),
+		.rslots = server_slots(&p->o, p->peer.len, size),
+	};
+	uint64_t t0, t1;
+	bool ok = false;
+
+	cs.window = p->o.lat ? 1 : cs.wslots;
+	cs.seen = calloc(cs.iters, 1);
+	cs.t_post = calloc(cs.iters, sizeof(uint64_t));
+	cs.lat = calloc(cs.iters, sizeof(uint64_t));
+	if (!cs.seen || !cs.t_post || !cs.lat) {
+		fprintf(stderr, "error: out of memory\n");
+		goto out;
+	}
+	if (client_prepare(p, &cs))
+		goto out;
+
+	stats_begin(p);
+	t0 = rv_now_ns();
+	cs.last = t0;
+	while (cs.done < cs.iters) {
+		if (client_post(p, &cs) || client_poll(p, &cs))
+			goto out;
+		if (rv_now_ns() - cs.last > remote_stall_ns(size)) {
+			report_lost(p, cs.seen, cs.iters, "requester");
+			goto out;
+		}
+	}
+	t1 = rv_now_ns();
+	stats_end(p);
+	ok = true;
+	client_print(p, &cs, (double)(t1 - t0) / 1e9);
 out:
-	free(seen);
-	free(t_post);
-	free(lat);
+	free(cs.seen);
+	free(cs.t_post);
+	free(cs.lat);
 	/* The server waits for this either way. */
 	if (put_done(p, size, ok))
 		ok = false;
