@@ -59,6 +59,9 @@ struct perf_opts {
 	const char *dev;
 	enum perf_role role;
 	const char *peer;		/* client: the server's node index or IPv4 address */
+	uint32_t peer_ip;		/* client: PEER as given */
+	bool peer_ip_given;
+	int peer_node;
 	const char *id;			/* rendezvous keys perf.<id>.* (default: the test) */
 	uint32_t mtu;			/* path MTU in bytes */
 	unsigned int timeout_s;		/* how long to wait for the peer */
@@ -66,6 +69,7 @@ struct perf_opts {
 	bool lat;
 	const char *test;
 	uint64_t size;
+	uint64_t top;			/* the largest size of the run */
 	uint32_t iters;
 	bool all, verify, json, use_inline, event;
 	bool src_gpu, dst_gpu, strict;
@@ -104,7 +108,6 @@ struct perf {
 	struct rm_model model;		/* the device's model summary (--json columns) */
 
 	/* multi-node: this side's one buffer, QP qp_a on CQ cq_a, and the peer */
-	uint64_t top;			/* the largest size of the run */
 	uint8_t *lbuf;
 	uint64_t llen;
 	struct rv_mr lmr;
@@ -112,9 +115,6 @@ struct perf {
 	struct rv_gpu lgpu_dev;
 	uint32_t psn, path_mtu;
 	struct perf_peer peer;
-	uint32_t peer_ip;		/* client: PEER as given */
-	bool peer_ip_given;
-	int peer_node;
 };
 
 static void usage(FILE *f)
@@ -844,7 +844,7 @@ static void record_encode(const struct perf *p, char *buf, size_t len)
 		 rv_ipv4_str(p->q.ipv4, ip), p->qp_a, p->psn, p->lmr.rkey,
 		 (unsigned long long)(uintptr_t)p->lbuf, (unsigned long long)p->llen,
 		 p->lgpu ? "gpu" : "host", rv_mr_path_name(p->lmr.path), p->o.test,
-		 (unsigned long long)p->top, p->o.iters, p->o.all, p->o.verify, p->o.mtu);
+		 (unsigned long long)p->o.top, p->o.iters, p->o.all, p->o.verify, p->o.mtu);
 }
 
 static uint32_t path_from_name(const char *s)
@@ -928,12 +928,12 @@ static int check_peer_params(struct perf *p, const char *key)
 		return -1;
 	}
 
-	if (!strcmp(r->test, p->o.test) && r->size == p->top && r->iters == p->o.iters &&
+	if (!strcmp(r->test, p->o.test) && r->size == p->o.top && r->iters == p->o.iters &&
 	    r->sweep == p->o.all && r->verify == p->o.verify)
 		return 0;
 	printf("error: %s: the peer runs '%s -s %llu -n %u%s%s', this side '%s -s %llu -n %u%s%s': run both with the same test and options\n",
 	       key, r->test, (unsigned long long)r->size, r->iters, r->sweep ? " -a" : "",
-	       r->verify ? " --verify" : "", p->o.test, (unsigned long long)p->top, p->o.iters,
+	       r->verify ? " --verify" : "", p->o.test, (unsigned long long)p->o.top, p->o.iters,
 	       p->o.all ? " -a" : "", p->o.verify ? " --verify" : "");
 	return -1;
 }
@@ -979,16 +979,16 @@ static int remote_setup(struct perf *p)
 		       p->o.dev);
 		return -1;
 	}
-	if (p->top > p->q.max_mr_size) {
+	if (p->o.top > p->q.max_mr_size) {
 		fprintf(stderr, "error: size %llu is over the MR limit\n",
-			(unsigned long long)p->top);
+			(unsigned long long)p->o.top);
 		return -1;
 	}
 	rv_dev_sysfs(p->o.dev, p->stats_path, sizeof(p->stats_path) - 8);
 	strcat(p->stats_path, "/stats");
 	model_load(p);
 
-	p->llen = server ? server_len(&p->o, p->top) : (window_len(p->top) + 4095) & ~4095ull;
+	p->llen = server ? server_len(&p->o, p->o.top) : (window_len(p->o.top) + 4095) & ~4095ull;
 	p->lgpu = local_is_src(p) ? p->o.src_gpu : p->o.dst_gpu;
 	gpu_n = local_is_src(p) ? p->o.src_gpu_n : p->o.dst_gpu_n;
 	if (p->lgpu) {
@@ -1045,7 +1045,8 @@ static int remote_setup(struct perf *p)
 			rkv_put(key, val);
 			return -1;
 		}
-		if (p->peer_ip_given ? p->peer.ip != p->peer_ip : p->peer.node != p->peer_node) {
+		if (p->o.peer_ip_given ? p->peer.ip != p->o.peer_ip :
+					 p->peer.node != p->o.peer_node) {
 			printf("error: %s was published by node %d (%s), not by the peer '%s': another server uses --id %s?\n",
 			       key, p->peer.node, rv_ipv4_str(p->peer.ip, pip), p->o.peer, p->o.id);
 			return -1;
@@ -1524,20 +1525,20 @@ static int server_run(struct perf *p, uint64_t size)
 }
 
 /* A trailing peer: a node index or an IPv4 address; 0 or -1. */
-static int parse_peer(struct perf *p, const char *s)
+static int parse_peer(struct perf_opts *o, const char *s)
 {
 	char *end;
 	long v;
 
-	if (!rv_parse_ipv4(s, &p->peer_ip)) {
-		p->peer_ip_given = true;
+	if (!rv_parse_ipv4(s, &o->peer_ip)) {
+		o->peer_ip_given = true;
 		return 0;
 	}
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < 0 || v > 0xffff)
 		return -1;
-	p->peer_node = (int)v;
+	o->peer_node = (int)v;
 	return 0;
 }
 
@@ -1571,7 +1572,7 @@ static int remote_main(struct perf *p)
 		       "src_path", "dst_path", "bytes_host", "bytes_p2p_sw", "bytes_p2p_rc",
 		       "fallback", "pkts_sent", "retransmit");
 	}
-	for (size = p->o.all ? 1 : p->top; size <= p->top; size *= 2) {
+	for (size = p->o.all ? 1 : p->o.top; size <= p->o.top; size *= 2) {
 		p->o.size = size;
 		ret = p->o.role == ROLE_SERVER ? server_run(p, size) : client_run(p, size);
 		fflush(stdout);
@@ -1583,69 +1584,130 @@ static int remote_main(struct perf *p)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* parse_args: go on and run the test (anything else is the exit status). */
+#define PERF_RUN	(-1)
+
+static const struct option perf_longopts[] = {
+	{ "size", required_argument, NULL, 's' },
+	{ "iters", required_argument, NULL, 'n' },
+	{ "all", no_argument, NULL, 'a' },
+	{ "verify", no_argument, NULL, 'V' },
+	{ "json", no_argument, NULL, 'j' },
+	{ "inline", no_argument, NULL, 'I' },
+	{ "dev", required_argument, NULL, 'd' },
+	{ "event", no_argument, NULL, 'E' },
+	{ "src", required_argument, NULL, 1000 },
+	{ "dst", required_argument, NULL, 1001 },
+	{ "src-gpu", required_argument, NULL, 1002 },
+	{ "dst-gpu", required_argument, NULL, 1003 },
+	{ "strict-p2p", no_argument, NULL, 1004 },
+	{ "server", no_argument, NULL, 1005 },
+	{ "loopback", no_argument, NULL, 1006 },
+	{ "id", required_argument, NULL, 1007 },
+	{ "mtu", required_argument, NULL, 1008 },
+	{ "timeout", required_argument, NULL, 1009 },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The test (argv[1]) into o->test, o->op and o->lat; 0, or -1 when there is none such. */
+static int parse_test(struct perf_opts *o, const char *test)
 {
-	static const struct option longopts[] = {
-		{ "size", required_argument, NULL, 's' },
-		{ "iters", required_argument, NULL, 'n' },
-		{ "all", no_argument, NULL, 'a' },
-		{ "verify", no_argument, NULL, 'V' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "inline", no_argument, NULL, 'I' },
-		{ "dev", required_argument, NULL, 'd' },
-		{ "event", no_argument, NULL, 'E' },
-		{ "src", required_argument, NULL, 1000 },
-		{ "dst", required_argument, NULL, 1001 },
-		{ "src-gpu", required_argument, NULL, 1002 },
-		{ "dst-gpu", required_argument, NULL, 1003 },
-		{ "strict-p2p", no_argument, NULL, 1004 },
-		{ "server", no_argument, NULL, 1005 },
-		{ "loopback", no_argument, NULL, 1006 },
-		{ "id", required_argument, NULL, 1007 },
-		{ "mtu", required_argument, NULL, 1008 },
-		{ "timeout", required_argument, NULL, 1009 },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct perf p;
-	uint64_t size, top, v;
+	o->test = test;
+	if (!strcmp(test, "write") || !strcmp(test, "write-lat"))
+		o->op = OP_WRITE;
+	else if (!strcmp(test, "read") || !strcmp(test, "read-lat"))
+		o->op = OP_READ;
+	else if (!strcmp(test, "send") || !strcmp(test, "send-lat"))
+		o->op = OP_SEND;
+	else if (!strcmp(test, "write-imm") || !strcmp(test, "write-imm-lat"))
+		o->op = OP_WRITE_IMM;
+	else
+		return -1;
+	o->lat = strstr(test, "-lat") != NULL;
+	return 0;
+}
+
+/*
+ * After the options: the trailing PEER, the role (asks the RNIC whether it is on a
+ * fabric), the combinations that exclude each other, and the defaults that depend on
+ * other options. PERF_RUN or the exit status.
+ */
+static int finish_opts(struct perf_opts *o, int argc, char **argv, bool size_given,
+		       bool loopback)
+{
+	if (optind + 1 == argc && o->role != ROLE_SERVER && !loopback) {
+		o->peer = argv[optind++];
+		if (parse_peer(o, o->peer)) {
+			fprintf(stderr, "rnic-perf: bad peer '%s' (a node index or an IPv4 address)\n",
+				o->peer);
+			return 2;
+		}
+		o->role = ROLE_CLIENT;
+	}
+	if (optind != argc) {
+		fprintf(stderr, "rnic-perf: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (o->role == ROLE_LOOPBACK && !loopback && o->op != OP_WRITE_IMM) {
+		/* perftest semantics: without a peer, an RNIC on a fabric waits as the server. */
+		struct rnic_query_device q;
+		int fd = rv_open(o->dev, &q);
+
+		if (fd >= 0) {
+			if (q.ipv4)
+				o->role = ROLE_SERVER;
+			close(fd);
+		}
+	}
+	if (loopback && o->role == ROLE_SERVER) {
+		fprintf(stderr, "rnic-perf: --loopback and --server exclude each other\n");
+		return 2;
+	}
+	if (o->role != ROLE_LOOPBACK && o->op == OP_WRITE_IMM) {
+		fprintf(stderr, "rnic-perf: %s runs in loopback only (multi-node: write, read, send and their -lat)\n",
+			o->test);
+		return 2;
+	}
+	if (o->role == ROLE_LOOPBACK && (o->id || o->mtu != PERF_DEFAULT_MTU)) {
+		fprintf(stderr, "rnic-perf: --id and --mtu are for --server or a client with a PEER\n");
+		return 2;
+	}
+	if (!o->id)
+		o->id = o->test;
+	o->top = o->all ? (size_given ? o->size : PERF_SWEEP_MAX) : o->size;
+	return PERF_RUN;
+}
+
+/* The command line into *o (zeroed by the caller); PERF_RUN or the exit status. */
+static int parse_args(int argc, char **argv, struct perf_opts *o)
+{
 	bool size_given = false, loopback = false;
+	uint64_t v;
 	int c;
 
-	memset(&p, 0, sizeof(p));
-	p.o.dev = RV_DEFAULT_DEV;
-	p.o.size = PERF_DEFAULT_SIZE;
-	p.o.iters = PERF_DEFAULT_ITERS;
-	p.o.mtu = PERF_DEFAULT_MTU;
-	p.o.timeout_s = PERF_DEFAULT_TIMEOUT_S;
+	o->dev = RV_DEFAULT_DEV;
+	o->size = PERF_DEFAULT_SIZE;
+	o->iters = PERF_DEFAULT_ITERS;
+	o->mtu = PERF_DEFAULT_MTU;
+	o->timeout_s = PERF_DEFAULT_TIMEOUT_S;
 
 	if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	p.o.test = argv[1];
-	if (!strcmp(p.o.test, "write") || !strcmp(p.o.test, "write-lat"))
-		p.o.op = OP_WRITE;
-	else if (!strcmp(p.o.test, "read") || !strcmp(p.o.test, "read-lat"))
-		p.o.op = OP_READ;
-	else if (!strcmp(p.o.test, "send") || !strcmp(p.o.test, "send-lat"))
-		p.o.op = OP_SEND;
-	else if (!strcmp(p.o.test, "write-imm") || !strcmp(p.o.test, "write-imm-lat"))
-		p.o.op = OP_WRITE_IMM;
-	else {
-		fprintf(stderr, "rnic-perf: unknown test '%s'\n", p.o.test);
+	if (parse_test(o, argv[1])) {
+		fprintf(stderr, "rnic-perf: unknown test '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
 	}
-	p.o.lat = strstr(p.o.test, "-lat") != NULL;
 
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "s:n:ad:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:ad:h", perf_longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_size(optarg, &p.o.size) || !p.o.size ||
-			    p.o.size > 0x80000000ull) {
+			if (parse_size(optarg, &o->size) || !o->size || o->size > 0x80000000ull) {
 				fprintf(stderr, "rnic-perf: bad size '%s' (1..2G)\n", optarg);
 				return 2;
 			}
@@ -1656,14 +1718,14 @@ int main(int argc, char **argv)
 				fprintf(stderr, "rnic-perf: bad iteration count '%s'\n", optarg);
 				return 2;
 			}
-			p.o.iters = (uint32_t)v;
+			o->iters = (uint32_t)v;
 			break;
-		case 'a': p.o.all = true; break;
-		case 'V': p.o.verify = true; break;
-		case 'j': p.o.json = true; break;
-		case 'I': p.o.use_inline = true; break;
-		case 'E': p.o.event = true; break;
-		case 'd': p.o.dev = optarg; break;
+		case 'a': o->all = true; break;
+		case 'V': o->verify = true; break;
+		case 'j': o->json = true; break;
+		case 'I': o->use_inline = true; break;
+		case 'E': o->event = true; break;
+		case 'd': o->dev = optarg; break;
 		case 1000:
 		case 1001:
 			if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
@@ -1671,7 +1733,7 @@ int main(int argc, char **argv)
 					c == 1000 ? "src" : "dst");
 				return 2;
 			}
-			*(c == 1000 ? &p.o.src_gpu : &p.o.dst_gpu) = !strcmp(optarg, "gpu");
+			*(c == 1000 ? &o->src_gpu : &o->dst_gpu) = !strcmp(optarg, "gpu");
 			break;
 		case 1002:
 		case 1003:
@@ -1679,10 +1741,10 @@ int main(int argc, char **argv)
 				fprintf(stderr, "rnic-perf: bad GPU number '%s'\n", optarg);
 				return 2;
 			}
-			*(c == 1002 ? &p.o.src_gpu_n : &p.o.dst_gpu_n) = (unsigned int)v;
+			*(c == 1002 ? &o->src_gpu_n : &o->dst_gpu_n) = (unsigned int)v;
 			break;
-		case 1004: p.o.strict = true; break;
-		case 1005: p.o.role = ROLE_SERVER; break;
+		case 1004: o->strict = true; break;
+		case 1005: o->role = ROLE_SERVER; break;
 		case 1006: loopback = true; break;
 		case 1007:
 			if (!id_ok(optarg)) {
@@ -1690,7 +1752,7 @@ int main(int argc, char **argv)
 					optarg, PERF_MAX_ID);
 				return 2;
 			}
-			p.o.id = optarg;
+			o->id = optarg;
 			break;
 		case 1008:
 			if (parse_size(optarg, &v) || v < 256 || v > 4096 || (v & (v - 1))) {
@@ -1698,7 +1760,7 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
-			p.o.mtu = (uint32_t)v;
+			o->mtu = (uint32_t)v;
 			break;
 		case 1009:
 			if (parse_size(optarg, &v) || !v || v > RKV_MAX_TIMEOUT_MS / 1000) {
@@ -1706,61 +1768,24 @@ int main(int argc, char **argv)
 					RKV_MAX_TIMEOUT_MS / 1000);
 				return 2;
 			}
-			p.o.timeout_s = (unsigned int)v;
+			o->timeout_s = (unsigned int)v;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (optind + 1 == argc && p.o.role != ROLE_SERVER && !loopback) {
-		p.o.peer = argv[optind++];
-		if (parse_peer(&p, p.o.peer)) {
-			fprintf(stderr, "rnic-perf: bad peer '%s' (a node index or an IPv4 address)\n",
-				p.o.peer);
-			return 2;
-		}
-		p.o.role = ROLE_CLIENT;
-	}
-	if (optind != argc) {
-		fprintf(stderr, "rnic-perf: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (p.o.role == ROLE_LOOPBACK && !loopback && p.o.op != OP_WRITE_IMM) {
-		/* perftest semantics: without a peer, an RNIC on a fabric waits as the server. */
-		struct rnic_query_device q;
-		int fd = rv_open(p.o.dev, &q);
+	return finish_opts(o, argc, argv, size_given, loopback);
+}
 
-		if (fd >= 0) {
-			if (q.ipv4)
-				p.o.role = ROLE_SERVER;
-			close(fd);
-		}
-	}
-	if (loopback && p.o.role == ROLE_SERVER) {
-		fprintf(stderr, "rnic-perf: --loopback and --server exclude each other\n");
-		return 2;
-	}
-	if (remote(&p) && p.o.op == OP_WRITE_IMM) {
-		fprintf(stderr, "rnic-perf: %s runs in loopback only (multi-node: write, read, send and their -lat)\n",
-			p.o.test);
-		return 2;
-	}
-	if (!remote(&p) && (p.o.id || p.o.mtu != PERF_DEFAULT_MTU)) {
-		fprintf(stderr, "rnic-perf: --id and --mtu are for --server or a client with a PEER\n");
-		return 2;
-	}
-	if (!p.o.id)
-		p.o.id = p.o.test;
+/* Loopback: two QPs of one RNIC, every size of the run. */
+static int loopback_main(struct perf *p)
+{
+	uint64_t size, top = p->o.top;
 
-	top = p.o.all ? (size_given ? p.o.size : PERF_SWEEP_MAX) : p.o.size;
-	p.top = top;
-	if (remote(&p))
-		return remote_main(&p);
-	if (setup(&p, top))
+	if (setup(p, top))
 		return 1;
-
-	if (!p.o.json) {
-		if (p.o.lat)
+	if (!p->o.json) {
+		if (p->o.lat)
 			printf("%-10s %10s %10s %10s %10s %10s %10s %16s", "test", "size", "iters",
 			       "p50_us", "p99_us", "p999_us", "avg_us", "bytes_verified");
 		else
@@ -1768,13 +1793,25 @@ int main(int argc, char **argv)
 			       "bytes_verified", "Gb/s", "Mmsg/s");
 		printf(HUMAN_PATH_HEADER);
 	}
-	for (size = p.o.all ? 1 : top; size <= top; size *= 2) {
-		p.o.size = size;
-		if (p.o.lat ? run_lat(&p, size) : run_bw(&p, size))
+	for (size = p->o.all ? 1 : top; size <= top; size *= 2) {
+		p->o.size = size;
+		if (p->o.lat ? run_lat(p, size) : run_bw(p, size))
 			return 1;
 		fflush(stdout);
-		if (!p.o.all)
+		if (!p->o.all)
 			break;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct perf p;
+	int ret;
+
+	memset(&p, 0, sizeof(p));
+	ret = parse_args(argc, argv, &p.o);
+	if (ret != PERF_RUN)
+		return ret;
+	return remote(&p) ? remote_main(&p) : loopback_main(&p);
 }
