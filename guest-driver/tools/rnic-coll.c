@@ -627,12 +627,94 @@ static void print_header(const struct cm *c, const struct opts *o)
 enum { RP_WRONG_OOP, RP_WRONG_IP, RP_US_OOP, RP_US_IP, RP_HOST, RP_P2P_SW, RP_P2P_RC, RP_RETX,
        RP_N };
 
+/* Rank 0's sums over the sizes of a run, for the summary. */
+struct bw_totals {
+	uint64_t wrong, host, p2p, retx;
+	double busbw_sum;
+	uint32_t nsizes;
+};
+
+/*
+ * Rank 0, after one size: every rank's report summed (time averaged over ranks, as
+ * nccl-tests; #wrong summed), the row printed, the totals advanced. pct: rank 0's own
+ * per-call percentiles, out-of-place and in-place.
+ */
+static void bw_report(const struct cm *c, const struct opts *o, const struct bw_run *w,
+		      const struct rm_model *model, uint64_t bytes, double pct[2][3],
+		      struct bw_totals *t)
+{
+	uint64_t host = 0, sw = 0, rc = 0, retx = 0, wrong[2] = { 0, 0 };
+	double us[2] = { 0, 0 }, algbw[2], busbw[2];
+	uint32_t n = c->n, place, p;
+
+	for (p = 0; p < n; p++) {
+		const uint64_t *rv = c->report[p].v;
+
+		wrong[0] += rv[RP_WRONG_OOP];
+		wrong[1] += rv[RP_WRONG_IP];
+		us[0] += rv[RP_US_OOP] / 1000.0 / n;
+		us[1] += rv[RP_US_IP] / 1000.0 / n;
+		host += rv[RP_HOST];
+		sw += rv[RP_P2P_SW];
+		rc += rv[RP_P2P_RC];
+		retx += rv[RP_RETX];
+	}
+	for (place = 0; place < 2; place++) {
+		algbw[place] = us[place] > 0 ? bytes / us[place] / 1e3 : 0;
+		busbw[place] = algbw[place] * bus_factor(o->op, n);
+	}
+	t->wrong += wrong[0] + wrong[1];
+	t->host += host;
+	t->p2p += sw + rc;
+	t->retx += retx;
+	t->busbw_sum += (busbw[0] + busbw[1]) / 2;
+	t->nsizes++;
+	if (o->json) {
+		double mt = model_time_us(c, model, o->op, w->count, w->ring.slice);
+		char mcol[96] = "\"model_time_us\":null,\"model_busbw\":null,";
+
+		if (mt > 0)
+			snprintf(mcol, sizeof(mcol), "\"model_time_us\":%.3f,\"model_busbw\":%.4f,",
+				 mt, bytes / mt / 1e3 * bus_factor(o->op, n));
+		printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,%s\"bytes_host_per_rank\":[",
+		       op_names[o->op], n, (unsigned long long)bytes,
+		       (unsigned long long)w->count, us[0], algbw[0], busbw[0],
+		       (unsigned long long)wrong[0], us[1], algbw[1], busbw[1],
+		       (unsigned long long)wrong[1], o->check ? "true" : "false",
+		       (unsigned long long)host, (unsigned long long)sw,
+		       (unsigned long long)rc, (unsigned long long)retx,
+		       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2],
+		       mcol);
+		for (p = 0; p < n; p++)
+			printf("%s%llu", p ? "," : "",
+			       (unsigned long long)c->report[p].v[RP_HOST]);
+		printf("]}\n");
+	} else {
+		char w0[24] = "N/A", w1[24] = "N/A";
+
+		if (o->check) {
+			snprintf(w0, sizeof(w0), "%llu", (unsigned long long)wrong[0]);
+			snprintf(w1, sizeof(w1), "%llu", (unsigned long long)wrong[1]);
+		}
+		printf(" %12llu %12llu %8s %6s %6d %9.1f %8.3f %8.3f %6s %9.1f %8.3f %8.3f %6s\n",
+		       (unsigned long long)bytes, (unsigned long long)w->count, "float",
+		       o->op == OP_ALL_REDUCE || o->op == OP_REDUCE_SCATTER ? "sum" : "none",
+		       -1, us[0], algbw[0], busbw[0], w0, us[1], algbw[1], busbw[1], w1);
+	}
+	if (!o->json)
+		printf("#   bytes by path (all ranks): host %llu, p2p-switch %llu, p2p-root-complex %llu; retransmits %llu; rank 0 per call P50/P99/P999 us: %.0f/%.0f/%.0f\n",
+		       (unsigned long long)host, (unsigned long long)sw,
+		       (unsigned long long)rc, (unsigned long long)retx, pct[0][0],
+		       pct[0][1], pct[0][2]);
+	fflush(stdout);
+}
+
 static int bw_main(struct cm *c, const struct opts *o)
 {
 	struct bw_run w;
-	uint64_t size, own_wrong = 0, wrong_total = 0, host_total = 0, p2p_total = 0, retx_total = 0;
-	double busbw_sum = 0;
-	uint32_t nsizes = 0, n = c->n;
+	struct bw_totals t = { 0 };
+	uint64_t size, own_wrong = 0;
+	uint32_t n = c->n;
 	int ret = 1;
 
 	struct rm_model model;
@@ -654,8 +736,8 @@ static int bw_main(struct cm *c, const struct opts *o)
 	for (size = o->minb; size <= o->maxb; size = o->factor > 1 ? size * o->factor : size + 1) {
 		unsigned long long s0[CM_NSTATS], s1[CM_NSTATS];
 		uint64_t v[RP_N], wrong[2] = { 0, 0 }, bytes;
-		double us[2] = { 0, 0 }, algbw[2], busbw[2], pct[2][3];
-		uint32_t place, p;
+		double us[2] = { 0, 0 }, pct[2][3];
+		uint32_t place;
 
 		w.count = size / 4;
 		if (o->op == OP_ALL_TO_ALL) {
@@ -701,74 +783,7 @@ static int bw_main(struct cm *c, const struct opts *o)
 			return 1;
 		if (c->rank)
 			continue;
-
-		/* Rank 0: time averaged over ranks (as nccl-tests), #wrong summed. */
-		{
-			uint64_t host = 0, sw = 0, rc = 0, retx = 0;
-
-			wrong[0] = wrong[1] = 0;
-			us[0] = us[1] = 0;
-			for (p = 0; p < n; p++) {
-				const uint64_t *rv = c->report[p].v;
-
-				wrong[0] += rv[RP_WRONG_OOP];
-				wrong[1] += rv[RP_WRONG_IP];
-				us[0] += rv[RP_US_OOP] / 1000.0 / n;
-				us[1] += rv[RP_US_IP] / 1000.0 / n;
-				host += rv[RP_HOST];
-				sw += rv[RP_P2P_SW];
-				rc += rv[RP_P2P_RC];
-				retx += rv[RP_RETX];
-			}
-			for (place = 0; place < 2; place++) {
-				algbw[place] = us[place] > 0 ? bytes / us[place] / 1e3 : 0;
-				busbw[place] = algbw[place] * bus_factor(o->op, n);
-			}
-			wrong_total += wrong[0] + wrong[1];
-			host_total += host;
-			p2p_total += sw + rc;
-			retx_total += retx;
-			busbw_sum += (busbw[0] + busbw[1]) / 2;
-			nsizes++;
-			if (o->json) {
-				double mt = model_time_us(c, &model, o->op, w.count, w.ring.slice);
-				char mcol[96] = "\"model_time_us\":null,\"model_busbw\":null,";
-
-				if (mt > 0)
-					snprintf(mcol, sizeof(mcol), "\"model_time_us\":%.3f,\"model_busbw\":%.4f,",
-						 mt, bytes / mt / 1e3 * bus_factor(o->op, n));
-				printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,%s\"bytes_host_per_rank\":[",
-				       op_names[o->op], n, (unsigned long long)bytes,
-				       (unsigned long long)w.count, us[0], algbw[0], busbw[0],
-				       (unsigned long long)wrong[0], us[1], algbw[1], busbw[1],
-				       (unsigned long long)wrong[1], o->check ? "true" : "false",
-				       (unsigned long long)host, (unsigned long long)sw,
-				       (unsigned long long)rc, (unsigned long long)retx,
-				       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2],
-				       mcol);
-				for (p = 0; p < n; p++)
-					printf("%s%llu", p ? "," : "",
-					       (unsigned long long)c->report[p].v[RP_HOST]);
-				printf("]}\n");
-			} else {
-				char w0[24] = "N/A", w1[24] = "N/A";
-
-				if (o->check) {
-					snprintf(w0, sizeof(w0), "%llu", (unsigned long long)wrong[0]);
-					snprintf(w1, sizeof(w1), "%llu", (unsigned long long)wrong[1]);
-				}
-				printf(" %12llu %12llu %8s %6s %6d %9.1f %8.3f %8.3f %6s %9.1f %8.3f %8.3f %6s\n",
-				       (unsigned long long)bytes, (unsigned long long)w.count, "float",
-				       o->op == OP_ALL_REDUCE || o->op == OP_REDUCE_SCATTER ? "sum" : "none",
-				       -1, us[0], algbw[0], busbw[0], w0, us[1], algbw[1], busbw[1], w1);
-			}
-			if (!o->json)
-				printf("#   bytes by path (all ranks): host %llu, p2p-switch %llu, p2p-root-complex %llu; retransmits %llu; rank 0 per call P50/P99/P999 us: %.0f/%.0f/%.0f\n",
-				       (unsigned long long)host, (unsigned long long)sw,
-				       (unsigned long long)rc, (unsigned long long)retx, pct[0][0],
-				       pct[0][1], pct[0][2]);
-			fflush(stdout);
-		}
+		bw_report(c, o, &w, &model, bytes, pct, &t);
 		if (o->factor <= 1)
 			break;
 	}
@@ -778,18 +793,18 @@ static int bw_main(struct cm *c, const struct opts *o)
 	if (c->rank == 0) {
 		if (o->json)
 			printf("{\"op\":\"%s\",\"summary\":true,\"ranks\":%u,\"wrong\":%llu,\"avg_busbw\":%.4f,\"bytes_host\":%llu,\"bytes_p2p\":%llu,\"retransmits\":%llu,\"path\":\"%s\"}\n",
-			       op_names[o->op], n, (unsigned long long)wrong_total,
-			       nsizes ? busbw_sum / nsizes : 0, (unsigned long long)host_total,
-			       (unsigned long long)p2p_total, (unsigned long long)retx_total,
+			       op_names[o->op], n, (unsigned long long)t.wrong,
+			       t.nsizes ? t.busbw_sum / t.nsizes : 0, (unsigned long long)t.host,
+			       (unsigned long long)t.p2p, (unsigned long long)t.retx,
 			       rv_mr_path_name(c->mr.path));
 		else {
-			printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong_total,
-			       wrong_total ? "FAILED" : "OK");
-			printf("# Avg bus bandwidth    : %g \n", nsizes ? busbw_sum / nsizes : 0);
+			printf("# Out of bounds values : %llu %s\n", (unsigned long long)t.wrong,
+			       t.wrong ? "FAILED" : "OK");
+			printf("# Avg bus bandwidth    : %g \n", t.nsizes ? t.busbw_sum / t.nsizes : 0);
 			printf("# GPU memory path: %s; payload bytes through host memory, all ranks: %llu\n",
-			       rv_mr_path_name(c->mr.path), (unsigned long long)host_total);
+			       rv_mr_path_name(c->mr.path), (unsigned long long)t.host);
 		}
-		ret = wrong_total ? 1 : 0;
+		ret = t.wrong ? 1 : 0;
 	}
 	return ret;
 }
