@@ -627,12 +627,94 @@ static void print_header(const struct cm *c, const struct opts *o)
 enum { RP_WRONG_OOP, RP_WRONG_IP, RP_US_OOP, RP_US_IP, RP_HOST, RP_P2P_SW, RP_P2P_RC, RP_RETX,
        RP_N };
 
+/* Rank 0's sums over the sizes of a run, for the summary. */
+struct bw_totals {
+	uint64_t wrong, host, p2p, retx;
+	double busbw_sum;
+	uint32_t nsizes;
+};
+
+/*
+ * Rank 0, after one size: every rank's report summed (time averaged over ranks, as
+ * nccl-tests; #wrong summed), the row printed, the totals advanced. pct: rank 0's own
+ * per-call percentiles, out-of-place and in-place.
+ */
+static void bw_report(const struct cm *c, const struct opts *o, const struct bw_run *w,
+		      const struct rm_model *model, uint64_t bytes, double pct[2][3],
+		      struct bw_totals *t)
+{
+	uint64_t host = 0, sw = 0, rc = 0, retx = 0, wrong[2] = { 0, 0 };
+	double us[2] = { 0, 0 }, algbw[2], busbw[2];
+	uint32_t n = c->n, place, p;
+
+	for (p = 0; p < n; p++) {
+		const uint64_t *rv = c->report[p].v;
+
+		wrong[0] += rv[RP_WRONG_OOP];
+		wrong[1] += rv[RP_WRONG_IP];
+		us[0] += rv[RP_US_OOP] / 1000.0 / n;
+		us[1] += rv[RP_US_IP] / 1000.0 / n;
+		host += rv[RP_HOST];
+		sw += rv[RP_P2P_SW];
+		rc += rv[RP_P2P_RC];
+		retx += rv[RP_RETX];
+	}
+	for (place = 0; place < 2; place++) {
+		algbw[place] = us[place] > 0 ? bytes / us[place] / 1e3 : 0;
+		busbw[place] = algbw[place] * bus_factor(o->op, n);
+	}
+	t->wrong += wrong[0] + wrong[1];
+	t->host += host;
+	t->p2p += sw + rc;
+	t->retx += retx;
+	t->busbw_sum += (busbw[0] + busbw[1]) / 2;
+	t->nsizes++;
+	if (o->json) {
+		double mt = model_time_us(c, model, o->op, w->count, w->ring.slice);
+		char mcol[96] = "\"model_time_us\":null,\"model_busbw\":null,";
+
+		if (mt > 0)
+			snprintf(mcol, sizeof(mcol), "\"model_time_us\":%.3f,\"model_busbw\":%.4f,",
+				 mt, bytes / mt / 1e3 * bus_factor(o->op, n));
+		printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,%s\"bytes_host_per_rank\":[",
+		       op_names[o->op], n, (unsigned long long)bytes,
+		       (unsigned long long)w->count, us[0], algbw[0], busbw[0],
+		       (unsigned long long)wrong[0], us[1], algbw[1], busbw[1],
+		       (unsigned long long)wrong[1], o->check ? "true" : "false",
+		       (unsigned long long)host, (unsigned long long)sw,
+		       (unsigned long long)rc, (unsigned long long)retx,
+		       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2],
+		       mcol);
+		for (p = 0; p < n; p++)
+			printf("%s%llu", p ? "," : "",
+			       (unsigned long long)c->report[p].v[RP_HOST]);
+		printf("]}\n");
+	} else {
+		char w0[24] = "N/A", w1[24] = "N/A";
+
+		if (o->check) {
+			snprintf(w0, sizeof(w0), "%llu", (unsigned long long)wrong[0]);
+			snprintf(w1, sizeof(w1), "%llu", (unsigned long long)wrong[1]);
+		}
+		printf(" %12llu %12llu %8s %6s %6d %9.1f %8.3f %8.3f %6s %9.1f %8.3f %8.3f %6s\n",
+		       (unsigned long long)bytes, (unsigned long long)w->count, "float",
+		       o->op == OP_ALL_REDUCE || o->op == OP_REDUCE_SCATTER ? "sum" : "none",
+		       -1, us[0], algbw[0], busbw[0], w0, us[1], algbw[1], busbw[1], w1);
+	}
+	if (!o->json)
+		printf("#   bytes by path (all ranks): host %llu, p2p-switch %llu, p2p-root-complex %llu; retransmits %llu; rank 0 per call P50/P99/P999 us: %.0f/%.0f/%.0f\n",
+		       (unsigned long long)host, (unsigned long long)sw,
+		       (unsigned long long)rc, (unsigned long long)retx, pct[0][0],
+		       pct[0][1], pct[0][2]);
+	fflush(stdout);
+}
+
 static int bw_main(struct cm *c, const struct opts *o)
 {
 	struct bw_run w;
-	uint64_t size, own_wrong = 0, wrong_total = 0, host_total = 0, p2p_total = 0, retx_total = 0;
-	double busbw_sum = 0;
-	uint32_t nsizes = 0, n = c->n;
+	struct bw_totals t = { 0 };
+	uint64_t size, own_wrong = 0;
+	uint32_t n = c->n;
 	int ret = 1;
 
 	struct rm_model model;
@@ -654,8 +736,8 @@ static int bw_main(struct cm *c, const struct opts *o)
 	for (size = o->minb; size <= o->maxb; size = o->factor > 1 ? size * o->factor : size + 1) {
 		unsigned long long s0[CM_NSTATS], s1[CM_NSTATS];
 		uint64_t v[RP_N], wrong[2] = { 0, 0 }, bytes;
-		double us[2] = { 0, 0 }, algbw[2], busbw[2], pct[2][3];
-		uint32_t place, p;
+		double us[2] = { 0, 0 }, pct[2][3];
+		uint32_t place;
 
 		w.count = size / 4;
 		if (o->op == OP_ALL_TO_ALL) {
@@ -701,74 +783,7 @@ static int bw_main(struct cm *c, const struct opts *o)
 			return 1;
 		if (c->rank)
 			continue;
-
-		/* Rank 0: time averaged over ranks (as nccl-tests), #wrong summed. */
-		{
-			uint64_t host = 0, sw = 0, rc = 0, retx = 0;
-
-			wrong[0] = wrong[1] = 0;
-			us[0] = us[1] = 0;
-			for (p = 0; p < n; p++) {
-				const uint64_t *rv = c->report[p].v;
-
-				wrong[0] += rv[RP_WRONG_OOP];
-				wrong[1] += rv[RP_WRONG_IP];
-				us[0] += rv[RP_US_OOP] / 1000.0 / n;
-				us[1] += rv[RP_US_IP] / 1000.0 / n;
-				host += rv[RP_HOST];
-				sw += rv[RP_P2P_SW];
-				rc += rv[RP_P2P_RC];
-				retx += rv[RP_RETX];
-			}
-			for (place = 0; place < 2; place++) {
-				algbw[place] = us[place] > 0 ? bytes / us[place] / 1e3 : 0;
-				busbw[place] = algbw[place] * bus_factor(o->op, n);
-			}
-			wrong_total += wrong[0] + wrong[1];
-			host_total += host;
-			p2p_total += sw + rc;
-			retx_total += retx;
-			busbw_sum += (busbw[0] + busbw[1]) / 2;
-			nsizes++;
-			if (o->json) {
-				double mt = model_time_us(c, &model, o->op, w.count, w.ring.slice);
-				char mcol[96] = "\"model_time_us\":null,\"model_busbw\":null,";
-
-				if (mt > 0)
-					snprintf(mcol, sizeof(mcol), "\"model_time_us\":%.3f,\"model_busbw\":%.4f,",
-						 mt, bytes / mt / 1e3 * bus_factor(o->op, n));
-				printf("{\"op\":\"%s\",\"ranks\":%u,\"size\":%llu,\"count\":%llu,\"oop_time_us\":%.2f,\"oop_algbw\":%.4f,\"oop_busbw\":%.4f,\"oop_wrong\":%llu,\"ip_time_us\":%.2f,\"ip_algbw\":%.4f,\"ip_busbw\":%.4f,\"ip_wrong\":%llu,\"checked\":%s,\"bytes_host\":%llu,\"bytes_p2p_switch\":%llu,\"bytes_p2p_root_complex\":%llu,\"retransmits\":%llu,\"oop_p50_us\":%.2f,\"oop_p99_us\":%.2f,\"oop_p999_us\":%.2f,\"ip_p50_us\":%.2f,\"ip_p99_us\":%.2f,\"ip_p999_us\":%.2f,%s\"bytes_host_per_rank\":[",
-				       op_names[o->op], n, (unsigned long long)bytes,
-				       (unsigned long long)w.count, us[0], algbw[0], busbw[0],
-				       (unsigned long long)wrong[0], us[1], algbw[1], busbw[1],
-				       (unsigned long long)wrong[1], o->check ? "true" : "false",
-				       (unsigned long long)host, (unsigned long long)sw,
-				       (unsigned long long)rc, (unsigned long long)retx,
-				       pct[0][0], pct[0][1], pct[0][2], pct[1][0], pct[1][1], pct[1][2],
-				       mcol);
-				for (p = 0; p < n; p++)
-					printf("%s%llu", p ? "," : "",
-					       (unsigned long long)c->report[p].v[RP_HOST]);
-				printf("]}\n");
-			} else {
-				char w0[24] = "N/A", w1[24] = "N/A";
-
-				if (o->check) {
-					snprintf(w0, sizeof(w0), "%llu", (unsigned long long)wrong[0]);
-					snprintf(w1, sizeof(w1), "%llu", (unsigned long long)wrong[1]);
-				}
-				printf(" %12llu %12llu %8s %6s %6d %9.1f %8.3f %8.3f %6s %9.1f %8.3f %8.3f %6s\n",
-				       (unsigned long long)bytes, (unsigned long long)w.count, "float",
-				       o->op == OP_ALL_REDUCE || o->op == OP_REDUCE_SCATTER ? "sum" : "none",
-				       -1, us[0], algbw[0], busbw[0], w0, us[1], algbw[1], busbw[1], w1);
-			}
-			if (!o->json)
-				printf("#   bytes by path (all ranks): host %llu, p2p-switch %llu, p2p-root-complex %llu; retransmits %llu; rank 0 per call P50/P99/P999 us: %.0f/%.0f/%.0f\n",
-				       (unsigned long long)host, (unsigned long long)sw,
-				       (unsigned long long)rc, (unsigned long long)retx, pct[0][0],
-				       pct[0][1], pct[0][2]);
-			fflush(stdout);
-		}
+		bw_report(c, o, &w, &model, bytes, pct, &t);
 		if (o->factor <= 1)
 			break;
 	}
@@ -778,18 +793,18 @@ static int bw_main(struct cm *c, const struct opts *o)
 	if (c->rank == 0) {
 		if (o->json)
 			printf("{\"op\":\"%s\",\"summary\":true,\"ranks\":%u,\"wrong\":%llu,\"avg_busbw\":%.4f,\"bytes_host\":%llu,\"bytes_p2p\":%llu,\"retransmits\":%llu,\"path\":\"%s\"}\n",
-			       op_names[o->op], n, (unsigned long long)wrong_total,
-			       nsizes ? busbw_sum / nsizes : 0, (unsigned long long)host_total,
-			       (unsigned long long)p2p_total, (unsigned long long)retx_total,
+			       op_names[o->op], n, (unsigned long long)t.wrong,
+			       t.nsizes ? t.busbw_sum / t.nsizes : 0, (unsigned long long)t.host,
+			       (unsigned long long)t.p2p, (unsigned long long)t.retx,
 			       rv_mr_path_name(c->mr.path));
 		else {
-			printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong_total,
-			       wrong_total ? "FAILED" : "OK");
-			printf("# Avg bus bandwidth    : %g \n", nsizes ? busbw_sum / nsizes : 0);
+			printf("# Out of bounds values : %llu %s\n", (unsigned long long)t.wrong,
+			       t.wrong ? "FAILED" : "OK");
+			printf("# Avg bus bandwidth    : %g \n", t.nsizes ? t.busbw_sum / t.nsizes : 0);
 			printf("# GPU memory path: %s; payload bytes through host memory, all ranks: %llu\n",
-			       rv_mr_path_name(c->mr.path), (unsigned long long)host_total);
+			       rv_mr_path_name(c->mr.path), (unsigned long long)t.host);
 		}
-		ret = wrong_total ? 1 : 0;
+		ret = t.wrong ? 1 : 0;
 	}
 	return ret;
 }
@@ -1408,48 +1423,80 @@ static bool id_ok(const char *id)
 	return i > 0;
 }
 
-int main(int argc, char **argv)
+/* parse_args and the steps of the run: go on (anything else is the exit status). */
+#define COLL_RUN	(-1)
+
+/* The command line: the command's options and the settings of struct cm. */
+struct args {
+	struct opts o;
+	const char *dev, *id;
+	uint32_t ranks, gpu_n;
+	unsigned int timeout_s;
+	bool strict, spin;
+};
+
+static const struct option coll_longopts[] = {
+	{ "minbytes", required_argument, NULL, 'b' },
+	{ "maxbytes", required_argument, NULL, 'e' },
+	{ "stepfactor", required_argument, NULL, 'f' },
+	{ "iters", required_argument, NULL, 'n' },
+	{ "warmup_iters", required_argument, NULL, 'w' },
+	{ "check", required_argument, NULL, 'c' },
+	{ "dev", required_argument, NULL, 'd' },
+	{ "gpu", required_argument, NULL, 'g' },
+	{ "json", no_argument, NULL, 1000 },
+	{ "ranks", required_argument, NULL, 1001 },
+	{ "id", required_argument, NULL, 1002 },
+	{ "seed", required_argument, NULL, 1003 },
+	{ "slice", required_argument, NULL, 1004 },
+	{ "strict-p2p", no_argument, NULL, 1005 },
+	{ "spin", no_argument, NULL, 1006 },
+	{ "timeout", required_argument, NULL, 1007 },
+	{ "tokens", required_argument, NULL, 1008 },
+	{ "hidden", required_argument, NULL, 1009 },
+	{ "experts", required_argument, NULL, 1010 },
+	{ "sge", required_argument, NULL, 1011 },
+	{ "layers", required_argument, NULL, 1012 },
+	{ "heads", required_argument, NULL, 1013 },
+	{ "head-dim", required_argument, NULL, 1014 },
+	{ "inject-error", no_argument, NULL, 1015 },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* After the options: no operands, the defaults that depend on others, the rank count. */
+static int finish_args(struct args *a, int argc, char **argv, bool maxb_given,
+		       bool tokens_given)
 {
-	static const struct option longopts[] = {
-		{ "minbytes", required_argument, NULL, 'b' },
-		{ "maxbytes", required_argument, NULL, 'e' },
-		{ "stepfactor", required_argument, NULL, 'f' },
-		{ "iters", required_argument, NULL, 'n' },
-		{ "warmup_iters", required_argument, NULL, 'w' },
-		{ "check", required_argument, NULL, 'c' },
-		{ "dev", required_argument, NULL, 'd' },
-		{ "gpu", required_argument, NULL, 'g' },
-		{ "json", no_argument, NULL, 1000 },
-		{ "ranks", required_argument, NULL, 1001 },
-		{ "id", required_argument, NULL, 1002 },
-		{ "seed", required_argument, NULL, 1003 },
-		{ "slice", required_argument, NULL, 1004 },
-		{ "strict-p2p", no_argument, NULL, 1005 },
-		{ "spin", no_argument, NULL, 1006 },
-		{ "timeout", required_argument, NULL, 1007 },
-		{ "tokens", required_argument, NULL, 1008 },
-		{ "hidden", required_argument, NULL, 1009 },
-		{ "experts", required_argument, NULL, 1010 },
-		{ "sge", required_argument, NULL, 1011 },
-		{ "layers", required_argument, NULL, 1012 },
-		{ "heads", required_argument, NULL, 1013 },
-		{ "head-dim", required_argument, NULL, 1014 },
-		{ "inject-error", no_argument, NULL, 1015 },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	static struct cm c;
-	static struct kv k;
-	struct opts o = {
-		.minb = COLL_DEFAULT_BYTES, .factor = 2, .iters = 20, .warmup = 1, .seed = 1,
-		.check = true, .slice = COLL_DEFAULT_SLICE, .tokens = 0, .hidden = 1024,
-		.experts = 0, .sge = CM_MAX_SGE, .layers = 8, .heads = 8, .head_dim = 64,
-	};
+	struct opts *o = &a->o;
+
+	if (optind != argc) {
+		fprintf(stderr, "rnic-coll: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (!maxb_given || o->maxb < o->minb)
+		o->maxb = o->minb;
+	if (!tokens_given)
+		o->tokens = o->op == OP_KV ? 512 : 256;
+	if (!a->ranks)
+		a->ranks = cmdline_ranks();
+	if (a->ranks < 2 || a->ranks > CM_MAX_RANKS) {
+		fprintf(stderr, "rnic-coll: give the number of ranks: --ranks N (2..%u), or rnic_coll.ranks=N on the kernel command line\n",
+			CM_MAX_RANKS);
+		return 2;
+	}
+	if (!o->experts)
+		o->experts = 2 * a->ranks;
+	return COLL_RUN;
+}
+
+/* The command line into *a (zeroed by the caller); COLL_RUN or the exit status. */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	struct opts *o = &a->o;
 	bool maxb_given = false, tokens_given = false;
-	struct moe m;
-	uint64_t need = 0;
 	uint32_t i;
-	int ch, ret;
+	int ch;
 
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
@@ -1463,13 +1510,18 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	o.op = (enum coll_op)i;
-	c.dev = RV_DEFAULT_DEV;
-	c.id = op_names[o.op];
-	c.timeout_s = COLL_DEFAULT_TIMEOUT_S;
+	*o = (struct opts){
+		.minb = COLL_DEFAULT_BYTES, .factor = 2, .iters = 20, .warmup = 1, .seed = 1,
+		.check = true, .slice = COLL_DEFAULT_SLICE, .tokens = 0, .hidden = 1024,
+		.experts = 0, .sge = CM_MAX_SGE, .layers = 8, .heads = 8, .head_dim = 64,
+	};
+	o->op = (enum coll_op)i;
+	a->dev = RV_DEFAULT_DEV;
+	a->id = op_names[o->op];
+	a->timeout_s = COLL_DEFAULT_TIMEOUT_S;
 
 	optind = 2;
-	while ((ch = getopt_long(argc, argv, "b:e:f:n:w:c:d:g:h", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "b:e:f:n:w:c:d:g:h", coll_longopts, NULL)) != -1) {
 		uint64_t v;
 
 		switch (ch) {
@@ -1479,187 +1531,216 @@ int main(int argc, char **argv)
 				fprintf(stderr, "rnic-coll: bad size '%s' (4..256M)\n", optarg);
 				return 2;
 			}
-			*(ch == 'b' ? &o.minb : &o.maxb) = v;
+			*(ch == 'b' ? &o->minb : &o->maxb) = v;
 			maxb_given |= ch == 'e';
 			break;
 		case 'f':
-			if (parse_u32(optarg, 1, 1024, &o.factor))
+			if (parse_u32(optarg, 1, 1024, &o->factor))
 				goto bad;
 			break;
 		case 'n':
-			if (parse_u32(optarg, 0, 1000000, &o.iters))
+			if (parse_u32(optarg, 0, 1000000, &o->iters))
 				goto bad;
 			break;
 		case 'w':
-			if (parse_u32(optarg, 0, 1000000, &o.warmup))
+			if (parse_u32(optarg, 0, 1000000, &o->warmup))
 				goto bad;
 			break;
 		case 'c':
 			if (strcmp(optarg, "0") && strcmp(optarg, "1"))
 				goto bad;
-			o.check = optarg[0] == '1';
+			o->check = optarg[0] == '1';
 			break;
-		case 'd': c.dev = optarg; break;
+		case 'd': a->dev = optarg; break;
 		case 'g':
-			if (parse_u32(optarg, 0, 255, &c.gpu_n))
+			if (parse_u32(optarg, 0, 255, &a->gpu_n))
 				goto bad;
 			break;
-		case 1000: o.json = true; break;
+		case 1000: o->json = true; break;
 		case 1001:
-			if (parse_u32(optarg, 2, CM_MAX_RANKS, &c.n))
+			if (parse_u32(optarg, 2, CM_MAX_RANKS, &a->ranks))
 				goto bad;
 			break;
 		case 1002:
 			if (!id_ok(optarg))
 				goto bad;
-			c.id = optarg;
+			a->id = optarg;
 			break;
 		case 1003:
-			if (parse_u32(optarg, 0, 0xffffffffu, &o.seed))
+			if (parse_u32(optarg, 0, 0xffffffffu, &o->seed))
 				goto bad;
 			break;
 		case 1004:
-			if (parse_size(optarg, &o.slice) || o.slice < 4 || o.slice > (64u << 20))
+			if (parse_size(optarg, &o->slice) || o->slice < 4 || o->slice > (64u << 20))
 				goto bad;
 			break;
-		case 1005: c.strict = true; break;
-		case 1006: c.spin = true; break;
+		case 1005: a->strict = true; break;
+		case 1006: a->spin = true; break;
 		case 1007:
-			if (parse_u32(optarg, 1, 3600, &c.timeout_s))
+			if (parse_u32(optarg, 1, 3600, &a->timeout_s))
 				goto bad;
 			break;
 		case 1008:
-			if (parse_u32(optarg, 1, 1u << 20, &o.tokens))
+			if (parse_u32(optarg, 1, 1u << 20, &o->tokens))
 				goto bad;
 			tokens_given = true;
 			break;
 		case 1009:
-			if (parse_u32(optarg, 1, 1u << 20, &o.hidden))
+			if (parse_u32(optarg, 1, 1u << 20, &o->hidden))
 				goto bad;
 			break;
 		case 1010:
-			if (parse_u32(optarg, 1, 4096, &o.experts))
+			if (parse_u32(optarg, 1, 4096, &o->experts))
 				goto bad;
 			break;
 		case 1011:
-			if (parse_u32(optarg, 1, CM_MAX_SGE, &o.sge))
+			if (parse_u32(optarg, 1, CM_MAX_SGE, &o->sge))
 				goto bad;
 			break;
 		case 1012:
-			if (parse_u32(optarg, 1, 4096, &o.layers))
+			if (parse_u32(optarg, 1, 4096, &o->layers))
 				goto bad;
 			break;
 		case 1013:
-			if (parse_u32(optarg, 1, 1024, &o.heads))
+			if (parse_u32(optarg, 1, 1024, &o->heads))
 				goto bad;
 			break;
 		case 1014:
-			if (parse_u32(optarg, 1, 4096, &o.head_dim))
+			if (parse_u32(optarg, 1, 4096, &o->head_dim))
 				goto bad;
 			break;
-		case 1015: o.inject = true; break;
+		case 1015: o->inject = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (optind != argc) {
-		fprintf(stderr, "rnic-coll: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (!maxb_given || o.maxb < o.minb)
-		o.maxb = o.minb;
-	if (!tokens_given)
-		o.tokens = o.op == OP_KV ? 512 : 256;
-	if (!c.n)
-		c.n = cmdline_ranks();
-	if (c.n < 2 || c.n > CM_MAX_RANKS) {
-		fprintf(stderr, "rnic-coll: give the number of ranks: --ranks N (2..%u), or rnic_coll.ranks=N on the kernel command line\n",
-			CM_MAX_RANKS);
-		return 2;
-	}
-	if (!o.experts)
-		o.experts = 2 * c.n;
-	{
-		int r = rkv_rank();
-		struct rnic_query_device q;
-		int fd = rv_open(c.dev, &q);
-
-		if (fd < 0)
-			return 1;
-		close(fd);
-		if (q.node != RNIC_NODE_UNKNOWN)
-			r = (int)q.node;
-		if (r < 0 || (uint32_t)r >= c.n) {
-			fprintf(stderr, "rnic-coll: this node's index (%d) is not a rank of %u\n", r, c.n);
-			return 2;
-		}
-		c.rank = (uint32_t)r;
-	}
-	snprintf(c.cfg, sizeof(c.cfg), "%s:%llu:%llu:%u:%u:%u:%d:%u:%llu:%u:%u:%u:%u:%u:%u:%u",
-		 op_names[o.op], (unsigned long long)o.minb, (unsigned long long)o.maxb, o.factor,
-		 o.iters, o.warmup, o.check, o.seed, (unsigned long long)o.slice, o.tokens,
-		 o.hidden, o.experts, o.sge, o.layers, o.heads, o.head_dim);
-
-	memset(&m, 0, sizeof(m));
-	switch (o.op) {
-	case OP_MOE: {
-		uint32_t n = c.n, s, t, in = 0, tk;
-
-		m.o = &o;
-		m.sge = o.sge;
-		m.tb = (uint64_t)o.hidden * 4;
-		m.cnt = calloc((size_t)n * n, sizeof(*m.cnt));
-		m.in_off = calloc(n, sizeof(*m.in_off));
-		if (!m.cnt || !m.in_off)
-			return 1;
-		for (s = 0; s < n; s++)
-			for (t = 0; t < o.tokens; t++)
-				m.cnt[s * n + moe_dest(&c, &m, s, t)]++;
-		for (s = 0; s < n; s++) {
-			m.in_off[s] = in;
-			in += m.cnt[s * n + c.rank];
-			tk = wqes_for(m.cnt[s * n + c.rank], m.sge) +
-			     wqes_for(m.cnt[c.rank * n + s], m.sge);
-			if (s != c.rank && tk > CM_DATA_RQ) {
-				fprintf(stderr, "rnic-coll: %u RECVs for rank %u exceed the queue (%u): fewer tokens or more --sge\n",
-					tk, s, CM_DATA_RQ);
-				return 2;
-			}
-		}
-		m.in_total = in;
-		need = 3 * region_bytes(m.tb * (o.tokens > in ? o.tokens : in));
-		break;
-	}
-	case OP_KV:
-		k.o = &o;
-		k.block = (uint64_t)o.tokens * o.heads * o.head_dim * 2;
-		need = region_bytes((uint64_t)o.layers * 2 * k.block);
-		break;
-	default:
-		need = (o.op == OP_REDUCE_SCATTER || o.op == OP_ALL_TO_ALL ? 4 : 3) *
-		       region_bytes(o.maxb);
-		break;
-	}
-	if (cm_setup(&c, need + 4096))
-		return 1;
-	switch (o.op) {
-	case OP_MOE:
-		bufs_init(&c, &m.bf, region_bytes(m.tb * (o.tokens > m.in_total ? o.tokens :
-							  m.in_total)), false);
-		ret = moe_main(&c, &m);
-		break;
-	case OP_KV:
-		k.cache = c.mem + ((c.ctl_len + 4095) & ~4095ull);
-		ret = kv_main(&c, &k);
-		break;
-	default:
-		ret = bw_main(&c, &o);
-		break;
-	}
-	fflush(stdout);
-	return ret;
+	return finish_args(a, argc, argv, maxb_given, tokens_given);
 bad:
 	fprintf(stderr, "rnic-coll: bad value '%s'\n", optarg);
 	usage(stderr);
 	return 2;
+}
+
+/* This node's rank (its RNIC's node index, else rnic_emu.node=N) into c->rank. */
+static int find_rank(struct cm *c)
+{
+	int r = rkv_rank();
+	struct rnic_query_device q;
+	int fd = rv_open(c->dev, &q);
+
+	if (fd < 0)
+		return 1;
+	close(fd);
+	if (q.node != RNIC_NODE_UNKNOWN)
+		r = (int)q.node;
+	if (r < 0 || (uint32_t)r >= c->n) {
+		fprintf(stderr, "rnic-coll: this node's index (%d) is not a rank of %u\n", r, c->n);
+		return 2;
+	}
+	c->rank = (uint32_t)r;
+	return COLL_RUN;
+}
+
+/* moe: tokens per (source, destination) rank, this rank's inbox, the bytes it needs. */
+static int moe_plan(struct cm *c, struct moe *m, const struct opts *o, uint64_t *need)
+{
+	uint32_t n = c->n, s, t, in = 0, tk;
+
+	m->o = o;
+	m->sge = o->sge;
+	m->tb = (uint64_t)o->hidden * 4;
+	m->cnt = calloc((size_t)n * n, sizeof(*m->cnt));
+	m->in_off = calloc(n, sizeof(*m->in_off));
+	if (!m->cnt || !m->in_off)
+		return 1;
+	for (s = 0; s < n; s++)
+		for (t = 0; t < o->tokens; t++)
+			m->cnt[s * n + moe_dest(c, m, s, t)]++;
+	for (s = 0; s < n; s++) {
+		m->in_off[s] = in;
+		in += m->cnt[s * n + c->rank];
+		tk = wqes_for(m->cnt[s * n + c->rank], m->sge) +
+		     wqes_for(m->cnt[c->rank * n + s], m->sge);
+		if (s != c->rank && tk > CM_DATA_RQ) {
+			fprintf(stderr, "rnic-coll: %u RECVs for rank %u exceed the queue (%u): fewer tokens or more --sge\n",
+				tk, s, CM_DATA_RQ);
+			return 2;
+		}
+	}
+	m->in_total = in;
+	*need = 3 * region_bytes(m->tb * (o->tokens > in ? o->tokens : in));
+	return COLL_RUN;
+}
+
+/* The run: the settings every rank must share, the GPU memory, the command. */
+static int coll_run(struct cm *c, const struct opts *o)
+{
+	static struct kv k;
+	struct moe m;
+	uint64_t need = 0;
+	int ret;
+
+	snprintf(c->cfg, sizeof(c->cfg), "%s:%llu:%llu:%u:%u:%u:%d:%u:%llu:%u:%u:%u:%u:%u:%u:%u",
+		 op_names[o->op], (unsigned long long)o->minb, (unsigned long long)o->maxb,
+		 o->factor, o->iters, o->warmup, o->check, o->seed, (unsigned long long)o->slice,
+		 o->tokens, o->hidden, o->experts, o->sge, o->layers, o->heads, o->head_dim);
+
+	memset(&m, 0, sizeof(m));
+	switch (o->op) {
+	case OP_MOE:
+		ret = moe_plan(c, &m, o, &need);
+		if (ret != COLL_RUN)
+			return ret;
+		break;
+	case OP_KV:
+		k.o = o;
+		k.block = (uint64_t)o->tokens * o->heads * o->head_dim * 2;
+		need = region_bytes((uint64_t)o->layers * 2 * k.block);
+		break;
+	default:
+		need = (o->op == OP_REDUCE_SCATTER || o->op == OP_ALL_TO_ALL ? 4 : 3) *
+		       region_bytes(o->maxb);
+		break;
+	}
+	if (cm_setup(c, need + 4096))
+		return 1;
+	switch (o->op) {
+	case OP_MOE:
+		bufs_init(c, &m.bf, region_bytes(m.tb * (o->tokens > m.in_total ? o->tokens :
+							  m.in_total)), false);
+		ret = moe_main(c, &m);
+		break;
+	case OP_KV:
+		k.cache = c->mem + ((c->ctl_len + 4095) & ~4095ull);
+		ret = kv_main(c, &k);
+		break;
+	default:
+		ret = bw_main(c, o);
+		break;
+	}
+	fflush(stdout);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	static struct cm c;
+	struct args a;
+	int ret;
+
+	memset(&a, 0, sizeof(a));
+	ret = parse_args(argc, argv, &a);
+	if (ret != COLL_RUN)
+		return ret;
+	c.dev = a.dev;
+	c.id = a.id;
+	c.n = a.ranks;
+	c.gpu_n = a.gpu_n;
+	c.timeout_s = a.timeout_s;
+	c.strict = a.strict;
+	c.spin = a.spin;
+	ret = find_rank(&c);
+	if (ret != COLL_RUN)
+		return ret;
+	return coll_run(&c, &a.o);
 }

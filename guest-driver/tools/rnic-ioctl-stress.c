@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "rnic_tool_rand.h"
 #include "rnic_tool_sys.h"
 #include "rnic_tool_verbs.h"
 
@@ -75,24 +76,9 @@ static struct proc P;
 
 enum { ID_PD, ID_CQ, ID_QP, ID_MR };
 
-static uint64_t rnd(uint64_t *s)
-{
-	/* splitmix64 */
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint32_t below(uint64_t *s, uint32_t n)
-{
-	return n ? (uint32_t)(rnd(s) % n) : 0;
-}
-
 static void remember(int kind, uint32_t id, uint64_t *s)
 {
-	__atomic_store_n(&P.ids[kind][below(s, NIDS)], id, __ATOMIC_RELAXED);
+	__atomic_store_n(&P.ids[kind][rr_below(s, NIDS)], id, __ATOMIC_RELAXED);
 }
 
 /* A number for a field: a known object, a boundary, or anything. */
@@ -101,13 +87,13 @@ static uint32_t pick_id(int kind, uint64_t *s)
 	static const uint32_t edges[] = { 0, 1, 2, 255, 256, 4095, 4096, 65535, 65536,
 					  0xffffff, 0x1000000, 0x7fffffff, 0xffffffff };
 
-	switch (below(s, 8)) {
+	switch (rr_below(s, 8)) {
 	case 0:
-		return edges[below(s, sizeof(edges) / sizeof(edges[0]))];
+		return edges[rr_below(s, sizeof(edges) / sizeof(edges[0]))];
 	case 1:
-		return (uint32_t)rnd(s);
+		return (uint32_t)rr_next(s);
 	default:
-		return __atomic_load_n(&P.ids[kind][below(s, NIDS)], __ATOMIC_RELAXED);
+		return __atomic_load_n(&P.ids[kind][rr_below(s, NIDS)], __ATOMIC_RELAXED);
 	}
 }
 
@@ -116,27 +102,28 @@ static uint32_t pick_size(uint64_t *s)
 	static const uint32_t sizes[] = { 0, 1, 2, 3, 4, 14, 15, 16, 17, 64, 224, 225, 256, 1024,
 					  4096, 16384, 16385, 32768, 32769, 65536, 0xffffffff };
 
-	return below(s, 3) ? 1 + below(s, 64) : sizes[below(s, sizeof(sizes) / sizeof(sizes[0]))];
+	return rr_below(s, 3) ? 1 + rr_below(s, 64) :
+			       sizes[rr_below(s, sizeof(sizes) / sizeof(sizes[0]))];
 }
 
 /* A user pointer: valid memory, read-only memory, a hole, NULL, kernel space, GPU memory. */
 static uint64_t pick_ptr(uint64_t *s, uint32_t len)
 {
-	uint32_t off = len < HOST_BUF ? below(s, HOST_BUF - len) : 0;
+	uint32_t off = len < HOST_BUF ? rr_below(s, HOST_BUF - len) : 0;
 
-	switch (below(s, 10)) {
+	switch (rr_below(s, 10)) {
 	case 0:
 		return 0;
 	case 1:
-		return (uintptr_t)P.hole + below(s, 4096);
+		return (uintptr_t)P.hole + rr_below(s, 4096);
 	case 2:
-		return 0xffff888000000000ull + below(s, 1 << 20);
+		return 0xffff888000000000ull + rr_below(s, 1 << 20);
 	case 3:
 		return (uintptr_t)P.ro + (off & (HOST_BUF / 4 - 1));
 	case 4:
-		return P.gpu ? (uintptr_t)P.gpu + below(s, GPU_BUF) : 0;
+		return P.gpu ? (uintptr_t)P.gpu + rr_below(s, GPU_BUF) : 0;
 	case 5:
-		return (uintptr_t)P.host + HOST_BUF - below(s, 64);	/* runs off the end */
+		return (uintptr_t)P.host + HOST_BUF - rr_below(s, 64);	/* runs off the end */
 	default:
 		return (uintptr_t)P.host + off;
 	}
@@ -144,7 +131,7 @@ static uint64_t pick_ptr(uint64_t *s, uint32_t len)
 
 static int get_fd(int *tab, uint64_t *s)
 {
-	return __atomic_load_n(&tab[below(s, NFD)], __ATOMIC_RELAXED);
+	return __atomic_load_n(&tab[rr_below(s, NFD)], __ATOMIC_RELAXED);
 }
 
 static void open_fd(int *tab, const char *path, uint64_t *s)
@@ -154,14 +141,14 @@ static void open_fd(int *tab, const char *path, uint64_t *s)
 	if (fd < 0)
 		return;
 	__atomic_fetch_add(&sh->opens, 1, __ATOMIC_RELAXED);
-	old = __atomic_exchange_n(&tab[below(s, NFD)], fd, __ATOMIC_SEQ_CST);
+	old = __atomic_exchange_n(&tab[rr_below(s, NFD)], fd, __ATOMIC_SEQ_CST);
 	if (old >= 0)
 		close(old);	/* other threads may be inside an ioctl on it right now */
 }
 
 static void close_fd(int *tab, uint64_t *s)
 {
-	int old = __atomic_exchange_n(&tab[below(s, NFD)], -1, __ATOMIC_SEQ_CST);
+	int old = __atomic_exchange_n(&tab[rr_below(s, NFD)], -1, __ATOMIC_SEQ_CST);
 
 	if (old >= 0) {
 		close(old);
@@ -196,7 +183,7 @@ static void fill_random(void *p, size_t len, uint64_t *s)
 	size_t i;
 
 	for (i = 0; i < len; i++)
-		b[i] = (uint8_t)rnd(s);
+		b[i] = (uint8_t)rr_next(s);
 }
 
 /* Work requests: random bytes, made plausible more often than not. */
@@ -206,19 +193,19 @@ static void random_send_wrs(struct rnic_send_wr *w, uint32_t n, uint64_t *s)
 
 	fill_random(w, n * sizeof(*w), s);
 	for (i = 0; i < n; i++) {
-		if (below(s, 4) == 0)
+		if (rr_below(s, 4) == 0)
 			continue;
 		w[i].pad = 0;
-		w[i].opcode = (uint8_t)below(s, 6);
-		w[i].flags = (uint8_t)below(s, 8);
-		w[i].num_sge = (uint8_t)below(s, 3);
-		w[i].inline_len = below(s, 2) ? 0 : below(s, 300);
+		w[i].opcode = (uint8_t)rr_below(s, 6);
+		w[i].flags = (uint8_t)rr_below(s, 8);
+		w[i].num_sge = (uint8_t)rr_below(s, 3);
+		w[i].inline_len = rr_below(s, 2) ? 0 : rr_below(s, 300);
 		w[i].inline_data = pick_ptr(s, w[i].inline_len);
-		w[i].rkey = pick_id(ID_MR, s) << 8 | below(s, 4);
+		w[i].rkey = pick_id(ID_MR, s) << 8 | rr_below(s, 4);
 		w[i].remote_addr = pick_ptr(s, 4096);
 		w[i].sge[0].addr = pick_ptr(s, 4096);
-		w[i].sge[0].length = below(s, 8192);
-		w[i].sge[0].lkey = pick_id(ID_MR, s) << 8 | below(s, 4);
+		w[i].sge[0].length = rr_below(s, 8192);
+		w[i].sge[0].lkey = pick_id(ID_MR, s) << 8 | rr_below(s, 4);
 	}
 }
 
@@ -247,11 +234,11 @@ static void rnic_op(int fd, uint64_t *s)
 	} a;
 	static __thread struct rnic_send_wr wrs[40];
 	static __thread struct rnic_wc wcs[300];
-	int op = (int)below(s, OP_MR_SYNC + 1), ret;
+	int op = (int)rr_below(s, OP_MR_SYNC + 1), ret;
 	unsigned long cmd = 0;
 
 	fill_random(&a, sizeof(a), s);
-	if (below(s, 4))
+	if (rr_below(s, 4))
 		memset(&a, 0, sizeof(a));	/* mostly zero padding, so the call goes deep */
 	switch (op) {
 	case OP_QUERY_DEVICE: cmd = RNIC_IOCTL_QUERY_DEVICE; break;
@@ -272,12 +259,12 @@ static void rnic_op(int fd, uint64_t *s)
 		cmd = RNIC_IOCTL_CREATE_QP;
 		a.qp.pd = pick_id(ID_PD, s);
 		a.qp.send_cqn = pick_id(ID_CQ, s);
-		a.qp.recv_cqn = below(s, 2) ? a.qp.send_cqn : pick_id(ID_CQ, s);
+		a.qp.recv_cqn = rr_below(s, 2) ? a.qp.send_cqn : pick_id(ID_CQ, s);
 		a.qp.max_send_wr = pick_size(s);
 		a.qp.max_recv_wr = pick_size(s);
-		a.qp.max_send_sge = below(s, 16);
-		a.qp.max_recv_sge = below(s, 16);
-		a.qp.max_inline = below(s, 3) ? below(s, 64) : pick_size(s);
+		a.qp.max_send_sge = rr_below(s, 16);
+		a.qp.max_recv_sge = rr_below(s, 16);
+		a.qp.max_inline = rr_below(s, 3) ? rr_below(s, 64) : pick_size(s);
 		break;
 	case OP_DESTROY_QP:
 		cmd = RNIC_IOCTL_DESTROY_QP;
@@ -286,12 +273,12 @@ static void rnic_op(int fd, uint64_t *s)
 	case OP_MODIFY_QP:
 		cmd = RNIC_IOCTL_MODIFY_QP;
 		a.m.qpn = pick_id(ID_QP, s);
-		a.m.qp_state = below(s, 8);
-		a.m.attr_mask = below(s, 2) ? (uint32_t)rnd(s) & 0x3ff : 0;
+		a.m.qp_state = rr_below(s, 8);
+		a.m.attr_mask = rr_below(s, 2) ? (uint32_t)rr_next(s) & 0x3ff : 0;
 		a.m.dest_qpn = pick_id(ID_QP, s);
-		a.m.access = below(s, 8);
-		a.m.path_mtu = 256u << below(s, 6);
-		a.m.dest_ip = below(s, 2) ? 0 : (uint32_t)rnd(s);
+		a.m.access = rr_below(s, 8);
+		a.m.path_mtu = 256u << rr_below(s, 6);
+		a.m.dest_ip = rr_below(s, 2) ? 0 : (uint32_t)rr_next(s);
 		break;
 	case OP_QUERY_QP:
 		cmd = RNIC_IOCTL_QUERY_QP;
@@ -299,12 +286,12 @@ static void rnic_op(int fd, uint64_t *s)
 		break;
 	case OP_REG_MR:
 		cmd = RNIC_IOCTL_REG_MR;
-		a.mr.length = below(s, 8) ? 1 + below(s, 1 << 20) :
-			      (below(s, 2) ? RNIC_UAPI_MAX_MR_SIZE + 1 : RNIC_UAPI_MAX_MR_SIZE);
+		a.mr.length = rr_below(s, 8) ? 1 + rr_below(s, 1 << 20) :
+			      (rr_below(s, 2) ? RNIC_UAPI_MAX_MR_SIZE + 1 : RNIC_UAPI_MAX_MR_SIZE);
 		a.mr.addr = pick_ptr(s, (uint32_t)(a.mr.length < HOST_BUF ? a.mr.length : 0));
-		a.mr.access = below(s, 8);
+		a.mr.access = rr_below(s, 8);
 		a.mr.pd = pick_id(ID_PD, s);
-		a.mr.flags = below(s, 4) == 0;
+		a.mr.flags = rr_below(s, 4) == 0;
 		break;
 	case OP_DEREG_MR:
 		cmd = RNIC_IOCTL_DEREG_MR;
@@ -314,23 +301,24 @@ static void rnic_op(int fd, uint64_t *s)
 	case OP_POST_RECV:
 		cmd = op == OP_POST_SEND ? RNIC_IOCTL_POST_SEND : RNIC_IOCTL_POST_RECV;
 		a.post.qpn = pick_id(ID_QP, s);
-		a.post.num_wr = below(s, 8) ? below(s, 40) : pick_size(s);
+		a.post.num_wr = rr_below(s, 8) ? rr_below(s, 40) : pick_size(s);
 		random_send_wrs(wrs, 40, s);
-		a.post.wrs = below(s, 6) ? (uintptr_t)wrs : pick_ptr(s, 4096);
+		a.post.wrs = rr_below(s, 6) ? (uintptr_t)wrs : pick_ptr(s, 4096);
 		break;
 	case OP_POLL_CQ:
 		cmd = RNIC_IOCTL_POLL_CQ;
 		a.poll.cqn = pick_id(ID_CQ, s);
-		a.poll.num_entries = below(s, 8) ? 1 + below(s, 64) : pick_size(s);
-		a.poll.wcs = below(s, 6) ? (uintptr_t)wcs : pick_ptr(s, 4096);
-		a.poll.timeout_ms = below(s, 4) ? 0 : below(s, 4) ? below(s, 50) : pick_size(s);
+		a.poll.num_entries = rr_below(s, 8) ? 1 + rr_below(s, 64) : pick_size(s);
+		a.poll.wcs = rr_below(s, 6) ? (uintptr_t)wcs : pick_ptr(s, 4096);
+		a.poll.timeout_ms = rr_below(s, 4) ? 0 :
+				    rr_below(s, 4) ? rr_below(s, 50) : pick_size(s);
 		break;
 	case OP_MR_SYNC:
 		cmd = RNIC_IOCTL_MR_SYNC;
 		a.sync.index = pick_id(ID_MR, s);
-		a.sync.direction = below(s, 4);
-		a.sync.offset = below(s, 2) ? 0 : rnd(s);
-		a.sync.length = below(s, 2) ? below(s, 8192) : rnd(s);
+		a.sync.direction = rr_below(s, 4);
+		a.sync.offset = rr_below(s, 2) ? 0 : rr_next(s);
+		a.sync.length = rr_below(s, 2) ? rr_below(s, 8192) : rr_next(s);
 		break;
 	}
 	ret = ioctl(fd, cmd, &a);
@@ -358,7 +346,7 @@ static void gpu_op(int fd, uint64_t *s)
 		struct rnic_gpu_va_to_offset va;
 		struct rnic_gpu_launch l;
 	} a;
-	int op = OP_GPU_QUERY + (int)below(s, 3), ret;
+	int op = OP_GPU_QUERY + (int)rr_below(s, 3), ret;
 	unsigned long cmd;
 	uint64_t bar = P.bar1_size ? P.bar1_size : (256u << 20);
 
@@ -370,13 +358,13 @@ static void gpu_op(int fd, uint64_t *s)
 		a.va.va = pick_ptr(s, 1);
 	} else {
 		cmd = RNIC_GPU_IOCTL_LAUNCH;
-		a.l.op = below(s, 5);
-		a.l.value = (uint32_t)rnd(s);
-		a.l.len = below(s, 4) ? (below(s, 1 << 18) & ~3u) : rnd(s);
-		a.l.src = below(s, 4) ? below(s, (uint32_t)(bar >> 2)) & ~3u : rnd(s);
-		a.l.src2 = below(s, 4) ? below(s, (uint32_t)(bar >> 2)) & ~3u : rnd(s);
-		a.l.dst = below(s, 4) ? below(s, (uint32_t)(bar >> 2)) & ~3u : rnd(s);
-		a.l.pad = below(s, 16) == 0;
+		a.l.op = rr_below(s, 5);
+		a.l.value = (uint32_t)rr_next(s);
+		a.l.len = rr_below(s, 4) ? (rr_below(s, 1 << 18) & ~3u) : rr_next(s);
+		a.l.src = rr_below(s, 4) ? rr_below(s, (uint32_t)(bar >> 2)) & ~3u : rr_next(s);
+		a.l.src2 = rr_below(s, 4) ? rr_below(s, (uint32_t)(bar >> 2)) & ~3u : rr_next(s);
+		a.l.dst = rr_below(s, 4) ? rr_below(s, (uint32_t)(bar >> 2)) & ~3u : rr_next(s);
+		a.l.pad = rr_below(s, 16) == 0;
 	}
 	ret = ioctl(fd, cmd, &a);
 	count(op, ret);
@@ -395,7 +383,7 @@ static void valid_flow(int fd, uint64_t *s)
 	struct rnic_alloc_pd pd = { 0 };
 	struct rnic_create_cq cq = { .entries = 64 };
 	uint32_t a, lkey;
-	bool gpu = below(s, 3) == 0 && P.gpu;
+	bool gpu = rr_below(s, 3) == 0 && P.gpu;
 
 	__atomic_fetch_add(&sh->flows, 1, __ATOMIC_RELAXED);
 	if (ioctl(fd, RNIC_IOCTL_ALLOC_PD, &pd) || ioctl(fd, RNIC_IOCTL_CREATE_CQ, &cq))
@@ -403,7 +391,7 @@ static void valid_flow(int fd, uint64_t *s)
 	qp.pd = pd.pd;
 	qp.send_cqn = qp.recv_cqn = cq.cqn;
 	mr.pd = pd.pd;
-	mr.addr = (uintptr_t)P.host + (below(s, HOST_BUF / 65536 - 1) << 16);
+	mr.addr = (uintptr_t)P.host + (rr_below(s, HOST_BUF / 65536 - 1) << 16);
 	if (ioctl(fd, RNIC_IOCTL_CREATE_QP, &qp))
 		return;
 	a = qp.qpn;
@@ -447,14 +435,14 @@ static void *worker_thread(void *arg)
 	int fd;
 
 	while (rs_now_ms() < deadline_ms) {
-		uint32_t r = below(&s, 1000);
+		uint32_t r = rr_below(&s, 1000);
 
 		if (r < 40) {
 			open_fd(P.rnic_fd, rnic_dev, &s);
 		} else if (r < 55) {
 			open_fd(P.gpu_fd, "/dev/rnic_gpu0", &s);
 		} else if (r < 75) {
-			close_fd(below(&s, 3) ? P.rnic_fd : P.gpu_fd, &s);
+			close_fd(rr_below(&s, 3) ? P.rnic_fd : P.gpu_fd, &s);
 		} else if (r < 80) {
 			remap_gpu();
 		} else if (r < 130) {
@@ -463,12 +451,14 @@ static void *worker_thread(void *arg)
 				valid_flow(fd, &s);
 		} else if (r < 140) {
 			/* An unknown command, and a known one with a wrong size: -ENOTTY. */
-			fd = get_fd(below(&s, 2) ? P.rnic_fd : P.gpu_fd, &s);
+			fd = get_fd(rr_below(&s, 2) ? P.rnic_fd : P.gpu_fd, &s);
 			if (fd >= 0) {
 				uint8_t buf[256] = { 0 };
 
-				count(OP_BAD_CMD, ioctl(fd, below(&s, 2) ? _IOWR('R', 0x40 + below(&s, 64), uint64_t) :
-							 _IOWR('R', 0x10, struct rnic_poll_cq), buf));
+				count(OP_BAD_CMD,
+				      ioctl(fd, rr_below(&s, 2) ?
+						_IOWR('R', 0x40 + rr_below(&s, 64), uint64_t) :
+						_IOWR('R', 0x10, struct rnic_poll_cq), buf));
 			}
 		} else if (r < 800) {
 			fd = get_fd(P.rnic_fd, &s);

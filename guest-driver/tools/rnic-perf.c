@@ -59,6 +59,9 @@ struct perf_opts {
 	const char *dev;
 	enum perf_role role;
 	const char *peer;		/* client: the server's node index or IPv4 address */
+	uint32_t peer_ip;		/* client: PEER as given */
+	bool peer_ip_given;
+	int peer_node;
 	const char *id;			/* rendezvous keys perf.<id>.* (default: the test) */
 	uint32_t mtu;			/* path MTU in bytes */
 	unsigned int timeout_s;		/* how long to wait for the peer */
@@ -66,6 +69,7 @@ struct perf_opts {
 	bool lat;
 	const char *test;
 	uint64_t size;
+	uint64_t top;			/* the largest size of the run */
 	uint32_t iters;
 	bool all, verify, json, use_inline, event;
 	bool src_gpu, dst_gpu, strict;
@@ -104,7 +108,6 @@ struct perf {
 	struct rm_model model;		/* the device's model summary (--json columns) */
 
 	/* multi-node: this side's one buffer, QP qp_a on CQ cq_a, and the peer */
-	uint64_t top;			/* the largest size of the run */
 	uint8_t *lbuf;
 	uint64_t llen;
 	struct rv_mr lmr;
@@ -112,9 +115,6 @@ struct perf {
 	struct rv_gpu lgpu_dev;
 	uint32_t psn, path_mtu;
 	struct perf_peer peer;
-	uint32_t peer_ip;		/* client: PEER as given */
-	bool peer_ip_given;
-	int peer_node;
 };
 
 static void usage(FILE *f)
@@ -844,7 +844,7 @@ static void record_encode(const struct perf *p, char *buf, size_t len)
 		 rv_ipv4_str(p->q.ipv4, ip), p->qp_a, p->psn, p->lmr.rkey,
 		 (unsigned long long)(uintptr_t)p->lbuf, (unsigned long long)p->llen,
 		 p->lgpu ? "gpu" : "host", rv_mr_path_name(p->lmr.path), p->o.test,
-		 (unsigned long long)p->top, p->o.iters, p->o.all, p->o.verify, p->o.mtu);
+		 (unsigned long long)p->o.top, p->o.iters, p->o.all, p->o.verify, p->o.mtu);
 }
 
 static uint32_t path_from_name(const char *s)
@@ -928,12 +928,12 @@ static int check_peer_params(struct perf *p, const char *key)
 		return -1;
 	}
 
-	if (!strcmp(r->test, p->o.test) && r->size == p->top && r->iters == p->o.iters &&
+	if (!strcmp(r->test, p->o.test) && r->size == p->o.top && r->iters == p->o.iters &&
 	    r->sweep == p->o.all && r->verify == p->o.verify)
 		return 0;
 	printf("error: %s: the peer runs '%s -s %llu -n %u%s%s', this side '%s -s %llu -n %u%s%s': run both with the same test and options\n",
 	       key, r->test, (unsigned long long)r->size, r->iters, r->sweep ? " -a" : "",
-	       r->verify ? " --verify" : "", p->o.test, (unsigned long long)p->top, p->o.iters,
+	       r->verify ? " --verify" : "", p->o.test, (unsigned long long)p->o.top, p->o.iters,
 	       p->o.all ? " -a" : "", p->o.verify ? " --verify" : "");
 	return -1;
 }
@@ -979,16 +979,16 @@ static int remote_setup(struct perf *p)
 		       p->o.dev);
 		return -1;
 	}
-	if (p->top > p->q.max_mr_size) {
+	if (p->o.top > p->q.max_mr_size) {
 		fprintf(stderr, "error: size %llu is over the MR limit\n",
-			(unsigned long long)p->top);
+			(unsigned long long)p->o.top);
 		return -1;
 	}
 	rv_dev_sysfs(p->o.dev, p->stats_path, sizeof(p->stats_path) - 8);
 	strcat(p->stats_path, "/stats");
 	model_load(p);
 
-	p->llen = server ? server_len(&p->o, p->top) : (window_len(p->top) + 4095) & ~4095ull;
+	p->llen = server ? server_len(&p->o, p->o.top) : (window_len(p->o.top) + 4095) & ~4095ull;
 	p->lgpu = local_is_src(p) ? p->o.src_gpu : p->o.dst_gpu;
 	gpu_n = local_is_src(p) ? p->o.src_gpu_n : p->o.dst_gpu_n;
 	if (p->lgpu) {
@@ -1045,7 +1045,8 @@ static int remote_setup(struct perf *p)
 			rkv_put(key, val);
 			return -1;
 		}
-		if (p->peer_ip_given ? p->peer.ip != p->peer_ip : p->peer.node != p->peer_node) {
+		if (p->o.peer_ip_given ? p->peer.ip != p->o.peer_ip :
+					 p->peer.node != p->o.peer_node) {
 			printf("error: %s was published by node %d (%s), not by the peer '%s': another server uses --id %s?\n",
 			       key, p->peer.node, rv_ipv4_str(p->peer.ip, pip), p->o.peer, p->o.id);
 			return -1;
@@ -1140,38 +1141,37 @@ static int put_done(struct perf *p, uint64_t size, bool ok)
 	return rkv_put(key, ok ? "ok" : "fail");
 }
 
-/* Client, one size: bandwidth (window of slots) or latency (one at a time). */
-static int client_run(struct perf *p, uint64_t size)
-{
-	uint32_t iters = p->o.iters, wslots = slots_for(p, size, PERF_WINDOW);
-	uint32_t window = p->o.lat ? 1 : wslots;
-	uint32_t rslots = server_slots(&p->o, p->peer.len, size);
-	uint8_t *seen = calloc(iters, 1);
-	uint64_t *t_post = calloc(iters, sizeof(uint64_t)), *lat = calloc(iters, sizeof(uint64_t));
-	struct rnic_send_wr wrs[PERF_POST_BATCH];
-	struct rnic_wc wcs[64];
-	uint64_t posted = 0, done = 0, t0, t1, last, sum = 0, verified = 0;
-	char key[RKV_MAX_KEY + 1], val[RKV_MAX_VALUE + 1];
-	bool ok = false;
-	double secs;
-	int n, i, ret;
-	uint32_t j;
+/* A client's run of one size: client_run and its steps. */
+struct client_state {
+	uint64_t size;
+	uint32_t iters;
+	uint32_t wslots;		/* this side's slots */
+	uint32_t rslots;		/* the server's slots */
+	uint32_t window;		/* WRs in flight at most */
+	uint8_t *seen;			/* wr_ids completed */
+	uint64_t *t_post, *lat;		/* per wr_id: post time; per completion: latency */
+	uint64_t posted, done, last, sum, verified;
+};
 
-	if (!seen || !t_post || !lat) {
-		fprintf(stderr, "error: out of memory\n");
-		goto out;
-	}
-	if (p->o.op == OP_READ && (uint64_t)rslots * size > p->peer.len) {
+/* Before the first post: the peer's buffer fits, READ targets poisoned, the server ready. */
+static int client_prepare(struct perf *p, struct client_state *cs)
+{
+	uint64_t size = cs->size;
+	char key[RKV_MAX_KEY + 1], val[RKV_MAX_VALUE + 1];
+	uint32_t j;
+	int ret;
+
+	if (p->o.op == OP_READ && (uint64_t)cs->rslots * size > p->peer.len) {
 		printf("error: the server's buffer (%llu bytes) is too small for size %llu\n",
 		       (unsigned long long)p->peer.len, (unsigned long long)size);
-		goto out;
+		return -1;
 	}
 	/* Source slots: any content without --verify (filled per iteration with it). */
 	if (p->o.op == OP_READ) {
-		for (j = 0; j < wslots; j++)
-			fill_inverted(p->lbuf + (size_t)j * size, size, j % rslots);
-		if (local_sync(p, 0, (uint64_t)wslots * size, RNIC_MR_SYNC_TO_BOUNCE))
-			goto out;
+		for (j = 0; j < cs->wslots; j++)
+			fill_inverted(p->lbuf + (size_t)j * size, size, j % cs->rslots);
+		if (local_sync(p, 0, (uint64_t)cs->wslots * size, RNIC_MR_SYNC_TO_BOUNCE))
+			return -1;
 	}
 
 	perf_key(p, "ready", size, key);
@@ -1179,139 +1179,198 @@ static int client_run(struct perf *p, uint64_t size)
 	if (ret == RKV_TIMEOUT)
 		printf("error: the server did not get ready (%s) within %u s\n", key,
 		       p->o.timeout_s);
-	if (ret)
-		goto out;
+	return ret ? -1 : 0;
+}
 
-	stats_begin(p);
-	t0 = rv_now_ns();
-	last = t0;
-	while (done < iters) {
-		uint32_t batch = 0;
+/* Work request `id` towards the server's slot id mod rslots; 0 or -1. */
+static int client_fill_wr(struct perf *p, const struct client_state *cs, uint64_t id,
+			  struct rnic_send_wr *wr)
+{
+	uint64_t size = cs->size;
+	uint32_t ls = (uint32_t)(id % cs->wslots), rs = (uint32_t)(id % cs->rslots);
+	uint8_t *l = p->lbuf + (size_t)ls * size;
 
-		while (posted + batch < iters && posted + batch - done < window &&
-		       batch < PERF_POST_BATCH) {
-			uint64_t id = posted + batch;
-			uint32_t ls = (uint32_t)(id % wslots), rs = (uint32_t)(id % rslots);
-			struct rnic_send_wr *wr = &wrs[batch];
-			uint8_t *l = p->lbuf + (size_t)ls * size;
-
-			memset(wr, 0, sizeof(*wr));
-			wr->wr_id = id;
-			wr->flags = RNIC_WQE_FLAG_SIGNALED;
-			wr->remote_addr = p->peer.addr + (uint64_t)rs * size;
-			wr->rkey = p->peer.rkey;
-			if (p->o.op == OP_READ) {
-				wr->opcode = RNIC_WQE_OP_RDMA_READ;
-			} else {
-				wr->opcode = p->o.op == OP_SEND ? RNIC_WQE_OP_SEND :
-					     RNIC_WQE_OP_RDMA_WRITE;
-				if (p->o.verify) {
-					rv_pattern_fill(l, size, (uint32_t)id);
-					if (local_sync(p, (uint64_t)ls * size, size,
-						       RNIC_MR_SYNC_TO_BOUNCE))
-						goto out;
-				}
-			}
-			if (p->o.op != OP_READ && p->o.use_inline && size <= p->max_inline) {
-				wr->flags |= RNIC_WQE_FLAG_INLINE;
-				wr->inline_data = (uintptr_t)l;
-				wr->inline_len = (uint32_t)size;
-			} else {
-				wr->num_sge = 1;
-				wr->sge[0].addr = (uintptr_t)l;
-				wr->sge[0].length = (uint32_t)size;
-				wr->sge[0].lkey = p->lmr.lkey;
-			}
-			batch++;
-		}
-		if (batch) {
-			uint64_t now = rv_now_ns();
-
-			for (j = 0; j < batch; j++)
-				t_post[posted + j] = now;
-			if (rv_post_send(p->fd, p->qp_a, wrs, batch))
-				goto out;
-			posted += batch;
-		}
-
-		n = rv_poll_cq(p->fd, p->cq_a, wcs, 64, p->o.event && done < posted ? 1000 : 0);
-		if (n < 0)
-			goto out;
-		for (i = 0; i < n; i++) {
-			uint64_t id = wcs[i].wr_id;
-
-			if (check_wc(p, &wcs[i], seen, iters, "requester"))
-				goto out;
-			last = rv_now_ns();
-			lat[done] = last - t_post[id];
-			sum += lat[done];
-			done++;
-			if (p->o.op == OP_READ) {
-				uint32_t ls = (uint32_t)(id % wslots);
-				uint8_t *l = p->lbuf + (size_t)ls * size;
-
-				if (local_sync(p, (uint64_t)ls * size, size,
-					       RNIC_MR_SYNC_FROM_BOUNCE))
-					goto out;
-				if (p->o.verify) {
-					if (check_pattern(p, l, size, (uint32_t)(id % rslots), id, ls))
-						goto out;
-					verified += size;
-					/* poison for the read that reuses this slot */
-					fill_inverted(l, size, (uint32_t)((id + wslots) % rslots));
-					if (local_sync(p, (uint64_t)ls * size, size,
-						       RNIC_MR_SYNC_TO_BOUNCE))
-						goto out;
-				}
-			}
-		}
-		if (rv_now_ns() - last > remote_stall_ns(size)) {
-			report_lost(p, seen, iters, "requester");
-			goto out;
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = id;
+	wr->flags = RNIC_WQE_FLAG_SIGNALED;
+	wr->remote_addr = p->peer.addr + (uint64_t)rs * size;
+	wr->rkey = p->peer.rkey;
+	if (p->o.op == OP_READ) {
+		wr->opcode = RNIC_WQE_OP_RDMA_READ;
+	} else {
+		wr->opcode = p->o.op == OP_SEND ? RNIC_WQE_OP_SEND : RNIC_WQE_OP_RDMA_WRITE;
+		if (p->o.verify) {
+			rv_pattern_fill(l, size, (uint32_t)id);
+			if (local_sync(p, (uint64_t)ls * size, size, RNIC_MR_SYNC_TO_BOUNCE))
+				return -1;
 		}
 	}
-	t1 = rv_now_ns();
-	stats_end(p);
-	ok = true;
+	if (p->o.op != OP_READ && p->o.use_inline && size <= p->max_inline) {
+		wr->flags |= RNIC_WQE_FLAG_INLINE;
+		wr->inline_data = (uintptr_t)l;
+		wr->inline_len = (uint32_t)size;
+	} else {
+		wr->num_sge = 1;
+		wr->sge[0].addr = (uintptr_t)l;
+		wr->sge[0].length = (uint32_t)size;
+		wr->sge[0].lkey = p->lmr.lkey;
+	}
+	return 0;
+}
 
-	secs = (double)(t1 - t0) / 1e9;
+/* Posts up to PERF_POST_BATCH WRs, as many as the window allows; 0 or -1. */
+static int client_post(struct perf *p, struct client_state *cs)
+{
+	struct rnic_send_wr wrs[PERF_POST_BATCH];
+	uint32_t batch = 0, j;
+	uint64_t now;
+
+	while (cs->posted + batch < cs->iters && cs->posted + batch - cs->done < cs->window &&
+	       batch < PERF_POST_BATCH) {
+		if (client_fill_wr(p, cs, cs->posted + batch, &wrs[batch]))
+			return -1;
+		batch++;
+	}
+	if (!batch)
+		return 0;
+	now = rv_now_ns();
+	for (j = 0; j < batch; j++)
+		cs->t_post[cs->posted + j] = now;
+	if (rv_post_send(p->fd, p->qp_a, wrs, batch))
+		return -1;
+	cs->posted += batch;
+	return 0;
+}
+
+/* One completion: its latency; for READ the slot checked and poisoned again; 0 or -1. */
+static int client_complete(struct perf *p, struct client_state *cs, const struct rnic_wc *wc)
+{
+	uint64_t size = cs->size, id = wc->wr_id;
+	uint32_t ls;
+	uint8_t *l;
+
+	if (check_wc(p, wc, cs->seen, cs->iters, "requester"))
+		return -1;
+	cs->last = rv_now_ns();
+	cs->lat[cs->done] = cs->last - cs->t_post[id];
+	cs->sum += cs->lat[cs->done];
+	cs->done++;
+	if (p->o.op != OP_READ)
+		return 0;
+	ls = (uint32_t)(id % cs->wslots);
+	l = p->lbuf + (size_t)ls * size;
+	if (local_sync(p, (uint64_t)ls * size, size, RNIC_MR_SYNC_FROM_BOUNCE))
+		return -1;
+	if (p->o.verify) {
+		if (check_pattern(p, l, size, (uint32_t)(id % cs->rslots), id, ls))
+			return -1;
+		cs->verified += size;
+		/* poison for the read that reuses this slot */
+		fill_inverted(l, size, (uint32_t)((id + cs->wslots) % cs->rslots));
+		if (local_sync(p, (uint64_t)ls * size, size, RNIC_MR_SYNC_TO_BOUNCE))
+			return -1;
+	}
+	return 0;
+}
+
+/* Reaps what completed (with --event, sleeps while WRs are outstanding); 0 or -1. */
+static int client_poll(struct perf *p, struct client_state *cs)
+{
+	struct rnic_wc wcs[64];
+	int n, i;
+
+	n = rv_poll_cq(p->fd, p->cq_a, wcs, 64, p->o.event && cs->done < cs->posted ? 1000 : 0);
+	if (n < 0)
+		return -1;
+	for (i = 0; i < n; i++)
+		if (client_complete(p, cs, &wcs[i]))
+			return -1;
+	return 0;
+}
+
+/* The client's result line: latency percentiles or rates, then the remote columns. */
+static void client_print(struct perf *p, struct client_state *cs, double secs)
+{
+	uint64_t size = cs->size, *lat = cs->lat;
+	uint32_t iters = cs->iters;
+
 	if (p->o.lat) {
 		qsort(lat, iters, sizeof(*lat), cmp_u64);
 		if (p->o.json)
 			printf("{\"test\":\"%s\",\"role\":\"client\",\"size\":%llu,\"iterations\":%u,\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,\"avg_us\":%.2f,\"bytes_verified\":%llu",
 			       p->o.test, (unsigned long long)size, iters, pct_us(lat, iters, 500),
 			       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
-			       (double)sum / iters / 1000.0, (unsigned long long)verified);
+			       (double)cs->sum / iters / 1000.0, (unsigned long long)cs->verified);
 		else
 			printf("%-10s %10llu %10u %10.2f %10.2f %10.2f %10.2f %16llu", p->o.test,
 			       (unsigned long long)size, iters, pct_us(lat, iters, 500),
 			       pct_us(lat, iters, 990), pct_us(lat, iters, 999),
-			       (double)sum / iters / 1000.0, (unsigned long long)verified);
+			       (double)cs->sum / iters / 1000.0, (unsigned long long)cs->verified);
 	} else {
 		double gbps = (double)size * iters * 8 / 1e9 / secs, mops = iters / secs / 1e6;
 
 		if (p->o.json)
 			printf("{\"test\":\"%s\",\"role\":\"client\",\"size\":%llu,\"iterations\":%u,\"bytes_verified\":%llu,\"gbps\":%.3f,\"msg_rate_mops\":%.4f",
 			       p->o.test, (unsigned long long)size, iters,
-			       (unsigned long long)verified, gbps, mops);
+			       (unsigned long long)cs->verified, gbps, mops);
 		else
 			printf("%-10s %10llu %10u %16llu %10.3f %12.4f", p->o.test,
-			       (unsigned long long)size, iters, (unsigned long long)verified, gbps,
-			       mops);
+			       (unsigned long long)size, iters, (unsigned long long)cs->verified,
+			       gbps, mops);
 	}
 	if (p->o.json) {
 		bool sg, dg;
 		uint32_t sp, dp;
 
 		remote_paths(p, &sg, &dg, &sp, &dp);
-		print_json_model(p, size, sg && sp != RNIC_MR_PATH_BOUNCE, dg && dp != RNIC_MR_PATH_BOUNCE,
-				 window);
+		print_json_model(p, size, sg && sp != RNIC_MR_PATH_BOUNCE,
+				 dg && dp != RNIC_MR_PATH_BOUNCE, cs->window);
 	}
 	print_remote_tail(p);
+}
+
+/* Client, one size: bandwidth (window of slots) or latency (one at a time). */
+static int client_run(struct perf *p, uint64_t size)
+{
+	struct client_state cs = {
+		.size = size,
+		.iters = p->o.iters,
+		.wslots = slots_for(p, size, PERF_WINDOW),
+		.rslots = server_slots(&p->o, p->peer.len, size),
+	};
+	uint64_t t0, t1;
+	bool ok = false;
+
+	cs.window = p->o.lat ? 1 : cs.wslots;
+	cs.seen = calloc(cs.iters, 1);
+	cs.t_post = calloc(cs.iters, sizeof(uint64_t));
+	cs.lat = calloc(cs.iters, sizeof(uint64_t));
+	if (!cs.seen || !cs.t_post || !cs.lat) {
+		fprintf(stderr, "error: out of memory\n");
+		goto out;
+	}
+	if (client_prepare(p, &cs))
+		goto out;
+
+	stats_begin(p);
+	t0 = rv_now_ns();
+	cs.last = t0;
+	while (cs.done < cs.iters) {
+		if (client_post(p, &cs) || client_poll(p, &cs))
+			goto out;
+		if (rv_now_ns() - cs.last > remote_stall_ns(size)) {
+			report_lost(p, cs.seen, cs.iters, "requester");
+			goto out;
+		}
+	}
+	t1 = rv_now_ns();
+	stats_end(p);
+	ok = true;
+	client_print(p, &cs, (double)(t1 - t0) / 1e9);
 out:
-	free(seen);
-	free(t_post);
-	free(lat);
+	free(cs.seen);
+	free(cs.t_post);
+	free(cs.lat);
 	/* The server waits for this either way. */
 	if (put_done(p, size, ok))
 		ok = false;
@@ -1466,20 +1525,20 @@ static int server_run(struct perf *p, uint64_t size)
 }
 
 /* A trailing peer: a node index or an IPv4 address; 0 or -1. */
-static int parse_peer(struct perf *p, const char *s)
+static int parse_peer(struct perf_opts *o, const char *s)
 {
 	char *end;
 	long v;
 
-	if (!rv_parse_ipv4(s, &p->peer_ip)) {
-		p->peer_ip_given = true;
+	if (!rv_parse_ipv4(s, &o->peer_ip)) {
+		o->peer_ip_given = true;
 		return 0;
 	}
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < 0 || v > 0xffff)
 		return -1;
-	p->peer_node = (int)v;
+	o->peer_node = (int)v;
 	return 0;
 }
 
@@ -1513,7 +1572,7 @@ static int remote_main(struct perf *p)
 		       "src_path", "dst_path", "bytes_host", "bytes_p2p_sw", "bytes_p2p_rc",
 		       "fallback", "pkts_sent", "retransmit");
 	}
-	for (size = p->o.all ? 1 : p->top; size <= p->top; size *= 2) {
+	for (size = p->o.all ? 1 : p->o.top; size <= p->o.top; size *= 2) {
 		p->o.size = size;
 		ret = p->o.role == ROLE_SERVER ? server_run(p, size) : client_run(p, size);
 		fflush(stdout);
@@ -1525,69 +1584,130 @@ static int remote_main(struct perf *p)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* parse_args: go on and run the test (anything else is the exit status). */
+#define PERF_RUN	(-1)
+
+static const struct option perf_longopts[] = {
+	{ "size", required_argument, NULL, 's' },
+	{ "iters", required_argument, NULL, 'n' },
+	{ "all", no_argument, NULL, 'a' },
+	{ "verify", no_argument, NULL, 'V' },
+	{ "json", no_argument, NULL, 'j' },
+	{ "inline", no_argument, NULL, 'I' },
+	{ "dev", required_argument, NULL, 'd' },
+	{ "event", no_argument, NULL, 'E' },
+	{ "src", required_argument, NULL, 1000 },
+	{ "dst", required_argument, NULL, 1001 },
+	{ "src-gpu", required_argument, NULL, 1002 },
+	{ "dst-gpu", required_argument, NULL, 1003 },
+	{ "strict-p2p", no_argument, NULL, 1004 },
+	{ "server", no_argument, NULL, 1005 },
+	{ "loopback", no_argument, NULL, 1006 },
+	{ "id", required_argument, NULL, 1007 },
+	{ "mtu", required_argument, NULL, 1008 },
+	{ "timeout", required_argument, NULL, 1009 },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The test (argv[1]) into o->test, o->op and o->lat; 0, or -1 when there is none such. */
+static int parse_test(struct perf_opts *o, const char *test)
 {
-	static const struct option longopts[] = {
-		{ "size", required_argument, NULL, 's' },
-		{ "iters", required_argument, NULL, 'n' },
-		{ "all", no_argument, NULL, 'a' },
-		{ "verify", no_argument, NULL, 'V' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "inline", no_argument, NULL, 'I' },
-		{ "dev", required_argument, NULL, 'd' },
-		{ "event", no_argument, NULL, 'E' },
-		{ "src", required_argument, NULL, 1000 },
-		{ "dst", required_argument, NULL, 1001 },
-		{ "src-gpu", required_argument, NULL, 1002 },
-		{ "dst-gpu", required_argument, NULL, 1003 },
-		{ "strict-p2p", no_argument, NULL, 1004 },
-		{ "server", no_argument, NULL, 1005 },
-		{ "loopback", no_argument, NULL, 1006 },
-		{ "id", required_argument, NULL, 1007 },
-		{ "mtu", required_argument, NULL, 1008 },
-		{ "timeout", required_argument, NULL, 1009 },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct perf p;
-	uint64_t size, top, v;
+	o->test = test;
+	if (!strcmp(test, "write") || !strcmp(test, "write-lat"))
+		o->op = OP_WRITE;
+	else if (!strcmp(test, "read") || !strcmp(test, "read-lat"))
+		o->op = OP_READ;
+	else if (!strcmp(test, "send") || !strcmp(test, "send-lat"))
+		o->op = OP_SEND;
+	else if (!strcmp(test, "write-imm") || !strcmp(test, "write-imm-lat"))
+		o->op = OP_WRITE_IMM;
+	else
+		return -1;
+	o->lat = strstr(test, "-lat") != NULL;
+	return 0;
+}
+
+/*
+ * After the options: the trailing PEER, the role (asks the RNIC whether it is on a
+ * fabric), the combinations that exclude each other, and the defaults that depend on
+ * other options. PERF_RUN or the exit status.
+ */
+static int finish_opts(struct perf_opts *o, int argc, char **argv, bool size_given,
+		       bool loopback)
+{
+	if (optind + 1 == argc && o->role != ROLE_SERVER && !loopback) {
+		o->peer = argv[optind++];
+		if (parse_peer(o, o->peer)) {
+			fprintf(stderr, "rnic-perf: bad peer '%s' (a node index or an IPv4 address)\n",
+				o->peer);
+			return 2;
+		}
+		o->role = ROLE_CLIENT;
+	}
+	if (optind != argc) {
+		fprintf(stderr, "rnic-perf: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	if (o->role == ROLE_LOOPBACK && !loopback && o->op != OP_WRITE_IMM) {
+		/* perftest semantics: without a peer, an RNIC on a fabric waits as the server. */
+		struct rnic_query_device q;
+		int fd = rv_open(o->dev, &q);
+
+		if (fd >= 0) {
+			if (q.ipv4)
+				o->role = ROLE_SERVER;
+			close(fd);
+		}
+	}
+	if (loopback && o->role == ROLE_SERVER) {
+		fprintf(stderr, "rnic-perf: --loopback and --server exclude each other\n");
+		return 2;
+	}
+	if (o->role != ROLE_LOOPBACK && o->op == OP_WRITE_IMM) {
+		fprintf(stderr, "rnic-perf: %s runs in loopback only (multi-node: write, read, send and their -lat)\n",
+			o->test);
+		return 2;
+	}
+	if (o->role == ROLE_LOOPBACK && (o->id || o->mtu != PERF_DEFAULT_MTU)) {
+		fprintf(stderr, "rnic-perf: --id and --mtu are for --server or a client with a PEER\n");
+		return 2;
+	}
+	if (!o->id)
+		o->id = o->test;
+	o->top = o->all ? (size_given ? o->size : PERF_SWEEP_MAX) : o->size;
+	return PERF_RUN;
+}
+
+/* The command line into *o (zeroed by the caller); PERF_RUN or the exit status. */
+static int parse_args(int argc, char **argv, struct perf_opts *o)
+{
 	bool size_given = false, loopback = false;
+	uint64_t v;
 	int c;
 
-	memset(&p, 0, sizeof(p));
-	p.o.dev = RV_DEFAULT_DEV;
-	p.o.size = PERF_DEFAULT_SIZE;
-	p.o.iters = PERF_DEFAULT_ITERS;
-	p.o.mtu = PERF_DEFAULT_MTU;
-	p.o.timeout_s = PERF_DEFAULT_TIMEOUT_S;
+	o->dev = RV_DEFAULT_DEV;
+	o->size = PERF_DEFAULT_SIZE;
+	o->iters = PERF_DEFAULT_ITERS;
+	o->mtu = PERF_DEFAULT_MTU;
+	o->timeout_s = PERF_DEFAULT_TIMEOUT_S;
 
 	if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	p.o.test = argv[1];
-	if (!strcmp(p.o.test, "write") || !strcmp(p.o.test, "write-lat"))
-		p.o.op = OP_WRITE;
-	else if (!strcmp(p.o.test, "read") || !strcmp(p.o.test, "read-lat"))
-		p.o.op = OP_READ;
-	else if (!strcmp(p.o.test, "send") || !strcmp(p.o.test, "send-lat"))
-		p.o.op = OP_SEND;
-	else if (!strcmp(p.o.test, "write-imm") || !strcmp(p.o.test, "write-imm-lat"))
-		p.o.op = OP_WRITE_IMM;
-	else {
-		fprintf(stderr, "rnic-perf: unknown test '%s'\n", p.o.test);
+	if (parse_test(o, argv[1])) {
+		fprintf(stderr, "rnic-perf: unknown test '%s'\n", argv[1]);
 		usage(stderr);
 		return 2;
 	}
-	p.o.lat = strstr(p.o.test, "-lat") != NULL;
 
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "s:n:ad:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:ad:h", perf_longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_size(optarg, &p.o.size) || !p.o.size ||
-			    p.o.size > 0x80000000ull) {
+			if (parse_size(optarg, &o->size) || !o->size || o->size > 0x80000000ull) {
 				fprintf(stderr, "rnic-perf: bad size '%s' (1..2G)\n", optarg);
 				return 2;
 			}
@@ -1598,14 +1718,14 @@ int main(int argc, char **argv)
 				fprintf(stderr, "rnic-perf: bad iteration count '%s'\n", optarg);
 				return 2;
 			}
-			p.o.iters = (uint32_t)v;
+			o->iters = (uint32_t)v;
 			break;
-		case 'a': p.o.all = true; break;
-		case 'V': p.o.verify = true; break;
-		case 'j': p.o.json = true; break;
-		case 'I': p.o.use_inline = true; break;
-		case 'E': p.o.event = true; break;
-		case 'd': p.o.dev = optarg; break;
+		case 'a': o->all = true; break;
+		case 'V': o->verify = true; break;
+		case 'j': o->json = true; break;
+		case 'I': o->use_inline = true; break;
+		case 'E': o->event = true; break;
+		case 'd': o->dev = optarg; break;
 		case 1000:
 		case 1001:
 			if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
@@ -1613,7 +1733,7 @@ int main(int argc, char **argv)
 					c == 1000 ? "src" : "dst");
 				return 2;
 			}
-			*(c == 1000 ? &p.o.src_gpu : &p.o.dst_gpu) = !strcmp(optarg, "gpu");
+			*(c == 1000 ? &o->src_gpu : &o->dst_gpu) = !strcmp(optarg, "gpu");
 			break;
 		case 1002:
 		case 1003:
@@ -1621,10 +1741,10 @@ int main(int argc, char **argv)
 				fprintf(stderr, "rnic-perf: bad GPU number '%s'\n", optarg);
 				return 2;
 			}
-			*(c == 1002 ? &p.o.src_gpu_n : &p.o.dst_gpu_n) = (unsigned int)v;
+			*(c == 1002 ? &o->src_gpu_n : &o->dst_gpu_n) = (unsigned int)v;
 			break;
-		case 1004: p.o.strict = true; break;
-		case 1005: p.o.role = ROLE_SERVER; break;
+		case 1004: o->strict = true; break;
+		case 1005: o->role = ROLE_SERVER; break;
 		case 1006: loopback = true; break;
 		case 1007:
 			if (!id_ok(optarg)) {
@@ -1632,7 +1752,7 @@ int main(int argc, char **argv)
 					optarg, PERF_MAX_ID);
 				return 2;
 			}
-			p.o.id = optarg;
+			o->id = optarg;
 			break;
 		case 1008:
 			if (parse_size(optarg, &v) || v < 256 || v > 4096 || (v & (v - 1))) {
@@ -1640,7 +1760,7 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
-			p.o.mtu = (uint32_t)v;
+			o->mtu = (uint32_t)v;
 			break;
 		case 1009:
 			if (parse_size(optarg, &v) || !v || v > RKV_MAX_TIMEOUT_MS / 1000) {
@@ -1648,61 +1768,24 @@ int main(int argc, char **argv)
 					RKV_MAX_TIMEOUT_MS / 1000);
 				return 2;
 			}
-			p.o.timeout_s = (unsigned int)v;
+			o->timeout_s = (unsigned int)v;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (optind + 1 == argc && p.o.role != ROLE_SERVER && !loopback) {
-		p.o.peer = argv[optind++];
-		if (parse_peer(&p, p.o.peer)) {
-			fprintf(stderr, "rnic-perf: bad peer '%s' (a node index or an IPv4 address)\n",
-				p.o.peer);
-			return 2;
-		}
-		p.o.role = ROLE_CLIENT;
-	}
-	if (optind != argc) {
-		fprintf(stderr, "rnic-perf: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (p.o.role == ROLE_LOOPBACK && !loopback && p.o.op != OP_WRITE_IMM) {
-		/* perftest semantics: without a peer, an RNIC on a fabric waits as the server. */
-		struct rnic_query_device q;
-		int fd = rv_open(p.o.dev, &q);
+	return finish_opts(o, argc, argv, size_given, loopback);
+}
 
-		if (fd >= 0) {
-			if (q.ipv4)
-				p.o.role = ROLE_SERVER;
-			close(fd);
-		}
-	}
-	if (loopback && p.o.role == ROLE_SERVER) {
-		fprintf(stderr, "rnic-perf: --loopback and --server exclude each other\n");
-		return 2;
-	}
-	if (remote(&p) && p.o.op == OP_WRITE_IMM) {
-		fprintf(stderr, "rnic-perf: %s runs in loopback only (multi-node: write, read, send and their -lat)\n",
-			p.o.test);
-		return 2;
-	}
-	if (!remote(&p) && (p.o.id || p.o.mtu != PERF_DEFAULT_MTU)) {
-		fprintf(stderr, "rnic-perf: --id and --mtu are for --server or a client with a PEER\n");
-		return 2;
-	}
-	if (!p.o.id)
-		p.o.id = p.o.test;
+/* Loopback: two QPs of one RNIC, every size of the run. */
+static int loopback_main(struct perf *p)
+{
+	uint64_t size, top = p->o.top;
 
-	top = p.o.all ? (size_given ? p.o.size : PERF_SWEEP_MAX) : p.o.size;
-	p.top = top;
-	if (remote(&p))
-		return remote_main(&p);
-	if (setup(&p, top))
+	if (setup(p, top))
 		return 1;
-
-	if (!p.o.json) {
-		if (p.o.lat)
+	if (!p->o.json) {
+		if (p->o.lat)
 			printf("%-10s %10s %10s %10s %10s %10s %10s %16s", "test", "size", "iters",
 			       "p50_us", "p99_us", "p999_us", "avg_us", "bytes_verified");
 		else
@@ -1710,13 +1793,25 @@ int main(int argc, char **argv)
 			       "bytes_verified", "Gb/s", "Mmsg/s");
 		printf(HUMAN_PATH_HEADER);
 	}
-	for (size = p.o.all ? 1 : top; size <= top; size *= 2) {
-		p.o.size = size;
-		if (p.o.lat ? run_lat(&p, size) : run_bw(&p, size))
+	for (size = p->o.all ? 1 : top; size <= top; size *= 2) {
+		p->o.size = size;
+		if (p->o.lat ? run_lat(p, size) : run_bw(p, size))
 			return 1;
 		fflush(stdout);
-		if (!p.o.all)
+		if (!p->o.all)
 			break;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct perf p;
+	int ret;
+
+	memset(&p, 0, sizeof(p));
+	ret = parse_args(argc, argv, &p.o);
+	if (ret != PERF_RUN)
+		return ret;
+	return remote(&p) ? remote_main(&p) : loopback_main(&p);
 }
