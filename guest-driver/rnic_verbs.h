@@ -11,9 +11,18 @@
  * copies completions out after), so removal never waits for a page fault user space
  * controls.
  *
- * One file per object kind: rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c,
- * rnic_mr.c; rnic_verbs.c holds bring-up, commands, surprise-removal detection and the
- * teardown of a whole file. They all include this header and nothing of each other.
+ * The verbs core is layered; each file calls only the ones below it (beyond the core:
+ * rnic_verbs.c's interrupt hook calls ib_core's, rnic_ib_cq_event(); rnic_uctx.c drops
+ * its reference with rnic_nic_put(), rnic_nic.c; rnic_cmd.c calls the fault hooks):
+ *   rnic_verbs.c   bring-up and teardown of the engine, the interrupt hook
+ *   rnic_uctx.c    verbs contexts (open files): open, close, destroying their objects,
+ *                  freeing the zombies
+ *   rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c, rnic_mr.c: one file per
+ *                  object kind or verb
+ *   rnic_cmd.c     device commands, surprise-removal detection, a context's mutex,
+ *                  ring memory
+ * They all include this header and nothing of each other, except the narrow headers of
+ * the fault hooks, the doorbell page and the MR files' internals.
  *
  * Locking order: rnic_p2p_lock (GPU removal) -> rnic_nic.files_lock ->
  * rnic_ucontext.lock -> rnic_nic.cmd_lock / rnic_nic.mtt_lock / rnic_nic.zombie_lock.
@@ -174,7 +183,7 @@ struct rnic_cq {
 	dma_addr_t ring_dma;
 };
 
-/* A ring mapped into user space: see rnic_ring_map_add() in rnic_verbs.c. */
+/* A ring mapped into user space: see rnic_ring_map_add() in rnic_cmd.c. */
 struct rnic_ring_map {
 	void *ring;
 	size_t size;
@@ -245,26 +254,32 @@ struct rnic_mr {
 	struct list_head zombie;	/* in nic->zombie_mrs when the device kept it */
 };
 
-/* rnic_verbs.c: bring-up, commands, liveness, teardown */
+/* rnic_verbs.c: bring-up and teardown of the engine, the interrupt hook */
 int rnic_verbs_init(struct rnic_nic *nic);
 void rnic_verbs_quiesce(struct rnic_nic *nic);
 void rnic_verbs_fini(struct rnic_nic *nic);
 bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec);
+
+/* rnic_uctx.c: verbs contexts, the teardown of their objects, zombies */
+struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic);
+void rnic_uc_close(struct rnic_ucontext *uc);
+void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
+void rnic_zombies_free(struct rnic_nic *nic);
+
+/* rnic_cmd.c: commands, liveness, a context's mutex, ring memory */
 int rnic_cmd(struct rnic_nic *nic, u32 op, u32 index);
 bool rnic_cmd_release(struct rnic_nic *nic, u32 op, u32 index);
 bool rnic_nic_alive(struct rnic_nic *nic);
 bool rnic_nic_alive_ratelimited(struct rnic_nic *nic);
-void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma);
-void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma, bool device_let_go);
-void rnic_zombies_free(struct rnic_nic *nic);
-int rnic_ring_map_add(struct rnic_nic *nic, struct rnic_ring_map *m);
-void rnic_ring_map_put(struct rnic_nic *nic, struct rnic_ring_map *m);
-void rnic_nic_put(struct rnic_nic *nic);
 int rnic_uc_lock(struct rnic_ucontext *uc);
 void rnic_uc_unlock(struct rnic_ucontext *uc);
-void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
-struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic);
-void rnic_uc_close(struct rnic_ucontext *uc);
+void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma);
+void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma, bool device_let_go);
+int rnic_ring_map_add(struct rnic_nic *nic, struct rnic_ring_map *m);
+void rnic_ring_map_put(struct rnic_nic *nic, struct rnic_ring_map *m);
+
+/* rnic_nic.c: drops a reference to the RNIC function (the last one frees it) */
+void rnic_nic_put(struct rnic_nic *nic);
 
 /* rnic_pd.c */
 int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
