@@ -22,6 +22,7 @@
 
 #include "rnic_dbpage.h"
 #include "rnic_fault.h"
+#include "rnic_mtt.h"
 #include "rnic_verbs.h"
 
 #ifdef __BIG_ENDIAN

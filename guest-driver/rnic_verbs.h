@@ -17,8 +17,10 @@
  *   rnic_verbs.c   bring-up and teardown of the engine, the interrupt hook
  *   rnic_uctx.c    verbs contexts (open files): open, close, destroying their objects,
  *                  freeing the zombies
- *   rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c, rnic_mr.c: one file per
- *                  object kind or verb
+ *   rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c: one file per object kind
+ *                  or verb; MRs in rnic_mr_dmabuf.c (dma-buf MRs, revocation) over
+ *                  rnic_mr.c (pinning, registration) over rnic_mr_p2p.c (DMA mapping,
+ *                  P2P, bounce buffers) and rnic_mtt.c (the MTT allocator)
  *   rnic_cmd.c     device commands, surprise-removal detection, a context's mutex,
  *                  ring memory
  * They all include this header and nothing of each other, except the narrow headers of
@@ -307,15 +309,15 @@ int rnic_post_recv(struct rnic_ucontext *uc, struct rnic_post *req);
 /* rnic_poll.c: runs without uc->lock held */
 int rnic_poll_cq(struct rnic_ucontext *uc, struct rnic_poll_cq *req);
 
-/* rnic_mr.c */
-int rnic_mtt_init(struct rnic_nic *nic);
-void rnic_mtt_fini(struct rnic_nic *nic);
+/* rnic_mr.c: MRs over user memory, DEREG_MR, MR_SYNC (the MTT: rnic_mtt.h) */
 int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req);	/* without uc->lock */
-int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset);
 int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index);
 int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr);
+
+/* rnic_mr_dmabuf.c: dma-buf MRs, revocation of MRs over a GPU that goes away */
+int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset);
 void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);
 
 /* rnic_ib_verbs.c: hard-irq part of a CQ vector, for the CQs of ib_core contexts */
