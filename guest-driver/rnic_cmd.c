@@ -2,8 +2,8 @@
 /*
  * rnic-emu guest driver: the command channel and queue memory (docs/verbs.md §2), the
  * lowest layer of the verbs core: device commands (rnic_cmd(), rnic_cmd_release()) and
- * their errors; surprise-removal detection (rnic_nic_alive()) and the gate every call of
- * a verbs context passes (rnic_uc_lock()); the memory of QP and CQ rings, their user
+ * their errors; surprise-removal detection (rnic_nic_alive()); a context's mutex, refused
+ * once the RNIC is gone (rnic_uc_lock()); the memory of QP and CQ rings, their user
  * mappings (rnic_ib_mmap.c), and the zombie list a ring goes to when the device refused
  * to let go of it (freed by rnic_zombies_free(), rnic_uctx.c, once the engine is stopped).
  *

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rnic-emu guest driver: verbs contexts (docs/verbs.md §4): an open /dev/rnic_emuN
- * (rnic_cdev.c) or a libibverbs context through ib_core (rnic_ib.c). A context owns the
- * PDs, CQs, QPs and MRs it creates; closing it, or remove() (rnic_cdev_kill_files()),
- * destroys them in the order the device needs: QPs, MRs, CQs, PDs.
+ * rnic-emu guest driver: verbs contexts (README.md, "Objects and their owner"): an open
+ * /dev/rnic_emuN (rnic_cdev.c) or a libibverbs context through ib_core (rnic_ib.c). A
+ * context owns the PDs, CQs, QPs and MRs it creates; closing it, or remove()
+ * (rnic_cdev_kill_files()), destroys them in the order the device needs: QPs, MRs, CQs,
+ * PDs.
  *
  * Zombies: when the device refuses to destroy an object while it runs, the object's
  * memory is kept (rings by rnic_ring_free(), rnic_cmd.c; MRs by rnic_mr_destroy()) and
