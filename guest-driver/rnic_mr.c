@@ -1,43 +1,32 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rnic-emu guest driver: memory regions over user memory and the MTT (docs/verbs.md §6).
+ * rnic-emu guest driver: memory regions over user memory (docs/verbs.md §6): pinning, the
+ * registration every MR goes through, DEREG_MR and MR_SYNC.
  *
- * REG_MR pins the user pages, maps them for the RNIC with dma_map_sgtable(), and writes
- * the bus address of every PAGE_SIZE page into a range of MTT entries taken from a simple
- * first-fit bitmap allocator. The MR's iova is the user address, so the first MTT entry
- * is the page holding it. Keys are index << 8 | generation: the generation byte of an
- * index changes on every reuse, so keys of a deregistered MR fail at the device.
+ * REG_MR pins the user pages, has them mapped for the RNIC (rnic_mr_p2p.c), and writes
+ * the bus address of every PAGE_SIZE page into a range of MTT entries (rnic_mtt.c). The
+ * MR's iova is the user address, so the first MTT entry is the page holding it. Keys are
+ * index << 8 | generation: the generation byte of an index changes on every reuse, so
+ * keys of a deregistered MR fail at the device.
  *
  * GPU memory (docs/gpudirect.md): P2PDMA pages (a mapping of a GPU's p2pmem/allocate)
  * cannot be pinned with FOLL_LONGTERM on this kernel, and without FOLL_PCI_P2PDMA gup
  * refuses them. So an MR is pinned long-term first, and when that fails the range is
  * pinned again with FOLL_PCI_P2PDMA (short-term semantics; the pin still lasts until
  * DEREG_MR): if every page is P2PDMA memory of one registered GPU, the MR is GPU memory.
- * dma_map_sgtable() on the RNIC then decides from the real topology and ACS state: bus
- * addresses through a switch, or a mapping through the host bridge, or refusal
- * (-EREMOTEIO). On refusal the MR falls back to a host bounce buffer (path BOUNCE, synced
- * by MR_SYNC), or with RNIC_MR_FLAG_STRICT_P2P the registration fails.
+ * How it is then mapped (peer-to-peer or a bounce buffer) is rnic_mr_p2p.c's.
  *
  * Pages are mapped with the direction the access flags allow: DMA_TO_DEVICE unless
  * LOCAL_WRITE or REMOTE_WRITE was asked for (and MR_SYNC FROM_BOUNCE, which writes the GPU
  * pages, is refused on such an MR). Pinning runs before the file's mutex is taken.
  *
- * Revocation: a GPU going away (rnic_p2p.c) first clears its BAR1_APERTURE slots, then
- * every MR over its memory is revoked: the QPs of the MR's PD go to ERROR, the MR is
- * deregistered at the device, unmapped and unpinned (P2PDMA teardown waits for those
- * pins). The MR's number stays until DEREG_MR; its keys fail at the device, MR_SYNC fails
- * with -ENODEV.
- *
- * dma-buf MRs (rnic_reg_mr_dmabuf(), ib_core's reg_user_mr_dmabuf): a GPU's buffer of
- * GPU_EXPORT_DMABUF (rnic_gpu_dmabuf.c) is attached for the RNIC and pinned, as
- * ib_umem_dmabuf_get_pinned() does; the exporter maps it with the same P2PDMA rules, so
- * the MR is a P2P MR over that GPU (path, revocation) that never bounces. Only the
- * pinning and mapping differ: everything from the PD to the device's command is shared.
+ * dma-buf MRs (rnic_mr_dmabuf.c) share everything from the PD to the device's command
+ * (rnic_mr_add()) and the release (rnic_mr_release_mem(), with the import's teardown,
+ * rnic_mr_dmabuf_release(), here so that this file never calls up into rnic_mr_dmabuf.c).
+ * Revocation of MRs over a GPU that goes away is in rnic_mr_dmabuf.c too.
  */
 #include <linux/dma-buf.h>
-#include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
-#include <linux/highmem.h>
 #include <linux/io.h>
 #include <linux/memremap.h>
 #include <linux/mm.h>
@@ -46,66 +35,12 @@
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 
+#include "rnic_mr.h"
+#include "rnic_mr_p2p.h"
+#include "rnic_mtt.h"
 #include "rnic_verbs.h"
 
 static_assert(PAGE_SHIFT == RNIC_MR_PAGE_SHIFT);
-
-int rnic_mtt_init(struct rnic_nic *nic)
-{
-	mutex_init(&nic->mtt_lock);
-	nic->mtt_map = bitmap_zalloc(RNIC_MTT_ENTRIES, GFP_KERNEL);
-	if (!nic->mtt_map)
-		goto err;
-	nic->mtt = dma_alloc_coherent(nic_dev(nic), RNIC_MTT_ENTRIES * sizeof(*nic->mtt),
-				      &nic->mtt_dma, GFP_KERNEL);
-	if (!nic->mtt) {
-		bitmap_free(nic->mtt_map);
-		goto err;
-	}
-	return 0;
-
-err:
-	dev_err(nic_dev(nic), "cannot allocate the MTT (%u entries)\n", RNIC_MTT_ENTRIES);
-	mutex_destroy(&nic->mtt_lock);
-	return -ENOMEM;
-}
-
-void rnic_mtt_fini(struct rnic_nic *nic)
-{
-	dma_free_coherent(nic_dev(nic), RNIC_MTT_ENTRIES * sizeof(*nic->mtt), nic->mtt,
-			  nic->mtt_dma);
-	bitmap_free(nic->mtt_map);
-	mutex_destroy(&nic->mtt_lock);
-}
-
-static int rnic_mtt_alloc(struct rnic_nic *nic, u32 n, u32 *offset)
-{
-	unsigned long start;
-
-	mutex_lock(&nic->mtt_lock);
-	start = bitmap_find_next_zero_area(nic->mtt_map, RNIC_MTT_ENTRIES, 0, n, 0);
-	if (start >= RNIC_MTT_ENTRIES) {
-		mutex_unlock(&nic->mtt_lock);
-		return -ENOMEM;
-	}
-	bitmap_set(nic->mtt_map, start, n);
-	mutex_unlock(&nic->mtt_lock);
-	*offset = start;
-	return 0;
-}
-
-static void rnic_mtt_free(struct rnic_nic *nic, u32 offset, u32 n)
-{
-	mutex_lock(&nic->mtt_lock);
-	bitmap_clear(nic->mtt_map, offset, n);
-	mutex_unlock(&nic->mtt_lock);
-}
-
-/* Whether the device may write the pages. */
-static bool rnic_mr_writable(u32 access)
-{
-	return access & (RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE);
-}
 
 /*
  * gup flags for an MR's pages. FOLL_LONGTERM is right for ordinary memory; P2PDMA pages
@@ -220,133 +155,6 @@ err_unpin:
 	return ret;
 }
 
-/* Copies [off, off + len) of the MR (from its iova) between GPU memory and bounce pages. */
-static void rnic_mr_bounce_copy(struct rnic_mr *mr, u64 off, u64 len, bool to_bounce)
-{
-	u64 pos = (mr->iova & ~PAGE_MASK) + off;
-
-	while (len) {
-		u32 i = pos >> PAGE_SHIFT;
-		size_t in = pos & ~PAGE_MASK;
-		size_t chunk = min_t(u64, PAGE_SIZE - in, len);
-		/* P2PDMA pages are ZONE_DEVICE memory in the kernel's linear map. */
-		void __iomem *gpu = (void __force __iomem *)page_address(mr->pages[i]) + in;
-		u8 *host = kmap_local_page(mr->bounce[i]);
-
-		/* Uncached device memory (a BAR): I/O accessors, not memcpy. */
-		if (to_bounce)
-			memcpy_fromio(host + in, gpu, chunk);
-		else
-			memcpy_toio(gpu, host + in, chunk);
-		kunmap_local(host);
-		pos += chunk;
-		len -= chunk;
-		if (!(i & 255))
-			cond_resched();
-	}
-}
-
-static void rnic_mr_bounce_free(struct rnic_nic *nic, struct rnic_mr *mr)
-{
-	u32 i;
-
-	for (i = 0; i < mr->npages && mr->bounce[i]; i++)
-		__free_page(mr->bounce[i]);
-	atomic64_sub(i, &nic->stats.mr_bounce_pages);
-	kvfree(mr->bounce);
-	mr->bounce = NULL;
-}
-
-/*
- * The fallback when the RNIC cannot reach the GPU memory peer-to-peer: host pages of the
- * MR's size, filled from the GPU memory, DMA-mapped into mr->sgt.
- */
-static int rnic_mr_bounce_setup(struct rnic_nic *nic, struct rnic_mr *mr)
-{
-	struct device *dev = nic_dev(nic);
-	u32 i;
-	int ret;
-
-	mr->bounce = kvcalloc(mr->npages, sizeof(*mr->bounce), GFP_KERNEL);
-	if (!mr->bounce)
-		return -ENOMEM;
-	for (i = 0; i < mr->npages; i++) {
-		mr->bounce[i] = alloc_page(GFP_KERNEL);
-		if (!mr->bounce[i]) {
-			ret = -ENOMEM;
-			goto err_free;
-		}
-		atomic64_inc(&nic->stats.mr_bounce_pages);
-	}
-	rnic_mr_bounce_copy(mr, 0, mr->length, true);
-
-	ret = sg_alloc_table_from_pages(&mr->sgt, mr->bounce, mr->npages, 0,
-					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
-	if (ret)
-		goto err_free;
-	ret = dma_map_sgtable(dev, &mr->sgt, mr->dir, 0);
-	if (ret) {
-		sg_free_table(&mr->sgt);
-		goto err_free;
-	}
-	return 0;
-
-err_free:
-	rnic_mr_bounce_free(nic, mr);
-	return ret;
-}
-
-/*
- * Builds and maps mr->sgt over the pinned pages. GPU memory that Linux will not map for
- * the RNIC falls back to a bounce buffer unless @strict.
- */
-static int rnic_mr_map(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, const char **why)
-{
-	struct device *dev = nic_dev(nic);
-	int ret;
-
-	*why = "building the scatter list";
-	ret = sg_alloc_table_from_pages(&mr->sgt, mr->pages, mr->npages, 0,
-					(unsigned long)mr->npages << PAGE_SHIFT, GFP_KERNEL);
-	if (ret)
-		return ret;
-
-	*why = "DMA-mapping the pages";
-	ret = dma_map_sgtable(dev, &mr->sgt, mr->dir, 0);
-	if (!ret) {
-		mr->path = mr->provider ? rnic_p2p_path(nic->rd.pdev, mr->provider) :
-			   RNIC_MR_PATH_HOST;
-		return 0;
-	}
-	sg_free_table(&mr->sgt);
-	if (!mr->provider)
-		return ret;
-
-	if (strict) {
-		dev_err_ratelimited(dev, "REG_MR (strict P2P): RNIC %s cannot DMA to GPU %s memory peer-to-peer: %d\n",
-				    pci_name(nic->rd.pdev), pci_name(mr->provider), ret);
-		*why = "peer-to-peer DMA-mapping the GPU memory (strict)";
-		return ret;
-	}
-	dev_warn_ratelimited(dev, "REG_MR: RNIC %s cannot DMA to GPU %s memory peer-to-peer (%d): using a host bounce buffer of %u pages\n",
-			     pci_name(nic->rd.pdev), pci_name(mr->provider), ret, mr->npages);
-	atomic64_inc(&nic->stats.p2p_fallbacks);
-	*why = "the host bounce buffer";
-	ret = rnic_mr_bounce_setup(nic, mr);
-	if (ret)
-		return ret;
-	mr->path = RNIC_MR_PATH_BOUNCE;
-	return 0;
-}
-
-static void rnic_mr_unmap(struct rnic_nic *nic, struct rnic_mr *mr)
-{
-	dma_unmap_sgtable(nic_dev(nic), &mr->sgt, mr->dir, 0);
-	sg_free_table(&mr->sgt);
-	if (mr->bounce)
-		rnic_mr_bounce_free(nic, mr);
-}
-
 static void rnic_mr_unpin(struct rnic_mr *mr)
 {
 	/* Device memory is not file-backed: nothing to mark dirty. */
@@ -374,60 +182,10 @@ static int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
 }
 
 /*
- * The exporter never moves a GPU's BAR1 and never invalidates a mapping (rnic_gpu_dmabuf.c):
- * MRs import pinned and are revoked through the GPU registry instead (rnic_p2p.c).
+ * Unmaps, unpins and detaches a dma-buf MR's import and drops its buffer reference. The
+ * import itself is rnic_mr_dmabuf.c's; its teardown is here for rnic_mr_release_mem().
  */
-static void rnic_mr_dmabuf_invalidate(struct dma_buf_attachment *attach)
-{
-	struct rnic_mr *mr = attach->importer_priv;
-
-	pr_warn_once("rnic_emu: dma-buf of MR %u invalidated although pinned; the MR keeps its pages until DEREG_MR\n",
-		     mr->index);
-}
-
-static const struct dma_buf_attach_ops rnic_mr_dmabuf_ops = {
-	.allow_peer2peer	= true,
-	.invalidate_mappings	= rnic_mr_dmabuf_invalidate,
-};
-
-/*
- * Attaches the RNIC to @dmabuf, pins and maps the attachment (the exporter decides P2P or
- * refusal for the RNIC, -EREMOTEIO). Takes over the caller's reference to @dmabuf on
- * success.
- */
-static int rnic_mr_dmabuf_import(struct rnic_nic *nic, struct rnic_mr *mr, struct dma_buf *dmabuf)
-{
-	struct dma_buf_attachment *attach;
-	struct sg_table *sgt;
-	int ret;
-
-	attach = dma_buf_dynamic_attach(dmabuf, nic_dev(nic), &rnic_mr_dmabuf_ops, mr);
-	if (IS_ERR(attach))
-		return PTR_ERR(attach);
-	dma_resv_lock(dmabuf->resv, NULL);
-	ret = dma_buf_pin(attach);
-	if (ret)
-		goto err_unlock;
-	sgt = dma_buf_map_attachment(attach, mr->dir);
-	if (IS_ERR(sgt)) {
-		ret = PTR_ERR(sgt);
-		goto err_unpin;
-	}
-	dma_resv_unlock(dmabuf->resv);
-	mr->attach = attach;
-	mr->dmabuf_sgt = sgt;
-	return 0;
-
-err_unpin:
-	dma_buf_unpin(attach);
-err_unlock:
-	dma_resv_unlock(dmabuf->resv);
-	dma_buf_detach(dmabuf, attach);
-	return ret;
-}
-
-/* Unmaps, unpins and detaches a dma-buf MR's import and drops its buffer reference. */
-static void rnic_mr_dmabuf_release(struct rnic_mr *mr)
+void rnic_mr_dmabuf_release(struct rnic_mr *mr)
 {
 	struct dma_buf *dmabuf = mr->attach->dmabuf;
 
@@ -447,8 +205,8 @@ static void rnic_mr_dmabuf_release(struct rnic_mr *mr)
  * dma-buf comes mapped; @strict as in rnic_mr_map()), MTT space and entries, the MR index
  * and the device's REG_MR command. On failure it undoes only its own steps.
  */
-static int rnic_mr_add(struct rnic_ucontext *uc, struct rnic_mr *mr, u32 pdn, bool strict,
-		       const char **why)
+int rnic_mr_add(struct rnic_ucontext *uc, struct rnic_mr *mr, u32 pdn, bool strict,
+		const char **why)
 {
 	struct rnic_nic *nic = uc->nic;
 	struct rnic_mr_ctx *ctx;
@@ -541,7 +299,7 @@ err_unlock:
 }
 
 /* The request's access bits and flags, and the outputs of a registered MR. */
-static int rnic_mr_check_access(struct device *dev, const struct rnic_reg_mr *req)
+int rnic_mr_check_access(struct device *dev, const struct rnic_reg_mr *req)
 {
 	if (req->pad || req->flags & ~RNIC_MR_FLAG_STRICT_P2P ||
 	    req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
@@ -553,7 +311,7 @@ static int rnic_mr_check_access(struct device *dev, const struct rnic_reg_mr *re
 	return 0;
 }
 
-static void rnic_mr_done(const struct rnic_mr *mr, struct rnic_reg_mr *req)
+void rnic_mr_done(const struct rnic_mr *mr, struct rnic_reg_mr *req)
 {
 	req->lkey = mr->key;
 	req->rkey = mr->key;
@@ -641,92 +399,6 @@ err_free:
 	return ret;
 }
 
-/**
- * rnic_reg_mr_dmabuf() - REG_MR over [@offset, @offset + length) of a GPU's dma-buf
- * @uc: the verbs context (uc->lock not held)
- * @req: as for rnic_reg_mr(); addr is the MR's iova, whose offset in its page must be that
- *       of @offset; flags are ignored beyond their validation: a dma-buf MR never bounces
- * @fd: a dma-buf of GPU_EXPORT_DMABUF (rnic_gpu_dmabuf.c); other exporters: -EOPNOTSUPP
- * @offset: where the MR starts in the buffer
- *
- * The import is pinned; the MR is then registered as a P2P MR over the GPU's memory (path,
- * counters, revocation when the GPU goes away). An RNIC the GPU cannot reach peer-to-peer
- * gets the exporter's -EREMOTEIO.
- */
-int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset)
-{
-	struct rnic_nic *nic = uc->nic;
-	struct device *dev = nic_dev(nic);
-	struct dma_buf *dmabuf;
-	struct rnic_mr *mr;
-	const char *why;
-	u64 last, end;
-	int ret;
-
-	ret = rnic_mr_check_access(dev, req);
-	if (ret)
-		return ret;
-	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
-	    check_add_overflow(req->addr, req->length - 1, &last) ||
-	    check_add_overflow(offset, req->length, &end) ||
-	    (offset ^ req->addr) & ~PAGE_MASK) {
-		dev_warn_ratelimited(dev, "REG_MR dma-buf: offset 0x%llx, iova 0x%llx + %llu: empty, over %llu bytes, wrapping, or iova and offset differ within a page\n",
-				     offset, req->addr, req->length, RNIC_UAPI_MAX_MR_SIZE);
-		return -EINVAL;
-	}
-	dmabuf = dma_buf_get(fd);
-	if (IS_ERR(dmabuf))
-		return PTR_ERR(dmabuf);
-
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
-	ret = -ENOMEM;
-	why = "MR";
-	if (!mr)
-		goto err_put;
-	mr->access = req->access;
-	mr->dir = rnic_mr_writable(mr->access) ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
-	mr->iova = req->addr;
-	mr->length = req->length;
-	mr->npages = (PAGE_ALIGN(end) - (offset & PAGE_MASK)) >> PAGE_SHIFT;
-	mr->dmabuf_first = offset >> PAGE_SHIFT;
-
-	why = "the buffer (not a GPU's dma-buf, or the range is outside it)";
-	ret = -EOPNOTSUPP;
-	mr->provider = rnic_gpu_dmabuf_provider(dmabuf);
-	if (!mr->provider)
-		goto err_free;
-	ret = -EINVAL;
-	if (end > dmabuf->size)
-		goto err_free;
-
-	why = "importing the dma-buf (peer-to-peer DMA-mapping the GPU memory)";
-	ret = rnic_mr_dmabuf_import(nic, mr, dmabuf);
-	if (ret)
-		goto err_free;
-	mr->path = rnic_p2p_path(nic->rd.pdev, mr->provider);
-
-	ret = rnic_mr_add(uc, mr, req->pd, true, &why);
-	if (ret) {
-		rnic_mr_dmabuf_release(mr);	/* puts dmabuf */
-		pci_dev_put(mr->provider);
-		kfree(mr);
-		goto err_count;
-	}
-	rnic_mr_done(mr, req);
-	return 0;
-
-err_free:
-	pci_dev_put(mr->provider);
-	kfree(mr);
-err_put:
-	dma_buf_put(dmabuf);
-err_count:
-	atomic64_inc(&nic->stats.mr_reg_failures);
-	dev_warn_ratelimited(dev, "REG_MR dma-buf fd %d offset 0x%llx + %llu (access 0x%x) failed at %s: %d\n",
-			     fd, offset, req->length, req->access, why, ret);
-	return ret;
-}
-
 /* Unmaps, unpins and unaccounts an MR's memory and frees its MTT range. */
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr)
 {
@@ -808,61 +480,4 @@ int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req)
 	rnic_mr_bounce_copy(mr, req->offset, req->length,
 			    req->direction == RNIC_MR_SYNC_TO_BOUNCE);
 	return 0;
-}
-
-/* Revokes the MRs of one file over @provider's memory (uc->lock held). */
-static unsigned int rnic_uc_revoke(struct rnic_ucontext *uc, struct pci_dev *provider)
-{
-	struct rnic_nic *nic = uc->nic;
-	unsigned long i, j;
-	unsigned int n = 0;
-	struct rnic_mr *mr;
-	struct rnic_qp *qp;
-
-	lockdep_assert_held(&uc->lock);
-	xa_for_each(&uc->mrs, i, mr) {
-		if (mr->revoked || mr->provider != provider)
-			continue;
-		/* Quiesce: every QP that could name the MR (same PD) stops. */
-		xa_for_each(&uc->qps, j, qp)
-			if (qp->pd == mr->pd)
-				rnic_qp_to_err(uc, qp);
-		/*
-		 * Even a refused DEREG_MR cannot reach the GPU any more: its BAR1_APERTURE slot
-		 * is already cleared. The pin must go, or the GPU's removal waits forever.
-		 */
-		if (!rnic_cmd_release(nic, RNIC_CMD_DEREG_MR, mr->index))
-			dev_err_ratelimited(nic_dev(nic), "revoking MR %u: the device refused DEREG_MR; unpinning anyway\n",
-					    mr->index);
-		rnic_mr_release_mem(nic, mr);
-		mr->revoked = true;
-		atomic64_inc(&nic->stats.revoked_mrs);
-		n++;
-	}
-	return n;
-}
-
-/**
- * rnic_nic_revoke_provider() - revoke every MR of @nic over the memory of @provider
- * @nic: an RNIC
- * @provider: a GPU going away, already out of the registry and the aperture slots
- *
- * Called by rnic_p2p.c from the GPU's remove(); takes files_lock and each uc->lock.
- */
-void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider)
-{
-	struct rnic_ucontext *uc;
-	unsigned int n = 0;
-
-	mutex_lock(&nic->files_lock);
-	list_for_each_entry(uc, &nic->files, node) {
-		mutex_lock(&uc->lock);
-		if (!uc->dead)
-			n += rnic_uc_revoke(uc, provider);
-		mutex_unlock(&uc->lock);
-	}
-	mutex_unlock(&nic->files_lock);
-	if (n)
-		dev_info(nic_dev(nic), "GPU %s is going away: revoked %u MRs over its memory (their QPs moved to ERROR)\n",
-			 pci_name(provider), n);
 }

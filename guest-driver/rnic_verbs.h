@@ -11,9 +11,20 @@
  * copies completions out after), so removal never waits for a page fault user space
  * controls.
  *
- * One file per object kind: rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c,
- * rnic_mr.c; rnic_verbs.c holds bring-up, commands, surprise-removal detection and the
- * teardown of a whole file. They all include this header and nothing of each other.
+ * The verbs core is layered; each file calls only the ones below it (beyond the core:
+ * rnic_verbs.c's interrupt hook calls ib_core's, rnic_ib_cq_event(); rnic_uctx.c drops
+ * its reference with rnic_nic_put(), rnic_nic.c; rnic_cmd.c calls the fault hooks):
+ *   rnic_verbs.c   bring-up and teardown of the engine, the interrupt hook
+ *   rnic_uctx.c    verbs contexts (open files): open, close, destroying their objects,
+ *                  freeing the zombies
+ *   rnic_pd.c, rnic_cq.c, rnic_qp.c, rnic_post.c, rnic_poll.c: one file per object kind
+ *                  or verb; MRs in rnic_mr_dmabuf.c (dma-buf MRs, revocation) over
+ *                  rnic_mr.c (pinning, registration) over rnic_mr_p2p.c (DMA mapping,
+ *                  P2P, bounce buffers) and rnic_mtt.c (the MTT allocator)
+ *   rnic_cmd.c     device commands, surprise-removal detection, a context's mutex,
+ *                  ring memory
+ * They all include this header and nothing of each other, except the narrow headers of
+ * the fault hooks, the doorbell page and the MR files' internals.
  *
  * Locking order: rnic_p2p_lock (GPU removal) -> rnic_nic.files_lock ->
  * rnic_ucontext.lock -> rnic_nic.cmd_lock / rnic_nic.mtt_lock / rnic_nic.zombie_lock.
@@ -174,7 +185,7 @@ struct rnic_cq {
 	dma_addr_t ring_dma;
 };
 
-/* A ring mapped into user space: see rnic_ring_map_add() in rnic_verbs.c. */
+/* A ring mapped into user space: see rnic_ring_map_add() in rnic_cmd.c. */
 struct rnic_ring_map {
 	void *ring;
 	size_t size;
@@ -245,26 +256,32 @@ struct rnic_mr {
 	struct list_head zombie;	/* in nic->zombie_mrs when the device kept it */
 };
 
-/* rnic_verbs.c: bring-up, commands, liveness, teardown */
+/* rnic_verbs.c: bring-up and teardown of the engine, the interrupt hook */
 int rnic_verbs_init(struct rnic_nic *nic);
 void rnic_verbs_quiesce(struct rnic_nic *nic);
 void rnic_verbs_fini(struct rnic_nic *nic);
 bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec);
+
+/* rnic_uctx.c: verbs contexts, the teardown of their objects, zombies */
+struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic);
+void rnic_uc_close(struct rnic_ucontext *uc);
+void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
+void rnic_zombies_free(struct rnic_nic *nic);
+
+/* rnic_cmd.c: commands, liveness, a context's mutex, ring memory */
 int rnic_cmd(struct rnic_nic *nic, u32 op, u32 index);
 bool rnic_cmd_release(struct rnic_nic *nic, u32 op, u32 index);
 bool rnic_nic_alive(struct rnic_nic *nic);
 bool rnic_nic_alive_ratelimited(struct rnic_nic *nic);
-void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma);
-void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma, bool device_let_go);
-void rnic_zombies_free(struct rnic_nic *nic);
-int rnic_ring_map_add(struct rnic_nic *nic, struct rnic_ring_map *m);
-void rnic_ring_map_put(struct rnic_nic *nic, struct rnic_ring_map *m);
-void rnic_nic_put(struct rnic_nic *nic);
 int rnic_uc_lock(struct rnic_ucontext *uc);
 void rnic_uc_unlock(struct rnic_ucontext *uc);
-void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc);
-struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic);
-void rnic_uc_close(struct rnic_ucontext *uc);
+void *rnic_ring_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma);
+void rnic_ring_free(struct rnic_nic *nic, void *ring, size_t size, dma_addr_t dma, bool device_let_go);
+int rnic_ring_map_add(struct rnic_nic *nic, struct rnic_ring_map *m);
+void rnic_ring_map_put(struct rnic_nic *nic, struct rnic_ring_map *m);
+
+/* rnic_nic.c: drops a reference to the RNIC function (the last one frees it) */
+void rnic_nic_put(struct rnic_nic *nic);
 
 /* rnic_pd.c */
 int rnic_alloc_pd(struct rnic_ucontext *uc, struct rnic_alloc_pd *req);
@@ -292,15 +309,15 @@ int rnic_post_recv(struct rnic_ucontext *uc, struct rnic_post *req);
 /* rnic_poll.c: runs without uc->lock held */
 int rnic_poll_cq(struct rnic_ucontext *uc, struct rnic_poll_cq *req);
 
-/* rnic_mr.c */
-int rnic_mtt_init(struct rnic_nic *nic);
-void rnic_mtt_fini(struct rnic_nic *nic);
+/* rnic_mr.c: MRs over user memory, DEREG_MR, MR_SYNC (the MTT: rnic_mtt.h) */
 int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req);	/* without uc->lock */
-int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset);
 int rnic_dereg_mr(struct rnic_ucontext *uc, u32 index);
 int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr);
+
+/* rnic_mr_dmabuf.c: dma-buf MRs, revocation of MRs over a GPU that goes away */
+int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset);
 void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);
 
 /* rnic_ib_verbs.c: hard-irq part of a CQ vector, for the CQs of ib_core contexts */
