@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * rnic-emu guest driver: how the RNIC driver reacts to device faults (docs/faults.md).
- * rnic_fault.c; the hooks below are called from the verbs core (rnic_verbs.c,
- * rnic_poll.c) and the module entry points (rnic_main.c).
+ * rnic_fault.c; the hooks below are called from the verbs core (rnic_cmd.c,
+ * rnic_verbs.c, rnic_poll.c) and the module entry points (rnic_main.c).
  */
 #ifndef _RNIC_FAULT_H
 #define _RNIC_FAULT_H

@@ -6,7 +6,7 @@
  * A buffer is [offset, offset + length) of BAR1, whose pages are the GPU's P2PDMA pages
  * (ZONE_DEVICE, registered by rnic_gpu.c). Only importers that take peer memory without
  * struct pages (allow_peer2peer) may attach. map_dma_buf builds a scatter list over those
- * pages and maps it with dma_map_sgtable() for the importer's device, the call rnic_mr.c
+ * pages and maps it with dma_map_sgtable() for the importer's device, the call rnic_mr_p2p.c
  * makes for a P2P MR over a p2pmem mapping: Linux's P2PDMA rules decide the same way (bus
  * addresses through a switch, a mapping through a whitelisted host bridge, or -EREMOTEIO).
  * A mapping holds a reference to the pages' dev_pagemap, so the P2PDMA teardown of a GPU

@@ -4,7 +4,7 @@
  * the rings of their CQs and QPs and each object's own page of the doorbell page (BAR2,
  * docs/verbs.md §3.1). Every mapping goes through ib_core's mmap entries, so the RDMA core
  * zaps them when the device goes away. A ring outlives its object while it is mapped
- * (rnic_ring_map_add() in rnic_verbs.c): destroy and last unmap may come in either order.
+ * (rnic_ring_map_add() in rnic_cmd.c): destroy and last unmap may come in either order.
  *
  * Not modelled: rings from a remapping DMA allocator (an IOMMU in the guest) are not
  * linear kernel memory and cannot be mapped; creating such a CQ or QP fails.

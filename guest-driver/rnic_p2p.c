@@ -10,7 +10,7 @@
  *
  * A GPU going away is first taken out of the list and out of every RNIC's aperture slots
  * (the RNIC can no longer DMA to it), then every RNIC revokes the MRs over its memory
- * (rnic_mr.c), so that no pin is left for the P2PDMA teardown to wait for.
+ * (rnic_mr_dmabuf.c), so that no pin is left for the P2PDMA teardown to wait for.
  */
 #include <linux/io.h>
 #include <linux/mutex.h>
