@@ -781,9 +781,9 @@ static int bw_main(struct cm *c, const struct opts *o)
 		own_wrong += wrong[0] + wrong[1];
 		if (cm_gather(c, v, RP_N))
 			return 1;
-		if (c->rank)
-			continue;
-		bw_report(c, o, &w, &model, bytes, pct, &t);
+		if (!c->rank)
+			bw_report(c, o, &w, &model, bytes, pct, &t);
+		/* -f 1: one size, on every rank (the others must not go on to size + 1). */
 		if (o->factor <= 1)
 			break;
 	}
