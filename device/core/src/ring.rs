@@ -5,8 +5,8 @@
 //!
 //! The host test driver (`rnic_emu::hostdrv`), the engine's unit tests and the fuzz
 //! harnesses call these functions; [`c_header`] renders the same helpers as static inline
-//! C for the guest kernel driver, the rdma-core provider and the guest tools
-//! ([`HEADER_PATH`], checked in, regenerated with `rnic-emu gen-ring-header`). `tests`
+//! C ([`HEADER_PATH`], checked in, regenerated with `rnic-emu gen-ring-header`) for the
+//! guest kernel driver, the rdma-core provider and any guest tool that needs them. `tests`
 //! fail when the checked-in header drifts, and compile it to check that every C helper
 //! computes what its Rust twin does.
 //!
