@@ -21,7 +21,7 @@ MODULE_PARM_DESC(db_page, "use the RNIC's doorbell page when it offers one (defa
 
 static void __iomem *rnic_qp_page(struct rnic_nic *nic, u32 qpn)
 {
-	return nic->dbp + RNIC_DBP_QP_PAGES + (size_t)qpn * RNIC_DBP_PAGE;
+	return nic->dbp + rnic_dbp_qp(qpn);
 }
 
 /**
@@ -82,20 +82,20 @@ void rnic_ring_wq(struct rnic_nic *nic, u32 qpn, bool recv, u16 old, u16 new)
 	if (nic->dbp) {
 		page = rnic_qp_page(nic, qpn);
 		/* writel() orders the WQE stores before the index store. */
-		writel(new, page + (recv ? RNIC_DBP_RQ_PI : RNIC_DBP_SQ_PI));
+		writel(new, page + rnic_dbp_pi(recv));
 		mb();	/* the index store before the event-index load (docs/verbs.md §3.1) */
-		event = readl(page + (recv ? RNIC_DBP_RQ_EVENT : RNIC_DBP_SQ_EVENT));
+		event = readl(page + rnic_dbp_event(recv));
 		if (!rnic_need_kick(event, new, old))
 			return;
 	}
-	writel(qpn << RNIC_DB_OBJECT_SHIFT | new, nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
+	writel(rnic_db_value(qpn, new), nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
 }
 
 /* The driver consumed CQ @cqn's entries up to @ci (the device needs it to see room). */
 void rnic_cq_set_ci(struct rnic_nic *nic, u32 cqn, u16 ci)
 {
 	if (nic->dbp)
-		writel(ci, nic->dbp + RNIC_DBP_CQ_PAGES + (size_t)cqn * RNIC_DBP_PAGE + RNIC_DBP_CQ_CI);
+		writel(ci, nic->dbp + rnic_dbp_cq(cqn) + RNIC_DBP_CQ_CI);
 	else
-		writel(cqn << RNIC_DB_OBJECT_SHIFT | ci, nic->rd.bar0 + CQE_CONS_IDX);
+		writel(rnic_db_value(cqn, ci), nic->rd.bar0 + CQE_CONS_IDX);
 }

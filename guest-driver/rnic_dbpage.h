@@ -12,17 +12,9 @@
 
 #include <linux/types.h>
 
-struct rnic_nic;
+#include "uapi/rnic_emu_ring.h"	/* rnic_need_kick(), the page offsets, doorbell values */
 
-/*
- * rnic_need_kick() - whether moving a producer index from @old to @new must ring the MMIO
- * doorbell, given the device's event index @event: iff @event lies in [@old, @new) in
- * 16-bit arithmetic (virtio's vring_need_event()).
- */
-static inline bool rnic_need_kick(u16 event, u16 new, u16 old)
-{
-	return (u16)(new - event - 1) < (u16)(new - old);
-}
+struct rnic_nic;
 
 u32 rnic_dbpage_init(struct rnic_nic *nic);
 void rnic_dbpage_fini(struct rnic_nic *nic);

@@ -24,6 +24,7 @@
 #include <rdma/uverbs_ioctl.h>
 
 #include "rnic_ib.h"
+#include "uapi/rnic_emu_ring.h"
 #include "uapi/rnic_ib_abi.h"
 
 /* IBA's RNR NAK timer encoding (table 45), in microseconds. */
@@ -97,8 +98,7 @@ int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 				rcq->ring_dma, &resp.ring_key, &cq->ring_map);
 	if (ret)
 		goto err_destroy;
-	ret = rnic_ib_mmap_db(ctx, RNIC_DBP_CQ_PAGES + (size_t)cq->cqn * RNIC_DBP_PAGE,
-			      &resp.db_key, &cq->db_map);
+	ret = rnic_ib_mmap_db(ctx, rnic_dbp_cq(cq->cqn), &resp.db_key, &cq->db_map);
 	if (ret)
 		goto err_destroy;
 	resp.cqn = cq->cqn;
@@ -152,7 +152,7 @@ int rnic_ib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 	struct rnic_nic *nic = ib_nic(ibcq->device);
 
 	atomic_set(&cq->armed, 1);
-	iowrite32(cq->cqn << RNIC_DB_OBJECT_SHIFT, nic->rd.bar0 + CQ_ARM);
+	iowrite32(rnic_db_value(cq->cqn, 0), nic->rd.bar0 + CQ_ARM);
 	return 0;
 }
 
@@ -223,8 +223,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 				&resp.rq_key, &qp->rq_map);
 	if (ret)
 		goto err_destroy;
-	ret = rnic_ib_mmap_db(ctx, RNIC_DBP_QP_PAGES + (size_t)qp->qpn * RNIC_DBP_PAGE,
-			      &resp.db_key, &qp->db_map);
+	ret = rnic_ib_mmap_db(ctx, rnic_dbp_qp(qp->qpn), &resp.db_key, &qp->db_map);
 	if (ret)
 		goto err_destroy;
 	resp.qpn = qp->qpn;
@@ -466,10 +465,10 @@ static int rnic_ib_kick(struct ib_qp *ibqp, bool recv)
 {
 	struct rnic_nic *nic = ib_nic(ibqp->device);
 	u32 qpn = to_iqp(ibqp)->qpn;
-	void __iomem *page = nic->dbp + RNIC_DBP_QP_PAGES + (size_t)qpn * RNIC_DBP_PAGE;
-	u16 pi = readl(page + (recv ? RNIC_DBP_RQ_PI : RNIC_DBP_SQ_PI));
+	void __iomem *page = nic->dbp + rnic_dbp_qp(qpn);
+	u16 pi = readl(page + rnic_dbp_pi(recv));
 
-	writel(qpn << RNIC_DB_OBJECT_SHIFT | pi, nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
+	writel(rnic_db_value(qpn, pi), nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
 	return 0;
 }
 

@@ -20,42 +20,41 @@
 #include "rnic_dbpage.h"
 #include "rnic_fault.h"
 #include "rnic_verbs.h"
+#include "uapi/rnic_emu_ring.h"
 
 /* Matches a CQE to its slot, frees the slots up to it; false: stale, drop it. */
 static bool rnic_cqe_to_wc(struct rnic_ucontext *uc, struct rnic_cq *cq,
 			   const struct rnic_cqe *cqe, struct rnic_wc *wc)
 {
 	struct rnic_nic *nic = uc->nic;
-	bool recv = cqe->wr_id & RNIC_WRID_RECV;
-	u16 idx = cqe->wr_id & 0xffff;
+	bool recv = rnic_wrid_recv(cqe->wr_id);
+	u16 idx = rnic_wrid_index(cqe->wr_id);
 	struct rnic_qp *qp;
 	struct rnic_wq *wq;
 	u16 off, outstanding, k;
-	u32 mask;
 
 	qp = xa_load(&uc->qps, cqe->qpn);
-	if (!qp || qp->gen != (u32)(cqe->wr_id >> 32) ||
-	    (cqe->wr_id & 0xfffe0000) || (recv ? qp->recv_cq : qp->send_cq) != cq) {
+	if (!qp || !rnic_wrid_valid(cqe->wr_id) || qp->gen != rnic_wrid_gen(cqe->wr_id) ||
+	    (recv ? qp->recv_cq : qp->send_cq) != cq) {
 		atomic64_inc(&nic->stats.stale_cqes);
 		dev_dbg(nic_dev(nic), "CQ %u: dropping CQE of QP %u wr_id 0x%llx (QP gone or reset)\n",
 			cq->cqn, cqe->qpn, cqe->wr_id);
 		return false;
 	}
 	wq = recv ? &qp->rq : &qp->sq;
-	mask = (1U << wq->log_size) - 1;
 	outstanding = wq->pi - wq->ci;
 	off = idx - wq->ci;
-	if (off >= outstanding || !test_bit(idx & mask, wq->busy)) {
+	if (off >= outstanding || !test_bit(rnic_ring_slot(idx, wq->log_size), wq->busy)) {
 		atomic64_inc(&nic->stats.stale_cqes);
 		dev_warn_ratelimited(nic_dev(nic), "CQ %u: CQE for QP %u %s index %u, which is not outstanding (ci %u pi %u)\n",
 				     cq->cqn, qp->qpn, recv ? "RQ" : "SQ", idx, wq->ci, wq->pi);
 		return false;
 	}
 	for (k = 0; k <= off; k++)
-		clear_bit((u16)(wq->ci + k) & mask, wq->busy);
+		clear_bit(rnic_ring_slot((u16)(wq->ci + k), wq->log_size), wq->busy);
 	wq->ci = idx + 1;
 
-	wc->wr_id = wq->wr_id[idx & mask];
+	wc->wr_id = wq->wr_id[rnic_ring_slot(idx, wq->log_size)];
 	wc->status = cqe->status;
 	wc->opcode = cqe->opcode;
 	wc->byte_len = cqe->byte_len;
@@ -75,8 +74,8 @@ static u32 rnic_cq_poll(struct rnic_ucontext *uc, struct rnic_cq *cq, struct rni
 	struct rnic_cqe *slot, cqe;
 
 	while (got < n && consumed <= mask) {
-		slot = &cq->ring[cq->ci & mask];
-		if (READ_ONCE(slot->owner) != (((cq->ci >> cq->log_size) & 1) ^ 1))
+		slot = &cq->ring[rnic_ring_slot(cq->ci, cq->log_size)];
+		if (READ_ONCE(slot->owner) != rnic_ring_owner(cq->ci, cq->log_size))
 			break;
 		dma_rmb();	/* the owner byte is written last */
 		cqe = *slot;
@@ -94,7 +93,7 @@ static u32 rnic_cq_poll(struct rnic_ucontext *uc, struct rnic_cq *cq, struct rni
 static void rnic_cq_arm(struct rnic_nic *nic, struct rnic_cq *cq)
 {
 	atomic_inc(&nic->vec_armed[cq->vector]);
-	iowrite32(cq->cqn << RNIC_DB_OBJECT_SHIFT, nic->rd.bar0 + CQ_ARM);
+	iowrite32(rnic_db_value(cq->cqn, 0), nic->rd.bar0 + CQ_ARM);
 }
 
 /*

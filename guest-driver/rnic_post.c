@@ -8,15 +8,16 @@
  * doorbell is rung once per chunk (rnic_post_doorbell(), the one place that tells the
  * device about new WQEs). Keys and addresses are the device's to check.
  *
- * The wr_id the device sees is not the caller's: it is (QP generation << 32 | RQ bit << 16
- * | producer index), so that a completion names its slot (rnic_poll.c puts the caller's
- * back).
+ * The wr_id the device sees is not the caller's: it is rnic_wrid() of the QP's generation,
+ * the queue and the producer index (uapi/rnic_emu_ring.h), so that a completion names its
+ * slot (rnic_poll.c puts the caller's back).
  */
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
 #include "rnic_dbpage.h"
 #include "rnic_verbs.h"
+#include "uapi/rnic_emu_ring.h"
 
 #define RNIC_WQE_HDR_SIZE	sizeof(struct rnic_wqe)
 #define RNIC_MAX_STRIDE_LOG	8
@@ -31,14 +32,15 @@ struct rnic_post_wr {
 	u8 inl[RNIC_UAPI_MAX_INLINE];
 };
 
-static u64 rnic_hw_wrid(const struct rnic_qp *qp, bool recv, u16 pi)
-{
-	return (u64)qp->gen << 32 | (recv ? RNIC_WRID_RECV : 0) | pi;
-}
-
 static bool rnic_wq_full(const struct rnic_wq *wq)
 {
-	return (u16)(wq->pi - wq->ci) >= (1U << wq->log_size);
+	return rnic_ring_full(wq->pi, wq->ci, wq->log_size);
+}
+
+/* Where the WQE of the queue's producer index goes. */
+static void *rnic_wq_next(const struct rnic_wq *wq)
+{
+	return wq->ring + rnic_ring_offset(wq->pi, wq->log_size, wq->log_stride);
 }
 
 /* uAPI SGEs (ours) to device SGEs (the generated contract), field by field. */
@@ -117,7 +119,7 @@ static int rnic_post_send_one(struct rnic_nic *nic, struct rnic_qp *qp,
 	hdr->opcode = wr->opcode;
 	hdr->flags = wr->flags;
 	hdr->imm_data = wr->imm_data;
-	hdr->wr_id = rnic_hw_wrid(qp, false, qp->sq.pi);
+	hdr->wr_id = rnic_wrid(qp->gen, false, qp->sq.pi);
 	hdr->remote_addr = wr->remote_addr;
 	hdr->rkey = wr->rkey;
 	if (wr->flags & RNIC_WQE_FLAG_INLINE) {
@@ -130,8 +132,8 @@ static int rnic_post_send_one(struct rnic_nic *nic, struct rnic_qp *qp,
 		len += wr->num_sge * sizeof(struct rnic_sge);
 	}
 
-	slot = qp->sq.pi & ((1U << qp->sq.log_size) - 1);
-	memcpy(qp->sq.ring + ((size_t)slot << qp->sq.log_stride), buf, len);
+	slot = rnic_ring_slot(qp->sq.pi, qp->sq.log_size);
+	memcpy(rnic_wq_next(&qp->sq), buf, len);
 	qp->sq.wr_id[slot] = wr->wr_id;
 	set_bit(slot, qp->sq.busy);
 	qp->sq.pi++;
@@ -160,12 +162,12 @@ static int rnic_post_recv_one(struct rnic_nic *nic, struct rnic_qp *qp,
 	memset(hdr, 0, sizeof(*hdr));
 	hdr->opcode = RNIC_WQE_OP_RECV;
 	hdr->num_sge = wr->num_sge;
-	hdr->wr_id = rnic_hw_wrid(qp, true, qp->rq.pi);
+	hdr->wr_id = rnic_wrid(qp->gen, true, qp->rq.pi);
 	rnic_copy_sges(buf + len, wr->sge, wr->num_sge);
 	len += wr->num_sge * sizeof(struct rnic_sge);
 
-	slot = qp->rq.pi & ((1U << qp->rq.log_size) - 1);
-	memcpy(qp->rq.ring + ((size_t)slot << qp->rq.log_stride), buf, len);
+	slot = rnic_ring_slot(qp->rq.pi, qp->rq.log_size);
+	memcpy(rnic_wq_next(&qp->rq), buf, len);
 	qp->rq.wr_id[slot] = wr->wr_id;
 	set_bit(slot, qp->rq.busy);
 	qp->rq.pi++;

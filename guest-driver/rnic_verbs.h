@@ -139,9 +139,6 @@ struct rnic_nic {
 	struct xarray ring_maps;	/* struct rnic_ring_map by ring page: user-mapped rings */
 };
 
-/* Bit 16 of the wr_id the device sees: the WQE is a receive (rnic_post.c, rnic_poll.c). */
-#define RNIC_WRID_RECV		BIT_ULL(16)
-
 /* nic->flags: reads of the ID register returned all-ones (the device is gone). */
 #define RNIC_NIC_GONE		0
 

@@ -178,8 +178,9 @@ build_rdma() {
     cp -a "$ROOT/usr/src/rdma-core/src" "$src"
     mkdir -p "$src/providers/rnic"
     cp -a "$repo/guest-driver/provider/." "$src/providers/rnic/"
-    # The ring formats and the command data the kernel driver shares with the provider.
-    cp "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_ib_abi.h} "$src/providers/rnic/"
+    # The ring formats, the ring protocol's helpers and the command data the kernel driver
+    # shares with the provider.
+    cp "$repo"/guest-driver/include/uapi/{rnic_emu_regs.h,rnic_emu_ring.h,rnic_ib_abi.h} "$src/providers/rnic/"
     grep -q '^add_subdirectory(providers/rxe)$' "$src/CMakeLists.txt" || die "rdma-core $ver: no providers/rxe line in CMakeLists.txt"
     sed -i 's|^add_subdirectory(providers/rxe)$|&\nadd_subdirectory(providers/rnic)|' "$src/CMakeLists.txt"
     # Our libibverbs programs, compiled against this tree's headers and libibverbs.

@@ -152,7 +152,7 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
 
 #[cfg(test)]
 mod tests {
-    /// A deterministic xorshift generator: the smoke test needs no extra crate.
+    /// Deterministic pseudo-random bytes of `seed` ([`super::smoke_bytes`]).
     fn bytes(seed: u64, n: usize) -> Vec<u8> {
         super::smoke_bytes(seed, n)
     }
@@ -338,17 +338,9 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("dbpage", dbpage),
 ];
 
-/// The pseudo-random bytes the smoke tests use (xorshift64).
+/// The pseudo-random bytes the smoke tests use: `n` bytes of the seeded generator.
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    crate::prng::Rng::new(seed).bytes(n)
 }
 
 /// One vfio-user message: header (id, command, size, flags, error) and payload.

@@ -12,6 +12,7 @@
 
 use crate::mem::dma::test_ram;
 use crate::regs::rnic::*;
+use crate::ring;
 use crate::shm::SharedMemory;
 use crate::verbs::abi::*;
 use anyhow::{bail, Context};
@@ -31,6 +32,8 @@ pub const IOVA: u64 = 0x4000_0000;
 pub const VA: u64 = 0x7f00_0000_0000;
 /// MTT entries the driver gives the device (MTT_ENTRIES).
 pub const MTT_ENTRIES_HOST: u32 = 1 << 16;
+/// log2 of the WQE stride of every SQ and RQ: 64 bytes, two SGEs.
+const WQE_LOG_STRIDE: u8 = 6;
 
 /// How a QP is connected (RTR/RTS attributes); the default is loopback on this RNIC.
 #[derive(Clone, Debug)]
@@ -260,13 +263,14 @@ impl HostDriver {
 
     /// A QP in INIT whose send and receive completions go to CQ `cqn`; 64-byte WQEs (2 SGEs).
     pub fn create_qp(&mut self, qpn: u32, pd: u32, cqn: u32, log_size: u8, access: u8) -> anyhow::Result<()> {
-        let (sq, rq) = (self.alloc(64 << log_size, 4096), self.alloc(64 << log_size, 4096));
+        let ring_bytes = 1u64 << (log_size + WQE_LOG_STRIDE);
+        let (sq, rq) = (self.alloc(ring_bytes, 4096), self.alloc(ring_bytes, 4096));
         let ctx = QpCtx {
             state: QPS_INIT,
             sq_log_size: log_size,
             rq_log_size: log_size,
-            sq_log_stride: 6,
-            rq_log_stride: 6,
+            sq_log_stride: WQE_LOG_STRIDE,
+            rq_log_stride: WQE_LOG_STRIDE,
             access,
             rnr_retry: 7,
             pd,
@@ -337,47 +341,41 @@ impl HostDriver {
     pub fn post(&mut self, qpn: u32, send: bool, wqes: &[(WqeHeader, Vec<Sge>)]) -> anyhow::Result<()> {
         let Some(q) = self.qps[qpn as usize].as_mut() else { bail!("QP {qpn} not created") };
         let (base, pi) = if send { (q.sq, &mut q.sq_pi) } else { (q.rq, &mut q.rq_pi) };
-        let mask = (1u16 << q.log_size) - 1;
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; 1 << WQE_LOG_STRIDE];
         for (hdr, sges) in wqes {
             buf.fill(0);
             buf[..32].copy_from_slice(hdr.as_slice());
             for (i, s) in sges.iter().take(2).enumerate() {
                 buf[32 + 16 * i..48 + 16 * i].copy_from_slice(s.as_slice());
             }
-            self.ram.write(base + u64::from(*pi & mask) * 64, &buf)?;
+            self.ram.write(base + ring::slot_offset(*pi, q.log_size, WQE_LOG_STRIDE), &buf)?;
             *pi = pi.wrapping_add(1);
         }
         let (old, new) = (pi.wrapping_sub(wqes.len() as u16), *pi);
         if self.dbpage.is_some() {
-            use crate::regs::rnic::dbpage::*;
-            let page = QP_PAGES + u64::from(qpn) * PAGE;
-            let (pi_off, event_off) = if send { (SQ_PI, SQ_EVENT) } else { (RQ_PI, RQ_EVENT) };
-            self.page_store(page + pi_off, new); // SeqCst: ordered before the load below
-            if !crate::doorbell::need_kick(self.page_load(page + event_off), new, old) {
+            let page = ring::dbp_qp(qpn);
+            self.page_store(page + ring::dbp_pi(!send), new); // SeqCst: ordered before the load below
+            if !ring::need_kick(self.page_load(page + ring::dbp_event(!send)), new, old) {
                 return Ok(());
             }
         }
-        let (reg, value) = (if send { WQE_DB_IDX } else { RQ_DB_IDX }, qpn << 16 | u32::from(new));
-        self.w32(reg, value)
+        self.w32(if send { WQE_DB_IDX } else { RQ_DB_IDX }, ring::db_value(qpn, new))
     }
 
     /// The next CQE of `cqn`, if one is there (consumer index reported right away).
     pub fn poll(&mut self, cqn: u32) -> anyhow::Result<Option<Cqe>> {
         let Some(cq) = self.cqs[cqn as usize].as_mut() else { bail!("CQ {cqn} not created") };
         let mut c = Cqe::default();
-        let slot = u64::from(cq.ci & ((1 << cq.log_size) - 1));
-        self.ram.read(cq.ring + slot * 32, c.as_mut_slice())?;
-        if c.owner != (((cq.ci >> cq.log_size) & 1) ^ 1) as u8 {
+        self.ram.read(cq.ring + ring::slot_offset(cq.ci, cq.log_size, ring::CQE_LOG_STRIDE), c.as_mut_slice())?;
+        if c.owner != ring::owner(cq.ci, cq.log_size) {
             return Ok(None);
         }
         cq.ci = cq.ci.wrapping_add(1);
         let ci = cq.ci;
         if self.dbpage.is_some() {
-            use crate::regs::rnic::dbpage::*;
-            self.page_store(CQ_PAGES + u64::from(cqn) * PAGE + CQ_CI, ci);
+            self.page_store(ring::dbp_cq(cqn) + dbpage::CQ_CI, ci);
         } else {
-            self.w32(CQE_CONS_IDX, cqn << 16 | u32::from(ci))?;
+            self.w32(CQE_CONS_IDX, ring::db_value(cqn, ci))?;
         }
         Ok(Some(c))
     }
@@ -400,7 +398,7 @@ impl HostDriver {
                 Some(v) => {
                     // A completion that lands between the poll above and the arm raises
                     // the vector at once (docs/verbs.md, CQ_ARM), so the sleep cannot miss it.
-                    self.w32(CQ_ARM, cqn << 16)?;
+                    self.w32(CQ_ARM, ring::db_value(cqn, 0))?;
                     sleep_on(self.irqs[v].as_raw_fd(), left)?;
                     let _ = self.irqs[v].read(); // non-blocking: EAGAIN when it timed out
                 }

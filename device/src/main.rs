@@ -161,6 +161,9 @@ enum Cmd {
     GenHeader,
     /// Print the Markdown register reference generated from the register contract.
     GenDoc,
+    /// Print the C ring-protocol header (guest-driver/include/uapi/rnic_emu_ring.h)
+    /// generated from device/core/src/ring.rs.
+    GenRingHeader,
 }
 
 fn main() -> ExitCode {
@@ -251,6 +254,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
         Cmd::Image => image::build()?,
         Cmd::GenHeader => print!("{}", contract::c_header()),
         Cmd::GenDoc => print!("{}", contract::markdown()),
+        Cmd::GenRingHeader => print!("{}", rnic_emu::ring::c_header()),
     }
     Ok(ExitCode::SUCCESS)
 }

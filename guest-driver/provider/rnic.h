@@ -2,8 +2,9 @@
 /*
  * rdma-core provider for the rnic-emu RNIC: the provider's objects (docs/ibverbs.md).
  * The kernel side is guest-driver/rnic_ib*.c; the driver-specific command data is
- * rnic_ib_abi.h, the rings' formats and the doorbell page rnic_emu_regs.h (both copied
- * here from guest-driver/include/uapi/ by images/build.sh).
+ * rnic_ib_abi.h, the rings' formats and the doorbell page rnic_emu_regs.h, the ring
+ * protocol's helpers (slots, owner bit, kick test, wr_id encoding) rnic_emu_ring.h (all
+ * three copied here from guest-driver/include/uapi/ by images/build.sh).
  */
 #ifndef RNIC_PROVIDER_H
 #define RNIC_PROVIDER_H
@@ -14,6 +15,7 @@
 #include <infiniband/driver.h>
 
 #include "rnic_emu_regs.h"
+#include "rnic_emu_ring.h"
 #include "rnic_ib_abi.h"
 
 struct rnic_device {
@@ -82,9 +84,6 @@ static inline struct rnic_qp *to_rqp(struct ibv_qp *ibqp)
 {
 	return container_of(ibqp, struct rnic_qp, vqp.qp);
 }
-
-/* The device-visible wr_id: QP generation << 32 | receive bit << 16 | slot index. */
-#define RNIC_WRID_RECV	(1ULL << 16)
 
 /* rnic_dp.c: the data path (no system call unless the device sleeps) */
 int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);

@@ -73,17 +73,17 @@ static int rnic_ring(struct rnic_qp *qp, bool recv, uint16_t old, uint16_t new)
 	uint16_t event;
 
 	udma_to_device_barrier();	/* the WQEs before the index */
-	page[(recv ? RNIC_DBP_RQ_PI : RNIC_DBP_SQ_PI) / 4] = new;
+	page[rnic_dbp_pi(recv) / 4] = new;
 	atomic_thread_fence(memory_order_seq_cst);	/* the store before the event load */
-	event = page[(recv ? RNIC_DBP_RQ_EVENT : RNIC_DBP_SQ_EVENT) / 4];
-	if ((uint16_t)(new - event - 1) < (uint16_t)(new - old))
+	event = page[rnic_dbp_event(recv) / 4];
+	if (rnic_need_kick(event, new, old))
 		return rnic_kick(qp, recv);
 	return 0;
 }
 
 static bool rnic_wq_full(struct rnic_wq *wq)
 {
-	return (uint16_t)(wq->pi - load16(&wq->ci)) >= (1U << wq->log_size);
+	return rnic_ring_full(wq->pi, load16(&wq->ci), wq->log_size);
 }
 
 static int rnic_send_op(enum ibv_wr_opcode op, uint8_t *out)
@@ -119,8 +119,9 @@ static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opc
 				      uint32_t rkey, uint32_t imm, int *err)
 {
 	struct rnic_wq *wq = &qp->sq;
-	uint32_t slot = wq->pi & ((1U << wq->log_size) - 1);
-	struct rnic_wqe *h = (struct rnic_wqe *)(wq->ring + ((size_t)slot << wq->log_stride));
+	uint32_t slot = rnic_ring_slot(wq->pi, wq->log_size);
+	struct rnic_wqe *h = (struct rnic_wqe *)(wq->ring + rnic_ring_offset(wq->pi, wq->log_size,
+									     wq->log_stride));
 	bool remote;
 	uint8_t op;
 
@@ -142,7 +143,7 @@ static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opc
 		h->flags |= RNIC_WQE_FLAG_SOLICITED;
 	if (op == RNIC_WQE_OP_RDMA_WRITE_IMM || op == RNIC_WQE_OP_SEND_IMM)
 		h->imm_data = imm;
-	h->wr_id = (uint64_t)qp->gen << 32 | wq->pi;
+	h->wr_id = rnic_wrid(qp->gen, false, wq->pi);
 	h->remote_addr = remote ? raddr : 0;
 	h->rkey = remote ? rkey : 0;
 	wq->wr_id[slot] = wr_id;
@@ -384,8 +385,8 @@ int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_
 	pthread_spin_lock(&wq->lock);
 	old = wq->pi;
 	for (; wr; wr = wr->next) {
-		uint32_t slot = wq->pi & ((1U << wq->log_size) - 1);
-		uint8_t *w = wq->ring + ((size_t)slot << wq->log_stride);
+		uint32_t slot = rnic_ring_slot(wq->pi, wq->log_size);
+		uint8_t *w = wq->ring + rnic_ring_offset(wq->pi, wq->log_size, wq->log_stride);
 		struct rnic_wqe *h = (struct rnic_wqe *)w;
 		struct rnic_sge *sge = (struct rnic_sge *)(w + sizeof(*h));
 
@@ -406,7 +407,7 @@ int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_
 		}
 		h->opcode = RNIC_WQE_OP_RECV;
 		h->num_sge = wr->num_sge;
-		h->wr_id = (uint64_t)qp->gen << 32 | RNIC_WRID_RECV | wq->pi;
+		h->wr_id = rnic_wrid(qp->gen, true, wq->pi);
 		wq->wr_id[slot] = wr->wr_id;
 		wq->pi++;
 	}
@@ -439,8 +440,8 @@ static enum ibv_wc_opcode rnic_wc_opcode(uint8_t op)
 static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
 			   struct ibv_wc *wc)
 {
-	bool recv = cqe->wr_id & RNIC_WRID_RECV;
-	uint16_t idx = cqe->wr_id & 0xffff;
+	bool recv = rnic_wrid_recv(cqe->wr_id);
+	uint16_t idx = rnic_wrid_index(cqe->wr_id);
 	struct rnic_qp *qp;
 	struct rnic_wq *wq;
 	uint16_t outstanding, off;
@@ -448,7 +449,7 @@ static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
 	if (cqe->qpn >= ctx->max_qp)
 		return false;
 	qp = __atomic_load_n(&ctx->qp_table[cqe->qpn], __ATOMIC_ACQUIRE);
-	if (!qp || qp->gen != (uint32_t)(cqe->wr_id >> 32) || (cqe->wr_id & 0xfffe0000))
+	if (!qp || !rnic_wrid_valid(cqe->wr_id) || qp->gen != rnic_wrid_gen(cqe->wr_id))
 		return false;
 	wq = recv ? &qp->rq : &qp->sq;
 	outstanding = __atomic_load_n(&wq->pi, __ATOMIC_ACQUIRE) - wq->ci;
@@ -456,7 +457,7 @@ static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
 	if (off >= outstanding)
 		return false;
 	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = wq->wr_id[idx & ((1U << wq->log_size) - 1)];
+	wc->wr_id = wq->wr_id[rnic_ring_slot(idx, wq->log_size)];
 	store16(&wq->ci, idx + 1);
 	wc->status = cqe->status;
 	wc->opcode = rnic_wc_opcode(cqe->opcode);
@@ -484,8 +485,8 @@ static bool rnic_cq_next(struct rnic_cq *cq, struct ibv_wc *wc)
 	struct rnic_cqe cqe;
 
 	for (consumed = 0; consumed <= mask; consumed++) {
-		slot = &cq->ring[cq->ci & mask];
-		if (slot->owner != (((cq->ci >> cq->log_size) & 1) ^ 1))
+		slot = &cq->ring[rnic_ring_slot(cq->ci, cq->log_size)];
+		if (slot->owner != rnic_ring_owner(cq->ci, cq->log_size))
 			return false;
 		udma_from_device_barrier();	/* the owner byte is written last */
 		memcpy(&cqe, (const void *)slot, sizeof(cqe));

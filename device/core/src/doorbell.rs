@@ -32,12 +32,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vm_memory::Bytes;
 
-/// Whether a driver that moved a producer index from `old` to `new` must ring the MMIO
-/// doorbell, given the device's published `event` index: true iff `event` lies in
-/// `[old, new)` in 16-bit modular arithmetic (virtio's `vring_need_event`).
-pub fn need_kick(event: u16, new: u16, old: u16) -> bool {
-    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
-}
+/// The driver's "kick needed?" test, specified with the rest of the driver's side of the
+/// rings in [`crate::ring`].
+pub use crate::ring::need_kick;
 
 /// The device's view of the doorbell page.
 #[derive(Clone)]

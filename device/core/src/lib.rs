@@ -4,6 +4,8 @@
 //! - [`regs`], [`regfile`], [`contract`]: the register contract and its C/Markdown renderings.
 //! - [`pci`]: configuration space and capabilities; [`msix`]: interrupts; [`shm`]: shared
 //!   memory; [`doorbell`]: the doorbell page; [`ratelimit`]: guest-triggered log lines.
+//! - [`ring`]: the driver's side of the ring protocol and its C header; [`prng`]: the one
+//!   seeded pseudo-random generator.
 //! - [`fault`]: PCIe-side fault injection (docs/faults.md).
 //! - [`mem`]: the client's DMA maps, the DMA router and the segment accesses.
 //! - [`verbs`]: the verbs engine (requester, responder, completer, transports); [`fabric`]:
@@ -27,9 +29,11 @@ pub mod iotrace;
 pub mod mem;
 pub mod msix;
 pub mod pci;
+pub mod prng;
 pub mod ratelimit;
 pub mod regfile;
 pub mod regs;
+pub mod ring;
 pub mod rnic;
 pub mod shm;
 pub mod timing;

@@ -22,12 +22,13 @@
 //! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
 //! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
-use crate::doorbell::{need_kick, DoorbellPage};
+use crate::doorbell::DoorbellPage;
 use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
 use crate::mem::dma::{test_ram, DmaMaps};
 use crate::mem::router::{P2pPath, Peer, PeerWindow, Router};
 use crate::msix::Interrupts;
 use crate::regs::rnic::dbpage;
+use crate::ring::{self, WrId};
 use crate::shm::SharedMemory;
 use crate::verbs::abi::*;
 use crate::verbs::clock::Clock;
@@ -527,7 +528,7 @@ impl Harness {
             opcode,
             flags: flags & 7,
             num_sge: sges.len() as u8,
-            wr_id: u64::from(pi) | u64::from(qpn) << 32,
+            wr_id: WrId { gen: u32::from(qpn), recv: !send, index: pi }.encode(),
             remote_addr: addr_of(remote.0, remote.1, remote.2),
             rkey: key_of(remote.0 >> 2, remote.1),
             imm_data: remote.2,
@@ -541,8 +542,7 @@ impl Harness {
                 slot.copy_from_slice(sge.as_slice());
             }
         }
-        let slot = u64::from(pi & ((1u16 << log.min(15)) - 1)) << stride.clamp(6, 8);
-        let _ = self.ram.write(base + slot, &buf);
+        let _ = self.ram.write(base + ring::slot_offset(pi, log.min(15), stride.clamp(6, 8)), &buf);
         let (old, pi) = (pi, pi.wrapping_add(1));
         let qpn = q as u32;
         if send {
@@ -552,11 +552,10 @@ impl Harness {
         }
         if self.d.page_on() {
             // The driver's side of the page protocol (crate::doorbell): index, fence, event.
-            let qp_page = dbpage::QP_PAGES + q as u64 * dbpage::PAGE;
-            let (pi_at, event_at) = if send { (dbpage::SQ_PI, dbpage::SQ_EVENT) } else { (dbpage::RQ_PI, dbpage::RQ_EVENT) };
-            self.page_store(qp_page + pi_at, pi);
+            let qp_page = ring::dbp_qp(qpn);
+            self.page_store(qp_page + ring::dbp_pi(!send), pi);
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            if !need_kick(self.page_load(qp_page + event_at), pi, old) {
+            if !ring::need_kick(self.page_load(qp_page + ring::dbp_event(!send)), pi, old) {
                 return;
             }
         }
@@ -565,18 +564,18 @@ impl Harness {
 
     fn poll(&mut self, c: usize) {
         let log = self.cq_log[c];
-        let ring = CQ_RINGS + c as u64 * 0x1000;
+        let cq_ring = CQ_RINGS + c as u64 * 0x1000;
         for _ in 0..1u32 << log {
             let ci = self.cq_ci[c];
             let mut owner = [0u8];
-            let _ = self.ram.read(ring + u64::from(ci & ((1 << log) - 1)) * 32 + 27, &mut owner);
-            if owner[0] != (((ci >> log) & 1) ^ 1) as u8 {
+            let _ = self.ram.read(cq_ring + ring::slot_offset(ci, log, ring::CQE_LOG_STRIDE) + 27, &mut owner);
+            if owner[0] != ring::owner(ci, log) {
                 break;
             }
             self.cq_ci[c] = ci.wrapping_add(1);
         }
         if self.d.page_on() {
-            self.page_store(dbpage::CQ_PAGES + c as u64 * dbpage::PAGE + dbpage::CQ_CI, self.cq_ci[c]);
+            self.page_store(ring::dbp_cq(c as u32) + dbpage::CQ_CI, self.cq_ci[c]);
         } else {
             self.event(Event::CqConsumed { cqn: c as u32, ci: self.cq_ci[c] });
         }

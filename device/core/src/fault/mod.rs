@@ -8,7 +8,7 @@
 //! link down/up, async events, fatal and FLR-required states) are applied by the RNIC
 //! model itself (`rnic.rs`), which owns the registers and configuration space they change.
 //!
-//! Randomness (`prob=`) comes from a seeded generator (splitmix64), so a failing run
+//! Randomness (`prob=`) comes from a seeded generator ([`crate::prng`]), so a failing run
 //! reproduces with the same seed and the same device activity. With nothing armed and the
 //! link up, every hook is one atomic load.
 //!
@@ -17,6 +17,7 @@
 
 pub mod spec;
 
+use crate::prng::Rng;
 pub use spec::{Armed, Fault, Now, Rule};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -82,7 +83,7 @@ fault_counters! {
 
 struct State {
     rules: Vec<Rule>,
-    rng: u64,
+    rng: Rng,
 }
 
 /// The fault state of one PCI function, shared by its MMIO side, its engine and its
@@ -105,7 +106,7 @@ pub struct PcieFaults {
 impl Default for PcieFaults {
     fn default() -> Self {
         PcieFaults {
-            state: Mutex::new(State { rules: Vec::new(), rng: 0 }),
+            state: Mutex::new(State { rules: Vec::new(), rng: Rng::new(0) }),
             armed: AtomicBool::new(false),
             link_down: AtomicBool::new(false),
             cmd_stuck: AtomicBool::new(false),
@@ -114,15 +115,6 @@ impl Default for PcieFaults {
             aer_pending: Default::default(),
         }
     }
-}
-
-/// splitmix64: a small, well-mixed generator; enough for fault decisions.
-fn next(rng: &mut u64) -> u64 {
-    *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *rng;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl PcieFaults {
@@ -144,7 +136,7 @@ impl PcieFaults {
     }
 
     pub fn seed(&self, seed: u64) {
-        self.lock().rng = seed;
+        self.lock().rng = Rng::new(seed);
     }
 
     /// Arms a fault; cmd-timeout replaces an earlier armed one.
@@ -175,7 +167,7 @@ impl PcieFaults {
         let State { rules, rng } = &mut *s;
         let i = rules.iter().position(|r| r.kind == kind && matches(r))?;
         let r = rules[i];
-        if r.prob < 1.0 && (next(rng) >> 11) as f64 / (1u64 << 53) as f64 >= r.prob {
+        if !rng.chance(r.prob) {
             return None;
         }
         if let Some(left) = r.count {

@@ -25,7 +25,7 @@
 //! ring's share of the wire: M/D/1. Each queue's wait is drawn from a stated
 //! distribution: zero with probability 1 - rho, else exponential with mean W / rho, where
 //! W = rho s / (2 (1 - rho)) is the Pollaczek-Khinchine mean wait (so the mean is
-//! exact). [`SAMPLES`] messages are drawn with a fixed seed ([`SEED`], splitmix64), the
+//! exact). [`SAMPLES`] messages are drawn with a fixed seed ([`SEED`], [`crate::prng`]), the
 //! queues independent; latency = the message's modelled latency (doorbell to the remote
 //! CPU seeing its CQE, plus the two staging copies without GPUDirect) + the sum of its
 //! waits; P50/P99/P999 are order statistics of the sample. Deterministic: the same
@@ -34,6 +34,7 @@
 
 use super::model::{timeline_in, Layout, Mem, Op, Request};
 use super::params::{Fabric, Params};
+use crate::prng::Rng;
 use serde::Serialize;
 
 /// Messages drawn for the percentiles.
@@ -150,36 +151,18 @@ fn message_ns(p: &Params, l: &Layout, nodes: u32, len: u64, gdr: bool) -> f64 {
     }
 }
 
-/// splitmix64: a small, fixed generator (the draw must not depend on a crate's version).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
-    }
-}
-
 /// One queue's wait (ns) at utilisation `rho` with deterministic service `service_ns`.
-fn draw_wait(g: &mut SplitMix, rho: f64, service_ns: f64) -> f64 {
-    if rho <= 0.0 || g.unit() > rho {
+fn draw_wait(g: &mut Rng, rho: f64, service_ns: f64) -> f64 {
+    if rho <= 0.0 || g.unit_nonzero() > rho {
         return 0.0;
     }
     let mean = rho * service_ns / (2.0 * (1.0 - rho));
-    -(mean / rho) * g.unit().ln()
+    -(mean / rho) * g.unit_nonzero().ln()
 }
 
 /// P50/P99/P999 of `base_ns` plus the waits at `queues` independent M/D/1 queues (us).
 pub fn percentiles(base_ns: f64, queues: u32, rho: f64, service_ns: f64) -> Percentiles {
-    let mut g = SplitMix(SEED);
+    let mut g = Rng::new(SEED);
     let mut v: Vec<f64> = (0..SAMPLES).map(|_| base_ns + (0..queues).map(|_| draw_wait(&mut g, rho, service_ns)).sum::<f64>()).collect();
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((q * SAMPLES as f64) as usize).min(SAMPLES - 1)] / 1000.0;
@@ -278,7 +261,7 @@ mod tests {
         assert!(percentiles(1000.0, 4, 0.8, 100.0).p99_us > a.p99_us, "more queues, longer tail");
         assert_eq!(percentiles(1000.0, 2, 0.0, 100.0).p999_us, 1.0, "no load, no wait");
         // The draw's mean wait is the Pollaczek-Khinchine mean, rho s / (2 (1 - rho)).
-        let mut g = SplitMix(SEED);
+        let mut g = Rng::new(SEED);
         let mean = (0..SAMPLES).map(|_| draw_wait(&mut g, 0.5, 100.0)).sum::<f64>() / SAMPLES as f64;
         assert!((mean - 50.0).abs() < 1.0, "{mean}");
     }

@@ -7,6 +7,7 @@ use super::engine::{Engine, Shared, Tables};
 use super::stats::{Counter, Stats};
 use crate::mem::dma::{test_ram, DmaMaps};
 use crate::msix::Interrupts;
+use crate::ring;
 use crate::shm::SharedMemory;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -157,9 +158,9 @@ impl Dev {
 
     pub(super) fn post(&mut self, qpn: u32, send: bool, hdr: WqeHeader, sges: &[Sge], inline: &[u8]) {
         let qp = self.e.qp(qpn).unwrap().clone();
-        let ring = if send { qp.sq } else { qp.rq };
+        let wq = if send { qp.sq } else { qp.rq };
         let pi = if send { self.sq_pi[qpn as usize] } else { self.rq_pi[qpn as usize] };
-        let addr = ring.slot_addr(pi).unwrap();
+        let addr = wq.addr + ring::slot_offset(pi, wq.log_size, wq.log_stride);
         let mut buf = vec![0u8; 128];
         buf[..32].copy_from_slice(hdr.as_slice());
         for (i, s) in sges.iter().enumerate() {
@@ -218,8 +219,8 @@ impl Dev {
         loop {
             let ci = self.cq_ci[cqn as usize];
             let mut c = Cqe::default();
-            self.ram.read(cq.ring_addr + u64::from(ci & ((1 << cq.log_size) - 1)) * 32, c.as_mut_slice()).unwrap();
-            if c.owner != (((ci >> cq.log_size) & 1) ^ 1) as u8 {
+            self.ram.read(cq.ring_addr + ring::slot_offset(ci, cq.log_size, ring::CQE_LOG_STRIDE), c.as_mut_slice()).unwrap();
+            if c.owner != ring::owner(ci, cq.log_size) {
                 break;
             }
             out.push(c);

@@ -8,6 +8,7 @@ use super::stats::Counter;
 use super::tests::{sge, Dev, DST, RW, SRC, VA};
 use super::transport::Wire;
 use crate::fabric::packet::Packet;
+use crate::prng::Rng;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -55,7 +56,7 @@ struct Pair {
     devs: Vec<Dev>,
     net: Option<Arc<Net>>,
     faults: Faults,
-    rng: u64,
+    rng: Rng,
     held: Vec<(u32, Ipv4Addr, Ipv4Addr, Packet)>,
 }
 
@@ -94,7 +95,7 @@ impl Pair {
             });
             assert_eq!(rts, CMD_OK);
         }
-        Pair { devs, net, faults, rng: 0x9e37_79b9_7f4a_7c15, held: Vec::new() }
+        Pair { devs, net, faults, rng: Rng::new(0x9e37_79b9_7f4a_7c15), held: Vec::new() }
     }
 
     fn req(&mut self) -> &mut Dev {
@@ -125,13 +126,7 @@ impl Pair {
         }
         let f = self.faults;
         for (from, to, p) in sent {
-            let mut one_in = |k: u64| {
-                // xorshift64*
-                self.rng ^= self.rng >> 12;
-                self.rng ^= self.rng << 25;
-                self.rng ^= self.rng >> 27;
-                k != 0 && (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33).is_multiple_of(k)
-            };
+            let mut one_in = |k: u64| k != 0 && self.rng.below(k) == 0;
             let (drop, delay, dup, reorder) = (one_in(f.drop), one_in(f.delay), one_in(f.dup), one_in(f.reorder));
             if drop {
                 continue;

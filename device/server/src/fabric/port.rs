@@ -8,6 +8,7 @@
 use super::batch::{send_batch, Pool, RecvBatch, BATCH, RX_BUF};
 use super::packet::{Endpoints, Packet, ROCE_UDP_PORT};
 use super::pcap::PcapWriter;
+use rnic_emu_core::prng::Rng;
 use rnic_emu_core::topology::{Faults, NodeFaults};
 use rnic_emu_core::verbs::stats::{Counter, Stats};
 use rnic_emu_core::verbs::transport::Wire;
@@ -17,29 +18,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A small deterministic generator (xorshift64*): fault decisions need no crate and must
+/// Applies one direction's faults to a datagram: what to deliver, in order. The decisions
+/// come from a generator seeded by the node's `seed` ([`rnic_emu_core::prng`]), so they
 /// reproduce from the seed alone.
-struct Rng(u64);
-
-impl Rng {
-    fn chance(&mut self, p: f64) -> bool {
-        if p <= 0.0 {
-            return false;
-        }
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        ((v >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        self.chance(0.0);
-        (self.0 % n.max(1) as u64) as usize
-    }
-}
-
-/// Applies one direction's faults to a datagram: what to deliver, in order.
 struct FaultState {
     cfg: Faults,
     rng: Rng,
@@ -48,7 +29,7 @@ struct FaultState {
 
 impl FaultState {
     fn new(cfg: Faults, seed: u64) -> Self {
-        FaultState { cfg, rng: Rng(seed | 1), held: None }
+        FaultState { cfg, rng: Rng::new(seed), held: None }
     }
 
     /// No fault configured and nothing held back: datagrams pass untouched (the fast path
@@ -65,7 +46,7 @@ impl FaultState {
             return;
         }
         if self.rng.chance(self.cfg.corrupt) && !data.is_empty() {
-            let i = self.rng.below(data.len());
+            let i = self.rng.below(data.len() as u64) as usize;
             data[i] ^= 0x40;
         }
         if self.rng.chance(self.cfg.duplicate) {
