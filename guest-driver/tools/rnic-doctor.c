@@ -188,7 +188,7 @@ static int bound_to(const char *drv, char *bdf)
 		unsigned int a, b, c2, f;
 
 		if (sscanf(e->d_name, "%x:%x:%x.%x", &a, &b, &c2, &f) == 4) {
-			snprintf(bdf, 32, "%s", e->d_name);
+			snprintf(bdf, 32, "%04x:%02x:%02x.%x", a, b, c2, f); /* sysfs spells it so */
 			closedir(d);
 			return 0;
 		}
