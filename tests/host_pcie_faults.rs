@@ -7,9 +7,9 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, IOVA, VA};
 use rnic_emu::regs::rnic::*;
-use rnic_emu::verbs::abi::*;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};

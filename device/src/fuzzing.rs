@@ -3,14 +3,14 @@
 //! WQEs, contexts and MTT entries fed to the verbs engine, and hostile BAR0/config accesses
 //! fed to the RNIC model. They must never panic, hang or touch memory outside guest RAM.
 
+use crate::contract::abi::*;
+use crate::contract::counters::Stats;
 use crate::function::PciFunction;
 use crate::mem::dma::{test_ram, DmaMaps};
 use crate::msix::Interrupts;
 use crate::rnic::Rnic;
 use crate::topology::Topology;
-use crate::verbs::abi::*;
 use crate::verbs::engine::{Engine, Shared, Tables};
-use crate::verbs::stats::Stats;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 

@@ -10,10 +10,10 @@
 //! small host does not take a core from the node servers it measures
 //! ([`HostDriver::spin_in_wait`] goes back to spinning).
 
+use crate::contract::abi::*;
 use crate::mem::dma::test_ram;
 use crate::regs::rnic::*;
 use crate::shm::SharedMemory;
-use crate::verbs::abi::*;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::os::fd::AsRawFd;

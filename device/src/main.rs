@@ -144,7 +144,7 @@ enum Cmd {
         collective: Option<String>,
         /// The network (roce or ib-ndr); default: the topology's [timing] fabric.
         #[arg(long)]
-        fabric: Option<rnic_emu::timing::Fabric>,
+        fabric: Option<rnic_emu::topology::params::Fabric>,
         #[arg(long)]
         json: bool,
     },
@@ -371,8 +371,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
         }
         Cmd::Image => image::build()?,
-        Cmd::GenHeader => print!("{}", contract::c_header()),
-        Cmd::GenDoc => print!("{}", contract::markdown()),
+        Cmd::GenHeader => print!("{}", contract::render::c_header()),
+        Cmd::GenDoc => print!("{}", contract::render::markdown()),
     }
     Ok(ExitCode::SUCCESS)
 }

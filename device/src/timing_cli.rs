@@ -3,9 +3,10 @@
 use rnic_emu::serve::control_request;
 use rnic_emu::timing::collective::{reference, ring_all_reduce};
 use rnic_emu::timing::render::{record_text, ring_text, timeline_text};
-use rnic_emu::timing::trace::Record;
-use rnic_emu::timing::{timeline, Layout, Mem, Op, Params, Request};
-use rnic_emu::topology::Topology;
+use rnic_emu::timing::wqe_log::Record;
+use rnic_emu::timing::{timeline, Mem, Op, Request};
+use rnic_emu::topology::params::Params;
+use rnic_emu::topology::{Layout, Topology};
 use std::path::Path;
 use std::time::Duration;
 

@@ -8,6 +8,7 @@
 
 use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, ModelError, PciFunction};
 use crate::gpu_engine::{GpuEngine, Launch, Runner};
+use crate::mailbox::Mailbox;
 use crate::mem::dma::DmaMaps;
 use crate::mem::router::PeerWindow;
 use crate::msix::Interrupts;
@@ -17,7 +18,6 @@ use crate::regs::gpu::*;
 use crate::regs::pci_ids::{self, GPU_BAR0_SIZE};
 use crate::shm::SharedMemory;
 use crate::topology::Device;
-use crate::verbs::worker::Mailbox;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 

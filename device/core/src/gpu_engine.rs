@@ -10,10 +10,10 @@
 //! one log line says so, and every later launch completes with ENG_ERR_FATAL at once until
 //! the GPU is reset ([`EngineState::reset`]). The node's other engines keep running.
 
+use crate::mailbox::Mailbox;
 use crate::msix::Interrupts;
 use crate::regs::gpu::*;
 use crate::shm::SharedMemory;
-use crate::verbs::worker::Mailbox;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -15,15 +15,15 @@
 //! numbers are per node and never reused, so a reader that falls behind can tell how many
 //! events it lost. Times are host nanoseconds since recording was turned on.
 
-use crate::contract::snake_lower;
+use crate::contract::counters::COUNTERS;
+use crate::contract::render::snake_lower;
 use crate::mem::access::{DmaTag, PciePath};
+use crate::mem::router::DmaObserver;
 use crate::pci::caps::{CAP_ID_MSIX, CAP_ID_PCIE, CAP_ID_PM, EXT_CAP_ID_AER, EXT_CAP_ID_VSEC};
 use crate::pci::config::{ConfigSpace, CONFIG_SPACE_SIZE};
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, RNIC_DB_BAR};
 use crate::regs::rnic::{dbpage, MAX_CQ, MAX_QP, STATS_BASE};
 use crate::regs::{gpu, rnic, RegDef};
-use crate::timing::trace::path_name;
-use crate::verbs::stats::COUNTERS;
 use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -243,7 +243,7 @@ impl IoTrace {
         let mut e = Event::new("dma", function, FunctionKind::Rnic, write);
         e.addr = Some(addr);
         e.len = Some(len as u64);
-        e.path = path.map(path_name);
+        e.path = path.map(PciePath::name);
         e.error = path.is_none();
         e.what = Some(tag.what.name());
         (e.qp, e.cq, e.mr) = (tag.qp, tag.cq, tag.mr);
@@ -282,6 +282,18 @@ impl IoTrace {
             }
         }
         serde_json::to_string(&self.since(since, max)).map_err(|e| e.to_string())
+    }
+}
+
+/// The RNICs' DMA routers report their accesses here ([`IoTrace::dma`]).
+impl DmaObserver for IoTrace {
+    #[inline]
+    fn enabled(&self) -> bool {
+        IoTrace::enabled(self)
+    }
+
+    fn dma(&self, function: &Arc<str>, addr: u64, len: usize, write: bool, path: Option<PciePath>, tag: DmaTag) {
+        IoTrace::dma(self, function, addr, len, write, path, tag);
     }
 }
 

@@ -24,6 +24,7 @@ pub mod function;
 pub mod gpu;
 pub mod gpu_engine;
 pub mod iotrace;
+pub mod mailbox;
 pub mod mem;
 pub mod msix;
 pub mod pci;

@@ -7,10 +7,13 @@
 //! gives it the fabric port; from then on this socket-side model only posts doorbells and
 //! waits for command results. Unattached (unit tests, fuzzing) it runs the engine inline.
 
+use crate::contract::abi::ASYNC_ERR_APERTURE;
+use crate::contract::counters::{Stats, COUNTERS};
 use crate::doorbell::DoorbellPage;
 use crate::fault::PcieFaults;
 use crate::function::{capabilities, identity, in_msix_area, invalid_read, invalid_write, shm_bar_read, shm_bar_write, BarRegion, ModelError, PciFunction};
 use crate::iotrace::{FunctionKind, IoTrace};
+use crate::mailbox::Mailbox;
 use crate::mem::dma::DmaMaps;
 use crate::mem::router::{Peer, Router};
 use crate::msix::Interrupts;
@@ -19,11 +22,10 @@ use crate::regfile::RegisterFile;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
 use crate::regs::rnic::*;
 use crate::shm::SharedMemory;
+use crate::timing::wqe_log::WqeLog;
 use crate::topology::Device;
-use crate::verbs::abi::ASYNC_ERR_APERTURE;
 use crate::verbs::engine::{Engine, Shared, Tables};
-use crate::verbs::stats::{Stats, COUNTERS};
-use crate::verbs::worker::{Driver, EngineSlot, Event, Mailbox};
+use crate::verbs::runner::{EngineRunner, EngineSlot, Event};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -48,6 +50,8 @@ pub struct Rnic {
     dbpage: DoorbellPage,
     /// PCIe-side faults (docs/faults.md; `faults.rs`).
     faults: Arc<PcieFaults>,
+    /// The engine's WQE log, cleared with the statistics.
+    wqe_log: Arc<WqeLog>,
 }
 
 /// Byte range of the statistics counters in BAR0.
@@ -77,10 +81,11 @@ impl Rnic {
         let shared = Shared { irqs: irqs.clone(), stats: stats.clone(), last_error: last_error.clone(), fatal: fatal.clone(), clock: Default::default() };
         let mut verbs = Engine::new(name.clone(), shared);
         verbs.set_faults(faults.clone());
-        let engine = EngineSlot::Inline(Box::new(Driver::new(verbs, Some(dbpage.clone()))));
+        let wqe_log = verbs.wqe_log().clone();
+        let engine = EngineSlot::Inline(Box::new(EngineRunner::new(verbs, Some(dbpage.clone()))));
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, fatal, engine, router, address, dbpage, faults };
+        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, fatal, engine, router, address, dbpage, faults, wqe_log };
         rnic.reset();
         Ok(rnic)
     }
@@ -88,7 +93,7 @@ impl Rnic {
     /// Hands the verbs engine (with the doorbell page) to an event loop: returns it with
     /// the DMA router it works through; doorbells and commands go to `mailbox` from now
     /// on. None: already attached.
-    pub fn attach(&mut self, mailbox: Arc<Mailbox>) -> Option<(Driver, Arc<Router>)> {
+    pub fn attach(&mut self, mailbox: Arc<Mailbox<Event>>) -> Option<(EngineRunner, Arc<Router>)> {
         self.engine.attach(mailbox).map(|e| (e, self.router.clone()))
     }
 
@@ -113,7 +118,8 @@ impl Rnic {
     pub fn trace_into(&mut self, io: Arc<IoTrace>) -> bool {
         let name: Arc<str> = Arc::from(self.name.as_str());
         let Some(router) = Arc::get_mut(&mut self.router) else { return false };
-        (router.io, router.io_name) = (io, name);
+        router.observer = io;
+        router.observed_as = name;
         true
     }
 
@@ -222,13 +228,13 @@ impl Rnic {
                     crate::guest_warn!("{}: BAR1_APERTURE slot {slot} = {value:#x} is no GPU's BAR1: DMA there will fail", self.name);
                     self.last_error.store(u64::from(ASYNC_ERR_APERTURE) << 24 | slot as u64, Ordering::SeqCst);
                     if self.regs.get(DMA_CTRL) & DMA_CTRL_INT_ENABLE != 0 && self.irqs.trigger(crate::verbs::engine::ASYNC_VECTOR) {
-                        self.stats.inc(crate::verbs::stats::Counter::Interrupts);
+                        self.stats.inc(crate::contract::counters::Counter::Interrupts);
                     }
                 }
             }
             RNIC_REG_CMD if self.faults.take_cmd_timeout() => {
                 crate::guest_warn!("{}: command {value:#x} never completes (cmd-timeout fault): CMD_STATUS stays BUSY until a reset", self.name);
-                self.regs.set(RNIC_REG_CMD_STATUS, u64::from(crate::verbs::abi::CMD_BUSY));
+                self.regs.set(RNIC_REG_CMD_STATUS, u64::from(crate::contract::abi::CMD_BUSY));
             }
             RNIC_REG_CMD => {
                 let (op, index) = ((value >> CMD_OP_SHIFT) as u32, (value & CMD_INDEX_MASK) as u32);
@@ -326,6 +332,7 @@ impl PciFunction for Rnic {
         self.faults.set_flr_required(false);
         self.disconnect();
         self.stats.reset();
+        self.wqe_log.clear();
     }
 
     fn disconnect(&mut self) {
@@ -355,11 +362,11 @@ impl PciFunction for Rnic {
     }
 
     fn guest_error(&self) {
-        self.stats.inc(crate::verbs::stats::Counter::GuestErrors);
+        self.stats.inc(crate::contract::counters::Counter::GuestErrors);
     }
 
     /// `trace [qp=N] [since=N]` (recent WQEs as JSON) and `trace on|off`: the device's
-    /// WQE trace (docs/timing.md).
+    /// WQE log (docs/timing.md).
     /// `pcie ...`: PCIe-side fault injection (docs/faults.md).
     fn control(&mut self, request: &str) -> Option<Result<String, String>> {
         let mut words = request.split_whitespace();
@@ -370,7 +377,7 @@ impl PciFunction for Rnic {
         if first != Some("trace") {
             return None;
         }
-        Some(self.stats.trace.control(&words.collect::<Vec<_>>().join(" ")))
+        Some(self.wqe_log.control(&words.collect::<Vec<_>>().join(" ")))
     }
 }
 

@@ -12,7 +12,7 @@
 //! READ responses, NAKs) and the fuzzer can also corrupt, drop, repeat or reorder them.
 //! [`Op::Packet`] delivers a packet built from the input.
 //!
-//! The engine runs inside the event loop's [`Driver`] (failure containment, the doorbell
+//! The engine runs inside the event loop's [`EngineRunner`] (failure containment, the doorbell
 //! page), reaches memory through the DMA router (guest RAM plus one GPU BAR1 window behind
 //! a BAR1_APERTURE slot) and reads a manual clock: [`Op::Advance`] expires retransmission
 //! and RNR timers when the input says so. The `dbpage` target turns the doorbell page on
@@ -22,6 +22,8 @@
 //! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
 //! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
+use crate::contract::abi::*;
+use crate::contract::counters::Stats;
 use crate::doorbell::{need_kick, DoorbellPage};
 use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
 use crate::mem::dma::{test_ram, DmaMaps};
@@ -29,12 +31,10 @@ use crate::mem::router::{P2pPath, Peer, PeerWindow, Router};
 use crate::msix::Interrupts;
 use crate::regs::rnic::dbpage;
 use crate::shm::SharedMemory;
-use crate::verbs::abi::*;
 use crate::verbs::clock::Clock;
 use crate::verbs::engine::{Engine, Shared, Tables};
-use crate::verbs::stats::Stats;
+use crate::verbs::runner::{EngineRunner, Event};
 use crate::verbs::transport::Wire;
-use crate::verbs::worker::{Driver, Event};
 use arbitrary::Unstructured;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -117,7 +117,7 @@ struct Harness {
     router: Router,
     gpu: Arc<PeerWindow>,
     /// The engine with its doorbell page, as the event loop drives it.
-    d: Driver,
+    d: EngineRunner,
     page: DoorbellPage,
     /// Whether DMA_CTRL turns the doorbell page on (the `dbpage` target).
     use_page: bool,
@@ -189,7 +189,7 @@ impl Harness {
         let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
         e.set_wire(wire.clone());
         let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", crate::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
-        let mut d = Driver::new(e, Some(page.clone()));
+        let mut d = EngineRunner::new(e, Some(page.clone()));
         d.set_test_hooks(false);
         let mut h = Harness {
             ram,
@@ -309,7 +309,7 @@ impl Harness {
         }
     }
 
-    /// Applies `op`; the engine must not have failed (a panic the [`Driver`] contained is
+    /// Applies `op`; the engine must not have failed (a panic the [`EngineRunner`] contained is
     /// a crash all the same).
     fn apply(&mut self, op: &Op) {
         self.apply_op(op);
@@ -916,7 +916,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::stats::Counter;
+    use crate::contract::counters::Counter;
 
     #[test]
     fn seeds_decode_to_the_operations_they_encode() {

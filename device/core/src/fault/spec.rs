@@ -142,7 +142,7 @@ pub fn parse<'a>(mut words: impl Iterator<Item = &'a str>) -> Result<Fault, Stri
         }
         "async" => {
             only(&[])?;
-            Now::Async { code: code.unwrap_or(crate::verbs::abi::ASYNC_ERR_INJECTED), index }
+            Now::Async { code: code.unwrap_or(crate::contract::abi::ASYNC_ERR_INJECTED), index }
         }
         "fatal" => {
             only(&[])?;

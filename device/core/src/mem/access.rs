@@ -26,6 +26,17 @@ pub enum PciePath {
     P2p(P2pPath),
 }
 
+impl PciePath {
+    /// The path's name in the WQE log and the MMIO/DMA trace.
+    pub fn name(self) -> &'static str {
+        match self {
+            PciePath::Host => "host",
+            PciePath::P2p(P2pPath::Switch) => "p2p-switch",
+            PciePath::P2p(P2pPath::RootComplex) => "p2p-root-complex",
+        }
+    }
+}
+
 /// What a DMA is for, as the MMIO/DMA trace ([`crate::iotrace`]) names it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DmaKind {

@@ -5,19 +5,19 @@
 //! its address in a BAR1_APERTURE slot. Every access is bounds-checked and returns the
 //! PCIe path it took (host memory, P2P through a switch, P2P through the root complex);
 //! payload bytes are counted on that path. An address nothing claims is an error, never a
-//! guess. A view works on a snapshot of the DMA maps, not under their lock. With the
-//! node's MMIO/DMA trace on ([`crate::iotrace`]), every access is recorded with the tag
-//! the engine last set on the view ([`GuestMem::tag`]). Before any access, the function's
-//! PCIe-side faults ([`crate::fault`], docs/faults.md) may fail it or poison its data.
+//! guess. A view works on a snapshot of the DMA maps, not under their lock. Every access
+//! is reported to the router's [`DmaObserver`] (the node's MMIO/DMA trace, `crate::iotrace`,
+//! when the server sets one) with the tag the engine last set on the view
+//! ([`GuestMem::tag`]). Before any access, the function's PCIe-side faults
+//! ([`crate::fault`], docs/faults.md) may fail it or poison its data.
 
 use super::access::{DmaTag, GuestMem, PciePath};
 use super::dma::{DmaError, DmaMaps, MapSet};
+use crate::contract::counters::{Counter, Stats};
 use crate::fault::{Dir, DmaAction, PcieFaults};
-use crate::iotrace::IoTrace;
 use crate::regs::rnic::APERTURE_SLOTS;
 use crate::shm::SharedMemory;
 pub use crate::topology::P2pPath;
-use crate::verbs::stats::{Counter, Stats};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -90,6 +90,27 @@ fn counter(path: PciePath) -> Counter {
     }
 }
 
+/// What the router reports every access to. The node's MMIO/DMA trace
+/// (`crate::iotrace::IoTrace`) is one; a router nobody observes has [`Unobserved`].
+pub trait DmaObserver: Send + Sync {
+    /// Whether accesses are reported at all: checked before every access, so cheap.
+    fn enabled(&self) -> bool;
+    /// An access by the function `function` (its name): `path` is where it went (None:
+    /// refused), `tag` what the engine said it is for.
+    fn dma(&self, function: &Arc<str>, addr: u64, len: usize, write: bool, path: Option<PciePath>, tag: DmaTag);
+}
+
+/// The observer of a router whose accesses nobody records.
+pub struct Unobserved;
+
+impl DmaObserver for Unobserved {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn dma(&self, _: &Arc<str>, _: u64, _: usize, _: bool, _: Option<PciePath>, _: DmaTag) {}
+}
+
 pub struct Peer {
     pub window: Arc<PeerWindow>,
     pub path: P2pPath,
@@ -101,9 +122,9 @@ pub struct Router {
     /// BAR1_APERTURE slots as the driver programmed them (0: empty).
     pub apertures: Arc<[AtomicU64; APERTURE_SLOTS]>,
     pub stats: Arc<Stats>,
-    /// The node's MMIO/DMA trace and the name the RNIC's DMAs are recorded under.
-    pub io: Arc<IoTrace>,
-    pub io_name: Arc<str>,
+    /// What every access is reported to, and the name the RNIC's DMAs are reported under.
+    pub observer: Arc<dyn DmaObserver>,
+    pub observed_as: Arc<str>,
     /// The function's PCIe-side faults, asked before every access (docs/faults.md).
     pub faults: Arc<PcieFaults>,
 }
@@ -117,7 +138,8 @@ enum Target<'a> {
 
 impl Router {
     pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
-        Router { dma, peers, apertures: Arc::new(Default::default()), stats, io: Arc::default(), io_name: Arc::from(""), faults: Arc::default() }
+        let observer = Arc::new(Unobserved);
+        Router { dma, peers, apertures: Arc::new(Default::default()), stats, observer, observed_as: Arc::from(""), faults: Arc::default() }
     }
 
     /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
@@ -158,7 +180,7 @@ type Slices<'a> = (Vec<VolatileSlice<'a, ()>>, PciePath, Option<InFlight<'a>>);
 pub struct RouterView<'a> {
     maps: Arc<MapSet>,
     router: &'a Router,
-    /// What the engine said the next accesses are for (the trace's labels).
+    /// What the engine said the next accesses are for (the observer's labels).
     tag: Cell<DmaTag>,
 }
 
@@ -177,12 +199,12 @@ impl RouterView<'_> {
         }
     }
 
-    /// Records an access in the node's trace (when it is on).
+    /// Reports an access to the router's observer (when it records).
     #[inline]
-    fn traced<T>(&self, addr: u64, len: usize, write: bool, r: Result<T, DmaError>, path: impl Fn(&T) -> PciePath) -> Result<T, DmaError> {
-        let io = &self.router.io;
-        if io.enabled() {
-            io.dma(&self.router.io_name, addr, len, write, r.as_ref().ok().map(&path), self.tag.get());
+    fn observed<T>(&self, addr: u64, len: usize, write: bool, r: Result<T, DmaError>, path: impl Fn(&T) -> PciePath) -> Result<T, DmaError> {
+        let o = &self.router.observer;
+        if o.enabled() {
+            o.dma(&self.router.observed_as, addr, len, write, r.as_ref().ok().map(&path), self.tag.get());
         }
         r
     }
@@ -209,7 +231,7 @@ impl GuestMem for RouterView<'_> {
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
         let poisoned = fault_hook(&self.router.faults, Dir::Read, addr, buf.len())?;
-        let (slices, path, _busy) = self.traced(addr, buf.len(), false, self.slices(addr, buf.len()), |s| s.1)?;
+        let (slices, path, _busy) = self.observed(addr, buf.len(), false, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
         for s in slices {
             s.copy_to(&mut buf[done..done + s.len()]);
@@ -224,7 +246,7 @@ impl GuestMem for RouterView<'_> {
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
         fault_hook(&self.router.faults, Dir::Write, addr, buf.len())?;
-        let (slices, path, _busy) = self.traced(addr, buf.len(), true, self.slices(addr, buf.len()), |s| s.1)?;
+        let (slices, path, _busy) = self.observed(addr, buf.len(), true, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
         for s in slices {
             s.copy_from(&buf[done..done + s.len()]);
@@ -236,8 +258,8 @@ impl GuestMem for RouterView<'_> {
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
         let poisoned = fault_hook(&self.router.faults, Dir::Read, src, len)?;
         fault_hook(&self.router.faults, Dir::Write, dst, len)?;
-        let (from, sp, _src_busy) = self.traced(src, len, false, self.slices(src, len), |s| s.1)?;
-        let (to, dp, _dst_busy) = self.traced(dst, len, true, self.slices(dst, len), |s| s.1)?;
+        let (from, sp, _src_busy) = self.observed(src, len, false, self.slices(src, len), |s| s.1)?;
+        let (to, dp, _dst_busy) = self.observed(dst, len, true, self.slices(dst, len), |s| s.1)?;
         super::dma::copy_slices(&from, &to);
         if poisoned {
             // The poisoned data is forwarded (the destination gets it corrupted), and the

@@ -10,14 +10,14 @@
 //! device also reports it as ASYNC_ERR_AER on the async vector.
 
 use super::Rnic;
+use crate::contract::abi::{ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED};
+use crate::contract::counters::Counter;
 use crate::fault::{self, Count, Fault, Now};
 use crate::pci::caps::EXT_CAP_ID_AER;
 use crate::regs::rnic::DMA_CTRL;
 use crate::regs::rnic::DMA_CTRL_INT_ENABLE;
 use crate::topology::NodeFaults;
-use crate::verbs::abi::{ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED};
 use crate::verbs::engine::ASYNC_VECTOR;
-use crate::verbs::stats::Counter;
 use std::sync::atomic::Ordering;
 
 // AER capability registers (PCIe Base 5.0 §7.8.4).
@@ -85,7 +85,7 @@ impl Rnic {
     /// Counters and armed faults as JSON.
     fn fault_status(&self) -> String {
         let counts: serde_json::Map<String, serde_json::Value> =
-            self.faults.snapshot().into_iter().map(|(k, v)| (crate::contract::snake_lower(k), v.into())).collect();
+            self.faults.snapshot().into_iter().map(|(k, v)| (crate::contract::render::snake_lower(k), v.into())).collect();
         let armed: Vec<String> = self.faults.rules().iter().map(fault::describe).collect();
         serde_json::json!({ "function": self.name, "link_down": self.faults.link_down(), "flr_required": self.faults.flr_required(), "armed": armed, "counters": counts }).to_string()
     }
@@ -195,9 +195,9 @@ impl Rnic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::abi::*;
     use crate::function::PciFunction;
     use crate::regs::rnic::*;
-    use crate::verbs::abi::*;
 
     fn rnic() -> Rnic {
         let t = crate::topology::Topology::parse(crate::topology::samples::SWITCH, "t").unwrap();

@@ -32,8 +32,9 @@
 //! parameters give the same percentiles. Not modelled: congestion beyond the ring's own
 //! load (PFC, ECN, other tenants), host memory contention, retransmission.
 
-use super::model::{timeline_in, Layout, Mem, Op, Request};
-use super::params::{Fabric, Params};
+use super::model::{timeline_in, Mem, Op, Request};
+use crate::topology::params::{Fabric, Params};
+use crate::topology::Layout;
 use serde::Serialize;
 
 /// Messages drawn for the percentiles.

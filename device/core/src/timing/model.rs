@@ -13,8 +13,8 @@
 //! queueing model), PCIe flow-control credits, retransmission, the RECV WQE fetch of a
 //! SEND (assumed prefetched), interrupts (the CPU is assumed to poll).
 
-use super::params::{Params, AETH, CQE_BYTES, RETH, WQE_BYTES};
-use crate::topology::{DeviceKind, Node, P2pPath, PortKind};
+use crate::topology::params::{Params, AETH, CQE_BYTES, RETH, WQE_BYTES};
+use crate::topology::{Layout, P2pPath};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -56,38 +56,9 @@ impl std::str::FromStr for Mem {
     }
 }
 
-/// Where the RNIC and the GPU sit in a node's PCIe tree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
-    /// PCIe switches between the RNIC and the root complex.
-    pub rnic_switches: u32,
-    /// Switches between the GPU and the root complex.
-    pub gpu_switches: u32,
-    /// How RNIC-to-GPU traffic travels.
-    pub gpu_path: P2pPath,
-}
-
-impl Default for Layout {
-    /// RNIC and GPU below one switch (the single-switch topology).
-    fn default() -> Self {
-        Layout { rnic_switches: 1, gpu_switches: 1, gpu_path: P2pPath::Switch }
-    }
-}
-
+/// What the model makes of a [`Layout`] (where the RNIC and the GPU sit, from the
+/// topology): the idle latency to each memory and its words.
 impl Layout {
-    /// The layout of a topology node's first RNIC and first GPU (the default when the
-    /// node has no GPU).
-    pub fn of(node: &Node) -> Layout {
-        let rnic = node.devices.iter().find(|d| d.kind == DeviceKind::Rnic);
-        let gpu = node.devices.iter().find(|d| d.kind == DeviceKind::Gpu);
-        let switches = |d| node.path_to_root(d).iter().filter(|p| p.kind == PortKind::SwitchUpstream).count() as u32;
-        match (rnic, gpu) {
-            (Some(r), Some(g)) => Layout { rnic_switches: switches(r), gpu_switches: switches(g), gpu_path: node.p2p_path(r, g) },
-            (Some(r), None) => Layout { rnic_switches: switches(r), ..Layout::default() },
-            _ => Layout::default(),
-        }
-    }
-
     /// One-way latency from the RNIC to memory `m` (ns), idle.
     pub fn one_way(&self, p: &Params, m: Mem) -> f64 {
         let sw = p.switch_latency_ns;
@@ -316,16 +287,6 @@ mod tests {
 
     fn write4k(src: Mem, dst: Mem, l: &Layout) -> Timeline {
         timeline(&Params::default(), l, &Request { op: Op::Write, len: 4096, src, dst })
-    }
-
-    #[test]
-    fn layouts_come_from_the_topology_files() {
-        let layout = |text: &str| Layout::of(&crate::topology::Topology::parse(text, "t").unwrap().nodes[0]);
-        assert_eq!(layout(include_str!("../../../../qemu-configs/single-switch.toml")), Layout::default());
-        let rp = layout(include_str!("../../../../qemu-configs/separate-root-ports.toml"));
-        assert_eq!(rp, Layout { rnic_switches: 0, gpu_switches: 0, gpu_path: P2pPath::RootComplex });
-        let mf = layout(include_str!("../../../../qemu-configs/multifunction.toml"));
-        assert_eq!(mf.gpu_path, P2pPath::RootComplex, "one slot below a root port");
     }
 
     #[test]

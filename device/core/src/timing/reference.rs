@@ -8,8 +8,9 @@
 //! the model lie the cited latencies (switch, root complex, DRAM, PHY). This module does
 //! not change the model; it only compares.
 
-use super::model::{Layout, Mem, Op, Request, Timeline};
-use super::params::{Params, CQE_BYTES, RETH, WQE_BYTES};
+use super::model::{Mem, Op, Request, Timeline};
+use crate::topology::params::{Params, CQE_BYTES, RETH, WQE_BYTES};
+use crate::topology::Layout;
 use serde::Serialize;
 
 /// The reference's stages: (stage key, ns, remote). Remote stages are offsets from the

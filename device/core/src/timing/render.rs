@@ -1,13 +1,14 @@
 //! Text renderings of the model for `rnic-emu model` and `rnic-emu trace`: a timeline in
 //! the "[T+ns] stage" form beside the reference, the ring all_reduce
-//! rows beside the reference table, and a traced WQE's measured stages beside its
+//! rows beside the reference table, and a logged WQE's measured stages beside its
 //! modelled ones.
 
 use super::collective::{reference, Ring};
-use super::model::{Layout, Mem, Timeline};
+use super::model::{Mem, Timeline};
 use super::reference::{compare, intervals, Verdict, REFERENCE_ON_WIRE, REFERENCE_WRITE_4K, REQUEST};
-use super::trace::Record;
-use super::Params;
+use super::wqe_log::Record;
+use crate::topology::params::Params;
+use crate::topology::Layout;
 use std::fmt::Write;
 
 fn mem_name(m: Mem) -> &'static str {
@@ -126,7 +127,7 @@ pub fn ring_text(rows: &[Ring]) -> String {
     out
 }
 
-/// A traced WQE: measured host-time stages, then the modelled timeline of the same
+/// A logged WQE: measured host-time stages, then the modelled timeline of the same
 /// request (when its op and paths are known).
 pub fn record_text(rec: &Record, model: Option<&Timeline>) -> String {
     let mut out = String::new();

@@ -20,8 +20,9 @@
 //! Times saturate at u32::MAX units. Not included: the staging copies of a host bounce
 //! (the driver's MR_SYNC), queueing, and window limits (the tools apply their own).
 
-use super::model::{interval, timeline, Layout, Mem, Op, Request};
-use super::params::Params;
+use super::model::{interval, timeline, Mem, Op, Request};
+use crate::topology::params::Params;
+use crate::topology::Layout;
 use std::sync::{Arc, Mutex};
 
 /// The VSEC ID under the RNIC's vendor ID.

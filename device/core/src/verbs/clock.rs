@@ -1,8 +1,9 @@
 //! The time the verbs engine's timers read (retransmission timeout, RNR wait): the
 //! monotonic clock in the product, or a manual clock its owner advances (the fuzz
 //! harnesses and tests drive retransmission and RNR paths deterministically with it).
-//! Only the protocol timers read it; trace timestamps and the worker's sleep use the
-//! real clock (a manual clock is only used by harnesses that run the engine themselves).
+//! Only the protocol timers read it; the WQE log's timestamps and the event loop's sleep
+//! use the real clock (a manual clock is only used by harnesses that run the engine
+//! themselves).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

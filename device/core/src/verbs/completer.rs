@@ -7,13 +7,13 @@
 //! acknowledgement restores the transport budget; one that advances the oldest
 //! unacknowledged PSN restores the RNR budget too (IBA 9.7.5.1.4, 9.7.5.2.8).
 
-use super::abi::*;
 use super::ctx::{dma_fault, fail, Ctx};
 use super::opcode::{info, Kind};
 use super::qp::Qp;
 use super::requester::{fail_front, InFlight, Requester};
-use super::stats::Counter;
 use super::transport::{psn_add, psn_diff, Msg};
+use crate::contract::abi::*;
+use crate::contract::counters::Counter;
 use crate::fabric::packet::{syndrome, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};
 use std::time::Duration;
@@ -74,10 +74,10 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
             break;
         }
         let Some(mut w) = rq.inflight.pop_front() else { break };
-        if let Some(t) = w.trace.as_mut() {
-            t.stamp(crate::timing::trace::Stage::Ack);
+        if let Some(t) = w.stamps.as_mut() {
+            t.stamp(crate::timing::wqe_log::Stage::Ack);
         }
-        rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
+        rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
         ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
     }
     let mut next = psn_add(psn, 1);
@@ -189,10 +189,10 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
     cs.retries_left = cs.retry_cnt;
     if done {
         if let Some(mut w) = rq.inflight.pop_front() {
-            if let Some(t) = w.trace.as_mut() {
-                t.stamp(crate::timing::trace::Stage::Placed);
+            if let Some(t) = w.stamps.as_mut() {
+                t.stamp(crate::timing::wqe_log::Stage::Placed);
             }
-            rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
+            rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
             ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
         }
     }

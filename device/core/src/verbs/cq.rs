@@ -1,7 +1,7 @@
 //! Completion queues as the device sees them: ring placement, producer and consumer
 //! indices, the owner (pass) bit, overflow detection and one-shot arming.
 
-use super::abi::Cqe;
+use crate::contract::abi::Cqe;
 use vm_memory::ByteValued;
 
 #[derive(Clone, Debug, PartialEq, Eq)]

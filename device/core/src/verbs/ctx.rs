@@ -6,17 +6,18 @@
 //!
 //! The roles never reach the engine itself; the engine hands them a [`Ctx`].
 
-use super::abi::*;
 use super::cq::{Cq, OWNER_OFFSET};
 use super::mr::{MrTable, Segment};
 use super::opcode::send_cqe_opcode;
 use super::qp::{Qp, QpState, Ring};
-use super::stats::{Counter, Stats};
 use super::wqe::read_header;
+use crate::contract::abi::*;
+use crate::contract::counters::{Counter, Stats};
 use crate::fault::{Count, PcieFaults};
 use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::mem::dma::DmaError;
 use crate::msix::Interrupts;
+use crate::timing::wqe_log::WqeLog;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -202,6 +203,8 @@ pub struct Ctx<'a> {
     pub mem: &'a dyn GuestMem,
     pub mrs: &'a MrTable,
     pub cqs: &'a mut Cqs,
+    /// The engine's WQE log (stage times of recent work requests).
+    pub wqe_log: &'a WqeLog,
 }
 
 impl Ctx<'_> {

@@ -7,10 +7,10 @@
 //! told it first, so an index that is behind is stale, not an error); more than a ring's
 //! worth outstanding is the same malformed request as an MMIO doorbell that overruns.
 
-use super::abi::{CMD_CREATE_CQ, CMD_DESTROY_CQ, CMD_DESTROY_QP, CMD_MODIFY_QP};
 use super::engine::Engine;
 use super::qp::QpState;
-use super::stats::Counter;
+use crate::contract::abi::{CMD_CREATE_CQ, CMD_DESTROY_CQ, CMD_DESTROY_QP, CMD_MODIFY_QP};
+use crate::contract::counters::Counter;
 use crate::doorbell::DoorbellPage;
 use std::sync::atomic::{fence, Ordering};
 

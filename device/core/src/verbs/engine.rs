@@ -6,10 +6,11 @@
 //! The protocol itself is in [`super::requester`], [`super::responder`] and
 //! [`super::completer`], which reach their peer only through a
 //! [`super::transport::Transport`]: [`Loopback`] when the peer QP is on this engine,
-//! [`Fabric`] when it is on another node. The engine runs on its own thread
-//! ([`super::worker`]) and reaches guest memory only through [`GuestMem`].
+//! [`Fabric`] when it is on another node. The engine starts no thread: the node's event
+//! loop runs it (inside a [`super::runner::EngineRunner`]), or, before the RNIC is handed
+//! to one, the thread of the register access that posted the work; it reaches guest
+//! memory only through [`GuestMem`].
 
-use super::abi::*;
 use super::completer::{self, Completer};
 use super::cq::Cq;
 use super::ctx::{fail, Cqs, Ctx};
@@ -19,12 +20,14 @@ use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring};
 use super::requester::{self, Requester};
 use super::responder::{self, Responder};
-use super::stats::{Counter, Stats};
 use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
+use crate::contract::abi::*;
+use crate::contract::counters::{Counter, Stats};
 use crate::fabric::packet::Packet;
 use crate::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::mem::dma::DmaError;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
+use crate::timing::wqe_log::WqeLog;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
@@ -80,6 +83,8 @@ pub struct Engine {
     scratch: Packet,
     /// Loopback messages not yet delivered (drained in the same pass).
     loopq: VecDeque<LoopMsg>,
+    /// The WQE log (`rnic-emu trace`): what the roles record of recent work requests.
+    wqe_log: Arc<WqeLog>,
 }
 
 /// The transport of one QP for one call.
@@ -145,7 +150,14 @@ impl Engine {
             wire: None,
             scratch: Packet::default(),
             loopq: VecDeque::new(),
+            wqe_log: Arc::default(),
         }
+    }
+
+    /// The engine's WQE log: its RNIC answers the log's control requests and clears it
+    /// with the counters.
+    pub fn wqe_log(&self) -> &Arc<WqeLog> {
+        &self.wqe_log
     }
 
     /// The function's PCIe-side faults, for the completion path (docs/faults.md).
@@ -180,7 +192,7 @@ impl Engine {
     pub fn fail_all(&mut self, mem: &dyn GuestMem) {
         self.loopq.clear();
         self.cqs.release_held(&self.name, mem, true);
-        let Engine { qps, cqs, mrs, name, enabled, roles, .. } = self;
+        let Engine { qps, cqs, mrs, name, enabled, roles, wqe_log, .. } = self;
         for (qpn, qp) in qps.iter_mut().enumerate() {
             if qp.state == QpState::Reset {
                 continue;
@@ -194,7 +206,7 @@ impl Engine {
             if !*enabled {
                 continue; // no DMA with ENABLE clear: the driver flushes after its reset
             }
-            let mut ctx = Ctx { name, mem, mrs, cqs };
+            let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
             let qpn = qpn as u32;
             if !qp.sq.is_empty() {
                 mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
@@ -448,11 +460,11 @@ impl Engine {
     fn dereg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
         let slot = self.mrs.slot(index as usize).ok_or(CMD_ERR_BAD_INDEX)?;
         slot.take().ok_or(CMD_ERR_NOT_FOUND)?;
-        let Engine { qps, roles, cqs, mrs, name, .. } = self;
+        let Engine { qps, roles, cqs, mrs, name, wqe_log, .. } = self;
         for (qpn, (qp, r)) in qps.iter_mut().zip(roles.iter_mut()).enumerate() {
             r.resp.drop_mr(index);
             if r.req.uses_mr(index) {
-                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs };
+                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs, wqe_log };
                 requester::fail_front(&mut ctx, qpn as u32, qp, &mut r.req, fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS));
             }
         }
@@ -585,14 +597,14 @@ impl Engine {
     /// retransmission or a new WQE in RTR/RTS.
     fn step(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
         let i = qpn as usize;
-        let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, .. } = self;
+        let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, wqe_log, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
         // DMA_CTRL ENABLE clear: no DMA at all, flushes and responses included
         // (docs/programming.md R-RST-2); the work waits.
         if !*enabled {
             return false;
         }
-        let mut ctx = Ctx { name, mem, mrs, cqs };
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
         match qp.state {
             QpState::Err => ctx.flush_one(qpn, qp),
             QpState::Rtr | QpState::Rts if r.path != Path::None => {
@@ -637,10 +649,10 @@ impl Engine {
     /// A loopback message to the responder or completer of the QP it names.
     fn deliver(&mut self, mem: &dyn GuestMem, lm: &LoopMsg) {
         let i = lm.to as usize;
-        let Engine { qps, roles, cqs, mrs, name, loopq, .. } = self;
+        let Engine { qps, roles, cqs, mrs, name, loopq, wqe_log, .. } = self;
         let (Some(qp), Some(r)) = (qps.get_mut(i), roles.get_mut(i)) else { return };
         let msg = lm.msg();
-        let mut ctx = Ctx { name, mem, mrs, cqs };
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
         let mut t = Loopback { queue: loopq, from: lm.to, to: lm.from };
         if info(msg.bth.opcode).is_some_and(|o| o.request) {
             if !qp.state.can_receive() || r.path == Path::None {
@@ -667,10 +679,10 @@ impl Engine {
             return;
         }
         self.shared.stats.inc(Counter::PktsReceived);
-        let Engine { qps, roles, cqs, mrs, name, loopq, wire, scratch, shared, .. } = self;
+        let Engine { qps, roles, cqs, mrs, name, loopq, wire, scratch, shared, wqe_log, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
         let msg = packet_msg(pkt);
-        let mut ctx = Ctx { name, mem, mrs, cqs };
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
         if info(msg.bth.opcode).is_some_and(|o| o.request) {
             let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
             responder::receive(&mut ctx, qpn, qp, &mut r.resp, qp.dest_qpn, &msg, &mut t);

@@ -4,10 +4,9 @@
 //! state, consulting one opcode table, reaching the peer through a transport (loopback on
 //! this engine, or RoCEv2 on the fabric). Driven by the doorbells and commands of BAR0.
 //!
-//! Layering (no module imports one above it): `engine` -> `requester`/`responder`/
-//! `completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` -> `crate::mem`,
-//! `stats`, `abi`.
-pub mod abi;
+//! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
+//! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` ->
+//! `crate::mem`, `crate::contract` (the descriptor ABI and the counters).
 pub mod clock;
 pub mod completer;
 pub mod cq;
@@ -19,7 +18,7 @@ pub mod opcode;
 pub mod qp;
 pub mod requester;
 pub mod responder;
-pub mod stats;
+pub mod runner;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -29,5 +28,4 @@ mod tests_faults;
 #[cfg(test)]
 mod tests_roles;
 pub mod transport;
-pub mod worker;
 pub mod wqe;

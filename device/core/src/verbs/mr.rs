@@ -2,7 +2,7 @@
 //! (as rxe's `lookup_mr`/`mr_check_range`), and translation of a virtual range into bus
 //! address segments through the MR's page list (copied once from the MTT at registration).
 
-use super::abi::{MrCtx, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
+use crate::contract::abi::{MrCtx, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
 
 pub const ACCESS_ALL: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 /// Page sizes an MR may use: 4 KiB .. 1 GiB.
@@ -113,7 +113,7 @@ pub struct MrTable {
 
 /// The MR indices the non-empty SGEs of a list name (what a message in flight uses, so
 /// that CMD_DEREG_MR can find it).
-pub fn mr_indices(sges: &[super::abi::Sge]) -> Vec<u32> {
+pub fn mr_indices(sges: &[crate::contract::abi::Sge]) -> Vec<u32> {
     sges.iter().filter(|s| s.length != 0).map(|s| s.lkey >> 8).collect()
 }
 

@@ -6,7 +6,7 @@
 //!
 //! Not modelled: UC/UD opcodes, atomics, SEND with invalidate.
 
-use super::abi::*;
+use crate::contract::abi::*;
 use crate::fabric::packet::op;
 
 /// What a message does.

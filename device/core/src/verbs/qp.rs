@@ -3,7 +3,7 @@
 //! the device sees them, and a QP's attributes. The requester, responder and completer
 //! keep their own per-QP state in their modules.
 
-use super::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS};
+use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {

@@ -9,17 +9,17 @@
 //! Local errors (malformed WQE, bad lkey, message too long) complete in order: once
 //! everything before the faulty WQE has completed.
 
-use super::abi::*;
 use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
 use super::opcode::{opcode_for, wqe_op, Kind};
 use super::qp::Qp;
-use super::stats::Counter;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_wqe, SlotError, Wqe};
+use crate::contract::abi::*;
+use crate::contract::counters::Counter;
 use crate::fabric::packet::{Bth, Reth, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};
-use crate::timing::trace::{Pending, Stage};
+use crate::timing::wqe_log::{Pending, Stage, WqeLog};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -42,8 +42,8 @@ pub struct InFlight {
     pub npkts: u32,
     /// READ: response packets received so far.
     pub received: u32,
-    /// Its stage times so far (`rnic-emu trace`).
-    pub trace: Option<Pending>,
+    /// Its stage times so far, for the WQE log (`rnic-emu trace`).
+    pub stamps: Option<Pending>,
     /// MR indices of `local` (CMD_DEREG_MR of one of them stops this WQE).
     pub mrs: Vec<u32>,
 }
@@ -82,7 +82,7 @@ pub struct Requester {
     pub resend_from: Option<u32>,
     /// Waiting (RNR) until then.
     pub hold_until: Option<Instant>,
-    /// The earliest send doorbell whose WQEs have not all started (trace time zero).
+    /// The earliest send doorbell whose WQEs have not all started (time zero of the WQE log).
     pub rang: Option<Instant>,
 }
 
@@ -135,16 +135,16 @@ impl Requester {
         self.inflight.iter().any(|w| w.mrs.contains(&index))
     }
 
-    /// Ends the trace of WQE `w` (completed with `status`) into the device's ring.
-    pub fn trace_done(&self, trace: &crate::timing::trace::Trace, qpn: u32, dest_qpn: u32, w: &mut InFlight, status: u8) {
-        let Some(p) = w.trace.take() else { return };
+    /// Ends the record of WQE `w` (completed with `status`) into the WQE log.
+    pub fn log_done(&self, log: &WqeLog, qpn: u32, dest_qpn: u32, w: &mut InFlight, status: u8) {
+        let Some(p) = w.stamps.take() else { return };
         let op = match w.kind {
             Kind::ReadRequest => "read",
             Kind::Send => "send",
             _ => "write",
         };
         let loopback = self.mtu == super::transport::LOOPBACK_MTU;
-        trace.finish(p, qpn, w.hdr.wr_id, op, w.len, loopback.then_some(dest_qpn), status);
+        log.finish(p, qpn, w.hdr.wr_id, op, w.len, loopback.then_some(dest_qpn), status);
     }
 }
 
@@ -200,12 +200,12 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     }
     let idle = rq.inflight.is_empty();
     // A failure carries the header the error completion reports.
-    let on = ctx.stats().trace.enabled();
-    let mut trace = Pending::start(rq.rang.unwrap_or_else(Instant::now), on);
+    let on = ctx.wqe_log.enabled();
+    let mut stamps = Pending::start(rq.rang.unwrap_or_else(Instant::now), on);
     ctx.mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
     let started: Result<(Wqe, Vec<Segment>, u64), (Failure, WqeHeader)> = match read_wqe(ctx.mem, &qp.sq, rq.started, true) {
         Ok(w) => {
-            trace.stamp(Stage::WqeData);
+            stamps.stamp(Stage::WqeData);
             match resolve(ctx, qp, &w) {
                 Ok((segs, len)) => Ok((w, segs, len)),
                 Err(f) => Err((f, w.hdr)),
@@ -236,20 +236,20 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
             return true;
         }
     };
-    trace.stamp(Stage::SglParsed);
+    stamps.stamp(Stage::SglParsed);
     // The path of the local buffer (source of WRITE/SEND, destination of a READ).
     let path = local.first().filter(|_| on).map(|s| ctx.mem.path_of(s.addr));
     if wqe_op(w.hdr.opcode).is_some_and(|o| o.kind == Kind::ReadRequest) {
-        trace.dst = path;
+        stamps.dst = path;
     } else {
-        trace.src = path;
+        stamps.src = path;
     }
     ctx.stats().inc(Counter::SendWqes);
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
     let mrs = if w.inline.is_empty() { super::mr::mr_indices(&w.sges) } else { Vec::new() };
-    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, trace: on.then_some(trace), mrs };
+    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, stamps: on.then_some(stamps), mrs };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
     rq.note_started(qp.sq.pi);
@@ -277,7 +277,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
         let result = t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i));
         let last = w.is_read() || i + 1 == w.npkts;
-        if let Some(tr) = rq.inflight[pos].trace.as_mut() {
+        if let Some(tr) = rq.inflight[pos].stamps.as_mut() {
             tr.stamp(Stage::Packetized);
             if last {
                 tr.stamp(Stage::OnWire);
@@ -309,7 +309,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
 /// Fails the oldest in-flight WQE (the QP then goes to ERROR and flushes the rest).
 pub fn fail_front(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, f: Failure) {
     let Some(mut w) = rq.inflight.pop_front() else { return };
-    rq.trace_done(&ctx.stats().trace, qpn, qp.dest_qpn, &mut w, f.status);
+    rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, f.status);
     rq.inflight.clear();
     rq.timer = None;
     rq.hold_until = None;
@@ -336,7 +336,7 @@ mod tests {
             first_psn: PSN_MASK,
             npkts: 2,
             received: 0,
-            trace: None,
+            stamps: None,
             mrs: Vec::new(),
         };
         let a = request(4, 4096, &w, 0);

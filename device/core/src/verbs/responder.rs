@@ -14,17 +14,17 @@
 //! A malformed RECV or one whose buffers fail their checks completes in error here (this
 //! QP to ERROR) and the requester gets a REM_OP NAK. Not implemented: atomics, credits.
 
-use super::abi::*;
 use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
 use super::qp::Qp;
-use super::stats::Counter;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_header, read_wqe, SlotError};
+use crate::contract::abi::*;
+use crate::contract::counters::Counter;
 use crate::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
 use crate::mem::access::{DmaKind, DmaTag};
-use crate::timing::trace::Side;
+use crate::timing::wqe_log::Side;
 use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
@@ -232,7 +232,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             ctx.stats().add(Counter::BytesSent, n);
             *offset += n;
             if op.last {
-                trace_placed(ctx, qpn, "send", segs, *offset, t);
+                log_placed(ctx, qpn, "send", segs, *offset, t);
                 let mut cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, ..Default::default() };
                 if let Some(imm) = m.imm {
                     cqe.imm_data = imm;
@@ -263,7 +263,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             ctx.stats().add(Counter::BytesWritten, n);
             *offset += n;
             if op.last {
-                trace_placed(ctx, qpn, "write", segs, *offset, t);
+                log_placed(ctx, qpn, "write", segs, *offset, t);
                 if let Some(r) = recv {
                     let imm = m.imm.unwrap_or_default();
                     let cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, imm_data: imm, flags: CQE_FLAG_IMM, ..Default::default() };
@@ -278,13 +278,13 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     Ok(true)
 }
 
-/// Trace: the last byte of a message is placed (the path of its first segment).
-fn trace_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u64, t: &dyn Transport) {
-    if !ctx.stats().trace.enabled() {
+/// WQE log: the last byte of a message is placed (the path of its first segment).
+fn log_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u64, t: &dyn Transport) {
+    if !ctx.wqe_log.enabled() {
         return;
     }
     let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
-    ctx.stats().trace.responder(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Placed);
+    ctx.wqe_log.responder(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Placed);
 }
 
 /// Answers an RDMA READ request (again, for a duplicate): the data goes back in READ
@@ -307,9 +307,9 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     // A duplicate request replaces what is queued for the same PSNs.
     let first_psn = m.bth.psn;
     rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
-    if fresh && ctx.stats().trace.enabled() {
+    if fresh && ctx.wqe_log.enabled() {
         let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
-        ctx.stats().trace.responder(qpn, "read", len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Sourced);
+        ctx.wqe_log.responder(qpn, "read", len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Sourced);
     }
     rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
     if fresh {

@@ -2,9 +2,9 @@
 //! status, flushing, RNR, CQ overflow, commands and hostile input. The harness plays the
 //! driver: it writes contexts, rings and WQEs the way docs/verbs.md says.
 
-use super::abi::*;
 use super::engine::{Engine, Shared, Tables};
-use super::stats::{Counter, Stats};
+use crate::contract::abi::*;
+use crate::contract::counters::{Counter, Stats};
 use crate::mem::dma::{test_ram, DmaMaps};
 use crate::msix::Interrupts;
 use crate::shm::SharedMemory;

@@ -1,24 +1,24 @@
-//! The engine's failure containment ([`super::worker::Driver`], docs/verbs.md §5.1): a
-//! panic forced through the test hook in a command or in a pass makes the device fatal
-//! (flag, async error, error completions for what was queued, commands refused, doorbells
-//! dropped), and a reset brings it back to a working engine.
+//! The engine's failure containment ([`super::runner::EngineRunner`], docs/verbs.md
+//! §5.1): a panic forced through the test hook in a command or in a pass makes the device
+//! fatal (flag, async error, error completions for what was queued, commands refused,
+//! doorbells dropped), and a reset brings it back to a working engine.
 
-use super::abi::*;
 use super::engine::Engine;
+use super::runner::{EngineRunner, Event, CMD_TEST_PANIC};
 use super::tests::*;
-use super::worker::{Driver, Event, CMD_TEST_PANIC};
+use crate::contract::abi::*;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
-fn command(drv: &mut Driver, d: &Dev, op: u32, index: u32) -> u32 {
+fn command(drv: &mut EngineRunner, d: &Dev, op: u32, index: u32) -> u32 {
     let (reply, rx) = mpsc::sync_channel(1);
     drv.handle(&d.mem, Event::Command { op, index, tables: tables(), reply });
     rx.try_recv().expect("every command is answered, even one that panicked")
 }
 
-/// A loopback pair with two WRITEs and a RECV queued, its engine in a [`Driver`] with the
-/// test hooks on (the Dev keeps a spare engine; swap to use its helpers).
-fn queued() -> (Dev, Driver, Vec<u8>) {
+/// A loopback pair with two WRITEs and a RECV queued, its engine in an [`EngineRunner`]
+/// with the test hooks on (the Dev keeps a spare engine; swap to use its helpers).
+fn queued() -> (Dev, EngineRunner, Vec<u8>) {
     let mut d = Dev::pair(RW);
     let lk = d.reg_mr(1, 7, RW, SRC, 4096);
     let rk = d.reg_mr(2, 7, RW, DST, 4096);
@@ -27,12 +27,12 @@ fn queued() -> (Dev, Driver, Vec<u8>) {
     d.send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 64, lk)], VA + DST, rk);
     d.send(1, WQE_OP_RDMA_WRITE, 2, &[sge(SRC, 64, lk)], VA + DST, rk);
     let spare = Engine::new("spare".into(), d.e.shared.clone());
-    let mut drv = Driver::new(std::mem::replace(&mut d.e, spare), None);
+    let mut drv = EngineRunner::new(std::mem::replace(&mut d.e, spare), None);
     drv.set_test_hooks(true);
     (d, drv, data)
 }
 
-fn expect_fatal_then_recover(mut d: Dev, mut drv: Driver) {
+fn expect_fatal_then_recover(mut d: Dev, mut drv: EngineRunner) {
     let shared = drv.engine.shared.clone();
     assert!(drv.is_fatal() && shared.fatal.load(Ordering::SeqCst), "fatal latched");
     assert_eq!(d.last_error.load(Ordering::SeqCst), u64::from(ASYNC_ERR_FATAL) << 24);

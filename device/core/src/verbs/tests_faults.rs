@@ -2,10 +2,10 @@
 //! delay holds CQEs in order and releases them, a duplicate attempt is dropped or (with
 //! `deliver`) written into the next free slot, never over an unconsumed one.
 
-use super::abi::*;
 use super::cq::{Cq, OWNER_OFFSET};
 use super::ctx::{Cqs, Shared};
-use super::stats::{Counter, Stats};
+use crate::contract::abi::*;
+use crate::contract::counters::{Counter, Stats};
 use crate::fault::{self, Count, Fault, PcieFaults};
 use crate::mem::dma::{test_ram, DmaMaps};
 use crate::msix::Interrupts;

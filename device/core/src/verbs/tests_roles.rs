@@ -3,10 +3,10 @@
 //! fabric pair (two engines joined by an in-memory wire that loses, duplicates,
 //! reorders and delays packets by a fixed schedule), and must end the same way.
 
-use super::abi::*;
-use super::stats::Counter;
 use super::tests::{sge, Dev, DST, RW, SRC, VA};
 use super::transport::Wire;
+use crate::contract::abi::*;
+use crate::contract::counters::Counter;
 use crate::fabric::packet::Packet;
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;

@@ -14,7 +14,7 @@
 //! The roles never know which one carries them. Not modelled: UD/GRH addressing, VLANs.
 
 use super::mr::Segment;
-use super::stats::{Counter, Stats};
+use crate::contract::counters::{Counter, Stats};
 use crate::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
 use crate::mem::access::{self as copy, GuestMem};
 use crate::mem::dma::DmaError;

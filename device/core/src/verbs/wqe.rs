@@ -2,9 +2,9 @@
 //! and checking it (opcode, flags, reserved bits, SGE count, inline length against the
 //! ring's stride). The WQE is never read again from the ring afterwards.
 
-use super::abi::*;
 use super::opcode::wqe_op;
 use super::qp::Ring;
+use crate::contract::abi::*;
 use crate::mem::access::GuestMem;
 use vm_memory::ByteValued;
 

@@ -8,8 +8,8 @@
 use super::batch::{send_batch, Pool, RecvBatch, BATCH, RX_BUF};
 use super::packet::{Endpoints, Packet, ROCE_UDP_PORT};
 use super::pcap::PcapWriter;
+use rnic_emu_core::contract::counters::{Counter, Stats};
 use rnic_emu_core::topology::{Faults, NodeFaults};
-use rnic_emu_core::verbs::stats::{Counter, Stats};
 use rnic_emu_core::verbs::transport::Wire;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};

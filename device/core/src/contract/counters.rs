@@ -1,6 +1,8 @@
 //! Device statistics: 64-bit counters the engine bumps and BAR0 exposes read-only at
 //! `STATS_BASE + 8 * index` (and the host reads through the server). Counters start at 0
-//! and are cleared by device reset.
+//! and are cleared by device reset. Their names and indices are part of the contract
+//! (rendered into the C header as `RNIC_STAT_*`); [`Stats`] holds their values and
+//! nothing else.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -45,11 +47,11 @@ counters! {
     GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
 }
 
+/// The values of the counters of one RNIC, shared by whatever counts into them (the
+/// engine, the DMA router, the fabric port).
 #[derive(Default)]
 pub struct Stats {
     values: [AtomicU64; COUNTERS.len()],
-    /// Recent WQEs' stage times and paths (`rnic-emu trace`), cleared with the counters.
-    pub trace: crate::timing::trace::Trace,
 }
 
 impl Stats {
@@ -72,7 +74,6 @@ impl Stats {
 
     pub fn reset(&self) {
         self.values.iter().for_each(|v| v.store(0, Ordering::Relaxed));
-        self.trace.clear();
     }
 
     /// (name, value) pairs, for the host side.

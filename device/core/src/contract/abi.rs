@@ -4,7 +4,7 @@
 //! Also the opcodes, flags, completion statuses and command codes that go in them.
 //!
 //! Each struct is declared once with [`abi_struct!`], which also records its fields so that
-//! `contract::c_header` can render the matching C struct with offset assertions.
+//! [`super::render::c_header`] can render the matching C struct with offset assertions.
 
 use vm_memory::ByteValued;
 

@@ -1,15 +1,17 @@
-//! The device's trace of recent WQEs: a bounded ring of records, each a work request's
+//! The device's WQE log: a bounded ring of records of recent work requests, each one's
 //! stages as the engine reached them in host time (nanoseconds since the doorbell that
 //! covered it, or since its fetch when the doorbell time is unknown) and the PCIe path
 //! its payload took at each end. `rnic-emu trace` prints them beside the modelled
-//! timeline ([`super::model`]) of the same request.
+//! timeline ([`super::model`]) of the same request. (The node's MMIO/DMA trace is
+//! another thing: [`crate::iotrace`].)
 //!
-//! The requester records its WQEs (doorbell, WQE fetched, SGL parsed, first and last
-//! request handed to the transport, ACK, CQE written); the responder records where and
+//! The requester logs its WQEs (doorbell, WQE fetched, SGL parsed, first and last
+//! request handed to the transport, ACK, CQE written); the responder logs where and
 //! when it placed the last byte of each WRITE/SEND, and where it read the data of each
 //! RDMA READ it answers (`remote_read`, the READ's source path). On one engine
 //! (loopback) the two are joined into one record; across the fabric each node holds its
-//! own side.
+//! own side. The verbs engine owns its RNIC's log; the RNIC answers the control requests
+//! and clears it with the counters on reset.
 //! Recording is off until asked for (`rnic-emu trace --record on`, control request
 //! `trace on`): it costs one clock read per stage and a short lock and a small allocation
 //! per finished WQE, about half the engine's rate of 64-byte WRITEs. The ring
@@ -17,7 +19,6 @@
 //! emulator's, not hardware time.
 
 use crate::mem::access::PciePath;
-use crate::topology::P2pPath;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,15 +27,6 @@ use std::time::Instant;
 
 /// Records kept.
 pub const CAPACITY: usize = 256;
-
-/// A path's name in the trace.
-pub fn path_name(p: PciePath) -> &'static str {
-    match p {
-        PciePath::Host => "host",
-        PciePath::P2p(P2pPath::Switch) => "p2p-switch",
-        PciePath::P2p(P2pPath::RootComplex) => "p2p-root-complex",
-    }
-}
 
 /// The stages a record can hold, in pipeline order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,11 +47,11 @@ pub const STAGE_NAMES: [&str; 9] = ["doorbell", "wqe_data", "sgl_parsed", "packe
 
 const UNSET: u64 = u64::MAX;
 
-/// A WQE being traced (kept with the WQE while it is in flight): a clock read and a
+/// A WQE being logged (kept with the WQE while it is in flight): a clock read and a
 /// store per stage, nothing allocated until it finishes.
 #[derive(Clone, Debug)]
 pub struct Pending {
-    /// Recording (the device's trace is on); off, stamps cost nothing.
+    /// Recording (the device's WQE log is on); off, stamps cost nothing.
     pub on: bool,
     t0: Instant,
     at: [u64; STAGE_NAMES.len()],
@@ -127,21 +119,21 @@ pub enum Side {
 }
 
 /// The ring, and the responder stages waiting for their loopback requester.
-pub struct Trace {
+pub struct WqeLog {
     enabled: AtomicBool,
     ring: Mutex<VecDeque<Record>>,
     seq: AtomicU64,
     responder: Mutex<HashMap<(u32, Side), (PciePath, Instant)>>,
 }
 
-impl Default for Trace {
-    /// On: every WQE is recorded (`trace off` stops it, e.g. for benchmarks).
+impl Default for WqeLog {
+    /// Off: nothing is recorded until `trace on`.
     fn default() -> Self {
-        Trace { enabled: AtomicBool::new(false), ring: Mutex::default(), seq: AtomicU64::new(0), responder: Mutex::default() }
+        WqeLog { enabled: AtomicBool::new(false), ring: Mutex::default(), seq: AtomicU64::new(0), responder: Mutex::default() }
     }
 }
 
-impl Trace {
+impl WqeLog {
     pub fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }
@@ -170,8 +162,8 @@ impl Trace {
             return;
         }
         let (src, dst, stage) = match side {
-            Side::Placed => (None, path.map(path_name), "placed"),
-            Side::Sourced => (path.map(path_name), None, "remote_read"),
+            Side::Placed => (None, path.map(PciePath::name), "placed"),
+            Side::Sourced => (path.map(PciePath::name), None, "remote_read"),
         };
         let r = Record { seq: 0, role: "responder", qpn, wr_id: 0, op, len, transport: "fabric", src, dst, status: 0, stages: vec![(stage, 0)] };
         self.push(r);
@@ -183,18 +175,18 @@ impl Trace {
         if !p.on {
             return;
         }
-        let (mut src, mut dst) = (p.src.map(path_name), p.dst.map(path_name));
+        let (mut src, mut dst) = (p.src.map(PciePath::name), p.dst.map(PciePath::name));
         if let Some(d) = dest_qpn {
             let mut joined = self.responder.lock().unwrap_or_else(|p| p.into_inner());
             if dst.is_none() {
                 if let Some((path, when)) = joined.remove(&(d, Side::Placed)) {
-                    dst = Some(path_name(path));
+                    dst = Some(path.name());
                     p.at[Stage::Placed as usize] = p.since(when);
                 }
             }
             if src.is_none() {
                 if let Some((path, when)) = joined.remove(&(d, Side::Sourced)) {
-                    src = Some(path_name(path));
+                    src = Some(path.name());
                     p.at[Stage::RemoteRead as usize] = p.since(when);
                 }
             }
@@ -242,10 +234,11 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::P2pPath;
 
     #[test]
     fn the_ring_is_bounded_and_joins_loopback_placements() {
-        let t = Trace::default();
+        let t = WqeLog::default();
         assert!(!t.enabled(), "off until asked for");
         assert_eq!(t.control("on").unwrap(), "trace on");
         for i in 0..(CAPACITY as u64 + 10) {

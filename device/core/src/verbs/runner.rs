@@ -1,30 +1,29 @@
-//! How work reaches a verbs engine (STYLE §3: work off the MMIO path). The socket thread
-//! only records doorbells and posts them to the engine's [`Mailbox`]: a queue and an
-//! `EventFd` that wakes the node's event loop (`evloop` in `rnic-emu-server`), which owns
-//! the engine. Commands wait for the engine's answer (with a timeout), so a register read
-//! after RNIC_REG_CMD sees its status.
+//! How work reaches a verbs engine, and what runs it. Engine work stays off the MMIO
+//! path: a vCPU's register access waits for the socket thread's reply, so that thread
+//! only records a doorbell and posts it as an [`Event`] to the engine's [`Mailbox`]
+//! (`crate::mailbox`), which wakes the node's event loop (`evloop` in `rnic-emu-server`);
+//! the loop owns the engine inside an [`EngineRunner`]. Commands wait for the engine's
+//! answer (with a timeout), so a register read after RNIC_REG_CMD sees its status.
 //!
-//! With the doorbell page on (docs/verbs.md §3.1) the engine also takes indices from the
-//! page ([`Driver`]): the loop polls it within [`POLL_WINDOW`] after activity (on hosts
-//! with enough CPUs; `evloop` in `rnic-emu-server`) and publishes event indices before it
-//! sleeps, so the driver rings MMIO only when asked.
+//! With the doorbell page on (docs/verbs.md §3.1) the runner also takes indices from the
+//! page: the loop polls it within [`POLL_WINDOW`] after activity (on hosts with enough
+//! CPUs; `evloop` in `rnic-emu-server`) and publishes event indices before it sleeps, so
+//! the driver rings MMIO only when asked.
 //!
-//! An RNIC not (yet) attached to an event loop drives its engine itself, on the caller's
+//! An RNIC not (yet) attached to an event loop runs its engine itself, on the caller's
 //! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
 //! Memory is reached through the DMA router, whose view is taken once per pass.
 
-use super::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
 use super::engine::{Engine, Tables};
+use crate::contract::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
 use crate::doorbell::DoorbellPage;
 use crate::fabric::packet::Packet;
+use crate::mailbox::Mailbox;
 use crate::mem::access::GuestMem;
 use crate::mem::router::Router;
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, SyncSender};
-use std::sync::Mutex;
 use std::time::Duration;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub enum Event {
     SqDoorbell {
@@ -76,80 +75,13 @@ const INLINE_PASSES: usize = 1024;
 /// with enough CPUs to spare one for polling (docs/architecture.md).
 pub const POLL_WINDOW: Duration = Duration::from_micros(200);
 
-struct Queue<E> {
-    events: VecDeque<E>,
-    /// The loop is (about to be) asleep in epoll: the next post must kick it.
-    sleeping: bool,
-}
-
-/// Events for one engine (verbs [`Event`]s, or a GPU engine's launches), posted by socket
-/// threads and taken by the event loop.
-///
-/// Wake-up rule: a post kicks the `EventFd` only when the loop has declared, under the
-/// same lock, that it is going to sleep ([`Mailbox::prepare_sleep`]); while the loop runs
-/// or busy-polls, posting costs no system call. Because the flag and the queue share one
-/// lock, a post either lands before the loop's last look (it sees the event and does not
-/// sleep) or after it (it sees `sleeping` and kicks).
-pub struct Mailbox<E = Event> {
-    queue: Mutex<Queue<E>>,
-    kick: EventFd,
-}
-
-impl<E> Mailbox<E> {
-    pub fn new() -> std::io::Result<Mailbox<E>> {
-        Ok(Mailbox { queue: Mutex::new(Queue { events: VecDeque::new(), sleeping: false }), kick: EventFd::new(EFD_NONBLOCK)? })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<E>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn post(&self, ev: E) {
-        self.post_with(ev, true);
-    }
-
-    /// Posts an event; `wake: false` leaves a sleeping loop asleep (the event waits for
-    /// the next pass, which drains the mailbox before it does anything else).
-    pub fn post_with(&self, ev: E, wake: bool) {
-        let wake = {
-            let mut q = self.lock();
-            q.events.push_back(ev);
-            wake && std::mem::take(&mut q.sleeping)
-        };
-        if wake {
-            if let Err(e) = self.kick.write(1) {
-                log::error!("waking the event loop: {e}");
-            }
-        }
-    }
-
-    /// The `EventFd` a sleeping loop waits on.
-    pub fn kick_fd(&self) -> &EventFd {
-        &self.kick
-    }
-
-    /// Loop side: moves every queued event to `out`; the loop is awake.
-    pub fn drain(&self, out: &mut VecDeque<E>) {
-        let mut q = self.lock();
-        q.sleeping = false;
-        out.append(&mut q.events);
-    }
-
-    /// Loop side: declares the loop is going to sleep. False (and not sleeping) when an
-    /// event is already queued.
-    pub fn prepare_sleep(&self) -> bool {
-        let mut q = self.lock();
-        q.sleeping = q.events.is_empty();
-        q.sleeping
-    }
-}
-
+/// The verbs engine's mailbox: the calls that wait for the engine's answer.
 impl Mailbox<Event> {
     /// Runs a command on the engine and waits for its status.
     pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
         let (reply, rx) = mpsc::sync_channel(1);
         self.post(Event::Command { op, index, tables, reply });
-        rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(super::abi::CMD_ERR_DISABLED)
+        rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(crate::contract::abi::CMD_ERR_DISABLED)
     }
 
     /// Posts the event `make` builds around a reply channel and waits for the reply.
@@ -183,8 +115,8 @@ impl Mailbox<Event> {
 /// unless set to `1`. Only tests set it: with it, a guest can make the engine fail.
 pub const TEST_HOOKS_ENV: &str = "RNIC_EMU_TEST_HOOKS";
 /// Test hook command (only with [`TEST_HOOKS_ENV`]): index 0 panics inside the command,
-/// index 2 in the next [`Driver::prepare_sleep`], any other index at the start of the next
-/// pass. Not part of the register contract.
+/// index 2 in the next [`EngineRunner::prepare_sleep`], any other index at the start of
+/// the next pass. Not part of the register contract.
 #[doc(hidden)]
 pub const CMD_TEST_PANIC: u32 = 0xfe;
 
@@ -194,29 +126,29 @@ pub const CMD_TEST_PANIC: u32 = 0xfe;
 /// Failure containment (docs/verbs.md §5.1): every operation the engine is handed (an
 /// event, a pass, a packet, the publication of event indices before the loop sleeps) runs
 /// under `catch_unwind`; the event loop contains its fabric port's work the same way
-/// ([`Driver::fail`]). A panic makes the device fatal:
+/// ([`EngineRunner::fail`]). A panic makes the device fatal:
 /// STATUS_FATAL, ASYNC_ERR_FATAL in RNIC_REG_LAST_ERROR with the async vector, error
 /// completions for what was queued ([`Engine::fail_all`]), one log line; until a device
 /// reset, commands answer CMD_ERR_FATAL and doorbells, passes and packets are dropped.
 /// Other engines of the node (the event loop's) keep running.
-pub struct Driver {
+pub struct EngineRunner {
     pub engine: Engine,
     page: Option<DoorbellPage>,
     db_on: bool,
     /// The engine panicked; nothing runs on it until a reset.
     fatal: bool,
-    /// [`TEST_HOOKS_ENV`] was set when the driver was made.
+    /// [`TEST_HOOKS_ENV`] was set when the runner was made.
     hooks: bool,
     /// Test hook: panic at the start of the next pass.
     panic_next_pass: bool,
-    /// Test hook: panic in the next [`Driver::prepare_sleep`].
+    /// Test hook: panic in the next [`EngineRunner::prepare_sleep`].
     panic_next_sleep: bool,
 }
 
-impl Driver {
-    pub fn new(engine: Engine, page: Option<DoorbellPage>) -> Driver {
+impl EngineRunner {
+    pub fn new(engine: Engine, page: Option<DoorbellPage>) -> EngineRunner {
         let hooks = std::env::var(TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
-        Driver { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
+        EngineRunner { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
     }
 
     /// Turns the test hooks on or off (unit tests, which share one environment).
@@ -237,7 +169,7 @@ impl Driver {
 
     /// Runs `f` unless the engine is fatal; a panic in it makes the engine fatal. None:
     /// `f` did not run or did not finish.
-    fn guarded<R>(&mut self, mem: &dyn GuestMem, what: &str, f: impl FnOnce(&mut Driver) -> R) -> Option<R> {
+    fn guarded<R>(&mut self, mem: &dyn GuestMem, what: &str, f: impl FnOnce(&mut EngineRunner) -> R) -> Option<R> {
         if self.fatal {
             return None;
         }
@@ -391,9 +323,9 @@ impl Driver {
 /// Where an RNIC's engine runs.
 pub enum EngineSlot {
     /// Not attached to an event loop: events run on the caller's thread.
-    Inline(Box<Driver>),
+    Inline(Box<EngineRunner>),
     /// Owned by the node's event loop; events go through the mailbox.
-    Loop(std::sync::Arc<Mailbox>),
+    Loop(std::sync::Arc<Mailbox<Event>>),
 }
 
 impl EngineSlot {
@@ -422,7 +354,7 @@ impl EngineSlot {
             EngineSlot::Inline(d) => {
                 let (reply, rx) = mpsc::sync_channel(1);
                 d.handle(&router.view(), Event::Command { op, index, tables, reply });
-                rx.try_recv().unwrap_or(super::abi::CMD_ERR_DISABLED)
+                rx.try_recv().unwrap_or(crate::contract::abi::CMD_ERR_DISABLED)
             }
             EngineSlot::Loop(m) => m.command(op, index, tables),
         }
@@ -456,7 +388,7 @@ impl EngineSlot {
 
     /// Hands the engine to an event loop; later events go to `mailbox`. None: already
     /// attached.
-    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox>) -> Option<Driver> {
+    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox<Event>>) -> Option<EngineRunner> {
         match std::mem::replace(self, EngineSlot::Loop(mailbox)) {
             EngineSlot::Inline(d) => Some(*d),
             loop_slot @ EngineSlot::Loop(_) => {
@@ -470,6 +402,7 @@ impl EngineSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
 
     fn arm() -> Event {
         Event::CqArm { cqn: 1 }

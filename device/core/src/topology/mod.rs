@@ -2,8 +2,14 @@
 //! and where each sits in the PCIe tree. One file serves three uses (docs/architecture.md):
 //! the QEMU command line (`qemu` in the `rnic-emu` crate), the server's node description
 //! (`serve` in `rnic-emu-server`) and what tests expect. Format, with every field, in `qemu-configs/README.md`.
+//! The `[timing]` table is the hardware's physical parameters ([`params`]); each node's
+//! [`Layout`] (where its RNIC and GPU sit) is derived here, for the timing model
+//! (`crate::timing`) and the model summary the RNIC publishes.
+
+pub mod params;
 
 use crate::regs::pci_ids;
+use params::Params;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -29,7 +35,7 @@ pub struct Topology {
     pub guest: GuestConfig,
     /// Physical parameters of the timing model (`docs/timing.md`); defaults when absent.
     #[serde(default)]
-    pub timing: crate::timing::Params,
+    pub timing: Params,
     #[serde(rename = "node")]
     pub nodes: Vec<Node>,
 }
@@ -170,7 +176,7 @@ pub struct Device {
     /// The timing parameters and its node's layout, filled in when the topology is
     /// parsed: the RNIC publishes the model summary they give (`timing::summary`).
     #[serde(skip)]
-    pub timing: Option<Box<(crate::timing::Params, crate::timing::Layout)>>,
+    pub timing: Option<Box<(Params, Layout)>>,
 }
 
 /// A function's PCIe link and payload sizes (from `[timing]`).
@@ -184,14 +190,48 @@ pub struct PcieLink {
 }
 
 impl PcieLink {
-    pub fn of(p: &crate::timing::Params) -> PcieLink {
+    pub fn of(p: &Params) -> PcieLink {
         PcieLink { gen: p.pcie_gen, width: p.pcie_width, mps: p.mps, mrrs: p.mrrs }
     }
 }
 
 impl Default for PcieLink {
     fn default() -> Self {
-        PcieLink::of(&crate::timing::Params::default())
+        PcieLink::of(&Params::default())
+    }
+}
+
+/// Where the RNIC and the GPU sit in a node's PCIe tree (what the timing model's
+/// latencies depend on; `crate::timing::model` adds them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// PCIe switches between the RNIC and the root complex.
+    pub rnic_switches: u32,
+    /// Switches between the GPU and the root complex.
+    pub gpu_switches: u32,
+    /// How RNIC-to-GPU traffic travels.
+    pub gpu_path: P2pPath,
+}
+
+impl Default for Layout {
+    /// RNIC and GPU below one switch (the single-switch topology).
+    fn default() -> Self {
+        Layout { rnic_switches: 1, gpu_switches: 1, gpu_path: P2pPath::Switch }
+    }
+}
+
+impl Layout {
+    /// The layout of a topology node's first RNIC and first GPU (the default when the
+    /// node has no GPU).
+    pub fn of(node: &Node) -> Layout {
+        let rnic = node.devices.iter().find(|d| d.kind == DeviceKind::Rnic);
+        let gpu = node.devices.iter().find(|d| d.kind == DeviceKind::Gpu);
+        let switches = |d| node.path_to_root(d).iter().filter(|p| p.kind == PortKind::SwitchUpstream).count() as u32;
+        match (rnic, gpu) {
+            (Some(r), Some(g)) => Layout { rnic_switches: switches(r), gpu_switches: switches(g), gpu_path: node.p2p_path(r, g) },
+            (Some(r), None) => Layout { rnic_switches: switches(r), ..Layout::default() },
+            _ => Layout::default(),
+        }
     }
 }
 
@@ -231,7 +271,7 @@ impl Topology {
         topo.validate()?;
         let link = PcieLink::of(&topo.timing);
         for n in &mut topo.nodes {
-            let layout = crate::timing::Layout::of(n);
+            let layout = Layout::of(n);
             for d in &mut n.devices {
                 d.link = link;
                 d.timing = Some(Box::new((topo.timing.clone(), layout)));
@@ -489,9 +529,19 @@ mod tests {
     }
 
     #[test]
+    fn layouts_come_from_the_topology_files() {
+        let layout = |text: &str| Layout::of(&Topology::parse(text, "t").unwrap().nodes[0]);
+        assert_eq!(layout(include_str!("../../../../qemu-configs/single-switch.toml")), Layout::default());
+        let rp = layout(include_str!("../../../../qemu-configs/separate-root-ports.toml"));
+        assert_eq!(rp, Layout { rnic_switches: 0, gpu_switches: 0, gpu_path: P2pPath::RootComplex });
+        let mf = layout(include_str!("../../../../qemu-configs/multifunction.toml"));
+        assert_eq!(mf.gpu_path, P2pPath::RootComplex, "one slot below a root port");
+    }
+
+    #[test]
     fn the_timing_table_is_optional_and_partial() {
         let t = Topology::parse(SWITCH, "t").unwrap();
-        assert_eq!(t.timing, crate::timing::Params::default());
+        assert_eq!(t.timing, Params::default());
         let t = Topology::parse(&SWITCH.replace("name = \"t\"", "name = \"t\"\n[timing]\npcie_gen = 4\nlink_gbps = 200.0"), "t").unwrap();
         assert_eq!((t.timing.pcie_gen, t.timing.link_gbps, t.timing.pcie_width), (4, 200.0, 16));
     }

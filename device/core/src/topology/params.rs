@@ -1,5 +1,8 @@
-//! The physical parameters of the timing model (`[timing]` in a topology file) and the
-//! rates derived from them. Every default is documented in `docs/timing.md` with its
+//! The physical parameters of the hardware a topology describes (`[timing]` in a
+//! topology file) and the rates derived from them: what the timing model
+//! (`crate::timing`) computes with, and what the functions' PCI Express capabilities
+//! report (link generation, width, payload sizes). Part of the topology so that parsing
+//! one needs nothing above it. Every default is documented in `docs/timing.md` with its
 //! source: a public specification where one exists (PCIe Base Specification, IEEE 802.3,
 //! IBTA, JEDEC DDR5), otherwise a published typical figure (switch product briefs, the
 //! pcie-bench measurements of device reads of host memory), each stated as such. None is

@@ -1,10 +1,11 @@
-//! Renders the register contract of [`crate::regs`] for the other side of the ABI: the C
-//! header the guest driver and tools include, and the Markdown reference for readers.
+//! Renders the contract (the registers of [`crate::regs`], the descriptors of
+//! [`super::abi`], the counters of [`super::counters`]) for the other side of the ABI: the
+//! C header the guest driver and tools include, and the Markdown reference for readers.
 //! Both rendered files are checked in; `tests` below fail when they drift.
 
+use super::abi::{AbiStruct, CONSTANT_GROUPS, STRUCTS};
+use super::counters::COUNTERS;
 use crate::regs::{self, pci_ids, RegDef};
-use crate::verbs::abi::{AbiStruct, CONSTANT_GROUPS, STRUCTS};
-use crate::verbs::stats::COUNTERS;
 use std::fmt::Write;
 
 /// The header's path relative to the repository root.
