@@ -8,10 +8,10 @@ mod common;
 use common::*;
 use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
+use rnic_emu::platform::shm::SharedMemory;
 use rnic_emu::ratelimit;
 use rnic_emu::regs::pci_ids::RNIC_BAR0_SIZE;
 use rnic_emu::regs::rnic::*;
-use rnic_emu::shm::SharedMemory;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -500,7 +500,7 @@ fn vfio_user_bounds_at_the_limit_and_one_beyond() {
     // A new client starts with no maps; an fd-backed map past the end of its file is
     // refused (an access there would raise SIGBUS in the server), one inside it is taken.
     let mut client = vfio_user::Client::new(&server.socket("rnic0")).unwrap();
-    let (_ram, fd) = rnic_emu::mem::dma::test_ram(1 << 20).unwrap();
+    let (_ram, fd) = rnic_emu::platform::mem::dma::test_ram(1 << 20).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&fd);
     let _ = client.dma_map(0, 0x4000_0000, 2 << 20, fd); // rust-vmm's client ignores error replies
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2, "the oversized map was refused");

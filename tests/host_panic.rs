@@ -12,7 +12,7 @@ use common::*;
 use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
 use rnic_emu::regs::rnic::*;
-use rnic_emu::verbs::runner::{CMD_TEST_PANIC, TEST_HOOKS_ENV};
+use rnic_emu::rnic::verbs::runner::{CMD_TEST_PANIC, TEST_HOOKS_ENV};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};

@@ -11,9 +11,9 @@
 //! ([`HostDriver::spin_in_wait`] goes back to spinning).
 
 use crate::contract::abi::*;
-use crate::mem::dma::test_ram;
+use crate::platform::mem::dma::test_ram;
+use crate::platform::shm::SharedMemory;
 use crate::regs::rnic::*;
-use crate::shm::SharedMemory;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -354,7 +354,7 @@ impl HostDriver {
             let page = QP_PAGES + u64::from(qpn) * PAGE;
             let (pi_off, event_off) = if send { (SQ_PI, SQ_EVENT) } else { (RQ_PI, RQ_EVENT) };
             self.page_store(page + pi_off, new); // SeqCst: ordered before the load below
-            if !crate::doorbell::need_kick(self.page_load(page + event_off), new, old) {
+            if !crate::rnic::doorbell::need_kick(self.page_load(page + event_off), new, old) {
                 return Ok(());
             }
         }
@@ -460,7 +460,7 @@ impl ServerProcess {
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
         let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
         // The control socket, then every function's socket (bound after it).
-        let topo = crate::topology::Topology::load(topology)?;
+        let topo = crate::platform::topology::Topology::load(topology)?;
         let (_, n) = topo.node(node).with_context(|| format!("no node {node}"))?;
         let mut sockets = vec![socket_dir.join(format!("{node}.ctl"))];
         sockets.extend(n.devices.iter().map(|d| socket_dir.join(n.socket_name(d))));

@@ -14,9 +14,7 @@
 //! The model's and the server's modules are re-exported here under their own names, so
 //! `rnic_emu::regs`, `rnic_emu::contract::abi` or `rnic_emu::serve` name the same items
 //! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
-pub use rnic_emu_core::{
-    contract, doorbell, function, gpu, gpu_engine, iotrace, mailbox, mem, msix, pci, ratelimit, regfile, regs, rnic, shm, timing, topology, verbs,
-};
+pub use rnic_emu_core::{contract, function, gpu, mailbox, observe, platform, ratelimit, regs, rnic};
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
 
 pub mod bootwatch;

@@ -1,8 +1,8 @@
 //! A mailbox: how work posted on one thread (a vfio-user socket thread) reaches an engine
 //! that another thread runs (the node's event loop, `evloop` in `rnic-emu-server`): a
 //! queue and an `EventFd` that wakes the loop when it sleeps. Generic over what is posted:
-//! the verbs engine's events (`crate::verbs::runner`) and the GPU engine's launches
-//! (`crate::gpu_engine`) go through one each.
+//! the verbs engine's events (`crate::rnic::verbs::runner`) and the GPU engine's launches
+//! (`crate::gpu::engine`) go through one each.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

@@ -24,17 +24,17 @@
 
 use crate::contract::abi::*;
 use crate::contract::counters::Stats;
-use crate::doorbell::{need_kick, DoorbellPage};
 use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
-use crate::mem::dma::{test_ram, DmaMaps};
-use crate::mem::router::{P2pPath, Peer, PeerWindow, Router};
-use crate::msix::Interrupts;
+use crate::platform::mem::dma::{test_ram, DmaMaps};
+use crate::platform::mem::router::{P2pPath, Peer, PeerWindow, Router};
+use crate::platform::msix::Interrupts;
+use crate::platform::shm::SharedMemory;
 use crate::regs::rnic::dbpage;
-use crate::shm::SharedMemory;
-use crate::verbs::clock::Clock;
-use crate::verbs::engine::{Engine, Shared, Tables};
-use crate::verbs::runner::{EngineRunner, Event};
-use crate::verbs::transport::Wire;
+use crate::rnic::doorbell::{need_kick, DoorbellPage};
+use crate::rnic::verbs::clock::Clock;
+use crate::rnic::verbs::engine::{Engine, Shared, Tables};
+use crate::rnic::verbs::runner::{EngineRunner, Event};
+use crate::rnic::verbs::transport::Wire;
 use arbitrary::Unstructured;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -345,7 +345,7 @@ impl Harness {
             Op::Connect { a, b, fabric } => {
                 let (a, b) = (usize::from(a) % QPS, usize::from(b) % QPS);
                 for (x, y) in [(a, b), (b, a)] {
-                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == crate::verbs::qp::QpState::Reset) {
+                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == crate::rnic::verbs::qp::QpState::Reset) {
                         let c = Self::init_ctx(x, (x | x << 4) as u8, 0x44, 0x11, 7, 0);
                         self.modify(x, &c);
                     }
@@ -551,7 +551,7 @@ impl Harness {
             self.rq_pi[q] = pi;
         }
         if self.d.page_on() {
-            // The driver's side of the page protocol (crate::doorbell): index, fence, event.
+            // The driver's side of the page protocol (crate::rnic::doorbell): index, fence, event.
             let qp_page = dbpage::QP_PAGES + q as u64 * dbpage::PAGE;
             let (pi_at, event_at) = if send { (dbpage::SQ_PI, dbpage::SQ_EVENT) } else { (dbpage::RQ_PI, dbpage::RQ_EVENT) };
             self.page_store(qp_page + pi_at, pi);
@@ -815,7 +815,7 @@ fn encode(ops: &[Op]) -> Vec<u8> {
 /// The MTT-wrap regression (issue found by hand): a loopback pair, an MR whose MTT holds
 /// the last page below 2^64 followed by an ordinary page, used as a local SGE (a WRITE
 /// from it) and through its remote key (a WRITE into it). Once `last.addr + last.len`
-/// overflowed in `verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
+/// overflowed in `rnic/verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
 /// error.
 #[cfg(test)]
 pub fn mtt_wrap_ops() -> Vec<Op> {
@@ -978,7 +978,7 @@ mod tests {
         assert!(s.get(Counter::RnrRetries) > 0, "no RNR wait ({all:?})");
         assert!(s.get(Counter::Retransmits) > 0, "no retransmission ({all:?})");
         let q1 = h.d.engine.qp(1).unwrap();
-        assert_eq!(q1.state, crate::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
+        assert_eq!(q1.state, crate::rnic::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
     }
 
     /// The error seed takes the error paths it names.

@@ -6,7 +6,7 @@
 //! - the fabric UDP socket becoming readable (datagrams are then taken in batches);
 //! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait);
 //! - a GPU copy-engine launch (the GPU's mailbox kicks the same way); a launch runs in
-//!   steps of `gpu_engine::STEP` bytes per pass and completes with its interrupt here;
+//!   steps of `gpu::engine::STEP` bytes per pass and completes with its interrupt here;
 //! - the stop `EventFd` ([`LoopHandle`] dropped).
 //!
 //! Every pass drains the mailboxes, receives what the sockets hold, runs each engine for a
@@ -36,10 +36,11 @@ mod wakeups;
 use crate::fabric::batch::BATCH;
 use crate::fabric::port::FabricPort;
 use event_manager::{EventManager, SubscriberOps};
-use rnic_emu_core::gpu_engine::{self, Launch, Runner};
+use rnic_emu_core::gpu;
+use rnic_emu_core::gpu::engine::{Launch, Runner};
 use rnic_emu_core::mailbox::Mailbox;
-use rnic_emu_core::mem::router::Router;
-use rnic_emu_core::verbs::runner::{EngineRunner, Event, POLL_WINDOW};
+use rnic_emu_core::platform::mem::router::Router;
+use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event, POLL_WINDOW};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -195,7 +196,7 @@ impl LoopWork for NodeEngines {
             for l in self.launches.drain(..) {
                 runner.start(l);
             }
-            active |= runner.step(gpu_engine::STEP);
+            active |= runner.step(gpu::engine::STEP);
         }
         active
     }

@@ -129,9 +129,9 @@ fn busy_poll_default_depends_on_the_host() {
 fn a_panic_in_fabric_port_work_makes_the_engine_fatal_until_reset() {
     use rnic_emu_core::contract::abi::ASYNC_ERR_FATAL;
     use rnic_emu_core::contract::counters::Stats;
-    use rnic_emu_core::mem::dma::DmaMaps;
-    use rnic_emu_core::msix::Interrupts;
-    use rnic_emu_core::verbs::engine::{Engine, Shared};
+    use rnic_emu_core::platform::mem::dma::DmaMaps;
+    use rnic_emu_core::platform::msix::Interrupts;
+    use rnic_emu_core::rnic::verbs::engine::{Engine, Shared};
     let stats = Arc::new(Stats::default());
     let shared = Shared {
         irqs: Arc::new(Interrupts::new(2)),
