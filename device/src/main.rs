@@ -356,7 +356,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let topo = topology.map(|t| checks::topology(&t)).transpose()?;
-            timing_cli::trace(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
+            timing_cli::wqe_log(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
         }
         Cmd::Fault { socket_dir, node, device, fault } => {
             let request = match fault.split_first() {

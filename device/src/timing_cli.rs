@@ -1,4 +1,5 @@
-//! `rnic-emu model` and `rnic-emu trace`: the model's and the trace's command-line side.
+//! `rnic-emu model` and `rnic-emu trace` without `--mmio`/`--dma`: the timing model's and
+//! the WQE log's command-line side.
 
 use rnic_emu::observe::timing::collective::{reference, ring_all_reduce};
 use rnic_emu::observe::timing::render::{record_text, ring_text, timeline_text};
@@ -47,7 +48,7 @@ fn mem_of(path: Option<&str>) -> Option<Mem> {
     path.map(|p| if p == "host" { Mem::Host } else { Mem::Gpu })
 }
 
-/// The modelled timeline of a traced request. Its source and destination are the paths
+/// The modelled timeline of a logged request. Its source and destination are the paths
 /// the device recorded (a READ's source is the responder's); one on another node, not
 /// recorded here, is assumed to be the same kind of memory as the other.
 pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::observe::timing::Timeline> {
@@ -66,8 +67,8 @@ pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::o
     Some(timeline(p, &layout, &Request { op, len: rec.len, src, dst }))
 }
 
-/// Prints the node's trace (and, with `follow`, what comes after) until interrupted.
-pub fn trace(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo: Option<&Topology>, json: bool) -> anyhow::Result<()> {
+/// Prints the node's WQE log (and, with `follow`, what comes after) until interrupted.
+pub fn wqe_log(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo: Option<&Topology>, json: bool) -> anyhow::Result<()> {
     let p = topo.map(|t| t.timing.clone()).unwrap_or_default();
     let layout = topo.and_then(|t| t.node(node)).map(|(_, n)| Layout::of(n)).unwrap_or_default();
     let mut since = 0u64;

@@ -2,7 +2,9 @@
 //!
 //! 8-byte registers may be accessed as one 8-byte access or as two 4-byte halves (what a
 //! driver without `readq` does). Anything else (unmapped offset, odd size, misalignment)
-//! is an error the caller turns into all-ones reads and dropped writes (STYLE §8).
+//! is an error the caller turns into all-ones reads and dropped writes, as an access no
+//! register claims ends on PCIe (docs/programming.md R-DEV-2): the driver sees what it
+//! would see on hardware, and nothing a guest sends can fail the model.
 
 use crate::regs::{Access, RegDef};
 use thiserror::Error;

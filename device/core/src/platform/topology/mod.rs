@@ -78,10 +78,11 @@ pub struct Node {
     pub devices: Vec<Device>,
 }
 
-/// Faults on one direction of a node's fabric traffic (probabilities 0..=1).
+/// Wire faults on one direction of a node's fabric traffic (probabilities 0..=1); the
+/// fabric port (`rnic-emu-server`) applies them; PCIe-side faults are [`NodeFaults::pcie`].
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-pub struct Faults {
+pub struct WireFaults {
     pub drop: f64,
     pub duplicate: f64,
     /// Probability that a packet is held back and sent after the next one.
@@ -95,8 +96,8 @@ pub struct Faults {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NodeFaults {
-    pub tx: Faults,
-    pub rx: Faults,
+    pub tx: WireFaults,
+    pub rx: WireFaults,
     /// Seed of the fault generators (wire and PCIe), so a failing run reproduces.
     pub seed: u64,
     /// PCIe-side faults armed on the node's RNICs from the start, in the form
@@ -104,7 +105,7 @@ pub struct NodeFaults {
     pub pcie: Vec<String>,
 }
 
-impl Faults {
+impl WireFaults {
     pub fn validate(&self) -> Result<(), String> {
         let p = [self.drop, self.duplicate, self.reorder, self.corrupt];
         if p.iter().all(|v| (0.0..=1.0).contains(v)) && self.delay_us <= 1_000_000 {

@@ -43,7 +43,7 @@ impl Wire for Port {
 /// before it (0: never), drawn from a seeded generator (a periodic schedule can lock step
 /// with go-back-N and drop the same retransmission every time).
 #[derive(Clone, Copy, Default)]
-struct Faults {
+struct WireFaults {
     drop: u64,
     delay: u64,
     dup: u64,
@@ -54,13 +54,13 @@ struct Faults {
 struct Pair {
     devs: Vec<Dev>,
     net: Option<Arc<Net>>,
-    faults: Faults,
+    faults: WireFaults,
     rng: u64,
     held: Vec<(u32, Ipv4Addr, Ipv4Addr, Packet)>,
 }
 
 impl Pair {
-    fn new(fabric: bool, rnr_retry: u8, faults: Faults) -> Pair {
+    fn new(fabric: bool, rnr_retry: u8, faults: WireFaults) -> Pair {
         let net = fabric.then(|| Arc::new(Net::default()));
         let mut devs: Vec<Dev> = (0..if fabric { 2 } else { 1 }).map(|_| Dev::new()).collect();
         for (i, d) in devs.iter_mut().enumerate() {
@@ -194,8 +194,8 @@ fn status(c: &Cqe) -> (u64, u8, u32) {
 
 #[test]
 fn every_verb_completes_in_order_through_loss_duplication_reordering_and_delay() {
-    let lossy = Faults { drop: 8, delay: 16, dup: 16, reorder: 8 };
-    for (fabric, faults) in [(false, Faults::default()), (true, Faults::default()), (true, lossy)] {
+    let lossy = WireFaults { drop: 8, delay: 16, dup: 16, reorder: 8 };
+    for (fabric, faults) in [(false, WireFaults::default()), (true, WireFaults::default()), (true, lossy)] {
         let mut p = Pair::new(fabric, 7, faults);
         let lk = p.req().reg_mr(1, 7, RW, SRC, 4 << 20);
         let rk = p.resp().reg_mr(2, 7, RW, DST, 4 << 20);
@@ -254,8 +254,8 @@ fn outcome(p: &mut Pair, req_cqes: usize, resp_cqes: usize) -> Outcome {
 }
 
 fn both(scenario: impl Fn(&mut Pair) -> Outcome, rnr_retry: u8) -> Outcome {
-    let loopback = scenario(&mut Pair::new(false, rnr_retry, Faults::default()));
-    let fabric = scenario(&mut Pair::new(true, rnr_retry, Faults::default()));
+    let loopback = scenario(&mut Pair::new(false, rnr_retry, WireFaults::default()));
+    let fabric = scenario(&mut Pair::new(true, rnr_retry, WireFaults::default()));
     assert_eq!(loopback, fabric, "loopback and fabric obey the same rules");
     loopback
 }
@@ -388,7 +388,7 @@ impl crate::platform::mem::access::GuestMem for Counting<'_> {
 
 #[test]
 fn a_loopback_write_read_and_send_are_one_memory_to_memory_copy_each() {
-    let mut p = Pair::new(false, 0, Faults::default());
+    let mut p = Pair::new(false, 0, WireFaults::default());
     let lk = p.req().reg_mr(1, 7, RW, SRC, 4 << 20);
     let rk = p.resp().reg_mr(2, 7, RW, DST, 4 << 20);
     let data = p.req().fill(SRC, 1 << 20, 5);
