@@ -205,7 +205,7 @@ fn surprise_removal_run() -> Option<String> {
     ensure_image();
     let img = rnic_emu::image::ensure(false).expect("guest image");
     let topo_path = topology("single-switch");
-    let topo = rnic_emu::topology::Topology::load(&topo_path).unwrap();
+    let topo = rnic_emu::platform::topology::Topology::load(&topo_path).unwrap();
     let node = &topo.nodes[0];
     let wd = tempfile::Builder::new().prefix("rnic-emu-surprise-").tempdir().unwrap();
     let sockets = wd.path().join("sockets");

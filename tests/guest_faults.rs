@@ -9,7 +9,7 @@
 mod common;
 use common::*;
 use rnic_emu::hostdrv::ServerProcess;
-use rnic_emu::topology::Topology;
+use rnic_emu::platform::topology::Topology;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

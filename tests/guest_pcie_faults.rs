@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use rnic_emu::hostdrv::ServerProcess;
 use rnic_emu::kv::KvStore;
-use rnic_emu::topology::Topology;
+use rnic_emu::platform::topology::Topology;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;

@@ -9,8 +9,8 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{NodePair, PairOptions, VA};
-use rnic_emu::verbs::abi::*;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;

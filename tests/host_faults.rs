@@ -6,12 +6,12 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
+use rnic_emu::platform::shm::SharedMemory;
 use rnic_emu::ratelimit;
 use rnic_emu::regs::pci_ids::RNIC_BAR0_SIZE;
 use rnic_emu::regs::rnic::*;
-use rnic_emu::shm::SharedMemory;
-use rnic_emu::verbs::abi::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -399,7 +399,7 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
     let server = single_switch(dir.path());
     let mut h = HostDriver::connect(&server.socket("rnic0"), 64 * MIB).unwrap();
     let (last_qp, last_cq, last_mr, max_log) = ((MAX_QP - 1) as u32, (MAX_CQ - 1) as u32, (MAX_MR - 1) as u32, MAX_RING_LOG2 as u8);
-    let errors = |h: &mut HostDriver| h.r64(STATS_BASE + 8 * rnic_emu::verbs::stats::Counter::CommandErrors as u64).unwrap();
+    let errors = |h: &mut HostDriver| h.r64(STATS_BASE + 8 * rnic_emu::contract::counters::Counter::CommandErrors as u64).unwrap();
 
     // CQs: the last index with the largest ring; the index past the table; a ring too big.
     h.create_cq(last_cq, max_log, 0).unwrap();
@@ -492,7 +492,7 @@ fn vfio_user_bounds_at_the_limit_and_one_beyond() {
     // A new client starts with no maps; an fd-backed map past the end of its file is
     // refused (an access there would raise SIGBUS in the server), one inside it is taken.
     let mut client = vfio_user::Client::new(&server.socket("rnic0")).unwrap();
-    let (_ram, fd) = rnic_emu::mem::dma::test_ram(1 << 20).unwrap();
+    let (_ram, fd) = rnic_emu::platform::mem::dma::test_ram(1 << 20).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&fd);
     let _ = client.dma_map(0, 0x4000_0000, 2 << 20, fd); // rust-vmm's client ignores error replies
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2, "the oversized map was refused");

@@ -7,9 +7,9 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{HostDriver, ServerProcess, IOVA, VA};
 use rnic_emu::regs::rnic::*;
-use rnic_emu::verbs::abi::*;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -393,6 +393,6 @@ fn topology_faults_are_armed_at_start_and_bad_ones_refused() {
     let out = fault_cli(dir.path(), &["--device", "rnic9", "fatal"]);
     assert_eq!(out.status.code(), Some(125), "no such RNIC: nobody takes the request");
     let bad = TOPOLOGY.replace("name = \"node0\"", "name = \"node0\"\nfaults = { pcie = [\"link down\"] }");
-    let err = rnic_emu::topology::Topology::parse(&bad, "bad").unwrap_err();
+    let err = rnic_emu::platform::topology::Topology::parse(&bad, "bad").unwrap_err();
     assert!(format!("{err}").contains("only faults that are armed"), "{err}");
 }

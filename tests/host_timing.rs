@@ -8,9 +8,9 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
 use rnic_emu::regs::rnic::*;
-use rnic_emu::verbs::abi::*;
 use std::process::Command;
 use std::time::Duration;
 

@@ -8,9 +8,9 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
 use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
 use rnic_emu::regs::rnic::*;
-use rnic_emu::verbs::abi::*;
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::Path;
@@ -152,13 +152,13 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     assert!(line.contains("RNIC_REG_SCRATCH") && line.contains("write") && line.contains("= 0x5eed"), "{line}");
 
     // Overflow: more events than the ring holds; the oldest go, counted and reported.
-    for _ in 0..rnic_emu::iotrace::CAPACITY / 2 + 100 {
+    for _ in 0..rnic_emu::observe::iotrace::CAPACITY / 2 + 100 {
         h.r64(STATS_BASE).unwrap(); // one register read each
         h.r32(RNIC_REG_SCRATCH).unwrap();
     }
     let (_, out, err) = trace(dir.path(), &["--mmio", "--json"]);
     let kept = json_lines(&out);
-    assert_eq!(kept.len(), rnic_emu::iotrace::CAPACITY, "the ring is full and bounded");
+    assert_eq!(kept.len(), rnic_emu::observe::iotrace::CAPACITY, "the ring is full and bounded");
     assert_eq!(kept.last().unwrap()["reg"], "RNIC_REG_SCRATCH");
     assert!(kept.iter().any(|e| e["reg"] == "STATS.send_wqes"), "statistics reads are named");
     assert!(err.contains("events lost"), "a reader that starts late is told what it missed: {err}");
@@ -167,7 +167,7 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     let overflow = batch["overflow"].as_u64().unwrap();
     let first = batch["first"].as_u64().unwrap();
     assert!(overflow > 0 && overflow == first - 1, "overflow {overflow} counts the events before the oldest kept ({first})");
-    assert_eq!(batch["capacity"].as_u64(), Some(rnic_emu::iotrace::CAPACITY as u64));
+    assert_eq!(batch["capacity"].as_u64(), Some(rnic_emu::observe::iotrace::CAPACITY as u64));
 
     // Off again: nothing more is recorded.
     trace(dir.path(), &["--dma", "--record", "off"]);

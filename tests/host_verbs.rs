@@ -5,10 +5,10 @@
 
 mod common;
 use common::*;
+use rnic_emu::contract::abi::*;
+use rnic_emu::contract::counters::Counter;
 use rnic_emu::hostdrv::{HostDriver, VA};
 use rnic_emu::regs::rnic::*;
-use rnic_emu::verbs::abi::*;
-use rnic_emu::verbs::stats::Counter;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};

@@ -14,9 +14,9 @@
 //!
 //! Ratios are what to compare between runs (machines are noisy).
 
+use rnic_emu::contract::abi::WC_SUCCESS;
 use rnic_emu::fabric::batch::{send_batch, RecvBatch, BATCH};
 use rnic_emu::hostdrv::{NodePair, PairOptions};
-use rnic_emu::verbs::abi::WC_SUCCESS;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::Path;

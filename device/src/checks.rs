@@ -5,7 +5,7 @@
 //! that fails once work has started exits [`EXIT_FAILED`]. Each message names the file,
 //! directory, socket or node it concerns once, with its cause once.
 
-use rnic_emu::topology::Topology;
+use rnic_emu::platform::topology::Topology;
 use std::path::Path;
 
 /// A bad argument or configuration (clap exits 2 for its own argument errors too).

@@ -3,14 +3,14 @@
 //! WQEs, contexts and MTT entries fed to the verbs engine, and hostile BAR0/config accesses
 //! fed to the RNIC model. They must never panic, hang or touch memory outside guest RAM.
 
+use crate::contract::abi::*;
+use crate::contract::counters::Stats;
 use crate::function::PciFunction;
-use crate::mem::dma::{test_ram, DmaMaps};
-use crate::msix::Interrupts;
+use crate::platform::mem::dma::{test_ram, DmaMaps};
+use crate::platform::msix::Interrupts;
+use crate::platform::topology::Topology;
+use crate::rnic::verbs::engine::{Engine, Shared, Tables};
 use crate::rnic::Rnic;
-use crate::topology::Topology;
-use crate::verbs::abi::*;
-use crate::verbs::engine::{Engine, Shared, Tables};
-use crate::verbs::stats::Stats;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -240,7 +240,7 @@ fn stream_target(gpu: bool) -> Option<StreamTarget> {
     let topo = Topology::parse(&toml, "fuzz").ok()?;
     let dev = &topo.nodes[0].devices[0];
     let f: crate::vfio::SharedFunction = if gpu {
-        let mem = crate::shm::SharedMemory::memfd("fuzz-bar1", dev.bar1_size()).ok()?;
+        let mem = crate::platform::shm::SharedMemory::memfd("fuzz-bar1", dev.bar1_size()).ok()?;
         Arc::new(Mutex::new(crate::gpu::Gpu::new("fuzz-gpu".into(), dev, mem).ok()?))
     } else {
         Arc::new(Mutex::new(Rnic::new("fuzz-rnic".into(), dev, Vec::new(), None).ok()?))

@@ -10,11 +10,11 @@
 //! small host does not take a core from the node servers it measures
 //! ([`HostDriver::spin_in_wait`] goes back to spinning).
 
-use crate::mem::dma::test_ram;
+use crate::contract::abi::*;
+use crate::platform::mem::dma::test_ram;
+use crate::platform::shm::SharedMemory;
 use crate::regs::rnic::*;
 use crate::ring;
-use crate::shm::SharedMemory;
-use crate::verbs::abi::*;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -458,7 +458,7 @@ impl ServerProcess {
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
         let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
         // The control socket, then every function's socket (bound after it).
-        let topo = crate::topology::Topology::load(topology)?;
+        let topo = crate::platform::topology::Topology::load(topology)?;
         let (_, n) = topo.node(node).with_context(|| format!("no node {node}"))?;
         let mut sockets = vec![socket_dir.join(format!("{node}.ctl"))];
         sockets.extend(n.devices.iter().map(|d| socket_dir.join(n.socket_name(d))));

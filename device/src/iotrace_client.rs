@@ -2,7 +2,7 @@
 //! --trace FILE`; docs/trace.md): reads the node's ring over its control socket
 //! (`iotrace since=N` requests), notices events the ring dropped before they were read,
 //! filters by kind, function, QP and register, and prints events as text or JSON lines.
-//! The ring itself, and what it records, is `rnic_emu_core::iotrace`.
+//! The ring itself, and what it records, is `rnic_emu_core::observe::iotrace`.
 
 use crate::serve::control_request;
 use anyhow::Context;
@@ -60,7 +60,7 @@ impl Reader {
             out.lost += first.saturating_sub(self.since + 1).min(out.overflow);
             out.on = batch["on"].as_bool().unwrap_or(false);
             let events = batch["events"].as_array().cloned().unwrap_or_default();
-            let full = events.len() >= rnic_emu_core::iotrace::MAX_REPLY;
+            let full = events.len() >= rnic_emu_core::observe::iotrace::MAX_REPLY;
             self.since = events.last().and_then(|e| e["seq"].as_u64()).unwrap_or(self.since.max(first.saturating_sub(1)));
             out.events.extend(events);
             if !full {

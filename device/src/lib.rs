@@ -12,11 +12,9 @@
 //!   a node's MMIO/DMA trace.
 //!
 //! The model's and the server's modules are re-exported here under their own names, so
-//! `rnic_emu::regs`, `rnic_emu::verbs::abi` or `rnic_emu::serve` name the same items
+//! `rnic_emu::regs`, `rnic_emu::contract::abi` or `rnic_emu::serve` name the same items
 //! wherever they live; [`fabric`] joins the wire format (core) and the sockets (server).
-pub use rnic_emu_core::{
-    contract, doorbell, function, gpu, gpu_engine, iotrace, mem, msix, pci, prng, ratelimit, regfile, regs, ring, rnic, shm, timing, topology, verbs,
-};
+pub use rnic_emu_core::{contract, function, gpu, mailbox, observe, platform, prng, ratelimit, regs, ring, rnic};
 pub use rnic_emu_server::{evloop, fabric, serve, vfio};
 
 pub mod bootwatch;

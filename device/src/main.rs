@@ -10,7 +10,7 @@ mod timing_cli;
 
 use checks::OrConfig;
 use clap::{Parser, Subcommand};
-use rnic_emu::{contract, image, qemu, run, serve, topology::Topology};
+use rnic_emu::{contract, image, platform::topology::Topology, qemu, run, serve};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -77,14 +77,14 @@ enum Cmd {
         #[arg(long)]
         topology: Option<PathBuf>,
         #[arg(long, default_value = "write")]
-        op: rnic_emu::timing::Op,
+        op: rnic_emu::observe::timing::Op,
         /// Message bytes (all_reduce: bytes per node).
         #[arg(long, default_value_t = 4096)]
         size: u64,
         #[arg(long, default_value = "gpu")]
-        src: rnic_emu::timing::Mem,
+        src: rnic_emu::observe::timing::Mem,
         #[arg(long, default_value = "gpu")]
-        dst: rnic_emu::timing::Mem,
+        dst: rnic_emu::observe::timing::Mem,
         /// Nodes of the collective.
         #[arg(long, default_value_t = 8)]
         nodes: u32,
@@ -93,7 +93,7 @@ enum Cmd {
         collective: Option<String>,
         /// The network (roce or ib-ndr); default: the topology's [timing] fabric.
         #[arg(long)]
-        fabric: Option<rnic_emu::timing::Fabric>,
+        fabric: Option<rnic_emu::platform::topology::params::Fabric>,
         #[arg(long)]
         json: bool,
     },
@@ -237,7 +237,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let topo = topology.map(|t| checks::topology(&t)).transpose()?;
-            timing_cli::trace(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
+            timing_cli::wqe_log(&socket_dir, &node, qp, follow, topo.as_ref(), json)?;
         }
         Cmd::Fault { socket_dir, node, device, fault } => {
             let request = match fault.split_first() {
@@ -252,8 +252,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             }
         }
         Cmd::Image => image::build()?,
-        Cmd::GenHeader => print!("{}", contract::c_header()),
-        Cmd::GenDoc => print!("{}", contract::markdown()),
+        Cmd::GenHeader => print!("{}", contract::render::c_header()),
+        Cmd::GenDoc => print!("{}", contract::render::markdown()),
         Cmd::GenRingHeader => print!("{}", rnic_emu::ring::c_header()),
     }
     Ok(ExitCode::SUCCESS)

@@ -20,8 +20,8 @@
 use crate::bootwatch::BootWatch;
 use crate::image::Image;
 use crate::kv::KvStore;
+use crate::platform::topology::Topology;
 use crate::qemu::{self, GuestFiles};
-use crate::topology::Topology;
 use anyhow::{bail, Context};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;

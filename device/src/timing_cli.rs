@@ -1,11 +1,13 @@
-//! `rnic-emu model` and `rnic-emu trace`: the model's and the trace's command-line side.
+//! `rnic-emu model` and `rnic-emu trace` without `--mmio`/`--dma`: the timing model's and
+//! the WQE log's command-line side.
 
+use rnic_emu::observe::timing::collective::{reference, ring_all_reduce};
+use rnic_emu::observe::timing::render::{record_text, ring_text, timeline_text};
+use rnic_emu::observe::timing::wqe_log::Record;
+use rnic_emu::observe::timing::{timeline, Mem, Op, Request};
+use rnic_emu::platform::topology::params::Params;
+use rnic_emu::platform::topology::{Layout, Topology};
 use rnic_emu::serve::control_request;
-use rnic_emu::timing::collective::{reference, ring_all_reduce};
-use rnic_emu::timing::render::{record_text, ring_text, timeline_text};
-use rnic_emu::timing::trace::Record;
-use rnic_emu::timing::{timeline, Layout, Mem, Op, Params, Request};
-use rnic_emu::topology::Topology;
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,11 +23,11 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
             if !json {
                 return Ok(timeline_text(&t, p, &layout));
             }
-            let reference = (t.request == rnic_emu::timing::reference::REQUEST).then(|| {
-                let rows = rnic_emu::timing::reference::compare(&t);
+            let reference = (t.request == rnic_emu::observe::timing::reference::REQUEST).then(|| {
+                let rows = rnic_emu::observe::timing::reference::compare(&t);
                 let stages: Vec<_> =
                     rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect();
-                serde_json::json!({ "stages": stages, "intervals": rnic_emu::timing::reference::intervals(p, &layout, &t) })
+                serde_json::json!({ "stages": stages, "intervals": rnic_emu::observe::timing::reference::intervals(p, &layout, &t) })
             });
             Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
         }
@@ -46,10 +48,10 @@ fn mem_of(path: Option<&str>) -> Option<Mem> {
     path.map(|p| if p == "host" { Mem::Host } else { Mem::Gpu })
 }
 
-/// The modelled timeline of a traced request. Its source and destination are the paths
+/// The modelled timeline of a logged request. Its source and destination are the paths
 /// the device recorded (a READ's source is the responder's); one on another node, not
 /// recorded here, is assumed to be the same kind of memory as the other.
-pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::timing::Timeline> {
+pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::observe::timing::Timeline> {
     let op = rec.op.parse::<Op>().ok()?;
     let src = mem_of(rec.src.or(rec.dst))?;
     let dst = mem_of(rec.dst.or(rec.src))?;
@@ -57,16 +59,16 @@ pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::t
     let mut layout = *layout;
     for path in [rec.src, rec.dst].into_iter().flatten() {
         match path {
-            "p2p-switch" => layout.gpu_path = rnic_emu::topology::P2pPath::Switch,
-            "p2p-root-complex" => layout.gpu_path = rnic_emu::topology::P2pPath::RootComplex,
+            "p2p-switch" => layout.gpu_path = rnic_emu::platform::topology::P2pPath::Switch,
+            "p2p-root-complex" => layout.gpu_path = rnic_emu::platform::topology::P2pPath::RootComplex,
             _ => {}
         }
     }
     Some(timeline(p, &layout, &Request { op, len: rec.len, src, dst }))
 }
 
-/// Prints the node's trace (and, with `follow`, what comes after) until interrupted.
-pub fn trace(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo: Option<&Topology>, json: bool) -> anyhow::Result<()> {
+/// Prints the node's WQE log (and, with `follow`, what comes after) until interrupted.
+pub fn wqe_log(socket_dir: &Path, node: &str, qp: Option<u32>, follow: bool, topo: Option<&Topology>, json: bool) -> anyhow::Result<()> {
     let p = topo.map(|t| t.timing.clone()).unwrap_or_default();
     let layout = topo.and_then(|t| t.node(node)).map(|(_, n)| Layout::of(n)).unwrap_or_default();
     let mut since = 0u64;

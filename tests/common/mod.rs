@@ -159,7 +159,7 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// The header of a signaled one-SGE RDMA WRITE or READ (`opcode`) of `remote_addr` under
 /// `rkey`: the WQE most host tests post.
-pub fn rdma_wqe(opcode: u8, wr_id: u64, remote_addr: u64, rkey: u32) -> rnic_emu::verbs::abi::WqeHeader {
-    use rnic_emu::verbs::abi::{WqeHeader, WQE_FLAG_SIGNALED};
+pub fn rdma_wqe(opcode: u8, wr_id: u64, remote_addr: u64, rkey: u32) -> rnic_emu::contract::abi::WqeHeader {
+    use rnic_emu::contract::abi::{WqeHeader, WQE_FLAG_SIGNALED};
     WqeHeader { opcode, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, remote_addr, rkey, ..Default::default() }
 }

@@ -2,14 +2,14 @@
 //! interrupts, DMA maps and reset. The vfio-user adapter (`vfio` in `rnic-emu-server`) is
 //! written once against this trait; the RNIC and GPU models implement it.
 
-use crate::mem::dma::DmaMaps;
-use crate::msix::Interrupts;
-use crate::pci::caps::{self, Capability};
-use crate::pci::config::{ConfigSpace, Identity, LayoutError};
+use crate::platform::mem::dma::DmaMaps;
+use crate::platform::msix::Interrupts;
+use crate::platform::pci::caps::{self, Capability};
+use crate::platform::pci::config::{ConfigSpace, Identity, LayoutError};
+use crate::platform::shm::{SharedMemory, ShmError};
+use crate::platform::topology::{Device, DeviceKind};
 use crate::regs::pci_ids;
 use crate::regs::pci_ids::{MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET};
-use crate::shm::{SharedMemory, ShmError};
-use crate::topology::{Device, DeviceKind};
 use std::os::fd::RawFd;
 use std::sync::RwLock;
 
@@ -35,7 +35,7 @@ pub trait PciFunction: Send {
     /// Short name for logs ("node0-rnic0").
     fn name(&self) -> &str;
     /// Which model this is (the MMIO/DMA trace names registers from its table).
-    fn kind(&self) -> crate::iotrace::FunctionKind;
+    fn kind(&self) -> crate::observe::iotrace::FunctionKind;
     fn config(&self) -> &ConfigSpace;
     fn config_mut(&mut self) -> &mut ConfigSpace;
     fn bar_regions(&self) -> Vec<BarRegion>;
@@ -131,7 +131,7 @@ pub fn identity(dev: &Device, class_code: u32) -> Identity {
 /// The capability list both functions carry: power management, MSI-X with table and PBA
 /// in BAR0, PCI Express endpoint with the topology's link (`[timing]` pcie_gen and
 /// pcie_width), and Advanced Error Reporting in extended space; the RNIC adds the model
-/// summary as a Vendor-Specific Extended Capability (`timing::summary`).
+/// summary as a Vendor-Specific Extended Capability ([`crate::observe::timing::summary`]).
 pub fn capabilities(dev: &Device) -> Vec<Capability> {
     let mut caps = vec![
         caps::power_management(),
@@ -140,8 +140,8 @@ pub fn capabilities(dev: &Device) -> Vec<Capability> {
         caps::aer(),
     ];
     if let (DeviceKind::Rnic, Some(t)) = (dev.kind, dev.timing.as_deref()) {
-        let table = crate::timing::summary::table(&t.0, &t.1);
-        caps.push(caps::vendor_specific(crate::timing::summary::VSEC_ID, 1, &table));
+        let table = crate::observe::timing::summary::table(&t.0, &t.1);
+        caps.push(caps::vendor_specific(crate::observe::timing::summary::VSEC_ID, 1, &table));
     }
     caps
 }
@@ -149,11 +149,11 @@ pub fn capabilities(dev: &Device) -> Vec<Capability> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pci::config::BarDef;
-    use crate::topology::Topology;
+    use crate::platform::pci::config::BarDef;
+    use crate::platform::topology::Topology;
 
     fn config_of(timing: &str) -> ConfigSpace {
-        let text = crate::topology::samples::SWITCH.replace("name = \"t\"", &format!("name = \"t\"\n{timing}"));
+        let text = crate::platform::topology::samples::SWITCH.replace("name = \"t\"", &format!("name = \"t\"\n{timing}"));
         let t = Topology::parse(&text, "t").unwrap();
         let dev = &t.nodes[0].devices[0];
         let bars = [BarDef { index: 0, size: 0x1_0000, is_64bit: true, prefetchable: false }];
@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(cs4.get16(pcie4 + 0x12) & 0x3ff, 8 << 4 | 4, "Gen4 x8 from [timing]");
         assert_eq!((cs4.get32(pcie4 + 4) & 7, cs4.get16(pcie4 + 8) >> 12 & 7), (1, 3), "MPS 256, MRRS 1024");
         let mut cs = cs;
-        let dev_kind = Topology::parse(crate::topology::samples::SWITCH, "t").unwrap().nodes[0].devices[0].kind;
+        let dev_kind = Topology::parse(crate::platform::topology::samples::SWITCH, "t").unwrap().nodes[0].devices[0].kind;
         let aer = cs.get32(0x100);
         assert_eq!(aer & 0xf_ffff, u32::from(caps::EXT_CAP_ID_AER) | 2 << 16, "AER v2 first");
         if dev_kind == DeviceKind::Rnic {
@@ -192,7 +192,7 @@ mod tests {
             assert_eq!(vsec, 0x148);
             assert_eq!(cs.get32(vsec), u32::from(caps::EXT_CAP_ID_VSEC) | 1 << 16);
             let hdr = cs.get32(vsec + 4);
-            assert_eq!((hdr & 0xffff, hdr >> 16 & 0xf, (hdr >> 20) as usize), (0x0001, 1, 8 + crate::timing::summary::TABLE_BYTES));
+            assert_eq!((hdr & 0xffff, hdr >> 16 & 0xf, (hdr >> 20) as usize), (0x0001, 1, 8 + crate::observe::timing::summary::TABLE_BYTES));
             assert_eq!(cs.get32(vsec + 8), 25 | 12 << 8 | 2 << 16, "25 sizes, 12 rows, quarter nanoseconds");
             cs.write(vsec + 12, &[0xff; 4]).unwrap();
             assert_ne!(cs.get32(vsec + 12), u32::MAX, "read-only");
@@ -208,5 +208,30 @@ mod tests {
         cs.reset();
         assert_eq!(cs.get32(0x108), 0x0040_0000, "reset restores the default mask");
         assert_ne!(find(&cs, caps::CAP_ID_MSIX), 0);
+    }
+
+    #[test]
+    fn the_iotrace_names_capabilities_from_the_functions_list() {
+        use crate::observe::iotrace::{capability_name, FunctionKind, IoTrace};
+        use crate::platform::pci::caps::CAP_ID_MSIX;
+        use std::sync::Arc;
+        let t = crate::platform::topology::Topology::parse(crate::platform::topology::samples::SWITCH, "t").unwrap();
+        let dev = &t.nodes[0].devices[0];
+        let bars = [BarDef { index: 0, size: 0x1_0000, is_64bit: true, prefetchable: false }];
+        let cs = ConfigSpace::new(identity(dev, 0x020000), &bars, &capabilities(dev)).unwrap();
+        let mut msix = u64::from(cs.get16(0x34) as u8);
+        while cs.get16(msix as usize) as u8 != CAP_ID_MSIX {
+            msix = u64::from(cs.get16(msix as usize) >> 8);
+        }
+        assert_eq!(capability_name(&cs, msix + 2).as_deref(), Some("MSIX+0x2"), "MSI-X message control");
+        assert_eq!(capability_name(&cs, 0x108).as_deref(), Some("AER+0x8"), "AER mask");
+        assert_eq!(capability_name(&cs, 0x148).as_deref(), Some("VSEC+0x0"), "the model summary");
+        assert_eq!(capability_name(&cs, 0xffc), None, "past the last extended capability");
+        let t = IoTrace::default();
+        t.set(true);
+        t.mmio(&Arc::from("f"), FunctionKind::Gpu, None, msix + 2, &[0, 0x80], true, Some(&cs));
+        t.mmio(&Arc::from("f"), FunctionKind::Gpu, None, 0x10, &[0; 4], true, Some(&cs));
+        let names: Vec<_> = t.since(0, 8).events.into_iter().map(|e| e.reg.unwrap()).collect();
+        assert_eq!(names, ["MSIX+0x2", "BAR0"]);
     }
 }

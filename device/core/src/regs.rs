@@ -8,12 +8,11 @@
 //! and the GPU's small BAR0 control block.
 //!
 //! Everything a driver needs (offsets, widths, access, reset values, PCI IDs, BAR layout)
-//! is declared once here with [`register_map!`]; `rnic-emu gen-header` turns it into
+//! is declared once here with [`register_map!`]; with the descriptors and the counters of
+//! [`crate::contract`], `rnic-emu gen-header` turns it into
 //! `guest-driver/include/uapi/rnic_emu_regs.h` and `rnic-emu gen-doc` into
-//! `docs/registers.md`. Tests fail when either checked-in file drifts from this module.
-//!
-//! Not yet modelled (later issues): the verbs engine behind the doorbells, statistics
-//! counters, the GPU copy/fill/reduce engine.
+//! `docs/registers.md` ([`crate::contract::render`]). Tests fail when either checked-in
+//! file drifts. This module is the bottom of the crate: it imports nothing of it.
 
 /// How software may access a register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -68,7 +68,7 @@ pub fn owner(idx: u16, log_size: u8) -> u8 {
 /// doorbell, given the device's published `event` index: true iff `event` lies in
 /// `[old, new)` in 16-bit modular arithmetic (virtio's `vring_need_event`; C:
 /// `rnic_need_kick`). The driver stores `new` into the page and issues a full barrier
-/// before it loads `event` (`crate::doorbell`).
+/// before it loads `event` (`crate::rnic::doorbell`).
 pub fn need_kick(event: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
 }
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn the_cqe_stride_is_the_descriptors() {
-        assert_eq!(1usize << CQE_LOG_STRIDE, std::mem::size_of::<crate::verbs::abi::Cqe>());
+        assert_eq!(1usize << CQE_LOG_STRIDE, std::mem::size_of::<crate::contract::abi::Cqe>());
     }
 
     fn repo_path(rel: &str) -> std::path::PathBuf {

@@ -16,12 +16,12 @@ use crate::fabric::port::{self, FabricPort};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
 use rnic_emu_core::gpu::Gpu;
-use rnic_emu_core::iotrace::IoTrace;
-use rnic_emu_core::mem::router::Peer;
+use rnic_emu_core::mailbox::Mailbox;
+use rnic_emu_core::observe::iotrace::IoTrace;
+use rnic_emu_core::platform::mem::router::Peer;
+use rnic_emu_core::platform::shm::SharedMemory;
+use rnic_emu_core::platform::topology::{DeviceKind, Topology};
 use rnic_emu_core::rnic::Rnic;
-use rnic_emu_core::shm::SharedMemory;
-use rnic_emu_core::topology::{DeviceKind, Topology};
-use rnic_emu_core::verbs::worker::Mailbox;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -95,12 +95,12 @@ impl NodeDevices {
                 None => None,
             };
             let mailbox = Arc::new(Mailbox::new()?);
-            let (mut driver, router) = rnic.attach(mailbox.clone()).context("the RNIC's engine is already attached")?;
+            let (mut runner, router) = rnic.attach(mailbox.clone()).context("the RNIC's engine is already attached")?;
             if let Some(p) = &port {
-                driver.engine.set_wire(p.clone());
+                runner.engine.set_wire(p.clone());
                 ports.push(p.clone());
             }
-            engines.push(NodeEngine { driver, router, mailbox, port });
+            engines.push(NodeEngine { runner, router, mailbox, port });
             functions.push((opts.socket_dir.join(node.socket_name(dev)), Arc::new(Mutex::new(rnic)) as SharedFunction));
         }
         Ok(NodeDevices { name: node.name.clone(), functions, ports, io, engines, gpu_engines })
@@ -182,7 +182,7 @@ pub fn stats_json(node: &str, functions: &[(PathBuf, SharedFunction)]) -> serde_
     for (_, f) in functions {
         let f = vfio::lock(f);
         let counters: serde_json::Map<String, serde_json::Value> =
-            f.stats().into_iter().map(|(k, v)| (rnic_emu_core::contract::snake_lower(k), v.into())).collect();
+            f.stats().into_iter().map(|(k, v)| (rnic_emu_core::contract::render::snake_lower(k), v.into())).collect();
         all.insert(f.name().to_string(), counters.into());
     }
     all.into()

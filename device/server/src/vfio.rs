@@ -6,11 +6,11 @@
 //! A client may hold at most [`MAX_DMA_MAPS`] DMA maps, and an fd-backed map must lie
 //! inside the file it maps (an access past its end would raise SIGBUS in the server).
 //! Every served configuration-space and BAR access is recorded in the node's MMIO/DMA
-//! trace ([`rnic_emu_core::iotrace`]) when it is on.
+//! trace ([`rnic_emu_core::observe::iotrace`]) when it is on.
 
 use rnic_emu_core::function::PciFunction;
-use rnic_emu_core::iotrace::{FunctionKind, IoTrace};
-use rnic_emu_core::pci::config::CONFIG_SPACE_SIZE;
+use rnic_emu_core::observe::iotrace::{FunctionKind, IoTrace};
+use rnic_emu_core::platform::pci::config::CONFIG_SPACE_SIZE;
 use std::fs::File;
 use std::io::{Error, ErrorKind};
 use std::mem::size_of;
@@ -231,7 +231,7 @@ impl ServerBackend for Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rnic_emu_core::topology::Topology;
+    use rnic_emu_core::platform::topology::Topology;
 
     fn backend() -> (Backend, SharedFunction) {
         let t = Topology::parse(
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn dma_maps_are_bounded_and_must_lie_inside_their_file() {
         let (mut b, f) = backend();
-        let (_ram, fd) = rnic_emu_core::mem::dma::test_ram(1 << 20).unwrap();
+        let (_ram, fd) = rnic_emu_core::platform::mem::dma::test_ram(1 << 20).unwrap();
         assert!(b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x1000_0000, 2 << 20, Some(fd.try_clone().unwrap())).is_err(), "past the end of the file");
         assert!(b.dma_map(DmaMapFlags::READ_WRITE, u64::MAX - 0xfff, 0x1000_0000, 0x1000, Some(fd.try_clone().unwrap())).is_err(), "offset + size wraps");
         b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x1000_0000, 1 << 20, Some(fd)).unwrap();

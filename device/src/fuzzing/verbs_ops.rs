@@ -12,7 +12,7 @@
 //! READ responses, NAKs) and the fuzzer can also corrupt, drop, repeat or reorder them.
 //! [`Op::Packet`] delivers a packet built from the input.
 //!
-//! The engine runs inside the event loop's [`Driver`] (failure containment, the doorbell
+//! The engine runs inside the event loop's [`EngineRunner`] (failure containment, the doorbell
 //! page), reaches memory through the DMA router (guest RAM plus one GPU BAR1 window behind
 //! a BAR1_APERTURE slot) and reads a manual clock: [`Op::Advance`] expires retransmission
 //! and RNR timers when the input says so. The `dbpage` target turns the doorbell page on
@@ -22,20 +22,20 @@
 //! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
 //! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
-use crate::doorbell::DoorbellPage;
+use crate::contract::abi::*;
+use crate::contract::counters::Stats;
 use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
-use crate::mem::dma::{test_ram, DmaMaps};
-use crate::mem::router::{P2pPath, Peer, PeerWindow, Router};
-use crate::msix::Interrupts;
+use crate::platform::mem::dma::{test_ram, DmaMaps};
+use crate::platform::mem::router::{P2pPath, Peer, PeerWindow, Router};
+use crate::platform::msix::Interrupts;
+use crate::platform::shm::SharedMemory;
 use crate::regs::rnic::dbpage;
 use crate::ring::{self, WrId};
-use crate::shm::SharedMemory;
-use crate::verbs::abi::*;
-use crate::verbs::clock::Clock;
-use crate::verbs::engine::{Engine, Shared, Tables};
-use crate::verbs::stats::Stats;
-use crate::verbs::transport::Wire;
-use crate::verbs::worker::{Driver, Event};
+use crate::rnic::doorbell::DoorbellPage;
+use crate::rnic::verbs::clock::Clock;
+use crate::rnic::verbs::engine::{Engine, Shared, Tables};
+use crate::rnic::verbs::runner::{EngineRunner, Event};
+use crate::rnic::verbs::transport::Wire;
 use arbitrary::Unstructured;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -118,7 +118,7 @@ struct Harness {
     router: Router,
     gpu: Arc<PeerWindow>,
     /// The engine with its doorbell page, as the event loop drives it.
-    d: Driver,
+    d: EngineRunner,
     page: DoorbellPage,
     /// Whether DMA_CTRL turns the doorbell page on (the `dbpage` target).
     use_page: bool,
@@ -190,7 +190,7 @@ impl Harness {
         let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
         e.set_wire(wire.clone());
         let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", crate::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
-        let mut d = Driver::new(e, Some(page.clone()));
+        let mut d = EngineRunner::new(e, Some(page.clone()));
         d.set_test_hooks(false);
         let mut h = Harness {
             ram,
@@ -310,7 +310,7 @@ impl Harness {
         }
     }
 
-    /// Applies `op`; the engine must not have failed (a panic the [`Driver`] contained is
+    /// Applies `op`; the engine must not have failed (a panic the [`EngineRunner`] contained is
     /// a crash all the same).
     fn apply(&mut self, op: &Op) {
         self.apply_op(op);
@@ -346,7 +346,7 @@ impl Harness {
             Op::Connect { a, b, fabric } => {
                 let (a, b) = (usize::from(a) % QPS, usize::from(b) % QPS);
                 for (x, y) in [(a, b), (b, a)] {
-                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == crate::verbs::qp::QpState::Reset) {
+                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == crate::rnic::verbs::qp::QpState::Reset) {
                         let c = Self::init_ctx(x, (x | x << 4) as u8, 0x44, 0x11, 7, 0);
                         self.modify(x, &c);
                     }
@@ -551,7 +551,7 @@ impl Harness {
             self.rq_pi[q] = pi;
         }
         if self.d.page_on() {
-            // The driver's side of the page protocol (crate::doorbell): index, fence, event.
+            // The driver's side of the page protocol (crate::rnic::doorbell): index, fence, event.
             let qp_page = ring::dbp_qp(qpn);
             self.page_store(qp_page + ring::dbp_pi(!send), pi);
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -814,7 +814,7 @@ fn encode(ops: &[Op]) -> Vec<u8> {
 /// The MTT-wrap regression (issue found by hand): a loopback pair, an MR whose MTT holds
 /// the last page below 2^64 followed by an ordinary page, used as a local SGE (a WRITE
 /// from it) and through its remote key (a WRITE into it). Once `last.addr + last.len`
-/// overflowed in `verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
+/// overflowed in `rnic/verbs/mr.rs`; now REG_MR refuses the MR and both WRITEs complete in
 /// error.
 #[cfg(test)]
 pub fn mtt_wrap_ops() -> Vec<Op> {
@@ -915,7 +915,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::stats::Counter;
+    use crate::contract::counters::Counter;
 
     #[test]
     fn seeds_decode_to_the_operations_they_encode() {
@@ -977,7 +977,7 @@ mod tests {
         assert!(s.get(Counter::RnrRetries) > 0, "no RNR wait ({all:?})");
         assert!(s.get(Counter::Retransmits) > 0, "no retransmission ({all:?})");
         let q1 = h.d.engine.qp(1).unwrap();
-        assert_eq!(q1.state, crate::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
+        assert_eq!(q1.state, crate::rnic::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
     }
 
     /// The error seed takes the error paths it names.

@@ -6,7 +6,7 @@
 //! - the fabric UDP socket becoming readable (datagrams are then taken in batches);
 //! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait);
 //! - a GPU copy-engine launch (the GPU's mailbox kicks the same way); a launch runs in
-//!   steps of `gpu_engine::STEP` bytes per pass and completes with its interrupt here;
+//!   steps of `gpu::engine::STEP` bytes per pass and completes with its interrupt here;
 //! - the stop `EventFd` ([`LoopHandle`] dropped).
 //!
 //! Every pass drains the mailboxes, receives what the sockets hold, runs each engine for a
@@ -16,7 +16,7 @@
 //! trip or a kick), then sleeps in epoll; before it sleeps it publishes the doorbell page's
 //! event indices, so a driver rings the MMIO doorbell for its next post. The window is
 //! `RNIC_EMU_BUSY_POLL_US` microseconds from the environment (0: never poll); by default
-//! [`DEFAULT_BUSY_POLL`] (with the doorbell page on: `worker::POLL_WINDOW`, during which
+//! [`DEFAULT_BUSY_POLL`] (with the doorbell page on: [`POLL_WINDOW`], during which
 //! the page's indices are taken without a doorbell) on hosts with at least
 //! [`BUSY_POLL_MIN_CPUS`] CPUs, and none on smaller ones, where a polling loop takes the
 //! CPU that the peer node, the guest's vCPUs or the application need
@@ -36,9 +36,11 @@ mod wakeups;
 use crate::fabric::batch::BATCH;
 use crate::fabric::port::FabricPort;
 use event_manager::{EventManager, SubscriberOps};
-use rnic_emu_core::gpu_engine::{self, Launch, Runner};
-use rnic_emu_core::mem::router::Router;
-use rnic_emu_core::verbs::worker::{Driver, Event, Mailbox, POLL_WINDOW};
+use rnic_emu_core::gpu;
+use rnic_emu_core::gpu::engine::{Launch, Runner};
+use rnic_emu_core::mailbox::Mailbox;
+use rnic_emu_core::platform::mem::router::Router;
+use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event, POLL_WINDOW};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -120,11 +122,11 @@ pub trait LoopWork {
 
 /// Fabric port work for an engine (receive, flush): a panic in it makes that engine fatal
 /// as a panic in the engine itself does (docs/verbs.md §5.1); None then.
-fn port_guarded<R>(driver: &mut Driver, router: &Router, what: &str, f: impl FnOnce(&mut Driver) -> R) -> Option<R> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *driver))) {
+fn port_guarded<R>(runner: &mut EngineRunner, router: &Router, what: &str, f: impl FnOnce(&mut EngineRunner) -> R) -> Option<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *runner))) {
         Ok(r) => Some(r),
         Err(payload) => {
-            driver.fail(&router.view(), what, &*payload);
+            runner.fail(&router.view(), what, &*payload);
             None
         }
     }
@@ -132,9 +134,9 @@ fn port_guarded<R>(driver: &mut Driver, router: &Router, what: &str, f: impl FnO
 
 /// One RNIC's engine as the loop owns it.
 pub struct NodeEngine {
-    pub driver: Driver,
+    pub runner: EngineRunner,
     pub router: Arc<Router>,
-    pub mailbox: Arc<Mailbox>,
+    pub mailbox: Arc<Mailbox<Event>>,
     /// The fabric port the engine's wire sends through (None: loopback only).
     pub port: Option<Arc<FabricPort>>,
 }
@@ -165,27 +167,27 @@ impl NodeEngines {
 impl LoopWork for NodeEngines {
     fn pass(&mut self) -> bool {
         let mut active = false;
-        for NodeEngine { driver, router, mailbox, port } in &mut self.engines {
+        for NodeEngine { runner, router, mailbox, port } in &mut self.engines {
             mailbox.drain(&mut self.events);
             active |= !self.events.is_empty();
             let view = router.view();
             for ev in self.events.drain(..) {
-                driver.handle(&view, ev);
+                runner.handle(&view, ev);
             }
             if let Some(port) = port {
                 for _ in 0..RX_BATCHES {
-                    let n = port_guarded(driver, router, "the fabric port's receive", |d| port.receive(&mut |from, pkt| d.on_packet(&view, from, pkt)));
+                    let n = port_guarded(runner, router, "the fabric port's receive", |d| port.receive(&mut |from, pkt| d.on_packet(&view, from, pkt)));
                     active |= n.unwrap_or(0) > 0;
                     if n.is_none_or(|n| n < BATCH) {
                         break;
                     }
                 }
-                port_guarded(driver, router, "the fabric port's flush", |_| port.flush());
+                port_guarded(runner, router, "the fabric port's flush", |_| port.flush());
             }
-            active |= driver.pass(&view);
+            active |= runner.pass(&view);
             drop(view);
             if let Some(port) = port {
-                port_guarded(driver, router, "the fabric port's flush", |_| port.flush());
+                port_guarded(runner, router, "the fabric port's flush", |_| port.flush());
             }
         }
         for NodeGpu { runner, mailbox } in &mut self.gpus {
@@ -194,24 +196,24 @@ impl LoopWork for NodeEngines {
             for l in self.launches.drain(..) {
                 runner.start(l);
             }
-            active |= runner.step(gpu_engine::STEP);
+            active |= runner.step(gpu::engine::STEP);
         }
         active
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.engines.iter().filter_map(|e| e.driver.next_deadline()).min()
+        self.engines.iter().filter_map(|e| e.runner.next_deadline()).min()
     }
 
     fn prepare_sleep(&mut self) -> bool {
         // Stopping at a mailbox with work is fine: the loop then does not sleep. The
         // doorbell page's event indices are published last, after the mailbox's flag.
-        self.engines.iter_mut().all(|e| e.mailbox.prepare_sleep() && e.driver.prepare_sleep(&e.router.view()))
+        self.engines.iter_mut().all(|e| e.mailbox.prepare_sleep() && e.runner.prepare_sleep(&e.router.view()))
             && self.gpus.iter().all(|g| g.mailbox.prepare_sleep())
     }
 
     fn poll_window(&self) -> Duration {
-        if self.engines.iter().any(|e| e.driver.page_on()) {
+        if self.engines.iter().any(|e| e.runner.page_on()) {
             self.page_poll
         } else {
             Duration::ZERO

@@ -14,7 +14,7 @@ struct Probe {
 }
 
 struct Fake {
-    mailbox: Arc<Mailbox>,
+    mailbox: Arc<Mailbox<Event>>,
     probe: Probe,
     events: VecDeque<Event>,
 }
@@ -53,7 +53,7 @@ impl LoopWork for Fake {
     }
 }
 
-fn start(busy_poll: Duration, deadline: Option<Instant>) -> (LoopHandle, Arc<Mailbox>, Probe) {
+fn start(busy_poll: Duration, deadline: Option<Instant>) -> (LoopHandle, Arc<Mailbox<Event>>, Probe) {
     let mailbox = Arc::new(Mailbox::new().unwrap());
     let probe = Probe::default();
     *probe.deadline.lock().unwrap() = deadline;
@@ -127,11 +127,11 @@ fn busy_poll_default_depends_on_the_host() {
 /// fatal as its own panic would (flag, async error, log once), and a reset recovers it.
 #[test]
 fn a_panic_in_fabric_port_work_makes_the_engine_fatal_until_reset() {
-    use rnic_emu_core::mem::dma::DmaMaps;
-    use rnic_emu_core::msix::Interrupts;
-    use rnic_emu_core::verbs::abi::ASYNC_ERR_FATAL;
-    use rnic_emu_core::verbs::engine::{Engine, Shared};
-    use rnic_emu_core::verbs::stats::Stats;
+    use rnic_emu_core::contract::abi::ASYNC_ERR_FATAL;
+    use rnic_emu_core::contract::counters::Stats;
+    use rnic_emu_core::platform::mem::dma::DmaMaps;
+    use rnic_emu_core::platform::msix::Interrupts;
+    use rnic_emu_core::rnic::verbs::engine::{Engine, Shared};
     let stats = Arc::new(Stats::default());
     let shared = Shared {
         irqs: Arc::new(Interrupts::new(2)),
@@ -140,16 +140,16 @@ fn a_panic_in_fabric_port_work_makes_the_engine_fatal_until_reset() {
         fatal: Default::default(),
         clock: Default::default(),
     };
-    let mut driver = Driver::new(Engine::new("port".into(), shared.clone()), None);
+    let mut runner = EngineRunner::new(Engine::new("port".into(), shared.clone()), None);
     let router = Router::new(Arc::new(std::sync::RwLock::new(DmaMaps::default())), Vec::new(), stats);
-    assert_eq!(port_guarded(&mut driver, &router, "the fabric port's flush", |_| 7), Some(7));
-    assert!(!driver.is_fatal());
-    let failed: Option<()> = port_guarded(&mut driver, &router, "the fabric port's flush", |_| panic!("flush failed"));
-    assert!(failed.is_none() && driver.is_fatal() && shared.fatal.load(Ordering::SeqCst));
+    assert_eq!(port_guarded(&mut runner, &router, "the fabric port's flush", |_| 7), Some(7));
+    assert!(!runner.is_fatal());
+    let failed: Option<()> = port_guarded(&mut runner, &router, "the fabric port's flush", |_| panic!("flush failed"));
+    assert!(failed.is_none() && runner.is_fatal() && shared.fatal.load(Ordering::SeqCst));
     assert_eq!(shared.last_error.load(Ordering::SeqCst), u64::from(ASYNC_ERR_FATAL) << 24);
-    assert!(!driver.pass(&router.view()) && driver.next_deadline().is_none(), "nothing runs while fatal");
+    assert!(!runner.pass(&router.view()) && runner.next_deadline().is_none(), "nothing runs while fatal");
     let (reply, rx) = std::sync::mpsc::sync_channel(1);
-    driver.handle(&router.view(), Event::Reset { reply });
+    runner.handle(&router.view(), Event::Reset { reply });
     rx.try_recv().unwrap();
-    assert!(!driver.is_fatal() && !shared.fatal.load(Ordering::SeqCst));
+    assert!(!runner.is_fatal() && !shared.fatal.load(Ordering::SeqCst));
 }

@@ -5,8 +5,9 @@
 //! - [`pcap`]: capture files.
 //!
 //! The Reliable Connection transport over it lives in the engine
-//! (`rnic_emu_core::verbs::transport`); the node's event loop (`evloop`) drives the port.
+//! (`rnic_emu_core::rnic::verbs::transport`); the node's event loop (`evloop`) drives the
+//! port.
 pub mod batch;
-pub use rnic_emu_core::fabric::packet;
+pub use rnic_emu_core::rnic::fabric::packet;
 pub mod pcap;
 pub mod port;

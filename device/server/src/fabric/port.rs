@@ -8,10 +8,10 @@
 use super::batch::{send_batch, Pool, RecvBatch, BATCH, RX_BUF};
 use super::packet::{Endpoints, Packet, ROCE_UDP_PORT};
 use super::pcap::PcapWriter;
+use rnic_emu_core::contract::counters::{Counter, Stats};
+use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
-use rnic_emu_core::topology::{Faults, NodeFaults};
-use rnic_emu_core::verbs::stats::{Counter, Stats};
-use rnic_emu_core::verbs::transport::Wire;
+use rnic_emu_core::rnic::verbs::transport::Wire;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
@@ -22,13 +22,13 @@ use std::time::Duration;
 /// come from a generator seeded by the node's `seed` ([`rnic_emu_core::prng`]), so they
 /// reproduce from the seed alone.
 struct FaultState {
-    cfg: Faults,
+    cfg: WireFaults,
     rng: Rng,
     held: Option<Vec<u8>>,
 }
 
 impl FaultState {
-    fn new(cfg: Faults, seed: u64) -> Self {
+    fn new(cfg: WireFaults, seed: u64) -> Self {
         FaultState { cfg, rng: Rng::new(seed), held: None }
     }
 
@@ -141,7 +141,7 @@ impl FabricPort {
     }
 
     /// Changes the faults at run time (control socket).
-    pub fn set_faults(&self, tx: Option<Faults>, rx: Option<Faults>) {
+    pub fn set_faults(&self, tx: Option<WireFaults>, rx: Option<WireFaults>) {
         if let Some(f) = tx {
             lock(&self.tx).faults.cfg = f;
         }
@@ -274,8 +274,8 @@ impl Wire for FabricPort {
 
 /// Parses a control request's fault settings (`key=value ...`: drop, duplicate, reorder,
 /// corrupt, delay_us), checked like the topology file's.
-pub fn parse_faults<'a>(words: impl Iterator<Item = &'a str>) -> Result<Faults, String> {
-    let mut f = Faults::default();
+pub fn parse_faults<'a>(words: impl Iterator<Item = &'a str>) -> Result<WireFaults, String> {
+    let mut f = WireFaults::default();
     for kv in words {
         let Some((k, v)) = kv.split_once('=') else { return Err(format!("expected key=value, got '{kv}'")) };
         let prob = v.parse::<f64>();
@@ -299,12 +299,12 @@ mod tests {
 
     /// Two ports on loopback addresses of this test process and test (`test`: a number
     /// per test; port 4791 is fixed).
-    fn two_ports(test: u8, tx: Faults, rx: Faults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>) {
+    fn two_ports(test: u8, tx: WireFaults, rx: WireFaults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>) {
         let pid = std::process::id();
         let ip = |host| Ipv4Addr::new(127, 200 + (pid % 50) as u8, ((pid / 50) % 250) as u8, host);
         let stats = Arc::new(Stats::default());
-        let a = FabricPort::bind(ip(2 * test + 1), &NodeFaults { tx, rx: Faults::default(), seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
-        let b = FabricPort::bind(ip(2 * test + 2), &NodeFaults { tx: Faults::default(), rx, seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
+        let a = FabricPort::bind(ip(2 * test + 1), &NodeFaults { tx, rx: WireFaults::default(), seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
+        let b = FabricPort::bind(ip(2 * test + 2), &NodeFaults { tx: WireFaults::default(), rx, seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
         (a, b, stats)
     }
 
@@ -326,8 +326,8 @@ mod tests {
 
     #[test]
     fn batched_round_trip_keeps_order_and_the_seeded_faults() {
-        let tx = Faults { drop: 0.1, duplicate: 0.05, reorder: 0.05, corrupt: 0.0, delay_us: 0 };
-        let rx = Faults { drop: 0.05, corrupt: 0.05, ..Faults::default() };
+        let tx = WireFaults { drop: 0.1, duplicate: 0.05, reorder: 0.05, corrupt: 0.0, delay_us: 0 };
+        let rx = WireFaults { drop: 0.05, corrupt: 0.05, ..WireFaults::default() };
         let (a, b, stats) = two_ports(0, tx, rx, 9);
         for psn in 0..300 {
             a.send(b.address, &packet(psn));
@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn packets_without_faults_arrive_intact_in_batches() {
-        let (a, b, _) = two_ports(1, Faults::default(), Faults::default(), 1);
+        let (a, b, _) = two_ports(1, WireFaults::default(), WireFaults::default(), 1);
         let sent: Vec<Packet> = (0..200).map(packet).collect();
         sent.iter().for_each(|p| a.send(b.address, p));
         a.flush();
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn faults_are_reproducible_and_bounded() {
-        let cfg = Faults { drop: 0.1, duplicate: 0.05, reorder: 0.05, corrupt: 0.0, delay_us: 0 };
+        let cfg = WireFaults { drop: 0.1, duplicate: 0.05, reorder: 0.05, corrupt: 0.0, delay_us: 0 };
         let run = |seed| {
             let mut f = FaultState::new(cfg, seed);
             let mut out = Vec::new();
@@ -370,7 +370,7 @@ mod tests {
         let out = run(7);
         assert!(out.len() > 850 && out.len() < 1000, "about 10% dropped, 5% duplicated: {}", out.len());
         let mut none = Vec::new();
-        FaultState::new(Faults::default(), 1).apply(vec![1, 2, 3], &mut none);
+        FaultState::new(WireFaults::default(), 1).apply(vec![1, 2, 3], &mut none);
         assert_eq!(none, vec![vec![1, 2, 3]]);
     }
 }

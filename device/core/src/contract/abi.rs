@@ -1,0 +1,358 @@
+//! Descriptor layouts shared with the guest driver: WQE, SGE, CQE and the QP/CQ/MR
+//! contexts the driver places in guest memory. Little-endian, `#[repr(C)]`, explicit
+//! reserved fields, sizes asserted at compile time here and (generated) in the C header.
+//! Also the opcodes, flags, completion statuses and command codes that go in them.
+//!
+//! Each struct is declared once with [`abi_struct!`], which also records its fields so that
+//! [`super::render::c_header`] can render the matching C struct with offset assertions.
+
+use vm_memory::ByteValued;
+
+/// One field of a descriptor, for rendering the C header.
+#[derive(Clone, Copy, Debug)]
+pub struct AbiField {
+    pub name: &'static str,
+    pub c_type: &'static str,
+    pub offset: usize,
+    pub doc: &'static str,
+}
+
+/// A descriptor's C name, size and fields.
+#[derive(Clone, Copy, Debug)]
+pub struct AbiStruct {
+    pub c_name: &'static str,
+    pub size: usize,
+    pub doc: &'static str,
+    pub fields: &'static [AbiField],
+}
+
+macro_rules! c_type {
+    (u8) => {
+        "__u8"
+    };
+    (u16) => {
+        "__u16"
+    };
+    (u32) => {
+        "__u32"
+    };
+    (u64) => {
+        "__u64"
+    };
+}
+
+macro_rules! abi_struct {
+    ($(#[doc = $doc:literal])+ $name:ident, $c_name:literal, $size:literal {
+        $( $(#[doc = $fdoc:literal])+ $field:ident : $ty:ident, )*
+    }) => {
+        $(#[doc = $doc])+
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name { $( $(#[doc = $fdoc])+ pub $field: $ty, )* }
+        const _: () = assert!(std::mem::size_of::<$name>() == $size);
+        // SAFETY: a repr(C) struct of plain integers whose size equals the sum of its
+        // fields (asserted above through the explicit reserved fields): no padding, and
+        // every bit pattern is a valid value.
+        unsafe impl ByteValued for $name {}
+        impl $name {
+            pub const ABI: AbiStruct = AbiStruct {
+                c_name: $c_name,
+                size: $size,
+                doc: concat!($($doc),+),
+                fields: &[ $( AbiField {
+                    name: stringify!($field),
+                    c_type: c_type!($ty),
+                    offset: std::mem::offset_of!($name, $field),
+                    doc: concat!($($fdoc),+),
+                }, )* ],
+            };
+        }
+    };
+}
+
+abi_struct!(
+    /// Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the
+    /// queue's stride (64, 128 or 256 bytes).
+    WqeHeader, "rnic_wqe", 32 {
+        /// WQE_OP_*.
+        opcode: u8,
+        /// WQE_FLAG_*.
+        flags: u8,
+        /// Scatter/gather entries that follow (0..=(stride-32)/16).
+        num_sge: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+        /// Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is.
+        imm_data: u32,
+        /// Caller's cookie, returned in the CQE.
+        wr_id: u64,
+        /// Remote virtual address (WRITE, WRITE_IMM, READ).
+        remote_addr: u64,
+        /// Remote key (WRITE, WRITE_IMM, READ).
+        rkey: u32,
+        /// Inline payload length in bytes (with WQE_FLAG_INLINE; data follows the header).
+        inline_len: u32,
+    }
+);
+
+abi_struct!(
+    /// A scatter/gather entry: a local buffer described by its virtual address and lkey.
+    Sge, "rnic_sge", 16 {
+        /// Virtual address inside the MR named by lkey.
+        addr: u64,
+        /// Bytes.
+        length: u32,
+        /// Local key of the MR.
+        lkey: u32,
+    }
+);
+
+abi_struct!(
+    /// Completion-queue entry. Valid when `owner` equals the pass bit the consumer expects:
+    /// 1 on the first pass over the ring, 0 on the second, and so on.
+    Cqe, "rnic_cqe", 32 {
+        /// The completed work request's wr_id.
+        wr_id: u64,
+        /// Bytes transferred (receives: bytes placed; READ: bytes read).
+        byte_len: u32,
+        /// Immediate data (with CQE_FLAG_IMM).
+        imm_data: u32,
+        /// The local QP.
+        qpn: u32,
+        /// The sending QP (receive completions).
+        src_qp: u32,
+        /// CQE_OP_*.
+        opcode: u8,
+        /// WC_* completion status (InfiniBand ibv_wc_status numbering).
+        status: u8,
+        /// CQE_FLAG_*.
+        flags: u8,
+        /// Ownership/pass bit, written last.
+        owner: u8,
+        /// Vendor syndrome: QP_ERR_* reason for error completions.
+        syndrome: u32,
+    }
+);
+
+abi_struct!(
+    /// QP context at QP_CTX_BASE + qpn * 64. The driver fills it and issues
+    /// CMD_MODIFY_QP; the device copies it once, validates, and writes back `state`,
+    /// `err_reason`, `sq_ci` and `rq_ci` (also on CMD_QUERY_QP).
+    QpCtx, "rnic_qp_ctx", 64 {
+        /// Requested state for CMD_MODIFY_QP; current state after any command (QPS_*).
+        state: u8,
+        /// Why the QP entered ERROR (QP_ERR_*), written by the device.
+        err_reason: u8,
+        /// log2 of SQ entries (0..=15).
+        sq_log_size: u8,
+        /// log2 of RQ entries (0..=15).
+        rq_log_size: u8,
+        /// log2 of the SQ WQE stride: 6, 7 or 8 (64, 128, 256 bytes).
+        sq_log_stride: u8,
+        /// log2 of the RQ WQE stride: 6, 7 or 8.
+        rq_log_stride: u8,
+        /// ACCESS_REMOTE_* operations remote peers may perform on this QP.
+        access: u8,
+        /// RNR retries (0..=7; 7 = retry forever).
+        rnr_retry: u8,
+        /// Protection domain.
+        pd: u32,
+        /// CQ for send completions.
+        send_cqn: u32,
+        /// CQ for receive completions.
+        recv_cqn: u32,
+        /// Destination QP (set for RTR): on one node, another QP of this RNIC.
+        dest_qpn: u32,
+        /// Minimum RNR delay in microseconds before a retry.
+        rnr_timer_us: u32,
+        /// IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR;
+        /// 0: the destination QP is on this RNIC (loopback, no wire).
+        dest_ip: u32,
+        /// Bus address of the SQ ring.
+        sq_addr: u64,
+        /// Bus address of the RQ ring.
+        rq_addr: u64,
+        /// SQ consumer index (device writeback).
+        sq_ci: u16,
+        /// RQ consumer index (device writeback).
+        rq_ci: u16,
+        /// First PSN this QP sends (24 bits), taken at RTS.
+        sq_psn: u32,
+        /// First PSN this QP expects to receive (24 bits), taken at RTR.
+        rq_psn: u32,
+        /// Path MTU as log2 of bytes: 8..=12 (256..4096); 0 means 4096. Taken at RTR.
+        path_mtu: u8,
+        /// Transport retries after a timeout or sequence NAK (0..=7), taken at RTS.
+        retry_cnt: u8,
+        /// Local ACK timeout exponent: 4.096 us * 2^timeout (1..=31); 0: never. At RTS.
+        timeout: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+    }
+);
+
+abi_struct!(
+    /// CQ context at CQ_CTX_BASE + cqn * 32, read by CMD_CREATE_CQ.
+    CqCtx, "rnic_cq_ctx", 32 {
+        /// Bus address of the CQE ring (32-byte entries), zeroed by the driver.
+        ring_addr: u64,
+        /// log2 of CQ entries (0..=15).
+        log_size: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+        /// MSI-X vector raised when the armed CQ gets a completion.
+        msix_vector: u16,
+        /// Reserved, 0.
+        rsvd1: u32,
+        /// Reserved, 0.
+        rsvd2: u64,
+        /// Reserved, 0.
+        rsvd3: u64,
+    }
+);
+
+abi_struct!(
+    /// MR context at MR_CTX_BASE + index * 32, read by CMD_REG_MR. The MR's pages are
+    /// MTT entries [mtt_offset, mtt_offset + npages), each the bus address of one page.
+    /// Keys: lkey = rkey = index << 8 | key.
+    MrCtx, "rnic_mr_ctx", 32 {
+        /// Virtual start address.
+        iova: u64,
+        /// Length in bytes.
+        length: u64,
+        /// Protection domain.
+        pd: u32,
+        /// First MTT entry.
+        mtt_offset: u32,
+        /// Number of MTT entries (pages).
+        npages: u32,
+        /// ACCESS_* flags.
+        access: u8,
+        /// Key byte (generation), the low 8 bits of lkey/rkey.
+        key: u8,
+        /// log2 of the page size (12..=30).
+        page_shift: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+    }
+);
+
+/// Every descriptor, in header order.
+pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, CqCtx::ABI, MrCtx::ABI];
+
+macro_rules! abi_consts {
+    ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {
+        $( #[doc = $doc] pub const $name: $ty = $v; )*
+        pub const $table: &[(&str, u64, &str)] = &[ $( (stringify!($name), $name as u64, $doc) ),* ];
+    };
+}
+
+abi_consts!(WQE_OPS: u8 {
+    WQE_OP_RDMA_WRITE = 0, "SQ: RDMA WRITE";
+    WQE_OP_RDMA_WRITE_IMM = 1, "SQ: RDMA WRITE with immediate (consumes a RECV)";
+    WQE_OP_RDMA_READ = 2, "SQ: RDMA READ";
+    WQE_OP_SEND = 3, "SQ: SEND";
+    WQE_OP_SEND_IMM = 4, "SQ: SEND with immediate";
+    WQE_OP_RECV = 0x10, "RQ: receive buffer";
+});
+
+abi_consts!(WQE_FLAGS: u8 {
+    WQE_FLAG_SIGNALED = 1, "generate a CQE on success";
+    WQE_FLAG_INLINE = 2, "payload is inline after the header (WRITE/SEND)";
+    WQE_FLAG_SOLICITED = 4, "solicited event (SEND/WRITE_IMM)";
+});
+
+abi_consts!(CQE_OPS: u8 {
+    CQE_OP_RDMA_WRITE = 0, "send side: WRITE or WRITE_IMM done";
+    CQE_OP_RDMA_READ = 2, "send side: READ done";
+    CQE_OP_SEND = 3, "send side: SEND or SEND_IMM done";
+    CQE_OP_RECV = 0x10, "receive side: SEND received";
+    CQE_OP_RECV_RDMA_IMM = 0x11, "receive side: WRITE_IMM received";
+});
+
+abi_consts!(CQE_FLAGS: u8 {
+    CQE_FLAG_IMM = 1, "imm_data is valid";
+});
+
+abi_consts!(WC_STATUS: u8 {
+    WC_SUCCESS = 0, "ibv_wc_status numbering";
+    WC_LOC_LEN_ERR = 1, "local length error";
+    WC_LOC_QP_OP_ERR = 2, "local QP operation error (bad WQE)";
+    WC_LOC_PROT_ERR = 4, "local protection error (lkey, range, PD, access)";
+    WC_WR_FLUSH_ERR = 5, "flushed: the QP is in ERROR";
+    WC_REM_INV_REQ_ERR = 9, "remote invalid request (e.g. message too long for the RECV)";
+    WC_REM_ACCESS_ERR = 10, "remote access error (rkey, range, PD, access)";
+    WC_REM_OP_ERR = 11, "remote operation error";
+    WC_RETRY_EXC_ERR = 12, "transport retries exhausted";
+    WC_RNR_RETRY_EXC_ERR = 13, "receiver not ready: retries exhausted";
+    WC_FATAL_ERR = 19, "fatal error (DMA to an unmapped address, a failed or poisoned DMA: see the syndrome)";
+});
+
+abi_consts!(ACCESS: u8 {
+    ACCESS_LOCAL_WRITE = 1, "MR: the device may write it for local operations";
+    ACCESS_REMOTE_WRITE = 2, "MR/QP: remote RDMA WRITE allowed";
+    ACCESS_REMOTE_READ = 4, "MR/QP: remote RDMA READ allowed";
+});
+
+abi_consts!(QP_STATES: u8 {
+    QPS_RESET = 0, "QP state";
+    QPS_INIT = 1, "QP state";
+    QPS_RTR = 2, "QP state";
+    QPS_RTS = 3, "QP state";
+    QPS_ERR = 6, "QP state";
+});
+
+abi_consts!(COMMANDS: u32 {
+    CMD_CREATE_CQ = 1, "read CQ context [index], create the CQ";
+    CMD_DESTROY_CQ = 2, "destroy CQ [index]";
+    CMD_MODIFY_QP = 3, "read QP context [index], move to its state field";
+    CMD_QUERY_QP = 4, "write back QP [index] state, err_reason, indices";
+    CMD_DESTROY_QP = 5, "destroy QP [index] (to RESET, nothing flushed)";
+    CMD_REG_MR = 6, "read MR context [index] and its MTT entries, register it";
+    CMD_DEREG_MR = 7, "deregister MR [index]";
+});
+
+abi_consts!(CMD_STATUS: u32 {
+    CMD_OK = 0, "command status";
+    CMD_ERR_BAD_OP = 1, "unknown command";
+    CMD_ERR_BAD_INDEX = 2, "object index out of range";
+    CMD_ERR_DMA = 3, "context or MTT not readable (unmapped address, table unset)";
+    CMD_ERR_INVALID = 4, "a context field is invalid";
+    CMD_ERR_BUSY = 5, "object in use (CQ referenced by a QP, object exists)";
+    CMD_ERR_STATE = 6, "illegal QP state transition";
+    CMD_ERR_NOT_FOUND = 7, "object does not exist";
+    CMD_ERR_DISABLED = 8, "the engine is not running";
+    CMD_ERR_FATAL = 9, "the engine failed internally (STATUS_FATAL): reset the device";
+    CMD_BUSY = 10, "the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset";
+});
+
+abi_consts!(QP_ERRORS: u8 {
+    QP_ERR_NONE = 0, "QP error reason";
+    QP_ERR_MODIFY = 1, "moved to ERROR by the driver";
+    QP_ERR_BAD_WQE = 2, "malformed WQE (opcode, SGE count, inline length)";
+    QP_ERR_LOCAL_ACCESS = 3, "lkey/range/PD/access check failed";
+    QP_ERR_REMOTE_ACCESS = 4, "rkey/range/PD/access check failed at the responder";
+    QP_ERR_RNR = 5, "receiver not ready, retries exhausted";
+    QP_ERR_REMOTE_INVALID = 6, "responder rejected the request (length, state)";
+    QP_ERR_DMA = 7, "a ring or buffer address is not mapped guest memory";
+    QP_ERR_CQ = 8, "the completion queue overflowed or is gone";
+    QP_ERR_LENGTH = 9, "local length error";
+    QP_ERR_APERTURE = 10, "DMA to a GPU BAR1 that no BAR1_APERTURE slot names";
+    QP_ERR_RETRY = 11, "transport retries exhausted (timeouts or sequence NAKs)";
+    QP_ERR_FATAL = 12, "the engine failed internally (STATUS_FATAL)";
+    QP_ERR_POISONED = 13, "a DMA read returned poisoned data (AER Poisoned TLP Received)";
+});
+
+abi_consts!(ASYNC_ERRORS: u32 {
+    ASYNC_ERR_CQ_OVERFLOW = 1, "RNIC_REG_LAST_ERROR code: CQ overflow";
+    ASYNC_ERR_QP = 2, "RNIC_REG_LAST_ERROR code: a QP entered ERROR";
+    ASYNC_ERR_APERTURE = 3, "RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1";
+    ASYNC_ERR_FATAL = 4, "RNIC_REG_LAST_ERROR code: the engine failed internally (STATUS_FATAL set until reset)";
+    ASYNC_ERR_INJECTED = 5, "RNIC_REG_LAST_ERROR code: an asynchronous event with no device state behind it (fault injection)";
+    ASYNC_ERR_AER = 6, "RNIC_REG_LAST_ERROR code: an AER error was logged; index 0 correctable, 1 non-fatal, 2 fatal (read the AER capability)";
+    ASYNC_ERR_FLR_REQUIRED = 7, "RNIC_REG_LAST_ERROR code: the function needs a Function Level Reset (STATUS_FLR_REQUIRED)";
+});
+
+/// Every constant group, in header order.
+pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
+    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];

@@ -1,0 +1,83 @@
+//! Device statistics: 64-bit counters the engine bumps and BAR0 exposes read-only at
+//! `STATS_BASE + 8 * index` (and the host reads through the server). Counters start at 0
+//! and are cleared by device reset. Their names and indices are part of the contract
+//! (rendered into the C header as `RNIC_STAT_*`); [`Stats`] holds their values and
+//! nothing else.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $name:ident, $doc:literal; )*) => {
+        /// A statistics counter; its discriminant is its index at STATS_BASE.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Counter { $( #[doc = $doc] $name, )* }
+        /// (name, doc) of every counter, by index.
+        pub const COUNTERS: &[(&str, &str)] = &[ $( (stringify!($name), $doc) ),* ];
+    };
+}
+
+counters! {
+    SendWqes, "send-queue WQEs executed (any outcome)";
+    RecvWqes, "receive WQEs consumed by incoming SEND/WRITE_IMM";
+    Cqes, "CQEs written";
+    ErrorCqes, "CQEs written with a status other than success (flushes included)";
+    BytesWritten, "payload bytes of RDMA WRITE / WRITE_IMM placed at the responder";
+    BytesRead, "payload bytes of RDMA READ returned to the requester";
+    BytesSent, "payload bytes of SEND / SEND_IMM placed at the responder";
+    Doorbells, "SQ and RQ doorbell register (MMIO) writes";
+    Interrupts, "completion interrupts raised";
+    RnrRetries, "receiver-not-ready retries";
+    Commands, "commands executed through RNIC_REG_CMD";
+    CommandErrors, "commands that failed";
+    DmaErrors, "DMA accesses refused (address not in mapped guest memory)";
+    QpErrors, "QPs that entered ERROR";
+    DmaHostBytes, "bytes the RNIC read or wrote in host memory (guest RAM)";
+    DmaP2pSwitchBytes, "bytes the RNIC read or wrote in a GPU BAR1 through a shared PCIe switch";
+    DmaP2pRootComplexBytes, "bytes the RNIC read or wrote in a GPU BAR1 through the root complex";
+    ApertureErrors, "DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot";
+    PktsSent, "RoCEv2 packets sent on the fabric";
+    PktsReceived, "RoCEv2 packets received and accepted";
+    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP";
+    Retransmits, "packets sent again after a timeout or a sequence NAK";
+    Timeouts, "retransmission timer expiries";
+    AcksSent, "ACK packets sent";
+    NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
+    DbPageUpdates, "producer/consumer indices taken from the doorbell page (no MMIO write)";
+    GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
+}
+
+/// The values of the counters of one RNIC, shared by whatever counts into them (the
+/// engine, the DMA router, the fabric port).
+#[derive(Default)]
+pub struct Stats {
+    values: [AtomicU64; COUNTERS.len()],
+}
+
+impl Stats {
+    pub fn add(&self, c: Counter, n: u64) {
+        self.values[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn inc(&self, c: Counter) {
+        self.add(c, 1);
+    }
+
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values[c as usize].load(Ordering::Relaxed)
+    }
+
+    /// The counter at `index` (BAR0 reads), if there is one.
+    pub fn by_index(&self, index: usize) -> Option<u64> {
+        self.values.get(index).map(|v| v.load(Ordering::Relaxed))
+    }
+
+    pub fn reset(&self) {
+        self.values.iter().for_each(|v| v.store(0, Ordering::Relaxed));
+    }
+
+    /// (name, value) pairs, for the host side.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        COUNTERS.iter().zip(&self.values).map(|((n, _), v)| (*n, v.load(Ordering::Relaxed))).collect()
+    }
+}

@@ -1,0 +1,200 @@
+//! The completer (as rxe's `rxe_comp.c`): per-QP retry budgets and the handling of what
+//! comes back from the responder. ACKs complete in-flight WQEs in order; READ responses
+//! carry data into the local buffers and acknowledge what precedes them; a sequence NAK
+//! or the retransmission timer resends from the first unacknowledged PSN (against
+//! `retry_cnt`); an RNR NAK waits [`rnr_delay`] and resends (against `rnr_retry`, 7:
+//! forever); access, invalid-request and operational NAKs fail the WQE and the QP. A
+//! acknowledgement restores the transport budget; one that advances the oldest
+//! unacknowledged PSN restores the RNR budget too (IBA 9.7.5.1.4, 9.7.5.2.8).
+
+use super::ctx::{dma_fault, fail, Ctx};
+use super::opcode::{info, Kind};
+use super::qp::Qp;
+use super::requester::{fail_front, InFlight, Requester};
+use super::transport::{psn_add, psn_diff, Msg};
+use crate::contract::abi::*;
+use crate::contract::counters::Counter;
+use crate::platform::mem::access::{DmaKind, DmaTag};
+use crate::rnic::fabric::packet::{syndrome, PSN_MASK};
+use std::time::Duration;
+
+/// Shortest wait after an RNR NAK, whatever the QP's `rnr_timer_us` says.
+pub const MIN_RNR_DELAY: Duration = Duration::from_micros(10);
+
+/// The wait after an RNR NAK (the one rule for both transports).
+pub fn rnr_delay(qp: &Qp) -> Duration {
+    Duration::from_micros(u64::from(qp.rnr_timer_us)).max(MIN_RNR_DELAY)
+}
+
+/// Retry budgets of one QP.
+#[derive(Clone, Debug, Default)]
+pub struct Completer {
+    pub retry_cnt: u8,
+    pub retries_left: u8,
+    pub rnr_retry: u8,
+    pub rnr_left: u8,
+}
+
+impl Completer {
+    /// Takes the RTS attributes.
+    pub fn ready_to_send(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retry_cnt = retry_cnt.min(7);
+        self.retries_left = self.retry_cnt;
+        self.rnr_retry = rnr_retry;
+        self.rnr_left = rnr_retry;
+    }
+
+    /// Progress was acknowledged: the RNR budget is whole again.
+    fn progress(&mut self) {
+        self.rnr_left = self.rnr_retry;
+    }
+}
+
+/// The retransmission timer fired.
+pub fn on_timeout(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &mut Completer) {
+    rq.timer = None;
+    if rq.inflight.is_empty() {
+        return;
+    }
+    ctx.stats().inc(Counter::Timeouts);
+    if cs.retries_left == 0 {
+        log::info!("{}: QP {qpn}: retries exhausted", ctx.name);
+        fail_front(ctx, qpn, qp, rq, fail(WC_RETRY_EXC_ERR, QP_ERR_RETRY));
+        return;
+    }
+    cs.retries_left -= 1;
+    let una = rq.una;
+    rq.rewind(una);
+}
+
+/// Completes in-flight WQEs fully acknowledged through `psn` (READs need their data).
+fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &mut Completer, psn: u32) {
+    while let Some(front) = rq.inflight.front() {
+        if front.is_read() || psn_diff(psn, front.last_psn()) < 0 {
+            break;
+        }
+        let Some(mut w) = rq.inflight.pop_front() else { break };
+        if let Some(t) = w.stamps.as_mut() {
+            t.stamp(crate::observe::timing::wqe_log::Stage::Ack);
+        }
+        rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
+        ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
+    }
+    let mut next = psn_add(psn, 1);
+    // An ACK beyond a READ whose responses have not all arrived: they were lost (the
+    // responder executes in order). Acknowledge up to the missing response only and
+    // resend from there (as rxe's completer retries on such an ACK).
+    let missing = rq.inflight.front().filter(|w| w.is_read()).map(|w| psn_add(w.first_psn, w.received));
+    let implied_nak = missing.filter(|&m| psn_diff(next, m) > 0);
+    if let Some(m) = implied_nak {
+        next = m;
+    }
+    if psn_diff(next, rq.una) > 0 && psn_diff(rq.next_psn, next) >= 0 {
+        rq.una = next;
+        if psn_diff(rq.send_psn, rq.una) < 0 {
+            rq.send_psn = rq.una;
+        }
+        cs.progress();
+    }
+    if let Some(m) = implied_nak {
+        rq.rewind(m);
+    }
+    // Any acknowledgement shows the path works: the transport budget is whole again.
+    cs.retries_left = cs.retry_cnt;
+    rq.restart_timer(ctx.now());
+}
+
+/// An ACK, NAK or READ response for requester QP `qp`.
+pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &mut Completer, m: &Msg) {
+    let psn = m.bth.psn;
+    let Some(op) = info(m.bth.opcode) else { return };
+    if op.kind == Kind::Ack {
+        let Some(aeth) = m.aeth else { return };
+        let before = psn_add(psn, PSN_MASK);
+        match aeth.syndrome & syndrome::KIND_MASK {
+            0x00 => acked_through(ctx, qpn, qp, rq, cs, psn),
+            syndrome::RNR_NAK => {
+                acked_through(ctx, qpn, qp, rq, cs, before);
+                let infinite = cs.rnr_retry == 7;
+                if !infinite && cs.rnr_left == 0 {
+                    fail_front(ctx, qpn, qp, rq, fail(WC_RNR_RETRY_EXC_ERR, QP_ERR_RNR));
+                    return;
+                }
+                if !infinite {
+                    cs.rnr_left -= 1;
+                }
+                rq.hold_until = Some(ctx.now() + rnr_delay(qp));
+                rq.resend_from = Some(psn);
+                ctx.stats().inc(Counter::RnrRetries);
+            }
+            _ if aeth.syndrome == syndrome::NAK_SEQ_ERR => {
+                acked_through(ctx, qpn, qp, rq, cs, before);
+                if cs.retries_left == 0 {
+                    fail_front(ctx, qpn, qp, rq, fail(WC_RETRY_EXC_ERR, QP_ERR_RETRY));
+                    return;
+                }
+                cs.retries_left -= 1;
+                rq.resend_from = Some(psn);
+            }
+            _ => {
+                acked_through(ctx, qpn, qp, rq, cs, before);
+                let (status, reason) = m.detail.unwrap_or(match aeth.syndrome {
+                    syndrome::NAK_REM_ACCESS => (WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS),
+                    syndrome::NAK_INV_REQ => (WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID),
+                    _ => (WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID),
+                });
+                fail_front(ctx, qpn, qp, rq, fail(status, reason));
+            }
+        }
+        return;
+    }
+    if op.kind != Kind::ReadResponse {
+        return;
+    }
+    // READ response: must be the next packet the oldest READ expects.
+    let Some(pos) = rq.inflight.iter().position(InFlight::is_read) else { return };
+    let w = &rq.inflight[pos];
+    if psn != psn_add(w.first_psn, w.received) {
+        return; // out of order or duplicate: the timer recovers
+    }
+    if pos > 0 {
+        // A READ response acknowledges everything before the READ.
+        let before = psn_add(w.first_psn, PSN_MASK);
+        acked_through(ctx, qpn, qp, rq, cs, before);
+    }
+    let mtu = rq.mtu;
+    let Some(w) = rq.inflight.front_mut().filter(|w| w.is_read() && psn == psn_add(w.first_psn, w.received)) else { return };
+    let off = u64::from(w.received) * u64::from(mtu);
+    let n = m.payload.len();
+    let fits = off.checked_add(n).is_some_and(|end| end <= w.len) && n <= u64::from(mtu);
+    if !fits {
+        fail_front(ctx, qpn, qp, rq, fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
+        return;
+    }
+    ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
+    if let Err(e) = m.payload.place(ctx.mem, &w.local, off) {
+        crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+        let f = dma_fault(ctx.stats(), &e);
+        fail_front(ctx, qpn, qp, rq, f);
+        return;
+    }
+    ctx.stats().add(Counter::BytesRead, n);
+    w.received += 1;
+    let done = w.received == w.npkts;
+    let got = psn_add(w.first_psn, w.received);
+    if psn_diff(got, rq.una) > 0 {
+        rq.una = got;
+    }
+    cs.progress();
+    cs.retries_left = cs.retry_cnt;
+    if done {
+        if let Some(mut w) = rq.inflight.pop_front() {
+            if let Some(t) = w.stamps.as_mut() {
+                t.stamp(crate::observe::timing::wqe_log::Stage::Placed);
+            }
+            rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
+            ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
+        }
+    }
+    rq.restart_timer(ctx.now());
+}

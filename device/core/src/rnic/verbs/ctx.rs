@@ -1,0 +1,315 @@
+//! What the requester, responder and completer reach besides their own QP: guest memory,
+//! the MR table (local SGE and remote key resolution, as rxe's `lookup_mr`/`copy_data`
+//! checks), the CQ table with the completion path (CQE written owner byte last, the
+//! vector raised if armed, overflow latched as an async error), and the QP error path
+//! (ERROR state with a reason, async error, flushing one WQE at a time).
+//!
+//! The roles never reach the engine itself; the engine hands them a [`Ctx`].
+
+use super::cq::{Cq, OWNER_OFFSET};
+use super::mr::{MrTable, Segment};
+use super::opcode::send_cqe_opcode;
+use super::qp::{Qp, QpState, Ring};
+use super::wqe::read_header;
+use crate::contract::abi::*;
+use crate::contract::counters::{Counter, Stats};
+use crate::observe::timing::wqe_log::WqeLog;
+use crate::platform::mem::access::{DmaKind, DmaTag, GuestMem};
+use crate::platform::mem::dma::DmaError;
+use crate::platform::msix::Interrupts;
+use crate::platform::pcie_fault::{Count, PcieFaults};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Largest message: 2^31 bytes (IBA 9.4.1).
+pub const MAX_MSG: u64 = 1 << 31;
+/// The MSI-X vector for asynchronous errors.
+pub const ASYNC_VECTOR: usize = 0;
+
+/// State shared with the MMIO side: interrupts, statistics, the async error latch.
+#[derive(Clone)]
+pub struct Shared {
+    pub irqs: Arc<Interrupts>,
+    pub stats: Arc<Stats>,
+    /// RNIC_REG_LAST_ERROR: code << 24 | index; 0 when none.
+    pub last_error: Arc<AtomicU64>,
+    /// STATUS_FATAL: the engine failed internally; set by its driver, cleared by reset.
+    pub fatal: Arc<AtomicBool>,
+    /// What the protocol timers read (the real clock unless a harness drives it).
+    pub clock: super::clock::Clock,
+}
+
+/// An error completion: WC status and QP error reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub status: u8,
+    pub reason: u8,
+}
+
+pub fn fail(status: u8, reason: u8) -> Failure {
+    Failure { status, reason }
+}
+
+/// The failure a DMA fault gives (the router counts aperture faults itself).
+pub fn dma_fault(stats: &Stats, e: &DmaError) -> Failure {
+    if matches!(e, DmaError::Aperture { .. }) {
+        return fail(WC_FATAL_ERR, QP_ERR_APERTURE);
+    }
+    stats.inc(Counter::DmaErrors);
+    if matches!(e, DmaError::Poisoned { .. }) {
+        return fail(WC_FATAL_ERR, QP_ERR_POISONED);
+    }
+    fail(WC_FATAL_ERR, QP_ERR_DMA)
+}
+
+/// Most CQEs a completion delay holds back; past it they are released early.
+const MAX_HELD: usize = 1 << 16;
+
+/// The completion queues and everything a completion or a QP error notifies.
+pub struct Cqs {
+    pub cqs: Vec<Option<Cq>>,
+    pub shared: Shared,
+    pub int_enabled: bool,
+    /// PCIe-side faults on the completion path (cqe-delay, cqe-duplicate).
+    pub faults: Arc<PcieFaults>,
+    /// CQEs a completion delay holds back, in order, until `hold_until`.
+    pub held: VecDeque<(u32, Cqe)>,
+    pub hold_until: Option<Instant>,
+}
+
+impl Cqs {
+    pub fn get(&self, cqn: u32) -> Option<&Cq> {
+        self.cqs.get(cqn as usize).and_then(Option::as_ref)
+    }
+
+    pub fn get_mut(&mut self, cqn: u32) -> Option<&mut Cq> {
+        self.cqs.get_mut(cqn as usize).and_then(Option::as_mut)
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    pub fn new(count: usize, shared: Shared) -> Cqs {
+        Cqs { cqs: vec![None; count], shared, int_enabled: false, faults: Arc::default(), held: VecDeque::new(), hold_until: None }
+    }
+
+    /// Writes a CQE to `cqn` (owner byte last) and raises the CQ's vector if armed.
+    /// Returns false when the CQE could not be delivered (no CQ, overflow, DMA error).
+    ///
+    /// Fault hooks (docs/faults.md): a completion delay holds this CQE and every later one
+    /// (order is kept) until it expires ([`Cqs::release_held`]); a duplicate attempt after
+    /// the write is detected and dropped, or with `deliver` written into the next free
+    /// slot: never into one the driver has not consumed (overflow rules apply).
+    pub fn complete(&mut self, name: &str, mem: &dyn GuestMem, cqn: u32, cqe: Cqe) -> bool {
+        if self.hold_until.is_none() {
+            self.hold_until = self.faults.cqe_delay().map(|d| Instant::now() + d);
+        }
+        if self.hold_until.is_some() && self.get(cqn).is_some() && self.held.len() < MAX_HELD {
+            self.held.push_back((cqn, cqe));
+            return true;
+        }
+        let ok = self.write_cqe(name, mem, cqn, cqe);
+        match self.faults.cqe_duplicate() {
+            Some(true) if ok => {
+                crate::guest_warn!("{name}: CQ {cqn}: duplicate CQE for QP {} wr_id {:#x} written (fault, no duplicate check)", cqe.qpn, cqe.wr_id);
+                self.write_cqe(name, mem, cqn, cqe);
+            }
+            Some(false) if ok => {
+                self.faults.count(Count::FaultCqeDuplicateDropped);
+                crate::guest_warn!("{name}: CQ {cqn}: second completion of QP {} wr_id {:#x} detected and dropped", cqe.qpn, cqe.wr_id);
+            }
+            _ => {}
+        }
+        ok
+    }
+
+    /// Writes the CQEs a completion delay held, once it has expired (or `now`). True if
+    /// any was written.
+    pub fn release_held(&mut self, name: &str, mem: &dyn GuestMem, now: bool) -> bool {
+        match self.hold_until {
+            Some(t) if now || Instant::now() >= t => {}
+            _ => return false,
+        }
+        self.hold_until = None;
+        let held = std::mem::take(&mut self.held);
+        for (cqn, cqe) in &held {
+            self.write_cqe(name, mem, *cqn, *cqe);
+        }
+        !held.is_empty()
+    }
+
+    fn write_cqe(&mut self, name: &str, mem: &dyn GuestMem, cqn: u32, cqe: Cqe) -> bool {
+        let Some(cq) = self.cqs.get_mut(cqn as usize).and_then(Option::as_mut) else {
+            crate::guest_warn!("{name}: completion for missing CQ {cqn} dropped");
+            return false;
+        };
+        let Some(slot) = cq.push(cqe) else {
+            crate::guest_warn!("{name}: CQ {cqn} overflow: completion dropped");
+            self.shared.last_error.store(u64::from(ASYNC_ERR_CQ_OVERFLOW) << 24 | u64::from(cqn), Ordering::SeqCst);
+            self.raise_async();
+            return false;
+        };
+        let owner = slot.addr + OWNER_OFFSET as u64; // inside the ring, checked at CREATE_CQ
+        mem.tag(DmaTag { cq: Some(cqn), ..DmaTag::qp(DmaKind::Cqe, cqe.qpn) });
+        let body = mem
+            .write(slot.addr, &slot.bytes[..OWNER_OFFSET])
+            .and_then(|_| mem.write(owner + 1, &slot.bytes[OWNER_OFFSET + 1..]))
+            .and_then(|_| mem.write(owner, &slot.bytes[OWNER_OFFSET..OWNER_OFFSET + 1]));
+        if body.is_err() {
+            self.shared.stats.inc(Counter::DmaErrors);
+            crate::guest_warn!("{name}: CQ {cqn} ring at {:#x} is not mapped guest memory", slot.addr);
+            return false;
+        }
+        self.shared.stats.inc(Counter::Cqes);
+        if cqe.status != WC_SUCCESS {
+            self.shared.stats.inc(Counter::ErrorCqes);
+        }
+        let (armed, vector) = (cq.armed, cq.vector);
+        if armed && self.int_enabled {
+            cq.armed = false;
+            if self.shared.irqs.trigger(usize::from(vector)) {
+                self.shared.stats.inc(Counter::Interrupts);
+            }
+        }
+        true
+    }
+
+    pub fn raise_async(&mut self) {
+        if self.int_enabled && self.shared.irqs.trigger(ASYNC_VECTOR) {
+            self.shared.stats.inc(Counter::Interrupts);
+        }
+    }
+
+    /// Moves a QP to ERROR (once) with `reason`; its queues are flushed afterwards.
+    pub fn qp_error(&mut self, name: &str, qpn: u32, qp: &mut Qp, reason: u8) {
+        if qp.state == QpState::Err || qp.state == QpState::Reset {
+            return;
+        }
+        qp.state = QpState::Err;
+        qp.err_reason = reason;
+        self.shared.stats.inc(Counter::QpErrors);
+        log::info!("{name}: QP {qpn} -> ERROR (reason {reason})");
+        self.shared.last_error.store(u64::from(ASYNC_ERR_QP) << 24 | u64::from(qpn), Ordering::SeqCst);
+        self.raise_async();
+    }
+}
+
+/// Everything a role needs besides its QP.
+pub struct Ctx<'a> {
+    pub name: &'a str,
+    pub mem: &'a dyn GuestMem,
+    pub mrs: &'a MrTable,
+    pub cqs: &'a mut Cqs,
+    /// The engine's WQE log (stage times of recent work requests).
+    pub wqe_log: &'a WqeLog,
+}
+
+impl Ctx<'_> {
+    pub fn stats(&self) -> &Stats {
+        &self.cqs.shared.stats
+    }
+
+    /// The time the protocol timers read.
+    pub fn now(&self) -> std::time::Instant {
+        self.cqs.shared.clock.now()
+    }
+
+    pub fn qp_error(&mut self, qpn: u32, qp: &mut Qp, reason: u8) {
+        self.cqs.qp_error(self.name, qpn, qp, reason);
+    }
+
+    /// Retires the head send WQE with its completion (success: only when signaled).
+    pub fn finish_send(&mut self, qpn: u32, qp: &mut Qp, hdr: &WqeHeader, result: Result<u64, Failure>) {
+        qp.sq.ci = qp.sq.ci.wrapping_add(1);
+        let mut cqe = Cqe { wr_id: hdr.wr_id, qpn, opcode: send_cqe_opcode(hdr.opcode), ..Default::default() };
+        match result {
+            Ok(byte_len) => {
+                if hdr.flags & WQE_FLAG_SIGNALED != 0 {
+                    cqe.byte_len = byte_len as u32;
+                    if !self.cqs.complete(self.name, self.mem, qp.send_cqn, cqe) {
+                        self.qp_error(qpn, qp, QP_ERR_CQ);
+                    }
+                }
+            }
+            Err(f) => {
+                cqe.status = f.status;
+                cqe.syndrome = u32::from(f.reason);
+                log::info!("{}: QP {qpn} WQE {:#x} failed: status {} reason {}", self.name, hdr.wr_id, f.status, f.reason);
+                self.cqs.complete(self.name, self.mem, qp.send_cqn, cqe);
+                self.qp_error(qpn, qp, f.reason);
+            }
+        }
+    }
+
+    /// Retires the head RECV with a completion (an error one moves the QP to ERROR).
+    pub fn complete_recv(&mut self, qpn: u32, qp: &mut Qp, wr_id: u64, src_qp: u32, cqe: Cqe) {
+        qp.rq.ci = qp.rq.ci.wrapping_add(1);
+        self.stats().inc(Counter::RecvWqes);
+        let cqe = Cqe { wr_id, qpn, src_qp, ..cqe };
+        let ok = self.cqs.complete(self.name, self.mem, qp.recv_cqn, cqe);
+        if cqe.status != WC_SUCCESS {
+            self.qp_error(qpn, qp, (cqe.syndrome & 0xff) as u8);
+        } else if !ok {
+            self.qp_error(qpn, qp, QP_ERR_CQ);
+        }
+    }
+
+    /// Flushes one WQE of an ERROR QP (send queue first); true if it did.
+    pub fn flush_one(&mut self, qpn: u32, qp: &mut Qp) -> bool {
+        let (send, ring, cqn): (bool, Ring, u32) = if !qp.sq.is_empty() {
+            (true, qp.sq, qp.send_cqn)
+        } else if !qp.rq.is_empty() {
+            (false, qp.rq, qp.recv_cqn)
+        } else {
+            return false;
+        };
+        self.mem.tag(DmaTag::qp(if send { DmaKind::WqeFetch } else { DmaKind::RqWqeFetch }, qpn));
+        let hdr = read_header(self.mem, &ring, ring.ci);
+        let opcode = if send { send_cqe_opcode(hdr.opcode) } else { CQE_OP_RECV };
+        let cqe = Cqe { wr_id: hdr.wr_id, qpn, opcode, status: WC_WR_FLUSH_ERR, syndrome: u32::from(QP_ERR_NONE), ..Default::default() };
+        if send {
+            qp.sq.ci = qp.sq.ci.wrapping_add(1);
+        } else {
+            qp.rq.ci = qp.rq.ci.wrapping_add(1);
+        }
+        self.cqs.complete(self.name, self.mem, cqn, cqe);
+        true
+    }
+
+    /// Resolves a local SGE list in protection domain `pd` needing `access`.
+    pub fn local_segments(&self, sges: &[Sge], pd: u32, access: u8) -> Result<(Vec<Segment>, u64), Failure> {
+        let total = sges.iter().fold(0u64, |t, s| t.saturating_add(u64::from(s.length)));
+        if total > MAX_MSG {
+            return Err(fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
+        }
+        let mut segs = Vec::with_capacity(sges.len());
+        let prot = || fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS);
+        for s in sges.iter().filter(|s| s.length != 0) {
+            let mr = self.mrs.check(s.lkey, pd, access, s.addr, u64::from(s.length)).map_err(|_| prot())?;
+            mr.segments(s.addr, u64::from(s.length), &mut segs).map_err(|_| prot())?;
+        }
+        Ok((segs, total))
+    }
+
+    /// Resolves [addr, +len) under `rkey` for responder QP `qp`, which must grant
+    /// `access` (REM_ACCESS otherwise). Nothing is read or written here.
+    pub fn remote_range(&self, qpn: u32, qp: &Qp, rkey: u32, addr: u64, len: u64, access: u8) -> Result<Vec<Segment>, Failure> {
+        let mut segs = Vec::new();
+        if len == 0 {
+            return Ok(segs);
+        }
+        let remote_access = || fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS);
+        if qp.access & access != access {
+            return Err(remote_access());
+        }
+        let mr = self.mrs.check(rkey, qp.pd, access, addr, len).map_err(|e| {
+            log::info!("{}: rkey {rkey:#x} refused at QP {qpn}: {e:?}", self.name);
+            remote_access()
+        })?;
+        mr.segments(addr, len, &mut segs).map_err(|_| remote_access())?;
+        Ok(segs)
+    }
+}

@@ -1,0 +1,719 @@
+//! The verbs engine: the QP/CQ/MR tables, the commands of RNIC_REG_CMD (docs/verbs.md
+//! §2), doorbells, and the scheduling of the roles: each pass runs every QP's requester
+//! (and its completer's timers), hands incoming fabric packets and loopback messages to
+//! the responder or completer of the QP they name, and flushes QPs in ERROR.
+//!
+//! The protocol itself is in [`super::requester`], [`super::responder`] and
+//! [`super::completer`], which reach their peer only through a
+//! [`super::transport::Transport`]: [`Loopback`] when the peer QP is on this engine,
+//! [`Fabric`] when it is on another node. The engine starts no thread: the node's event
+//! loop runs it (inside a [`super::runner::EngineRunner`]), or, before the RNIC is handed
+//! to one, the thread of the register access that posted the work; it reaches guest
+//! memory only through [`GuestMem`].
+
+use super::completer::{self, Completer};
+use super::cq::Cq;
+use super::ctx::{fail, Cqs, Ctx};
+pub use super::ctx::{Shared, ASYNC_VECTOR};
+use super::mr::{Mr, MrTable};
+use super::opcode::info;
+use super::qp::{transition, Edge, Qp, QpState, Ring};
+use super::requester::{self, Requester};
+use super::responder::{self, Responder};
+use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
+use crate::contract::abi::*;
+use crate::contract::counters::{Counter, Stats};
+use crate::observe::timing::wqe_log::WqeLog;
+use crate::platform::mem::access::{DmaKind, DmaTag, GuestMem};
+use crate::platform::mem::dma::DmaError;
+use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
+use crate::rnic::fabric::packet::Packet;
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use vm_memory::ByteValued;
+
+/// The context tables software configured (register snapshot taken with each command).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tables {
+    pub qp_ctx: u64,
+    pub cq_ctx: u64,
+    pub mr_ctx: u64,
+    pub mtt: u64,
+    pub mtt_entries: u64,
+}
+
+/// Where a connected QP's peer is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Path {
+    /// Not connected (RESET, INIT).
+    #[default]
+    None,
+    /// The peer QP is on this engine.
+    Loopback,
+    /// The peer is the node at `ip`; requests carry at most `mtu` bytes.
+    Fabric { ip: Ipv4Addr, mtu: u32 },
+}
+
+/// The per-QP state of the three roles, and where the peer is.
+#[derive(Clone, Debug, Default)]
+pub struct Roles {
+    pub path: Path,
+    pub req: Requester,
+    pub resp: Responder,
+    pub comp: Completer,
+}
+
+pub struct Engine {
+    pub(super) name: String,
+    pub(super) qps: Vec<Qp>,
+    pub(super) roles: Vec<Roles>,
+    pub(super) cqs: Cqs,
+    pub(super) mrs: MrTable,
+    pub(super) tables: Tables,
+    pub(super) enabled: bool,
+    pub(super) shared: Shared,
+    /// Round-robin start for fairness between QPs.
+    pub(super) next_qp: usize,
+    /// The fabric, for QPs whose destination is another node.
+    pub(super) wire: Option<Arc<dyn Wire>>,
+    /// The one packet every fabric send is built in.
+    scratch: Packet,
+    /// Loopback messages not yet delivered (drained in the same pass).
+    loopq: VecDeque<LoopMsg>,
+    /// The WQE log (`rnic-emu trace`): what the roles record of recent work requests.
+    wqe_log: Arc<WqeLog>,
+}
+
+/// The transport of one QP for one call.
+enum Link<'a> {
+    Loopback(Loopback<'a>),
+    Fabric(Fabric<'a>),
+    Nowhere(Nowhere),
+}
+
+impl Transport for Link<'_> {
+    fn mtu(&self) -> u32 {
+        match self {
+            Link::Loopback(t) => t.mtu(),
+            Link::Fabric(t) => t.mtu(),
+            Link::Nowhere(t) => t.mtu(),
+        }
+    }
+
+    fn send(&mut self, mem: &dyn GuestMem, msg: &Msg<'_>) -> Result<(), DmaError> {
+        match self {
+            Link::Loopback(t) => t.send(mem, msg),
+            Link::Fabric(t) => t.send(mem, msg),
+            Link::Nowhere(t) => t.send(mem, msg),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn link<'a>(
+    path: Path,
+    from: u32,
+    to: u32,
+    loopq: &'a mut VecDeque<LoopMsg>,
+    wire: &'a Option<Arc<dyn Wire>>,
+    scratch: &'a mut Packet,
+    stats: &'a Stats,
+) -> Link<'a> {
+    match (path, wire) {
+        (Path::Loopback, _) => Link::Loopback(Loopback { queue: loopq, from, to }),
+        (Path::Fabric { ip, mtu }, Some(w)) => Link::Fabric(Fabric { wire: &**w, dst: ip, mtu, scratch, stats }),
+        _ => Link::Nowhere(Nowhere),
+    }
+}
+
+fn read_obj<T: ByteValued + Default>(mem: &dyn GuestMem, addr: u64) -> Option<T> {
+    let mut v = T::default();
+    mem.read(addr, v.as_mut_slice()).ok()?;
+    Some(v)
+}
+
+impl Engine {
+    pub fn new(name: String, shared: Shared) -> Engine {
+        Engine {
+            name,
+            qps: vec![Qp::new(); MAX_QP as usize],
+            roles: vec![Roles::default(); MAX_QP as usize],
+            cqs: Cqs::new(MAX_CQ as usize, shared.clone()),
+            mrs: MrTable::new(MAX_MR as usize),
+            tables: Tables::default(),
+            enabled: true,
+            shared,
+            next_qp: 0,
+            wire: None,
+            scratch: Packet::default(),
+            loopq: VecDeque::new(),
+            wqe_log: Arc::default(),
+        }
+    }
+
+    /// The engine's WQE log: its RNIC answers the log's control requests and clears it
+    /// with the counters.
+    pub fn wqe_log(&self) -> &Arc<WqeLog> {
+        &self.wqe_log
+    }
+
+    /// The function's PCIe-side faults, for the completion path (docs/faults.md).
+    pub fn set_faults(&mut self, faults: Arc<crate::platform::pcie_fault::PcieFaults>) {
+        self.cqs.faults = faults;
+    }
+
+    /// Attaches the node's fabric port.
+    pub fn set_wire(&mut self, wire: Arc<dyn Wire>) {
+        self.wire = Some(wire);
+    }
+
+    /// Forgets every object (device reset; the statistics are the caller's to clear).
+    pub fn reset(&mut self) {
+        self.qps.iter_mut().for_each(|q| *q = Qp::new());
+        self.roles.iter_mut().for_each(|r| *r = Roles::default());
+        self.cqs.cqs.iter_mut().for_each(|c| *c = None);
+        self.mrs.clear();
+        self.loopq.clear();
+        self.tables = Tables::default();
+        self.enabled = true;
+        self.cqs.int_enabled = false;
+        self.cqs.held.clear();
+        self.cqs.hold_until = None;
+        self.shared.last_error.store(0, Ordering::SeqCst);
+    }
+
+    /// After an internal failure (docs/verbs.md §5.1): every QP not in RESET goes to
+    /// ERROR with QP_ERR_FATAL, the head send WQE of each completes with WC_FATAL_ERR and
+    /// the rest of both queues is flushed, as far as the tables still allow. Messages in
+    /// flight are dropped. No async error per QP: the caller latches one fatal error.
+    pub fn fail_all(&mut self, mem: &dyn GuestMem) {
+        self.loopq.clear();
+        self.cqs.release_held(&self.name, mem, true);
+        let Engine { qps, cqs, mrs, name, enabled, roles, wqe_log, .. } = self;
+        for (qpn, qp) in qps.iter_mut().enumerate() {
+            if qp.state == QpState::Reset {
+                continue;
+            }
+            roles[qpn] = Roles::default();
+            if qp.state != QpState::Err {
+                qp.state = QpState::Err;
+                qp.err_reason = QP_ERR_FATAL;
+                cqs.stats().inc(Counter::QpErrors);
+            }
+            if !*enabled {
+                continue; // no DMA with ENABLE clear: the driver flushes after its reset
+            }
+            let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+            let qpn = qpn as u32;
+            if !qp.sq.is_empty() {
+                mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
+                let hdr = super::wqe::read_header(mem, &qp.sq, qp.sq.ci);
+                ctx.finish_send(qpn, qp, &hdr, Err(fail(WC_FATAL_ERR, QP_ERR_FATAL)));
+            }
+            while ctx.flush_one(qpn, qp) {}
+        }
+    }
+
+    pub fn set_dma_ctrl(&mut self, enabled: bool, int_enabled: bool) {
+        self.enabled = enabled;
+        self.cqs.int_enabled = int_enabled;
+    }
+
+    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(qpn as usize)
+    }
+
+    pub fn cq(&self, cqn: u32) -> Option<&Cq> {
+        self.cqs.get(cqn)
+    }
+
+    // ---- commands (docs/verbs.md §2) ----
+
+    /// Executes one RNIC_REG_CMD command; returns CMD_OK or a CMD_ERR_* code.
+    pub fn command(&mut self, mem: &dyn GuestMem, op: u32, index: u32, tables: Tables) -> u32 {
+        self.tables = tables;
+        self.shared.stats.inc(Counter::Commands);
+        let object = Some(index);
+        let tag = match op {
+            CMD_CREATE_CQ | CMD_DESTROY_CQ => DmaTag { cq: object, ..DmaTag::default() },
+            CMD_REG_MR | CMD_DEREG_MR => DmaTag { mr: object, ..DmaTag::default() },
+            _ => DmaTag { qp: object, ..DmaTag::default() },
+        };
+        mem.tag(DmaTag { what: DmaKind::Command, ..tag });
+        let status = match op {
+            CMD_CREATE_CQ => self.create_cq(mem, index),
+            CMD_DESTROY_CQ => self.destroy_cq(index),
+            CMD_MODIFY_QP => self.modify_qp(mem, index),
+            CMD_QUERY_QP => self.qps.get(index as usize).map(|_| ()).ok_or(CMD_ERR_BAD_INDEX),
+            CMD_DESTROY_QP => self.forget_qp(index),
+            CMD_REG_MR => self.reg_mr(mem, index),
+            CMD_DEREG_MR => self.dereg_mr(mem, index),
+            _ => Err(CMD_ERR_BAD_OP),
+        };
+        if matches!(op, CMD_MODIFY_QP | CMD_QUERY_QP | CMD_DESTROY_QP) && (index as u64) < MAX_QP {
+            self.write_back_qp(mem, index);
+        }
+        match status {
+            Ok(()) => CMD_OK,
+            Err(code) => {
+                self.shared.stats.inc(Counter::CommandErrors);
+                crate::guest_warn!("{}: command {op} on object {index} failed with code {code}", self.name);
+                code
+            }
+        }
+    }
+
+    /// Back to RESET: attributes and role state forgotten.
+    fn forget_qp(&mut self, qpn: u32) -> Result<(), u32> {
+        let (qp, roles) = (self.qps.get_mut(qpn as usize), self.roles.get_mut(qpn as usize));
+        let (Some(qp), Some(roles)) = (qp, roles) else { return Err(CMD_ERR_BAD_INDEX) };
+        *qp = Qp::new();
+        *roles = Roles::default();
+        Ok(())
+    }
+
+    fn create_cq(&mut self, mem: &dyn GuestMem, cqn: u32) -> Result<(), u32> {
+        if u64::from(cqn) >= MAX_CQ {
+            return Err(CMD_ERR_BAD_INDEX);
+        }
+        if self.cqs.get(cqn).is_some() {
+            return Err(CMD_ERR_BUSY);
+        }
+        let addr = table_entry(self.tables.cq_ctx, cqn, 32)?;
+        let ctx: CqCtx = read_obj(mem, addr).ok_or(CMD_ERR_DMA)?;
+        let vectors = self.shared.irqs.count();
+        let ring_bytes = 32u64 << ctx.log_size.min(63);
+        let valid = u64::from(ctx.log_size) <= MAX_RING_LOG2
+            && ctx.ring_addr != 0
+            && ctx.ring_addr.is_multiple_of(32)
+            && ctx.ring_addr.checked_add(ring_bytes).is_some()
+            && usize::from(ctx.msix_vector) < vectors
+            && ctx.rsvd0 == 0;
+        if !valid {
+            return Err(CMD_ERR_INVALID);
+        }
+        self.cqs.cqs[cqn as usize] = Some(Cq::new(ctx.ring_addr, ctx.log_size, ctx.msix_vector));
+        Ok(())
+    }
+
+    fn destroy_cq(&mut self, cqn: u32) -> Result<(), u32> {
+        let slot = self.cqs.cqs.get(cqn as usize).ok_or(CMD_ERR_BAD_INDEX)?;
+        if slot.is_none() {
+            return Err(CMD_ERR_NOT_FOUND);
+        }
+        if self.qps.iter().any(|q| q.is_active() && (q.send_cqn == cqn || q.recv_cqn == cqn)) {
+            return Err(CMD_ERR_BUSY);
+        }
+        self.cqs.cqs[cqn as usize] = None;
+        Ok(())
+    }
+
+    /// CMD_MODIFY_QP: the edge comes from the transition table; its attribute check runs
+    /// on a copy, committed only if all is well.
+    fn modify_qp(&mut self, mem: &dyn GuestMem, qpn: u32) -> Result<(), u32> {
+        if u64::from(qpn) >= MAX_QP {
+            return Err(CMD_ERR_BAD_INDEX);
+        }
+        let addr = table_entry(self.tables.qp_ctx, qpn, 64)?;
+        let ctx: QpCtx = read_obj(mem, addr).ok_or(CMD_ERR_DMA)?;
+        let to = QpState::from_abi(ctx.state).ok_or(CMD_ERR_INVALID)?;
+        let cur = &self.qps[qpn as usize];
+        let edge = transition(cur.state, to).ok_or(CMD_ERR_STATE)?;
+        let mut next = cur.clone();
+        let mut roles = None;
+        match edge {
+            Edge::Reset => return self.forget_qp(qpn),
+            Edge::Error => {
+                let qp = &mut self.qps[qpn as usize];
+                self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_MODIFY);
+                return Ok(());
+            }
+            Edge::Create => next = self.check_create(&ctx)?,
+            Edge::Access => next.access = check_access(&ctx)?,
+            Edge::Connect => {
+                let path = self.check_connect(&ctx)?;
+                let mtu = match path {
+                    Path::Fabric { mtu, .. } => mtu,
+                    _ => super::transport::LOOPBACK_MTU,
+                };
+                next.dest_qpn = ctx.dest_qpn;
+                next.access = ctx.access;
+                next.state = QpState::Rtr;
+                roles = Some(Roles { path, req: Requester::new(mtu), resp: Responder::new(ctx.rq_psn), comp: Completer::default() });
+            }
+            Edge::Ready => {
+                if ctx.rnr_retry > 7 || ctx.retry_cnt > 7 || ctx.timeout > 31 {
+                    return Err(CMD_ERR_INVALID);
+                }
+                next.rnr_retry = ctx.rnr_retry;
+                next.rnr_timer_us = ctx.rnr_timer_us;
+                next.state = QpState::Rts;
+                let r = &mut self.roles[qpn as usize];
+                r.req.ready_to_send(ctx.sq_psn, ctx.timeout, next.sq.ci);
+                r.comp.ready_to_send(ctx.retry_cnt, ctx.rnr_retry);
+            }
+        }
+        self.qps[qpn as usize] = next;
+        if let Some(r) = roles {
+            self.roles[qpn as usize] = r;
+        }
+        Ok(())
+    }
+
+    /// RESET -> INIT: the QP's rings, CQs, access and RNR attributes.
+    fn check_create(&self, ctx: &QpCtx) -> Result<Qp, u32> {
+        let cq_exists = |n: u32| self.cqs.get(n).is_some();
+        let ring_ok = |addr: u64, log_size: u8, log_stride: u8| {
+            u64::from(log_size) <= MAX_RING_LOG2
+                && (6..=8).contains(&log_stride)
+                && addr != 0
+                && addr.is_multiple_of(1 << log_stride)
+                && addr.checked_add(1u64 << (log_size + log_stride)).is_some()
+        };
+        let ok = cq_exists(ctx.send_cqn)
+            && cq_exists(ctx.recv_cqn)
+            && ring_ok(ctx.sq_addr, ctx.sq_log_size, ctx.sq_log_stride)
+            && ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride)
+            && ctx.rnr_retry <= 7;
+        if !ok {
+            return Err(CMD_ERR_INVALID);
+        }
+        Ok(Qp {
+            state: QpState::Init,
+            err_reason: QP_ERR_NONE,
+            pd: ctx.pd,
+            send_cqn: ctx.send_cqn,
+            recv_cqn: ctx.recv_cqn,
+            dest_qpn: 0,
+            access: check_access(ctx)?,
+            rnr_retry: ctx.rnr_retry,
+            rnr_timer_us: ctx.rnr_timer_us,
+            sq: Ring { addr: ctx.sq_addr, log_size: ctx.sq_log_size, log_stride: ctx.sq_log_stride, pi: 0, ci: 0 },
+            rq: Ring { addr: ctx.rq_addr, log_size: ctx.rq_log_size, log_stride: ctx.rq_log_stride, pi: 0, ci: 0 },
+        })
+    }
+
+    /// INIT -> RTR: where the peer is (this engine, or a node of the fabric).
+    fn check_connect(&self, ctx: &QpCtx) -> Result<Path, u32> {
+        let mtu_ok = ctx.path_mtu == 0 || (8..=12).contains(&ctx.path_mtu);
+        check_access(ctx)?;
+        if !mtu_ok || (ctx.dest_ip == 0 && u64::from(ctx.dest_qpn) >= MAX_QP) {
+            return Err(CMD_ERR_INVALID);
+        }
+        if ctx.dest_ip == 0 {
+            return Ok(Path::Loopback);
+        }
+        if self.wire.is_none() || ctx.dest_qpn > crate::rnic::fabric::packet::PSN_MASK {
+            return Err(CMD_ERR_INVALID);
+        }
+        let log = if ctx.path_mtu == 0 { 12 } else { ctx.path_mtu.clamp(8, 12) };
+        Ok(Path::Fabric { ip: Ipv4Addr::from(ctx.dest_ip), mtu: 1 << log })
+    }
+
+    fn reg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
+        if u64::from(index) >= MAX_MR {
+            return Err(CMD_ERR_BAD_INDEX);
+        }
+        if self.mrs.get(index as usize).is_some() {
+            return Err(CMD_ERR_BUSY);
+        }
+        let addr = table_entry(self.tables.mr_ctx, index, 32)?;
+        let ctx: MrCtx = read_obj(mem, addr).ok_or(CMD_ERR_DMA)?;
+        if let Err(why) = Mr::check_ctx(&ctx, self.tables.mtt_entries) {
+            crate::guest_warn!("{}: MR {index} context refused: {why}", self.name);
+            return Err(CMD_ERR_INVALID);
+        }
+        if self.tables.mtt == 0 {
+            return Err(CMD_ERR_DMA);
+        }
+        const CHUNK: u64 = 4096;
+        // Grown as entries are read, not sized by the guest's count up front.
+        let mut pages = Vec::with_capacity((ctx.npages as usize).min(CHUNK as usize));
+        let mut buf = vec![0u8; 8 * CHUNK as usize];
+        let mut next = u64::from(ctx.mtt_offset);
+        let end = next + u64::from(ctx.npages); // both u32: cannot overflow
+        while next < end {
+            let n = (end - next).min(CHUNK);
+            let at = next.checked_mul(8).and_then(|o| self.tables.mtt.checked_add(o)).ok_or(CMD_ERR_DMA)?;
+            mem.read(at, &mut buf[..(n * 8) as usize]).map_err(|_| CMD_ERR_DMA)?;
+            pages.extend(buf[..(n * 8) as usize].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))));
+            next += n;
+        }
+        let mr = Mr::from_ctx(&ctx, pages).map_err(|why| {
+            crate::guest_warn!("{}: MR {index} refused: {why}", self.name);
+            CMD_ERR_INVALID
+        })?;
+        if let Some(slot) = self.mrs.slot(index as usize) {
+            *slot = Some(mr);
+        }
+        Ok(())
+    }
+
+    /// Removes MR `index`, and with it every use still in flight (docs/programming.md
+    /// R-MR-3): a requester whose outstanding WQE holds its pages fails its oldest WQE
+    /// (LOC_PROT_ERR; the QP goes to ERROR, the rest is flushed, late responses are
+    /// dropped), a responder forgets the message or READ responses that use it. After the
+    /// command no byte of the MR's pages moves.
+    fn dereg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
+        let slot = self.mrs.slot(index as usize).ok_or(CMD_ERR_BAD_INDEX)?;
+        slot.take().ok_or(CMD_ERR_NOT_FOUND)?;
+        let Engine { qps, roles, cqs, mrs, name, wqe_log, .. } = self;
+        for (qpn, (qp, r)) in qps.iter_mut().zip(roles.iter_mut()).enumerate() {
+            r.resp.drop_mr(index);
+            if r.req.uses_mr(index) {
+                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs, wqe_log };
+                requester::fail_front(&mut ctx, qpn as u32, qp, &mut r.req, fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS));
+            }
+        }
+        Ok(())
+    }
+
+    fn write_back_qp(&self, mem: &dyn GuestMem, qpn: u32) {
+        let Ok(addr) = table_entry(self.tables.qp_ctx, qpn, 64) else { return };
+        let qp = &self.qps[qpn as usize];
+        let head = [qp.state.to_abi(), qp.err_reason];
+        let mut idx = [0u8; 4];
+        idx[..2].copy_from_slice(&qp.sq.ci.to_le_bytes());
+        idx[2..].copy_from_slice(&qp.rq.ci.to_le_bytes());
+        let offs = std::mem::offset_of!(QpCtx, sq_ci) as u64;
+        mem.tag(DmaTag::qp(DmaKind::QpCtx, qpn));
+        let written = match addr.checked_add(offs) {
+            Some(at) => mem.write(addr, &head).and_then(|_| mem.write(at, &idx)).is_ok(),
+            None => false,
+        };
+        if !written {
+            crate::guest_warn!("{}: QP {qpn} context write-back failed (table unmapped)", self.name);
+        }
+    }
+
+    // ---- doorbells ----
+
+    /// An MMIO `WQE_DB_IDX` write.
+    pub fn sq_doorbell(&mut self, qpn: u32, pi: u16) {
+        self.shared.stats.inc(Counter::Doorbells);
+        self.sq_doorbell_index(qpn, pi);
+    }
+
+    /// An MMIO `RQ_DB_IDX` write.
+    pub fn rq_doorbell(&mut self, qpn: u32, pi: u16) {
+        self.shared.stats.inc(Counter::Doorbells);
+        self.rq_doorbell_index(qpn, pi);
+    }
+
+    /// A new send-queue producer index (MMIO doorbell or doorbell page).
+    pub(super) fn sq_doorbell_index(&mut self, qpn: u32, pi: u16) {
+        self.doorbell(qpn, pi, true);
+    }
+
+    /// A new receive-queue producer index (MMIO doorbell or doorbell page).
+    pub(super) fn rq_doorbell_index(&mut self, qpn: u32, pi: u16) {
+        self.doorbell(qpn, pi, false);
+        // A requester on this engine waiting for a RECV on this QP retries at once.
+        let now = self.shared.clock.now();
+        for (qp, r) in self.qps.iter().zip(self.roles.iter_mut()) {
+            if qp.dest_qpn == qpn && r.path == Path::Loopback && r.req.hold_until.is_some() {
+                r.req.hold_until = Some(now);
+            }
+        }
+    }
+
+    fn doorbell(&mut self, qpn: u32, pi: u16, send: bool) {
+        let Some(qp) = self.qps.get_mut(qpn as usize) else {
+            crate::guest_warn!("{}: doorbell for QP {qpn} beyond MAX_QP ignored", self.name);
+            return;
+        };
+        if qp.state == QpState::Reset {
+            crate::guest_warn!("{}: doorbell for QP {qpn} in RESET ignored", self.name);
+            return;
+        }
+        if send {
+            if let Some(r) = self.roles.get_mut(qpn as usize) {
+                r.req.rang.get_or_insert_with(Instant::now);
+            }
+        }
+        let ring = if send { &mut qp.sq } else { &mut qp.rq };
+        if !ring.ring(pi) {
+            crate::guest_warn!("{}: QP {qpn} doorbell {pi} overruns its ring (ci {})", self.name, ring.ci);
+            self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_BAD_WQE);
+        }
+    }
+
+    pub fn cq_consumed(&mut self, cqn: u32, ci: u16) {
+        match self.cqs.get_mut(cqn).map(|cq| cq.consume(ci)) {
+            Some(true) => {}
+            Some(false) => crate::guest_warn!("{}: CQ {cqn} consumer index {ci} ahead of the producer: ignored", self.name),
+            None => crate::guest_warn!("{}: consumer index for CQ {cqn}, which does not exist", self.name),
+        }
+    }
+
+    /// Arms a CQ. If it already holds completions software has not consumed (per the last
+    /// CQE_CONS_IDX), the vector is raised at once instead: a completion that landed
+    /// between the driver's last poll and its arm must not go unnoticed.
+    pub fn cq_arm(&mut self, cqn: u32) {
+        let int_enabled = self.cqs.int_enabled;
+        let Some(cq) = self.cqs.get_mut(cqn) else {
+            crate::guest_warn!("{}: arm of CQ {cqn}, which does not exist", self.name);
+            return;
+        };
+        if cq.used() == 0 {
+            cq.armed = true;
+            return;
+        }
+        cq.armed = false;
+        let vector = usize::from(cq.vector);
+        if int_enabled && self.shared.irqs.trigger(vector) {
+            self.shared.stats.inc(Counter::Interrupts);
+        }
+    }
+
+    // ---- scheduling the roles ----
+
+    /// Runs every runnable QP for a while; returns whether anything happened.
+    pub fn run(&mut self, mem: &dyn GuestMem, budget: usize) -> bool {
+        let mut progress = self.cqs.release_held(&self.name, mem, false);
+        let n = self.qps.len();
+        for k in 0..n {
+            let qpn = ((self.next_qp + k) % n) as u32;
+            // A fabric QP gets one step (a burst of packets) per pass, so that incoming
+            // ACKs are handled between bursts; a loopback QP's peer answers in the pass.
+            let steps = if matches!(self.roles[qpn as usize].path, Path::Fabric { .. }) { 1 } else { budget };
+            for _ in 0..steps {
+                let stepped = self.step(mem, qpn);
+                let delivered = self.drain(mem);
+                if !stepped && !delivered {
+                    break;
+                }
+                progress = true;
+            }
+        }
+        self.next_qp = (self.next_qp + 1) % n;
+        progress
+    }
+
+    /// One unit of work on a QP: a flush in ERROR; READ responses to send, a timer, a
+    /// retransmission or a new WQE in RTR/RTS.
+    fn step(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
+        let i = qpn as usize;
+        let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, wqe_log, .. } = self;
+        let (qp, r) = (&mut qps[i], &mut roles[i]);
+        // DMA_CTRL ENABLE clear: no DMA at all, flushes and responses included
+        // (docs/programming.md R-RST-2); the work waits.
+        if !*enabled {
+            return false;
+        }
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+        match qp.state {
+            QpState::Err => ctx.flush_one(qpn, qp),
+            QpState::Rtr | QpState::Rts if r.path != Path::None => {
+                let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
+                let responded = responder::send_responses(&mut ctx, &mut r.resp, qp.dest_qpn, &mut t);
+                if qp.state != QpState::Rts {
+                    return responded;
+                }
+                let now = shared.clock.now();
+                if r.req.timer.is_some_and(|at| now >= at) {
+                    completer::on_timeout(&mut ctx, qpn, qp, &mut r.req, &mut r.comp);
+                    return true;
+                }
+                if r.req.hold_until.is_some_and(|at| now < at) {
+                    return responded;
+                }
+                r.req.hold_until = None;
+                if let Some(from) = r.req.resend_from.take() {
+                    r.req.rewind(from);
+                }
+                let worked = if r.req.send_psn != r.req.next_psn {
+                    requester::send_burst(&mut ctx, qpn, qp, &mut r.req, &mut t)
+                } else {
+                    requester::start_next(&mut ctx, qpn, qp, &mut r.req, &mut t)
+                };
+                worked || responded
+            }
+            _ => false,
+        }
+    }
+
+    /// Delivers every queued loopback message (and what it provokes); true if any.
+    fn drain(&mut self, mem: &dyn GuestMem) -> bool {
+        let mut any = false;
+        while let Some(m) = self.loopq.pop_front() {
+            any = true;
+            self.deliver(mem, &m);
+        }
+        any
+    }
+
+    /// A loopback message to the responder or completer of the QP it names.
+    fn deliver(&mut self, mem: &dyn GuestMem, lm: &LoopMsg) {
+        let i = lm.to as usize;
+        let Engine { qps, roles, cqs, mrs, name, loopq, wqe_log, .. } = self;
+        let (Some(qp), Some(r)) = (qps.get_mut(i), roles.get_mut(i)) else { return };
+        let msg = lm.msg();
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+        let mut t = Loopback { queue: loopq, from: lm.to, to: lm.from };
+        if info(msg.bth.opcode).is_some_and(|o| o.request) {
+            if !qp.state.can_receive() || r.path == Path::None {
+                responder::refuse(&ctx, &mut t, lm.from, &msg);
+                return;
+            }
+            responder::receive(&mut ctx, lm.to, qp, &mut r.resp, lm.from, &msg, &mut t);
+            while responder::send_responses(&mut ctx, &mut r.resp, lm.from, &mut t) {}
+        } else if qp.state == QpState::Rts && r.path == Path::Loopback {
+            completer::on_response(&mut ctx, lm.to, qp, &mut r.req, &mut r.comp, &msg);
+        }
+    }
+
+    /// A packet from the fabric: to the QP it names, if that QP talks to its sender.
+    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: Ipv4Addr, pkt: &Packet) {
+        let qpn = pkt.bth.dest_qp;
+        let i = qpn as usize;
+        let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { ip, .. } if ip == from) && qp.state.can_receive();
+        let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r));
+        // With DMA disabled the node is as if its link were down: the peer retransmits.
+        if !ok || !self.enabled {
+            self.shared.stats.inc(Counter::PktsDropped);
+            log::debug!("{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP)", self.name, pkt.bth.opcode, pkt.bth.psn);
+            return;
+        }
+        self.shared.stats.inc(Counter::PktsReceived);
+        let Engine { qps, roles, cqs, mrs, name, loopq, wire, scratch, shared, wqe_log, .. } = self;
+        let (qp, r) = (&mut qps[i], &mut roles[i]);
+        let msg = packet_msg(pkt);
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+        if info(msg.bth.opcode).is_some_and(|o| o.request) {
+            let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
+            responder::receive(&mut ctx, qpn, qp, &mut r.resp, qp.dest_qpn, &msg, &mut t);
+        } else if qp.state == QpState::Rts {
+            completer::on_response(&mut ctx, qpn, qp, &mut r.req, &mut r.comp, &msg);
+        }
+    }
+
+    /// The earliest time a requester wants to run again (retransmission timer, RNR wait).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.enabled {
+            return None; // nothing runs until DMA_CTRL enables the engine again
+        }
+        let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
+        rts.filter_map(|(_, r)| r.req.deadline()).chain(self.cqs.hold_until).min()
+    }
+}
+
+/// The access flags of a context, if they are known ones.
+fn check_access(ctx: &QpCtx) -> Result<u8, u32> {
+    if ctx.access & !super::mr::ACCESS_ALL == 0 {
+        Ok(ctx.access)
+    } else {
+        Err(CMD_ERR_INVALID)
+    }
+}
+
+/// Bus address of entry `index` of a table of `entry`-byte contexts (CMD_ERR_DMA if unset).
+fn table_entry(base: u64, index: u32, entry: u64) -> Result<u64, u32> {
+    if base == 0 {
+        return Err(CMD_ERR_DMA);
+    }
+    base.checked_add(u64::from(index) * entry).ok_or(CMD_ERR_DMA)
+}

@@ -1,0 +1,31 @@
+//! The RNIC's verbs engine: queue pairs, completion queues, memory regions and the RDMA
+//! operations between them (InfiniBand Architecture vol. 1, ch. 9-11), cut the way
+//! Linux's rxe is: a requester, a responder and a completer, each on its own per-QP
+//! state, consulting one opcode table, reaching the peer through a transport (loopback on
+//! this engine, or RoCEv2 on the fabric). Driven by the doorbells and commands of BAR0.
+//!
+//! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
+//! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` ->
+//! `crate::platform::mem`, `crate::contract` (the descriptor ABI and the counters).
+pub mod clock;
+pub mod completer;
+pub mod cq;
+pub mod ctx;
+pub mod dbpage;
+pub mod engine;
+pub mod mr;
+pub mod opcode;
+pub mod qp;
+pub mod requester;
+pub mod responder;
+pub mod runner;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_fatal;
+#[cfg(test)]
+mod tests_faults;
+#[cfg(test)]
+mod tests_roles;
+pub mod transport;
+pub mod wqe;

@@ -1,0 +1,186 @@
+//! The opcode tables the requester, responder and completer consult instead of opcode
+//! lists (as rxe's `rxe_opcode.c`): for each RC BTH opcode (IBA 9.2 table 35), the headers
+//! it carries, its place in a message, whether it is a request or a response, whether it
+//! consumes a RECV and the access it needs at the responder; for each send WQE opcode,
+//! the request opcodes that carry it, the local access it needs and its CQE opcode.
+//!
+//! Not modelled: UC/UD opcodes, atomics, SEND with invalidate.
+
+use crate::contract::abi::*;
+use crate::rnic::fabric::packet::op;
+
+/// What a message does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Send,
+    Write,
+    ReadRequest,
+    ReadResponse,
+    Ack,
+}
+
+/// One BTH opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpInfo {
+    pub opcode: u8,
+    pub kind: Kind,
+    pub reth: bool,
+    pub aeth: bool,
+    pub imm: bool,
+    pub payload: bool,
+    /// First packet of its message (an ONLY packet is first and last).
+    pub first: bool,
+    pub last: bool,
+    /// Requests go requester -> responder; the rest come back to the completer.
+    pub request: bool,
+    /// Consumes a RECV at the responder (SEND: from the first packet; WRITE with
+    /// immediate: at its last packet).
+    pub consumes_recv: bool,
+    /// Access the responder's QP and MR must grant (ACCESS_REMOTE_*; 0: none).
+    pub access: u8,
+}
+
+const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: bool) -> OpInfo {
+    let request = matches!(kind, Kind::Send | Kind::Write | Kind::ReadRequest);
+    let aeth = matches!(kind, Kind::Ack) || (matches!(kind, Kind::ReadResponse) && (first || last));
+    OpInfo {
+        opcode,
+        kind,
+        reth,
+        aeth,
+        imm,
+        payload: !matches!(kind, Kind::Ack | Kind::ReadRequest),
+        first,
+        last,
+        request,
+        consumes_recv: matches!(kind, Kind::Send) || (matches!(kind, Kind::Write) && imm),
+        access: match kind {
+            Kind::Write => ACCESS_REMOTE_WRITE,
+            Kind::ReadRequest => ACCESS_REMOTE_READ,
+            _ => 0,
+        },
+    }
+}
+
+use Kind::*;
+
+/// Every RC opcode the device speaks, indexed by opcode.
+pub const OPCODES: [OpInfo; 18] = [
+    row(op::SEND_FIRST, Send, true, false, false, false),
+    row(op::SEND_MIDDLE, Send, false, false, false, false),
+    row(op::SEND_LAST, Send, false, true, false, false),
+    row(op::SEND_LAST_IMM, Send, false, true, false, true),
+    row(op::SEND_ONLY, Send, true, true, false, false),
+    row(op::SEND_ONLY_IMM, Send, true, true, false, true),
+    row(op::WRITE_FIRST, Write, true, false, true, false),
+    row(op::WRITE_MIDDLE, Write, false, false, false, false),
+    row(op::WRITE_LAST, Write, false, true, false, false),
+    row(op::WRITE_LAST_IMM, Write, false, true, false, true),
+    row(op::WRITE_ONLY, Write, true, true, true, false),
+    row(op::WRITE_ONLY_IMM, Write, true, true, true, true),
+    row(op::READ_REQUEST, ReadRequest, true, true, true, false),
+    row(op::READ_RESPONSE_FIRST, ReadResponse, true, false, false, false),
+    row(op::READ_RESPONSE_MIDDLE, ReadResponse, false, false, false, false),
+    row(op::READ_RESPONSE_LAST, ReadResponse, false, true, false, false),
+    row(op::READ_RESPONSE_ONLY, ReadResponse, true, true, false, false),
+    row(op::ACK, Ack, true, true, false, false),
+];
+
+/// The table row of a BTH opcode, if the device speaks it.
+pub fn info(opcode: u8) -> Option<&'static OpInfo> {
+    OPCODES.get(usize::from(opcode)).filter(|i| i.opcode == opcode)
+}
+
+/// The opcode of packet `i` of `n` of a message of `kind` (with immediate data on its
+/// last packet when `imm`).
+pub fn opcode_for(kind: Kind, imm: bool, i: u32, n: u32) -> u8 {
+    let (first, last) = (i == 0, i + 1 >= n);
+    OPCODES.iter().find(|o| o.kind == kind && o.first == first && o.last == last && (o.imm == (imm && last))).map_or(op::ACK, |o| o.opcode)
+}
+
+/// One send-queue WQE opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WqeOp {
+    pub opcode: u8,
+    /// The messages it becomes.
+    pub kind: Kind,
+    pub imm: bool,
+    /// Access the local SGEs need (a READ writes them).
+    pub local_access: u8,
+    /// Inline data allowed.
+    pub inline: bool,
+    /// CQE opcode of its completion.
+    pub cqe_opcode: u8,
+}
+
+pub const WQE_OPS: [WqeOp; 5] = [
+    WqeOp { opcode: WQE_OP_RDMA_WRITE, kind: Write, imm: false, local_access: 0, inline: true, cqe_opcode: CQE_OP_RDMA_WRITE },
+    WqeOp { opcode: WQE_OP_RDMA_WRITE_IMM, kind: Write, imm: true, local_access: 0, inline: true, cqe_opcode: CQE_OP_RDMA_WRITE },
+    WqeOp { opcode: WQE_OP_RDMA_READ, kind: ReadRequest, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_RDMA_READ },
+    WqeOp { opcode: WQE_OP_SEND, kind: Send, imm: false, local_access: 0, inline: true, cqe_opcode: CQE_OP_SEND },
+    WqeOp { opcode: WQE_OP_SEND_IMM, kind: Send, imm: true, local_access: 0, inline: true, cqe_opcode: CQE_OP_SEND },
+];
+
+/// The table row of a send WQE opcode.
+pub fn wqe_op(opcode: u8) -> Option<&'static WqeOp> {
+    WQE_OPS.iter().find(|w| w.opcode == opcode)
+}
+
+/// The CQE opcode reporting a send WQE (an unknown opcode reports as a WRITE).
+pub fn send_cqe_opcode(opcode: u8) -> u8 {
+    wqe_op(opcode).map_or(CQE_OP_RDMA_WRITE, |w| w.cqe_opcode)
+}
+
+/// The CQE opcode of the RECV a message of `kind` consumes.
+pub fn recv_cqe_opcode(kind: Kind) -> u8 {
+    if kind == Write {
+        CQE_OP_RECV_RDMA_IMM
+    } else {
+        CQE_OP_RECV
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rnic::fabric::packet::layout;
+
+    #[test]
+    fn table_agrees_with_the_packet_codec() {
+        for (i, o) in OPCODES.iter().enumerate() {
+            assert_eq!(usize::from(o.opcode), i, "indexed by opcode");
+            let l = layout(o.opcode).unwrap();
+            assert_eq!((o.reth, o.aeth, o.imm, o.payload), (l.reth, l.aeth, l.imm, l.payload), "{:#x}", o.opcode);
+        }
+        assert!(info(0x12).is_none() && info(0xff).is_none());
+    }
+
+    #[test]
+    fn opcodes_per_position() {
+        assert_eq!(opcode_for(Write, false, 0, 1), op::WRITE_ONLY);
+        assert_eq!(opcode_for(Write, true, 0, 1), op::WRITE_ONLY_IMM);
+        assert_eq!(opcode_for(Write, true, 0, 3), op::WRITE_FIRST);
+        assert_eq!(opcode_for(Write, true, 1, 3), op::WRITE_MIDDLE);
+        assert_eq!(opcode_for(Write, true, 2, 3), op::WRITE_LAST_IMM);
+        assert_eq!(opcode_for(Write, false, 2, 3), op::WRITE_LAST);
+        assert_eq!(opcode_for(Send, false, 1, 3), op::SEND_MIDDLE);
+        assert_eq!(opcode_for(Send, true, 0, 1), op::SEND_ONLY_IMM);
+        assert_eq!(opcode_for(Send, true, 1, 2), op::SEND_LAST_IMM);
+        assert_eq!(opcode_for(ReadResponse, false, 0, 1), op::READ_RESPONSE_ONLY);
+        assert_eq!(opcode_for(ReadResponse, false, 0, 2), op::READ_RESPONSE_FIRST);
+        assert_eq!(opcode_for(ReadResponse, false, 1, 3), op::READ_RESPONSE_MIDDLE);
+        assert_eq!(opcode_for(ReadResponse, false, 2, 3), op::READ_RESPONSE_LAST);
+        assert_eq!(opcode_for(ReadRequest, false, 0, 1), op::READ_REQUEST);
+    }
+
+    #[test]
+    fn recv_consumption_and_access() {
+        let consumers: Vec<u8> = OPCODES.iter().filter(|o| o.consumes_recv).map(|o| o.opcode).collect();
+        assert_eq!(consumers, [0, 1, 2, 3, 4, 5, op::WRITE_LAST_IMM, op::WRITE_ONLY_IMM]);
+        assert_eq!(info(op::WRITE_MIDDLE).unwrap().access, ACCESS_REMOTE_WRITE);
+        assert_eq!(info(op::READ_REQUEST).unwrap().access, ACCESS_REMOTE_READ);
+        assert!(!info(op::ACK).unwrap().request && info(op::SEND_FIRST).unwrap().request);
+        assert_eq!(send_cqe_opcode(WQE_OP_SEND_IMM), CQE_OP_SEND);
+        assert_eq!(send_cqe_opcode(0x33), CQE_OP_RDMA_WRITE);
+    }
+}

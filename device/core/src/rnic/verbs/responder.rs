@@ -1,0 +1,348 @@
+//! The responder (as rxe's `rxe_resp.c`): per-QP receive-side state (the expected PSN,
+//! the MSN, the message being received, READ responses still to send) and the handling
+//! of each request:
+//!
+//! - PSN check: only the expected PSN is executed; a duplicate is re-acknowledged (a
+//!   duplicate READ is answered again); one beyond it draws one sequence NAK per gap.
+//! - Checks before placing any byte: opcode sequence, payload against the MTU, rkey,
+//!   range and access (REM_ACCESS NAK), a RECV for SEND and WRITE WITH IMMEDIATE (RNR NAK
+//!   when none is posted, the PSN not consumed), the SEND's length against the RECV
+//!   (REM_INV_REQ NAK; the RECV completes with LOC_LEN and this QP goes to ERROR).
+//! - Placement (one copy from the request's payload), RECV completion, ACK coalescing
+//!   (when the requester asks, or every [`ACK_EVERY`] requests), READ responses.
+//!
+//! A malformed RECV or one whose buffers fail their checks completes in error here (this
+//! QP to ERROR) and the requester gets a REM_OP NAK. Not implemented: atomics, credits.
+
+use super::ctx::{dma_fault, fail, Ctx, Failure};
+use super::mr::Segment;
+use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
+use super::qp::Qp;
+use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
+use super::wqe::{read_header, read_wqe, SlotError};
+use crate::contract::abi::*;
+use crate::contract::counters::Counter;
+use crate::observe::timing::wqe_log::Side;
+use crate::platform::mem::access::{DmaKind, DmaTag};
+use crate::rnic::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
+use std::collections::VecDeque;
+
+/// The responder acknowledges at least every this many requests.
+pub const ACK_EVERY: u32 = 16;
+
+/// What the responder is in the middle of (multi-packet messages).
+#[derive(Clone, Debug)]
+enum Incoming {
+    Send { wr_id: u64, segs: Vec<Segment>, capacity: u64, offset: u64, mrs: Vec<u32> },
+    Write { segs: Vec<Segment>, len: u64, offset: u64, mr: u32 },
+}
+
+/// An RDMA READ being answered: data from `segs`, packets `next..npkts` still to send.
+#[derive(Clone, Debug)]
+struct ReadResponse {
+    /// The MR index of the rkey (CMD_DEREG_MR of it drops the response).
+    mr: u32,
+    segs: Vec<Segment>,
+    len: u64,
+    first_psn: u32,
+    npkts: u32,
+    next: u32,
+    msn: u32,
+}
+
+/// Receive-side state of one QP.
+#[derive(Clone, Debug, Default)]
+pub struct Responder {
+    pub epsn: u32,
+    pub msn: u32,
+    nak_sent: bool,
+    incoming: Option<Incoming>,
+    since_ack: u32,
+    responses: VecDeque<ReadResponse>,
+}
+
+impl Responder {
+    pub fn new(rq_psn: u32) -> Responder {
+        Responder { epsn: rq_psn & PSN_MASK, ..Default::default() }
+    }
+
+    /// READ responses are waiting to be sent.
+    pub fn busy(&self) -> bool {
+        !self.responses.is_empty()
+    }
+
+    /// Forgets the message being received and the READ responses that use MR `index`
+    /// (CMD_DEREG_MR): their later packets are refused, their data never moves.
+    pub fn drop_mr(&mut self, index: u32) {
+        let uses = |i: &Incoming| match i {
+            Incoming::Send { mrs, .. } => mrs.contains(&index),
+            Incoming::Write { mr, .. } => *mr == index,
+        };
+        if self.incoming.as_ref().is_some_and(uses) {
+            self.incoming = None;
+        }
+        self.responses.retain(|r| r.mr != index);
+    }
+}
+
+fn nak_for(status: u8) -> u8 {
+    match status {
+        WC_REM_ACCESS_ERR => syndrome::NAK_REM_ACCESS,
+        WC_REM_INV_REQ_ERR => syndrome::NAK_INV_REQ,
+        _ => syndrome::NAK_REM_OP,
+    }
+}
+
+fn send_ack(ctx: &Ctx, rs: &Responder, t: &mut dyn Transport, to_qp: u32, psn: u32, syn: u8, detail: Option<(u8, u8)>) {
+    let msg = Msg { detail, ..Msg::ack(to_qp, psn, syn, rs.msn) };
+    let _ = t.send(ctx.mem, &msg); // no payload: cannot fail
+}
+
+/// A request for a QP that does not take requests (not RTR/RTS): a remote operational
+/// error for the requester.
+pub fn refuse(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, m: &Msg) {
+    if info(m.bth.opcode).is_some_and(|o| o.request) {
+        let msg = Msg { detail: Some((WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID)), ..Msg::ack(to_qp, m.bth.psn, syndrome::NAK_REM_OP, 0) };
+        let _ = t.send(ctx.mem, &msg);
+    }
+}
+
+/// A request from QP `src_qpn` for responder QP `qp`.
+pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, m: &Msg, t: &mut dyn Transport) {
+    let Some(op) = info(m.bth.opcode).filter(|o| o.request) else { return };
+    let psn = m.bth.psn;
+    let d = psn_diff(psn, rs.epsn);
+    if d > 0 {
+        if !rs.nak_sent {
+            rs.nak_sent = true;
+            send_ack(ctx, rs, t, src_qpn, rs.epsn, syndrome::NAK_SEQ_ERR, None);
+        }
+        return;
+    }
+    if d < 0 {
+        if op.kind == Kind::ReadRequest {
+            answer_read(ctx, qpn, qp, rs, src_qpn, m, false, t);
+        } else {
+            send_ack(ctx, rs, t, src_qpn, psn_add(rs.epsn, PSN_MASK), syndrome::ACK, None);
+        }
+        return;
+    }
+    rs.nak_sent = false;
+    if op.kind == Kind::ReadRequest {
+        answer_read(ctx, qpn, qp, rs, src_qpn, m, true, t);
+        return;
+    }
+    match place(ctx, qpn, qp, rs, src_qpn, op, m, t) {
+        Ok(true) => {}
+        Ok(false) => {
+            send_ack(ctx, rs, t, src_qpn, psn, syndrome::RNR_NAK | 1, None);
+            return;
+        }
+        Err(f) => {
+            rs.incoming = None;
+            send_ack(ctx, rs, t, src_qpn, psn, nak_for(f.status), Some((f.status, f.reason)));
+            return;
+        }
+    }
+    rs.epsn = psn_add(rs.epsn, 1);
+    rs.since_ack += 1;
+    if m.bth.ack_req || rs.since_ack >= ACK_EVERY {
+        rs.since_ack = 0;
+        send_ack(ctx, rs, t, src_qpn, psn, syndrome::ACK, None);
+    }
+}
+
+/// A RECV at the head of the receive queue, resolved to its buffers.
+struct Recv {
+    wr_id: u64,
+    segs: Vec<Segment>,
+    capacity: u64,
+    mrs: Vec<u32>,
+}
+
+/// The head RECV: None if there is none (RNR). A malformed RECV, or one whose buffers
+/// fail their checks, completes in error (this QP to ERROR) and fails the request.
+fn next_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Option<Recv>, Failure> {
+    if qp.rq.is_empty() {
+        return Ok(None);
+    }
+    ctx.mem.tag(DmaTag::qp(DmaKind::RqWqeFetch, qpn));
+    let (wr_id, status, reason) = match read_wqe(ctx.mem, &qp.rq, qp.rq.ci, false) {
+        Ok(w) => match ctx.local_segments(&w.sges, qp.pd, ACCESS_LOCAL_WRITE) {
+            Ok((segs, capacity)) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, segs, capacity, mrs: super::mr::mr_indices(&w.sges) })),
+            Err(f) => (w.hdr.wr_id, f.status, f.reason),
+        },
+        Err(SlotError::Dma) => (read_header(ctx.mem, &qp.rq, qp.rq.ci).wr_id, WC_FATAL_ERR, QP_ERR_DMA),
+        Err(SlotError::Malformed(h)) => (h.wr_id, WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE),
+    };
+    fail_recv(ctx, qpn, qp, src_qpn, wr_id, status, reason);
+    Err(fail(WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID))
+}
+
+/// Completes the head RECV in error (the QP goes to ERROR).
+fn fail_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32, wr_id: u64, status: u8, reason: u8) {
+    let cqe = Cqe { opcode: CQE_OP_RECV, status, syndrome: u32::from(reason), ..Default::default() };
+    ctx.complete_recv(qpn, qp, wr_id, src_qpn, cqe);
+}
+
+/// Places a SEND or WRITE request. Ok(false): no RECV posted (RNR).
+#[allow(clippy::too_many_arguments)]
+fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, op: &OpInfo, m: &Msg, t: &dyn Transport) -> Result<bool, Failure> {
+    let mtu = u64::from(t.mtu());
+    let inv = || fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID);
+    let n = m.payload.len();
+    if n > mtu || (!op.last && n != mtu) {
+        return Err(inv());
+    }
+    if op.first {
+        let incoming = if op.kind == Kind::Send {
+            match next_recv(ctx, qpn, qp, src_qpn)? {
+                Some(r) => Incoming::Send { wr_id: r.wr_id, segs: r.segs, capacity: r.capacity, offset: 0, mrs: r.mrs },
+                None => return Ok(false),
+            }
+        } else {
+            let reth = m.reth.ok_or_else(inv)?;
+            let segs = ctx.remote_range(qpn, qp, reth.rkey, reth.va, u64::from(reth.len), op.access)?;
+            Incoming::Write { segs, len: u64::from(reth.len), offset: 0, mr: reth.rkey >> 8 }
+        };
+        rs.incoming = Some(incoming);
+    }
+    let mut incoming = rs.incoming.take().ok_or_else(inv)?;
+    let mr = match &incoming {
+        Incoming::Write { mr, .. } => Some(*mr),
+        Incoming::Send { mrs, .. } => mrs.first().copied(),
+    };
+    let placed = |ctx: &Ctx, segs: &[Segment], offset: u64| {
+        ctx.mem.tag(DmaTag { mr, ..DmaTag::qp(DmaKind::Payload, qpn) });
+        m.payload.place(ctx.mem, segs, offset).map_err(|e| {
+            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+            dma_fault(ctx.stats(), &e)
+        })
+    };
+    match &mut incoming {
+        Incoming::Send { wr_id, segs, capacity, offset, .. } => {
+            if op.kind != Kind::Send {
+                return Err(inv());
+            }
+            if offset.checked_add(n).is_none_or(|end| end > *capacity) {
+                fail_recv(ctx, qpn, qp, src_qpn, *wr_id, WC_LOC_LEN_ERR, QP_ERR_LENGTH);
+                return Err(inv());
+            }
+            placed(ctx, segs, *offset)?;
+            ctx.stats().add(Counter::BytesSent, n);
+            *offset += n;
+            if op.last {
+                log_placed(ctx, qpn, "send", segs, *offset, t);
+                let mut cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, ..Default::default() };
+                if let Some(imm) = m.imm {
+                    cqe.imm_data = imm;
+                    cqe.flags = CQE_FLAG_IMM;
+                }
+                ctx.complete_recv(qpn, qp, *wr_id, src_qpn, cqe);
+                rs.msn = psn_add(rs.msn, 1);
+                return Ok(true);
+            }
+        }
+        Incoming::Write { segs, len, offset, .. } => {
+            if op.kind != Kind::Write || offset.checked_add(n).is_none_or(|end| end > *len) {
+                return Err(inv());
+            }
+            // WRITE WITH IMMEDIATE consumes a RECV: take it before placing the data.
+            let recv = if op.last && op.consumes_recv {
+                match next_recv(ctx, qpn, qp, src_qpn)? {
+                    Some(r) => Some(r),
+                    None => {
+                        rs.incoming = Some(incoming);
+                        return Ok(false);
+                    }
+                }
+            } else {
+                None
+            };
+            placed(ctx, segs, *offset)?;
+            ctx.stats().add(Counter::BytesWritten, n);
+            *offset += n;
+            if op.last {
+                log_placed(ctx, qpn, "write", segs, *offset, t);
+                if let Some(r) = recv {
+                    let imm = m.imm.unwrap_or_default();
+                    let cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, imm_data: imm, flags: CQE_FLAG_IMM, ..Default::default() };
+                    ctx.complete_recv(qpn, qp, r.wr_id, src_qpn, cqe);
+                }
+                rs.msn = psn_add(rs.msn, 1);
+                return Ok(true);
+            }
+        }
+    }
+    rs.incoming = Some(incoming);
+    Ok(true)
+}
+
+/// WQE log: the last byte of a message is placed (the path of its first segment).
+fn log_placed(ctx: &Ctx, qpn: u32, op: &'static str, segs: &[Segment], len: u64, t: &dyn Transport) {
+    if !ctx.wqe_log.enabled() {
+        return;
+    }
+    let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
+    ctx.wqe_log.responder(qpn, op, len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Placed);
+}
+
+/// Answers an RDMA READ request (again, for a duplicate): the data goes back in READ
+/// responses, sent by [`send_responses`].
+#[allow(clippy::too_many_arguments)]
+fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, m: &Msg, fresh: bool, t: &mut dyn Transport) {
+    let Some(reth) = m.reth else { return };
+    let len = u64::from(reth.len);
+    let access = info(m.bth.opcode).map_or(ACCESS_REMOTE_READ, |o| o.access);
+    let segs = match ctx.remote_range(qpn, qp, reth.rkey, reth.va, len, access) {
+        Ok(s) => s,
+        Err(f) => {
+            if fresh {
+                send_ack(ctx, rs, t, src_qpn, m.bth.psn, nak_for(f.status), Some((f.status, f.reason)));
+            }
+            return;
+        }
+    };
+    let n = packets_for(len, t.mtu());
+    // A duplicate request replaces what is queued for the same PSNs.
+    let first_psn = m.bth.psn;
+    rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
+    if fresh && ctx.wqe_log.enabled() {
+        let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
+        ctx.wqe_log.responder(qpn, "read", len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Sourced);
+    }
+    rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
+    if fresh {
+        rs.epsn = psn_add(rs.epsn, n);
+        rs.msn = psn_add(rs.msn, 1);
+    }
+}
+
+/// Sends up to a burst of queued READ response packets to QP `to_qp`; true if any went.
+pub fn send_responses(ctx: &mut Ctx, rs: &mut Responder, to_qp: u32, t: &mut dyn Transport) -> bool {
+    let mtu = u64::from(t.mtu());
+    let mut sent = 0;
+    while sent < BURST {
+        let Some(rr) = rs.responses.front_mut() else { break };
+        let i = rr.next;
+        let off = u64::from(i) * mtu;
+        let size = (rr.len - off.min(rr.len)).min(mtu);
+        let opcode = opcode_for(Kind::ReadResponse, false, i, rr.npkts);
+        let aeth = info(opcode).is_some_and(|o| o.aeth).then_some(Aeth { syndrome: syndrome::ACK, msn: rr.msn });
+        let bth = Bth { opcode, pkey: 0xffff, dest_qp: to_qp, psn: psn_add(rr.first_psn, i), ..Default::default() };
+        let msg = Msg { aeth, payload: Payload::Segs { segs: &rr.segs, off, len: size }, ..Msg::new(bth) };
+        ctx.mem.tag(DmaTag { mr: Some(rr.mr), ..DmaTag::qp(DmaKind::Payload, to_qp) });
+        let result = t.send(ctx.mem, &msg);
+        rr.next += 1;
+        if rr.next >= rr.npkts {
+            rs.responses.pop_front();
+        }
+        if let Err(e) = result {
+            crate::guest_warn!("{}: READ response to QP {to_qp}: {e}", ctx.name);
+            ctx.stats().inc(Counter::DmaErrors);
+            continue;
+        }
+        sent += 1;
+    }
+    sent > 0
+}

@@ -1,0 +1,456 @@
+//! How work reaches a verbs engine, and what runs it. Engine work stays off the MMIO
+//! path: a vCPU's register access waits for the socket thread's reply, so that thread
+//! only records a doorbell and posts it as an [`Event`] to the engine's [`Mailbox`]
+//! (`crate::mailbox`), which wakes the node's event loop (`evloop` in `rnic-emu-server`);
+//! the loop owns the engine inside an [`EngineRunner`]. Commands wait for the engine's
+//! answer (with a timeout), so a register read after RNIC_REG_CMD sees its status.
+//!
+//! With the doorbell page on (docs/verbs.md §3.1) the runner also takes indices from the
+//! page: the loop polls it within [`POLL_WINDOW`] after activity (on hosts with enough
+//! CPUs; `evloop` in `rnic-emu-server`) and publishes event indices before it sleeps, so
+//! the driver rings MMIO only when asked.
+//!
+//! An RNIC not (yet) attached to an event loop runs its engine itself, on the caller's
+//! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
+//! Memory is reached through the DMA router, whose view is taken once per pass.
+
+use super::engine::{Engine, Tables};
+use crate::contract::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
+use crate::mailbox::Mailbox;
+use crate::platform::mem::access::GuestMem;
+use crate::platform::mem::router::Router;
+use crate::rnic::doorbell::DoorbellPage;
+use crate::rnic::fabric::packet::Packet;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, SyncSender};
+use std::time::Duration;
+
+pub enum Event {
+    SqDoorbell {
+        qpn: u32,
+        pi: u16,
+    },
+    RqDoorbell {
+        qpn: u32,
+        pi: u16,
+    },
+    CqConsumed {
+        cqn: u32,
+        ci: u16,
+    },
+    CqArm {
+        cqn: u32,
+    },
+    /// Synchronous, like commands: turning the doorbell page on copies the device's
+    /// indices into it before the register write completes.
+    DmaCtrl {
+        enabled: bool,
+        int_enabled: bool,
+        db_page: bool,
+        reply: SyncSender<()>,
+    },
+    Command {
+        op: u32,
+        index: u32,
+        tables: Tables,
+        reply: SyncSender<u32>,
+    },
+    Reset {
+        reply: SyncSender<()>,
+    },
+    /// Fault injection (docs/faults.md): the engine fails as after an internal error.
+    InjectFatal {
+        reply: SyncSender<()>,
+    },
+}
+
+/// How long a command may take before the register reports the engine as unresponsive.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Work requests per QP per pass before other QPs and events get their turn.
+pub const BUDGET: usize = 64;
+/// Passes an inline engine runs after one event at most (the loop interleaves instead).
+const INLINE_PASSES: usize = 1024;
+/// With the doorbell page on: how long the loop keeps polling the page after the last
+/// activity before it publishes event indices and sleeps (docs/verbs.md §3.1), on hosts
+/// with enough CPUs to spare one for polling (docs/architecture.md).
+pub const POLL_WINDOW: Duration = Duration::from_micros(200);
+
+/// The verbs engine's mailbox: the calls that wait for the engine's answer.
+impl Mailbox<Event> {
+    /// Runs a command on the engine and waits for its status.
+    pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::Command { op, index, tables, reply });
+        rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(crate::contract::abi::CMD_ERR_DISABLED)
+    }
+
+    /// Posts the event `make` builds around a reply channel and waits for the reply.
+    fn call(&self, what: &str, make: fn(SyncSender<()>) -> Event) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(make(reply));
+        if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
+            log::error!("the verbs engine did not confirm {what} within {COMMAND_TIMEOUT:?}");
+        }
+    }
+
+    /// Resets the engine and waits until it has forgotten every object.
+    pub fn reset(&self) {
+        self.call("a reset", |reply| Event::Reset { reply });
+    }
+
+    /// Makes the engine fatal (fault injection) and waits until it is.
+    pub fn inject_fatal(&self) {
+        self.call("an injected fatal error", |reply| Event::InjectFatal { reply });
+    }
+
+    /// Applies a DMA_CTRL write and waits until the engine has.
+    pub fn dma_ctrl(&self, enabled: bool, int_enabled: bool, db_page: bool) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        self.post(Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
+    }
+}
+
+/// Environment variable that turns on the engine's test hooks ([`CMD_TEST_PANIC`]); off
+/// unless set to `1`. Only tests set it: with it, a guest can make the engine fail.
+pub const TEST_HOOKS_ENV: &str = "RNIC_EMU_TEST_HOOKS";
+/// Test hook command (only with [`TEST_HOOKS_ENV`]): index 0 panics inside the command,
+/// index 2 in the next [`EngineRunner::prepare_sleep`], any other index at the start of
+/// the next pass. Not part of the register contract.
+#[doc(hidden)]
+pub const CMD_TEST_PANIC: u32 = 0xfe;
+
+/// An engine with what drives it besides events: the doorbell page, once the driver has
+/// turned it on.
+///
+/// Failure containment (docs/verbs.md §5.1): every operation the engine is handed (an
+/// event, a pass, a packet, the publication of event indices before the loop sleeps) runs
+/// under `catch_unwind`; the event loop contains its fabric port's work the same way
+/// ([`EngineRunner::fail`]). A panic makes the device fatal:
+/// STATUS_FATAL, ASYNC_ERR_FATAL in RNIC_REG_LAST_ERROR with the async vector, error
+/// completions for what was queued ([`Engine::fail_all`]), one log line; until a device
+/// reset, commands answer CMD_ERR_FATAL and doorbells, passes and packets are dropped.
+/// Other engines of the node (the event loop's) keep running.
+pub struct EngineRunner {
+    pub engine: Engine,
+    page: Option<DoorbellPage>,
+    db_on: bool,
+    /// The engine panicked; nothing runs on it until a reset.
+    fatal: bool,
+    /// [`TEST_HOOKS_ENV`] was set when the runner was made.
+    hooks: bool,
+    /// Test hook: panic at the start of the next pass.
+    panic_next_pass: bool,
+    /// Test hook: panic in the next [`EngineRunner::prepare_sleep`].
+    panic_next_sleep: bool,
+}
+
+impl EngineRunner {
+    pub fn new(engine: Engine, page: Option<DoorbellPage>) -> EngineRunner {
+        let hooks = std::env::var(TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
+        EngineRunner { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
+    }
+
+    /// Turns the test hooks on or off (unit tests, which share one environment).
+    #[doc(hidden)]
+    pub fn set_test_hooks(&mut self, on: bool) {
+        self.hooks = on;
+    }
+
+    /// Whether the engine failed and waits for a reset.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal
+    }
+
+    /// Whether the driver uses the doorbell page (the loop then polls it for a while).
+    pub fn page_on(&self) -> bool {
+        self.db_on && self.page.is_some() && !self.fatal
+    }
+
+    /// Runs `f` unless the engine is fatal; a panic in it makes the engine fatal. None:
+    /// `f` did not run or did not finish.
+    fn guarded<R>(&mut self, mem: &dyn GuestMem, what: &str, f: impl FnOnce(&mut EngineRunner) -> R) -> Option<R> {
+        if self.fatal {
+            return None;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *self))) {
+            Ok(r) => Some(r),
+            Err(payload) => {
+                self.fail(mem, what, &*payload);
+                None
+            }
+        }
+    }
+
+    /// The engine, or work done for it (the event loop's fabric port), panicked in `what`:
+    /// latch the fatal error, fail what was queued, log once. Nothing more while fatal.
+    pub fn fail(&mut self, mem: &dyn GuestMem, what: &str, payload: &(dyn std::any::Any + Send)) {
+        if self.fatal {
+            return;
+        }
+        self.fatal = true;
+        let shared = self.engine.shared.clone();
+        shared.fatal.store(true, Ordering::SeqCst);
+        let msg = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str)).unwrap_or("?");
+        crate::guest_warn!("{}: the verbs engine failed in {what} ({msg}): device fatal until reset", self.engine.name);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.fail_all(mem))).is_err() {
+            crate::guest_warn!("{}: failing the queued work after the engine's failure failed too", self.engine.name);
+        }
+        shared.last_error.store(u64::from(ASYNC_ERR_FATAL) << 24, Ordering::SeqCst);
+        self.engine.cqs.raise_async();
+    }
+
+    /// Applies one event to the engine.
+    pub fn handle(&mut self, mem: &dyn GuestMem, ev: Event) {
+        match ev {
+            Event::Command { op, index, tables, reply } => {
+                let status = self.guarded(mem, "a command", |d| d.command(mem, op, index, tables));
+                let _ = reply.send(status.unwrap_or(CMD_ERR_FATAL));
+            }
+            Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
+                self.guarded(mem, "DMA_CTRL", |d| d.dma_ctrl(enabled, int_enabled, db_page));
+                let _ = reply.send(());
+            }
+            Event::Reset { reply } => {
+                self.fatal = false;
+                (self.panic_next_pass, self.panic_next_sleep) = (false, false);
+                self.engine.shared.fatal.store(false, Ordering::SeqCst);
+                self.guarded(mem, "a reset", |d| {
+                    d.engine.reset();
+                    d.db_on = false;
+                });
+                let _ = reply.send(());
+            }
+            Event::InjectFatal { reply } => {
+                if !self.fatal {
+                    self.fail(mem, "an injected fault", &"fault injection");
+                }
+                let _ = reply.send(());
+            }
+            ev => {
+                self.guarded(mem, "a doorbell", |d| d.doorbell(ev));
+            }
+        }
+    }
+
+    fn doorbell(&mut self, ev: Event) {
+        let engine = &mut self.engine;
+        match ev {
+            Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
+            Event::RqDoorbell { qpn, pi } => engine.rq_doorbell(qpn, pi),
+            Event::CqConsumed { cqn, ci } => engine.cq_consumed(cqn, ci),
+            Event::CqArm { cqn } => {
+                if let Some(p) = self.page.as_ref().filter(|_| self.db_on) {
+                    engine.poll_doorbell_page(p); // the consumer index the driver left there
+                }
+                engine.cq_arm(cqn)
+            }
+            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } | Event::InjectFatal { .. } => {}
+        }
+    }
+
+    fn dma_ctrl(&mut self, enabled: bool, int_enabled: bool, db_page: bool) {
+        self.engine.set_dma_ctrl(enabled, int_enabled);
+        let on = db_page && self.page.is_some();
+        if let (Some(p), true, false) = (&self.page, on, self.db_on) {
+            self.engine.init_doorbell_page(p);
+        }
+        self.db_on = on;
+    }
+
+    fn command(&mut self, mem: &dyn GuestMem, op: u32, index: u32, tables: Tables) -> u32 {
+        if self.hooks && op == CMD_TEST_PANIC {
+            match index {
+                0 => panic!("test hook: panic in a command"),
+                2 => self.panic_next_sleep = true,
+                _ => self.panic_next_pass = true,
+            }
+            return CMD_OK;
+        }
+        let status = self.engine.command(mem, op, index, tables);
+        if let Some(p) = &self.page {
+            self.engine.sync_doorbell_page(p, op, index);
+        }
+        status
+    }
+
+    /// A packet from the fabric (dropped while the engine is fatal).
+    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: std::net::Ipv4Addr, pkt: &Packet) {
+        self.guarded(mem, "a packet", |d| d.engine.on_packet(mem, from, pkt));
+    }
+
+    /// One pass of work: indices from the page (when on), then the engine's budget.
+    /// True when anything moved.
+    pub fn pass(&mut self, mem: &dyn GuestMem) -> bool {
+        self.guarded(mem, "a pass", |d| {
+            if std::mem::take(&mut d.panic_next_pass) {
+                panic!("test hook: panic in a pass");
+            }
+            let polled = match d.page.as_ref().filter(|_| d.db_on) {
+                Some(p) => d.engine.poll_doorbell_page(p),
+                None => false,
+            };
+            d.engine.run(mem, BUDGET) || polled
+        })
+        .unwrap_or(false)
+    }
+
+    /// When the engine wants a pass (None while fatal).
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        if self.fatal {
+            return None;
+        }
+        self.engine.next_deadline()
+    }
+
+    /// Before the loop sleeps: publishes the page's event indices. False when the page
+    /// moved meanwhile (the loop must not sleep).
+    /// True (sleep) while fatal or when it failed.
+    pub fn prepare_sleep(&mut self, mem: &dyn GuestMem) -> bool {
+        self.guarded(mem, "going to sleep", |d| {
+            if std::mem::take(&mut d.panic_next_sleep) {
+                panic!("test hook: panic before sleeping");
+            }
+            match d.page.as_ref().filter(|_| d.db_on) {
+                Some(p) => !d.engine.publish_doorbell_events(p),
+                None => true,
+            }
+        })
+        .unwrap_or(true)
+    }
+}
+
+/// Where an RNIC's engine runs.
+pub enum EngineSlot {
+    /// Not attached to an event loop: events run on the caller's thread.
+    Inline(Box<EngineRunner>),
+    /// Owned by the node's event loop; events go through the mailbox.
+    Loop(std::sync::Arc<Mailbox<Event>>),
+}
+
+impl EngineSlot {
+    pub fn post(&mut self, router: &Router, ev: Event) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let view = router.view();
+                d.handle(&view, ev);
+                for _ in 0..INLINE_PASSES {
+                    if !d.pass(&view) {
+                        break;
+                    }
+                }
+            }
+            EngineSlot::Loop(m) => {
+                // A consumer index only matters to the next CQE the engine writes, and
+                // every pass drains the mailbox first: no need to wake the loop for it.
+                let wake = !matches!(ev, Event::CqConsumed { .. });
+                m.post_with(ev, wake);
+            }
+        }
+    }
+
+    pub fn command(&mut self, router: &Router, op: u32, index: u32, tables: Tables) -> u32 {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::Command { op, index, tables, reply });
+                rx.try_recv().unwrap_or(crate::contract::abi::CMD_ERR_DISABLED)
+            }
+            EngineSlot::Loop(m) => m.command(op, index, tables),
+        }
+    }
+
+    /// Applies a DMA_CTRL write; returns once the engine has.
+    pub fn dma_ctrl(&mut self, router: &Router, enabled: bool, int_enabled: bool, db_page: bool) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+            }
+            EngineSlot::Loop(m) => m.dma_ctrl(enabled, int_enabled, db_page),
+        }
+    }
+
+    /// Makes the engine fatal (fault injection); returns once it is.
+    pub fn inject_fatal(&mut self, router: &Router) {
+        match self {
+            EngineSlot::Inline(d) => d.handle(&router.view(), Event::InjectFatal { reply: mpsc::sync_channel(1).0 }),
+            EngineSlot::Loop(m) => m.inject_fatal(),
+        }
+    }
+
+    pub fn reset(&mut self, router: &Router) {
+        match self {
+            EngineSlot::Inline(d) => d.handle(&router.view(), Event::Reset { reply: mpsc::sync_channel(1).0 }),
+            EngineSlot::Loop(m) => m.reset(),
+        }
+    }
+
+    /// Hands the engine to an event loop; later events go to `mailbox`. None: already
+    /// attached.
+    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox<Event>>) -> Option<EngineRunner> {
+        match std::mem::replace(self, EngineSlot::Loop(mailbox)) {
+            EngineSlot::Inline(d) => Some(*d),
+            loop_slot @ EngineSlot::Loop(_) => {
+                *self = loop_slot;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    fn arm() -> Event {
+        Event::CqArm { cqn: 1 }
+    }
+
+    #[test]
+    fn posts_kick_only_a_sleeping_loop() {
+        let m = Mailbox::new().unwrap();
+        let mut out = VecDeque::new();
+        m.post(arm());
+        assert!(m.kick_fd().read().is_err(), "awake loop: no kick (EAGAIN)");
+        assert!(!m.prepare_sleep(), "an event is queued: do not sleep");
+        m.drain(&mut out);
+        assert_eq!(out.len(), 1);
+        assert!(m.prepare_sleep());
+        m.post(arm());
+        m.post(arm());
+        assert_eq!(m.kick_fd().read().unwrap(), 1, "one kick for the first post after prepare_sleep");
+        m.drain(&mut out);
+        assert_eq!(out.len(), 3);
+        assert!(m.prepare_sleep());
+        m.post_with(Event::CqConsumed { cqn: 1, ci: 1 }, false);
+        assert!(m.kick_fd().read().is_err(), "a quiet post leaves the loop asleep");
+        m.post(arm());
+        assert_eq!(m.kick_fd().read().unwrap(), 1, "the next loud post wakes it");
+        out.clear();
+        m.drain(&mut out);
+        assert!(matches!((&out[0], &out[1]), (Event::CqConsumed { .. }, Event::CqArm { .. })), "in posting order");
+    }
+
+    #[test]
+    fn command_times_out_without_a_loop_only_through_its_reply() {
+        // A loop that answers: the command's status comes back.
+        let m = std::sync::Arc::new(Mailbox::new().unwrap());
+        let loop_side = m.clone();
+        let t = std::thread::spawn(move || {
+            let mut out = VecDeque::new();
+            while out.is_empty() {
+                loop_side.drain(&mut out);
+                std::thread::yield_now();
+            }
+            match out.pop_front() {
+                Some(Event::Command { op, reply, .. }) => reply.send(op + 1).unwrap(),
+                _ => panic!("expected a command"),
+            }
+        });
+        let tables = Tables { qp_ctx: 0, cq_ctx: 0, mr_ctx: 0, mtt: 0, mtt_entries: 0 };
+        assert_eq!(m.command(41, 0, tables), 42);
+        t.join().unwrap();
+    }
+}

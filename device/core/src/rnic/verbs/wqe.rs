@@ -1,0 +1,110 @@
+//! Reading a work-queue ring slot: one copy of the slot out of guest memory, then parsing
+//! and checking it (opcode, flags, reserved bits, SGE count, inline length against the
+//! ring's stride). The WQE is never read again from the ring afterwards.
+
+use super::opcode::wqe_op;
+use super::qp::Ring;
+use crate::contract::abi::*;
+use crate::platform::mem::access::GuestMem;
+use vm_memory::ByteValued;
+
+const HDR: usize = std::mem::size_of::<WqeHeader>();
+const SGE: usize = std::mem::size_of::<Sge>();
+
+/// A WQE copied out of guest memory and parsed.
+#[derive(Clone, Debug)]
+pub struct Wqe {
+    pub hdr: WqeHeader,
+    pub sges: Vec<Sge>,
+    pub inline: Vec<u8>,
+}
+
+/// Why a ring slot gave no WQE.
+#[derive(Clone, Debug)]
+pub enum SlotError {
+    /// The slot is not mapped guest memory.
+    Dma,
+    /// The WQE is malformed; its header as read (for the error completion).
+    Malformed(WqeHeader),
+}
+
+/// Reads and checks WQE slot `idx` of `ring` (a send queue when `send`).
+pub fn read_wqe(mem: &dyn GuestMem, ring: &Ring, idx: u16, send: bool) -> Result<Wqe, SlotError> {
+    let stride = ring.stride() as usize;
+    let mut buf = [0u8; 256];
+    let slot = buf.get_mut(..stride).ok_or(SlotError::Dma)?;
+    let addr = ring.slot_addr(idx).ok_or(SlotError::Dma)?;
+    mem.read(addr, slot).map_err(|_| SlotError::Dma)?;
+    parse(slot, send).map_err(|()| SlotError::Malformed(header(slot)))
+}
+
+/// The header of a slot as read (zeroes where the slot is short).
+fn header(slot: &[u8]) -> WqeHeader {
+    let mut hdr = WqeHeader::default();
+    let n = slot.len().min(HDR);
+    hdr.as_mut_slice()[..n].copy_from_slice(&slot[..n]);
+    hdr
+}
+
+/// Only the header of slot `idx` (for a flush completion); zeroes if unreadable.
+pub fn read_header(mem: &dyn GuestMem, ring: &Ring, idx: u16) -> WqeHeader {
+    let mut hdr = WqeHeader::default();
+    match ring.slot_addr(idx) {
+        Some(a) if mem.read(a, hdr.as_mut_slice()).is_ok() => hdr,
+        _ => WqeHeader::default(),
+    }
+}
+
+fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
+    let hdr = header(buf);
+    let room = buf.len().checked_sub(HDR).ok_or(())?;
+    let op = if send { wqe_op(hdr.opcode) } else { None };
+    let op_ok = if send { op.is_some() } else { hdr.opcode == WQE_OP_RECV };
+    let known_flags = WQE_FLAG_SIGNALED | WQE_FLAG_INLINE | WQE_FLAG_SOLICITED;
+    if !op_ok || hdr.flags & !known_flags != 0 || hdr.rsvd0 != 0 {
+        return Err(());
+    }
+    if hdr.flags & WQE_FLAG_INLINE != 0 {
+        let inline_ok = op.is_some_and(|o| o.inline) && (hdr.inline_len as usize) <= room && hdr.num_sge == 0;
+        if !inline_ok {
+            return Err(());
+        }
+        let data = buf.get(HDR..HDR + hdr.inline_len as usize).ok_or(())?.to_vec();
+        return Ok(Wqe { hdr, sges: Vec::new(), inline: data });
+    }
+    if usize::from(hdr.num_sge) > room / SGE {
+        return Err(());
+    }
+    let mut sges = Vec::with_capacity(usize::from(hdr.num_sge));
+    for i in 0..usize::from(hdr.num_sge) {
+        let mut s = Sge::default();
+        s.as_mut_slice().copy_from_slice(buf.get(HDR + i * SGE..HDR + (i + 1) * SGE).ok_or(())?);
+        sges.push(s);
+    }
+    Ok(Wqe { hdr, sges, inline: Vec::new() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(hdr: WqeHeader, stride: usize) -> Vec<u8> {
+        let mut b = vec![0u8; stride];
+        b[..HDR].copy_from_slice(hdr.as_slice());
+        b
+    }
+
+    #[test]
+    fn parse_checks_opcode_flags_sges_and_inline_room() {
+        let ok = WqeHeader { opcode: WQE_OP_SEND, num_sge: 2, ..Default::default() };
+        assert_eq!(parse(&slot(ok, 64), true).unwrap().sges.len(), 2);
+        assert!(parse(&slot(WqeHeader { num_sge: 3, ..ok }, 64), true).is_err(), "3 SGEs do not fit 64 bytes");
+        assert!(parse(&slot(ok, 64), false).is_err(), "a SEND on the receive queue");
+        assert!(parse(&slot(WqeHeader { opcode: WQE_OP_RECV, ..ok }, 64), true).is_err(), "a RECV on the send queue");
+        assert!(parse(&slot(WqeHeader { rsvd0: 1, ..ok }, 64), true).is_err());
+        let inline = WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags: WQE_FLAG_INLINE, inline_len: 32, ..Default::default() };
+        assert_eq!(parse(&slot(inline, 64), true).unwrap().inline.len(), 32);
+        assert!(parse(&slot(WqeHeader { inline_len: 33, ..inline }, 64), true).is_err());
+        assert!(parse(&slot(WqeHeader { opcode: WQE_OP_RDMA_READ, ..inline }, 64), true).is_err(), "READ cannot be inline");
+    }
+}
