@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 pub mod fake_qemu;
-pub mod raw;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
