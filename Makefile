@@ -40,4 +40,4 @@ fuzz-coverage:
 	bash device/fuzz/coverage.sh
 
 fuzz-seed:
-	$(CARGO) test -q -p rnic-emu --lib fuzzing::corpus_tests::write_seed_corpus -- --ignored
+	$(CARGO) test -q -p rnic-emu-testkit --lib fuzzing::corpus_tests::write_seed_corpus -- --ignored

@@ -205,7 +205,7 @@ fn surprise_removal_run() -> Option<String> {
     ensure_image();
     let img = rnic_emu::image::ensure(false).expect("guest image");
     let topo_path = topology("single-switch");
-    let topo = rnic_emu::platform::topology::Topology::load(&topo_path).unwrap();
+    let topo = rnic_emu_core::platform::topology::Topology::load(&topo_path).unwrap();
     let node = &topo.nodes[0];
     let wd = tempfile::Builder::new().prefix("rnic-emu-surprise-").tempdir().unwrap();
     let sockets = wd.path().join("sockets");
@@ -225,7 +225,7 @@ fn surprise_removal_run() -> Option<String> {
             .spawn()
             .expect("starting rnic-emu serve"),
     );
-    let ctl = rnic_emu::serve::control_path(&sockets, &node.name);
+    let ctl = rnic_emu_server::serve::control_path(&sockets, &node.name);
     assert!(wait_until(Duration::from_secs(30), || ctl.exists()), "the server did not come up");
 
     let script = "rnic-driver-check hold; echo hold_rc: $?

@@ -8,8 +8,8 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::ServerProcess;
-use rnic_emu::platform::topology::Topology;
+use rnic_emu_core::platform::topology::Topology;
+use rnic_emu_testkit::hostdrv::ServerProcess;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ fn footprint(pid: u32) -> (usize, usize) {
 }
 
 fn counter(server: &ServerProcess, name: &str) -> u64 {
-    let all = rnic_emu::serve::query_stats(&server.socket_dir, &server.node).unwrap();
+    let all = rnic_emu_server::serve::query_stats(&server.socket_dir, &server.node).unwrap();
     all["node0-rnic0"][name].as_u64().unwrap_or(0)
 }
 

@@ -13,9 +13,9 @@
 
 mod common;
 use common::*;
-use rnic_emu::hostdrv::ServerProcess;
 use rnic_emu::kv::KvStore;
-use rnic_emu::platform::topology::Topology;
+use rnic_emu_core::platform::topology::Topology;
+use rnic_emu_testkit::hostdrv::ServerProcess;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -97,7 +97,7 @@ const STEPS: &[(&str, &[&str])] = &[
 ];
 
 fn inject(server: &ServerProcess, fault: &str) {
-    let reply = rnic_emu::serve::control_request(&server.socket_dir, "node0", &format!("pcie {fault}")).unwrap();
+    let reply = rnic_emu_server::serve::control_request(&server.socket_dir, "node0", &format!("pcie {fault}")).unwrap();
     assert!(reply["ok"].is_string(), "pcie {fault}: {reply}");
     eprintln!("host: {}", reply["ok"]);
 }

@@ -43,7 +43,7 @@ fn port_ids(section: &str, port: &str) -> String {
 
 /// "major.minor" of the register contract, as the driver prints it.
 fn contract_version() -> String {
-    let v = rnic_emu::regs::CONTRACT_VERSION;
+    let v = rnic_emu_core::regs::CONTRACT_VERSION;
     format!("{}.{}", v >> 16, v & 0xffff)
 }
 

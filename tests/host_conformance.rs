@@ -11,10 +11,10 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::contract::counters::Counter;
-use rnic_emu::hostdrv::{Connection, HostDriver, ServerProcess, IOVA, VA};
-use rnic_emu::regs::rnic::*;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::contract::counters::Counter;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_testkit::hostdrv::{Connection, HostDriver, ServerProcess, IOVA, VA};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -183,7 +183,7 @@ fn identity() {
     let mut d = dev();
     let h = &mut d.h;
     assert_eq!(h.r32(RNIC_REG_ID).unwrap(), ID_MAGIC);
-    assert_eq!(h.r32(RNIC_REG_VERSION).unwrap(), rnic_emu::regs::CONTRACT_VERSION);
+    assert_eq!(h.r32(RNIC_REG_VERSION).unwrap(), rnic_emu_core::regs::CONTRACT_VERSION);
     assert_eq!(h.r32(RNIC_REG_VERSION).unwrap() >> 16, 1, "major 1");
     assert_eq!(u64::from(h.r32(RNIC_REG_CAPS).unwrap()), CAPS_ALL);
     assert_eq!(u64::from(h.r32(RNIC_REG_STATUS).unwrap()), STATUS_READY | STATUS_DMA_ENABLED);
@@ -653,8 +653,8 @@ fn wqe_zero_sge() {
 
 #[test]
 fn doorbell_page_fields() {
-    use rnic_emu::regs::pci_ids::RNIC_DB_BAR;
-    use rnic_emu::regs::rnic::dbpage::*;
+    use rnic_emu_core::regs::pci_ids::RNIC_DB_BAR;
+    use rnic_emu_core::regs::rnic::dbpage::*;
     let mut d = dev();
     let bar = RNIC_DB_BAR as u32;
     let rd = |d: &mut Dev, off: u64| {
@@ -819,7 +819,7 @@ fn reset() {
     d.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap();
     // Synchronous: everything is back to reset values at the next access.
     for r in REGS {
-        if r.access != rnic_emu::regs::Access::Wo && !matches!(r.offset, RNIC_REG_INT_COUNT) {
+        if r.access != rnic_emu_core::regs::Access::Wo && !matches!(r.offset, RNIC_REG_INT_COUNT) {
             let got = if r.width == 8 { d.h.r64(r.offset).unwrap() } else { u64::from(d.h.r32(r.offset).unwrap()) };
             let want = match r.offset {
                 RNIC_REG_NUM_VECTORS => 8,
@@ -865,7 +865,7 @@ fn responder_not_ready_loopback() {
 /// node's address goes through the fabric port like any remote QP.
 #[test]
 fn fabric_conformance() {
-    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
     use std::net::Ipv4Addr;
     let _turn = serialized();
     let dir = tempfile::tempdir().unwrap();
@@ -956,7 +956,7 @@ fn fabric_conformance() {
 /// lands in either.
 #[test]
 fn fabric_dereg_in_flight() {
-    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
     use std::net::Ipv4Addr;
     let _turn = serialized();
     let dir = tempfile::tempdir().unwrap();

@@ -9,8 +9,8 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{NodePair, PairOptions, VA};
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_testkit::hostdrv::{NodePair, PairOptions, VA};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
@@ -46,13 +46,13 @@ fn write(p: &mut NodePair, from: usize, off: u64, len: u64, wr_id: u64, signaled
 }
 
 fn stats(p: &NodePair, i: usize) -> serde_json::Value {
-    rnic_emu::serve::query_stats(&p.servers[i].socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone()
+    rnic_emu_server::serve::query_stats(&p.servers[i].socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone()
 }
 
 #[test]
 fn write_read_send_across_nodes() {
     let (mut p, _dir) = pair(1, "", 7);
-    assert_eq!(p.h[0].r32(rnic_emu::regs::rnic::RNIC_REG_IPV4).unwrap(), u32::from(p.ips[0]));
+    assert_eq!(p.h[0].r32(rnic_emu_core::regs::rnic::RNIC_REG_IPV4).unwrap(), u32::from(p.ips[0]));
     // WRITE 16 MiB + 5 bytes node 0 -> node 1 (many MTU-sized packets).
     let len = 16 * MIB + 5;
     let data = pattern(11, 0, len as usize);
@@ -134,7 +134,7 @@ fn completions_by_msix_interrupt_across_nodes() {
     assert!(got == data[..4096]);
     // Every wait above slept on an interrupt the engine raised for an armed CQ.
     for (i, soc) in servers.iter().enumerate() {
-        let st = rnic_emu::serve::query_stats(&soc.socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone();
+        let st = rnic_emu_server::serve::query_stats(&soc.socket_dir, &format!("node{i}")).unwrap()[&format!("node{i}-rnic0")].clone();
         assert!(st["interrupts"].as_u64().unwrap() >= 1, "node{i} raised its CQ's vector: {st}");
     }
 }

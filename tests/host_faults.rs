@@ -6,12 +6,13 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
-use rnic_emu::platform::shm::SharedMemory;
-use rnic_emu::ratelimit;
-use rnic_emu::regs::pci_ids::RNIC_BAR0_SIZE;
-use rnic_emu::regs::rnic::*;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::platform::shm::SharedMemory;
+use rnic_emu_core::ratelimit;
+use rnic_emu_core::regs::pci_ids::RNIC_BAR0_SIZE;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, VA};
+use rnic_emu_testkit::raw::Raw;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -27,12 +28,12 @@ fn single_switch(dir: &std::path::Path) -> ServerProcess {
 
 /// A counter of the server process itself (not of one function).
 fn server_counter(server: &ServerProcess, name: &str) -> u64 {
-    let all = rnic_emu::serve::query_stats(&server.socket_dir, &server.node).unwrap();
-    all[&rnic_emu::serve::server_stats_key(&server.node)][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {all}"))
+    let all = rnic_emu_server::serve::query_stats(&server.socket_dir, &server.node).unwrap();
+    all[&rnic_emu_server::serve::server_stats_key(&server.node)][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {all}"))
 }
 
 fn counter(server: &ServerProcess, function: &str, name: &str) -> u64 {
-    let all = rnic_emu::serve::query_stats(&server.socket_dir, &server.node).unwrap();
+    let all = rnic_emu_server::serve::query_stats(&server.socket_dir, &server.node).unwrap();
     all[&format!("{}-{function}", server.node)][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {all}"))
 }
 
@@ -318,7 +319,7 @@ impl GpuMem {
 /// decoding on). Returns the GPU's client, its memory, the memory as it was when the move
 /// returned, and every WRITE's completion status.
 fn move_bar1_during_a_stream(r: &mut Rig) -> (vfio_user::Client, GpuMem, Vec<u8>, Vec<u8>) {
-    let mut g = rnic_emu::hostdrv::place_gpu_bar1(&r.server.socket("gpu0"), OLD_BAR1).unwrap();
+    let mut g = rnic_emu_testkit::hostdrv::place_gpu_bar1(&r.server.socket("gpu0"), OLD_BAR1).unwrap();
     let file = std::fs::OpenOptions::new().read(true).write(true).open(r.server.socket_dir.join("mem/node0-gpu0.bar1")).unwrap();
     let len = WQES * PIECE;
     r.h.w64(BAR1_APERTURE, OLD_BAR1).unwrap();
@@ -399,7 +400,7 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
     let server = single_switch(dir.path());
     let mut h = HostDriver::connect(&server.socket("rnic0"), 64 * MIB).unwrap();
     let (last_qp, last_cq, last_mr, max_log) = ((MAX_QP - 1) as u32, (MAX_CQ - 1) as u32, (MAX_MR - 1) as u32, MAX_RING_LOG2 as u8);
-    let errors = |h: &mut HostDriver| h.r64(STATS_BASE + 8 * rnic_emu::contract::counters::Counter::CommandErrors as u64).unwrap();
+    let errors = |h: &mut HostDriver| h.r64(STATS_BASE + 8 * rnic_emu_core::contract::counters::Counter::CommandErrors as u64).unwrap();
 
     // CQs: the last index with the largest ring; the index past the table; a ring too big.
     h.create_cq(last_cq, max_log, 0).unwrap();
@@ -433,7 +434,7 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
     // one entry beyond MTT_ENTRIES.
     let buf = h.alloc(8192, 4096);
     h.reg_mr(last_mr, 1, ACCESS, buf, 4096).unwrap();
-    let last = u64::from(rnic_emu::hostdrv::MTT_ENTRIES_HOST) - 1;
+    let last = u64::from(rnic_emu_testkit::hostdrv::MTT_ENTRIES_HOST) - 1;
     h.ram.write(h.tables[3] + last * 8, &IOVA_OF(buf).to_le_bytes()).unwrap();
     let mr = |npages: u32| MrCtx {
         iova: VA,
@@ -468,7 +469,7 @@ fn resource_bounds_at_the_limit_and_one_beyond() {
 
 #[allow(non_snake_case)]
 fn IOVA_OF(ram_offset: u64) -> u64 {
-    rnic_emu::hostdrv::IOVA + ram_offset
+    rnic_emu_testkit::hostdrv::IOVA + ram_offset
 }
 
 /// vfio-user requests: MAX_DMA_MAPS maps are accepted, one more is refused and counted, and
@@ -476,10 +477,10 @@ fn IOVA_OF(ram_offset: u64) -> u64 {
 /// access of MAX_REGION_ACCESS bytes is served, one byte more is refused.
 #[test]
 fn vfio_user_bounds_at_the_limit_and_one_beyond() {
-    use rnic_emu::vfio::MAX_DMA_MAPS;
+    use rnic_emu_server::vfio::MAX_DMA_MAPS;
     let dir = tempfile::tempdir().unwrap();
     let server = single_switch(dir.path());
-    let mut raw = common::raw::Raw::connect(&server.socket("rnic0"));
+    let mut raw = Raw::connect(&server.socket("rnic0"));
     for i in 0..MAX_DMA_MAPS as u64 {
         raw.dma_map(0x1_0000_0000 + i * 0x1000, 0x1000).unwrap_or_else(|e| panic!("map {i} refused: {e}"));
     }
@@ -492,7 +493,7 @@ fn vfio_user_bounds_at_the_limit_and_one_beyond() {
     // A new client starts with no maps; an fd-backed map past the end of its file is
     // refused (an access there would raise SIGBUS in the server), one inside it is taken.
     let mut client = vfio_user::Client::new(&server.socket("rnic0")).unwrap();
-    let (_ram, fd) = rnic_emu::platform::mem::dma::test_ram(1 << 20).unwrap();
+    let (_ram, fd) = rnic_emu_core::platform::mem::dma::test_ram(1 << 20).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&fd);
     let _ = client.dma_map(0, 0x4000_0000, 2 << 20, fd); // rust-vmm's client ignores error replies
     assert_eq!(counter(&server, "rnic0", "guest_errors"), 2, "the oversized map was refused");
@@ -507,7 +508,7 @@ fn vfio_user_bounds_at_the_limit_and_one_beyond() {
         let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap();
         kb << 10
     };
-    let mut raw = common::raw::Raw::connect(&server.socket("rnic0"));
+    let mut raw = Raw::connect(&server.socket("rnic0"));
     let before = rss();
     for _ in 0..8 {
         assert!(raw.region_read(0, 0, u32::MAX - 3).is_err());
@@ -515,8 +516,8 @@ fn vfio_user_bounds_at_the_limit_and_one_beyond() {
     assert!(rss() < before + 64 * MIB, "RSS grew from {before} to {} bytes", rss());
     assert_eq!(raw.region_read(0, RNIC_REG_ID, 4).unwrap(), ID_MAGIC.to_le_bytes());
     drop(raw);
-    let max = rnic_emu::vfio::MAX_REGION_ACCESS as u32;
-    let mut gpu = common::raw::Raw::connect(&server.socket("gpu0"));
+    let max = rnic_emu_server::vfio::MAX_REGION_ACCESS as u32;
+    let mut gpu = Raw::connect(&server.socket("gpu0"));
     assert_eq!(gpu.region_read(1, 0, max).unwrap().len(), max as usize, "a BAR1 read of the largest size");
     assert!(gpu.region_read(1, 0, max + 1).is_err());
     assert_eq!(counter(&server, "gpu0", "guest_errors"), 1);
@@ -544,7 +545,7 @@ fn mr_with_an_absurd_page_count_is_refused_cleanly() {
 /// and holds the last one back; once the responder hears again, all complete with the data.
 #[test]
 fn reads_in_flight_per_qp_are_bounded() {
-    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
     const MAX_READS: u64 = 16;
     let dir = tempfile::tempdir().unwrap();
     let sub = (std::process::id() % 200) as u8;
@@ -556,7 +557,7 @@ fn reads_in_flight_per_qp_are_bounded() {
     p.h[1].ram.write(p.buf[1], &data).unwrap();
     let deaf = |p: &NodePair, on: bool| {
         let req = format!("faults rx drop={}", if on { 1 } else { 0 });
-        rnic_emu::serve::control_request(&p.servers[1].socket_dir, "node1", &req).unwrap()
+        rnic_emu_server::serve::control_request(&p.servers[1].socket_dir, "node1", &req).unwrap()
     };
     let stat = |p: &NodePair, name: &str| counter(&p.servers[0], "rnic0", name);
     deaf(&p, true);
@@ -601,13 +602,13 @@ fn library_panics_on_hostile_versions_are_rate_limited() {
         let mut sink = Vec::new();
         let _ = s.read_to_end(&mut sink); // the server hangs up
     }
-    let mut raw = common::raw::Raw::connect(&server.socket("rnic0"));
+    let mut raw = Raw::connect(&server.socket("rnic0"));
     assert_eq!(raw.region_read(0, RNIC_REG_ID, 4).unwrap(), ID_MAGIC.to_le_bytes());
     let grown = std::fs::metadata(server.log_path()).unwrap().len() - before;
     let log = std::fs::read_to_string(server.log_path()).unwrap();
     let reported = log.matches("vfio-user library panicked").count();
     eprintln!("log grew by {grown} bytes; {reported} panic reports; last lines:\n{}", log.lines().rev().take(8).collect::<Vec<_>>().join("\n"));
     assert!(reported > 0, "the panics are reported");
-    assert!(reported <= 2 * rnic_emu::ratelimit::BURST as usize, "{reported} panic reports: not rate-limited");
+    assert!(reported <= 2 * rnic_emu_core::ratelimit::BURST as usize, "{reported} panic reports: not rate-limited");
     assert!(!log.contains("thread '"), "no default panic message");
 }

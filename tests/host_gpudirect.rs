@@ -6,10 +6,10 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::contract::counters::Counter;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
-use rnic_emu::regs::{gpu, rnic::*};
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::contract::counters::Counter;
+use rnic_emu_core::regs::{gpu, rnic::*};
+use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, VA};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -120,7 +120,7 @@ fn rdma_to_and_from_gpu_memory_through_the_router() {
     assert_eq!(stat(&mut h, Counter::DmaP2pRootComplexBytes), 0, "single switch: nothing through the root complex");
 
     // The same counters from the host side.
-    let js = rnic_emu::serve::query_stats(dir.path(), "node0").unwrap();
+    let js = rnic_emu_server::serve::query_stats(dir.path(), "node0").unwrap();
     assert_eq!(js["node0-rnic0"]["dma_p2p_switch_bytes"], 7 * MIB);
 
     // GPU engine: fill then reduce, with its interrupt on vector 1.

@@ -9,10 +9,10 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
-use rnic_emu::regs::rnic::*;
-use rnic_emu::rnic::verbs::runner::{CMD_TEST_PANIC, TEST_HOOKS_ENV};
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_core::rnic::verbs::runner::{CMD_TEST_PANIC, TEST_HOOKS_ENV};
+use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, VA};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};

@@ -7,9 +7,9 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, IOVA, VA};
-use rnic_emu::regs::rnic::*;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, IOVA, VA};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -85,7 +85,7 @@ impl Dev {
     }
 
     fn counter(&self, name: &str) -> u64 {
-        let all = rnic_emu::serve::query_stats(&self.server.socket_dir, "node0").unwrap();
+        let all = rnic_emu_server::serve::query_stats(&self.server.socket_dir, "node0").unwrap();
         all["node0-rnic0"][name].as_u64().unwrap_or_else(|| panic!("no counter {name}"))
     }
 
@@ -393,6 +393,6 @@ fn topology_faults_are_armed_at_start_and_bad_ones_refused() {
     let out = fault_cli(dir.path(), &["--device", "rnic9", "fatal"]);
     assert_eq!(out.status.code(), Some(125), "no such RNIC: nobody takes the request");
     let bad = TOPOLOGY.replace("name = \"node0\"", "name = \"node0\"\nfaults = { pcie = [\"link down\"] }");
-    let err = rnic_emu::platform::topology::Topology::parse(&bad, "bad").unwrap_err();
+    let err = rnic_emu_core::platform::topology::Topology::parse(&bad, "bad").unwrap_err();
     assert!(format!("{err}").contains("only faults that are armed"), "{err}");
 }

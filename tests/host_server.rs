@@ -4,8 +4,8 @@
 //! and a server that keeps serving across disconnects.
 
 mod common;
-use common::raw::Raw;
 use common::*;
+use rnic_emu_testkit::raw::Raw;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -15,7 +15,7 @@ use std::time::Duration;
 use vfio_bindings::bindings::vfio::*;
 use vfio_user::Client;
 
-use rnic_emu::regs::{gpu, rnic};
+use rnic_emu_core::regs::{gpu, rnic};
 
 const CONFIG: u32 = VFIO_PCI_CONFIG_REGION_INDEX;
 
@@ -183,7 +183,7 @@ fn hostile_requests_get_errors_and_the_server_keeps_serving() {
     assert!(c.region_read(0, u64::MAX, 4).is_err(), "wrapping BAR0 offset");
     assert!(c.region_read(4, 0, 4).is_err(), "no BAR4");
     assert!(c.region_read(3, 0, 4).is_err(), "BAR3 is the upper half of 64-bit BAR2");
-    let db_size = rnic_emu::regs::pci_ids::RNIC_DB_BAR_SIZE;
+    let db_size = rnic_emu_core::regs::pci_ids::RNIC_DB_BAR_SIZE;
     assert!(c.region_read(2, db_size - 2, 4).is_err(), "past the doorbell page (BAR2)");
     assert!(c.region_read(8, 0, 4).is_err(), "VGA region absent");
     assert!(c.region_read(42, 0, 4).is_err(), "no such region");

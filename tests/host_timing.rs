@@ -8,9 +8,9 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
-use rnic_emu::regs::rnic::*;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_testkit::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
 use std::process::Command;
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     h.post(1, true, &[(hdr, sges)]).unwrap();
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
 
-    let reply = rnic_emu::serve::control_request(dir.path(), "node0", "trace qp=1").unwrap();
+    let reply = rnic_emu_server::serve::control_request(dir.path(), "node0", "trace qp=1").unwrap();
     let records: Vec<serde_json::Value> = serde_json::from_str(reply["ok"].as_str().expect("trace reply")).unwrap();
     let find = |wr: u64| records.iter().find(|r| r["wr_id"] == wr && r["role"] == "requester").unwrap_or_else(|| panic!("no record {wr:#x}: {reply}"));
     let expect = ["doorbell", "wqe_data", "sgl_parsed", "packetized", "on_wire", "placed", "ack", "cqe"];
@@ -76,9 +76,9 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
     assert!(String::from_utf8_lossy(&off.stdout).contains("trace off"));
     h.post(1, true, &[write_wqe(VA + host + 8192, host_key, VA + host, host_key, 64, 0x79)]).unwrap();
     assert_eq!(h.wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
-    let reply = rnic_emu::serve::control_request(dir.path(), "node0", "trace").unwrap();
+    let reply = rnic_emu_server::serve::control_request(dir.path(), "node0", "trace").unwrap();
     assert!(!reply["ok"].as_str().unwrap().contains("\"wr_id\":121"), "recording off: {reply}");
-    let bad = rnic_emu::serve::control_request(dir.path(), "node0", "trace qp=oops").unwrap();
+    let bad = rnic_emu_server::serve::control_request(dir.path(), "node0", "trace qp=oops").unwrap();
     assert!(bad["error"].as_str().is_some_and(|e| e.contains("bad qp")), "{bad}");
 
     // The command: measured beside modelled; the P2P WRITE's modelled payload stages are
@@ -105,19 +105,19 @@ fn the_trace_shows_each_wqe_stage_in_order_and_a_p2p_write_never_in_host_memory(
 /// remote path) and the responder's placement with its path.
 #[test]
 fn across_the_fabric_each_node_traces_its_side() {
-    use rnic_emu::hostdrv::{NodePair, PairOptions};
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
     let dir = tempfile::tempdir().unwrap();
     let ips = [std::net::Ipv4Addr::new(127, 90, 0, 1), std::net::Ipv4Addr::new(127, 90, 0, 2)];
     let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 10, capture: false, rnr_retry: 7 };
     let mut p = NodePair::start(std::path::Path::new(bin()), dir.path(), &o).unwrap();
     for i in 0..2 {
-        let on = rnic_emu::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace on").unwrap();
+        let on = rnic_emu_server::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace on").unwrap();
         assert_eq!(on["ok"].as_str(), Some("trace on"), "{on}");
     }
     p.write(0, 0, 64 << 10, 0x99, true).unwrap();
     assert_eq!(p.h[0].wait(1, Duration::from_secs(20)).unwrap().status, WC_SUCCESS);
     let trace = |i: usize| -> Vec<serde_json::Value> {
-        let reply = rnic_emu::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace").unwrap();
+        let reply = rnic_emu_server::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace").unwrap();
         serde_json::from_str(reply["ok"].as_str().expect("trace reply")).unwrap()
     };
     let req = trace(0);

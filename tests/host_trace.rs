@@ -8,9 +8,9 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
-use rnic_emu::regs::rnic::*;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_testkit::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
 use serde_json::Value;
 use std::io::BufRead;
 use std::path::Path;
@@ -82,12 +82,15 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     let fetch = find(&all, db, "WQE fetch", |e| e["what"] == "wqe_fetch" && e["qp"] == 1);
     assert_eq!((all[fetch]["dir"].as_str(), all[fetch]["len"].as_u64(), all[fetch]["path"].as_str()), (Some("read"), Some(64), Some("host")), "{}", all[fetch]);
     let wqe_addr = all[fetch]["addr"].as_u64().unwrap();
-    assert!(wqe_addr >= rnic_emu::hostdrv::IOVA, "a bus address in the mapped RAM: {wqe_addr:#x}");
+    assert!(wqe_addr >= rnic_emu_testkit::hostdrv::IOVA, "a bus address in the mapped RAM: {wqe_addr:#x}");
     let read = find(&all, fetch, "payload read", |e| e["what"] == "payload" && e["dir"] == "read");
     let write = find(&all, read, "payload write", |e| e["what"] == "payload" && e["dir"] == "write");
     let payload = |dir: &str| -> u64 { all[read..].iter().filter(|e| e["what"] == "payload" && e["dir"] == dir).filter_map(|e| e["len"].as_u64()).sum() };
     assert_eq!((payload("read"), payload("write")), (4096, 4096), "the payload, once each way");
-    assert_eq!((all[read]["addr"].as_u64(), all[write]["addr"].as_u64()), (Some(rnic_emu::hostdrv::IOVA + buf), Some(rnic_emu::hostdrv::IOVA + buf + 8192)));
+    assert_eq!(
+        (all[read]["addr"].as_u64(), all[write]["addr"].as_u64()),
+        (Some(rnic_emu_testkit::hostdrv::IOVA + buf), Some(rnic_emu_testkit::hostdrv::IOVA + buf + 8192))
+    );
     assert_eq!((all[write]["mr"].as_u64(), all[write]["path"].as_str()), (Some(1), Some("host")));
     let cqe = find(&all, write, "CQE write", |e| e["what"] == "cqe");
     let cqe_bytes: u64 = all[cqe..].iter().filter(|e| e["what"] == "cqe").filter_map(|e| e["len"].as_u64()).sum();
@@ -152,22 +155,22 @@ fn a_write_shows_register_writes_doorbell_wqe_fetch_payload_and_cqe_in_order() {
     assert!(line.contains("RNIC_REG_SCRATCH") && line.contains("write") && line.contains("= 0x5eed"), "{line}");
 
     // Overflow: more events than the ring holds; the oldest go, counted and reported.
-    for _ in 0..rnic_emu::observe::iotrace::CAPACITY / 2 + 100 {
+    for _ in 0..rnic_emu_core::observe::iotrace::CAPACITY / 2 + 100 {
         h.r64(STATS_BASE).unwrap(); // one register read each
         h.r32(RNIC_REG_SCRATCH).unwrap();
     }
     let (_, out, err) = trace(dir.path(), &["--mmio", "--json"]);
     let kept = json_lines(&out);
-    assert_eq!(kept.len(), rnic_emu::observe::iotrace::CAPACITY, "the ring is full and bounded");
+    assert_eq!(kept.len(), rnic_emu_core::observe::iotrace::CAPACITY, "the ring is full and bounded");
     assert_eq!(kept.last().unwrap()["reg"], "RNIC_REG_SCRATCH");
     assert!(kept.iter().any(|e| e["reg"] == "STATS.send_wqes"), "statistics reads are named");
     assert!(err.contains("events lost"), "a reader that starts late is told what it missed: {err}");
-    let reply = rnic_emu::serve::control_request(dir.path(), "node0", "iotrace since=0 max=1").unwrap();
+    let reply = rnic_emu_server::serve::control_request(dir.path(), "node0", "iotrace since=0 max=1").unwrap();
     let batch: Value = serde_json::from_str(reply["ok"].as_str().unwrap()).unwrap();
     let overflow = batch["overflow"].as_u64().unwrap();
     let first = batch["first"].as_u64().unwrap();
     assert!(overflow > 0 && overflow == first - 1, "overflow {overflow} counts the events before the oldest kept ({first})");
-    assert_eq!(batch["capacity"].as_u64(), Some(rnic_emu::observe::iotrace::CAPACITY as u64));
+    assert_eq!(batch["capacity"].as_u64(), Some(rnic_emu_core::observe::iotrace::CAPACITY as u64));
 
     // Off again: nothing more is recorded.
     trace(dir.path(), &["--dma", "--record", "off"]);

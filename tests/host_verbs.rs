@@ -5,10 +5,10 @@
 
 mod common;
 use common::*;
-use rnic_emu::contract::abi::*;
-use rnic_emu::contract::counters::Counter;
-use rnic_emu::hostdrv::{HostDriver, VA};
-use rnic_emu::regs::rnic::*;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::contract::counters::Counter;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_testkit::hostdrv::{HostDriver, VA};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};

@@ -14,9 +14,9 @@
 //!
 //! Ratios are what to compare between runs (machines are noisy).
 
-use rnic_emu::contract::abi::WC_SUCCESS;
-use rnic_emu::fabric::batch::{send_batch, RecvBatch, BATCH};
-use rnic_emu::hostdrv::{NodePair, PairOptions};
+use rnic_emu_core::contract::abi::WC_SUCCESS;
+use rnic_emu_server::fabric::batch::{send_batch, RecvBatch, BATCH};
+use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -212,7 +212,7 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("transport counters (what the tails and the bandwidth lost to recovery):");
     for (i, s) in p.servers.iter().enumerate() {
-        let js = rnic_emu::serve::query_stats(&s.socket_dir, &format!("node{i}"))?;
+        let js = rnic_emu_server::serve::query_stats(&s.socket_dir, &format!("node{i}"))?;
         let c = &js[&format!("node{i}-rnic0")];
         let names = ["pkts_sent", "pkts_received", "pkts_dropped", "retransmits", "timeouts", "naks_sent"];
         let shown: Vec<String> = names.iter().map(|n| format!("{n}={}", c[*n])).collect();

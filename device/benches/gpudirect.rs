@@ -8,10 +8,10 @@
 //!
 //! 16 WRITEs per doorbell, the last signaled. Ratios are what to compare between runs.
 
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
-use rnic_emu::platform::shm::SharedMemory;
-use rnic_emu::regs::rnic::BAR1_APERTURE;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::platform::shm::SharedMemory;
+use rnic_emu_core::regs::rnic::BAR1_APERTURE;
+use rnic_emu_testkit::hostdrv::{place_gpu_bar1, HostDriver, ServerProcess, VA};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! idle for 10 s and reads each server's CPU time (utime + stime) from /proc/<pid>/stat.
 //! The target is under 2% of one core per node.
 
-use rnic_emu::hostdrv::{NodePair, PairOptions};
+use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{Duration, Instant};

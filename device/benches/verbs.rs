@@ -11,9 +11,9 @@
 //!
 //! Prints tables; the ratios are what to compare between runs (machines are noisy).
 
-use rnic_emu::contract::abi::*;
-use rnic_emu::hostdrv::{HostDriver, ServerProcess, VA};
-use rnic_emu::regs::rnic::RNIC_REG_SCRATCH;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::regs::rnic::RNIC_REG_SCRATCH;
+use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, VA};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

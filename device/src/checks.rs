@@ -5,7 +5,7 @@
 //! that fails once work has started exits [`EXIT_FAILED`]. Each message names the file,
 //! directory, socket or node it concerns once, with its cause once.
 
-use rnic_emu::platform::topology::Topology;
+use rnic_emu_core::platform::topology::Topology;
 use std::path::Path;
 
 /// A bad argument or configuration (clap exits 2 for its own argument errors too).
@@ -82,14 +82,14 @@ pub fn socket_dir(dir: &Path) -> anyhow::Result<()> {
 /// `node1`); an error lists the nodes that are there.
 pub fn served_node(dir: &Path, node: &str) -> anyhow::Result<String> {
     let candidates = [Some(node.to_string()), node.parse::<usize>().ok().map(|i| format!("node{i}"))];
-    if let Some(name) = candidates.into_iter().flatten().find(|n| rnic_emu::serve::control_path(dir, n).exists()) {
+    if let Some(name) = candidates.into_iter().flatten().find(|n| rnic_emu_server::serve::control_path(dir, n).exists()) {
         return Ok(name);
     }
     let mut there: Vec<String> =
         std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".ctl").map(str::to_string)).collect()).unwrap_or_default();
     there.sort();
     let listing = if there.is_empty() { "no node server runs there".to_string() } else { format!("nodes served there: {}", there.join(", ")) };
-    let path = rnic_emu::serve::control_path(dir, node);
+    let path = rnic_emu_server::serve::control_path(dir, node);
     Err(anyhow::anyhow!("no node server for '{node}' in {} ({} does not exist; {listing})", dir.display(), path.display())).config()
 }
 

@@ -31,7 +31,7 @@ pub fn trace(socket_dir: &Path, node: &str, record: Option<&str>, filter: &Filte
             eprintln!(
                 "rnic-emu: {} events lost: the ring of {node} overflowed before they were read ({} events kept, {} dropped since it was cleared)",
                 polled.lost,
-                rnic_emu::observe::iotrace::CAPACITY,
+                rnic_emu_core::observe::iotrace::CAPACITY,
                 polled.overflow
             );
         }

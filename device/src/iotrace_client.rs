@@ -4,8 +4,8 @@
 //! filters by kind, function, QP and register, and prints events as text or JSON lines.
 //! The ring itself, and what it records, is `rnic_emu_core::observe::iotrace`.
 
-use crate::serve::control_request;
 use anyhow::Context;
+use rnic_emu_server::serve::control_request;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

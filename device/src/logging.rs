@@ -1,15 +1,17 @@
 //! The process logger: `env_logger` (RUST_LOG) with one addition. The vfio-user library
 //! logs every request it refuses ("Error handling command") at error level, which a
 //! hostile client can trigger at will; those lines go through the same per-site limiter
-//! as [`rnic_emu_core::guest_warn!`] (a burst per interval, then a suppressed count). The refusals
-//! themselves are counted by [`crate::vfio`] in the function's statistics.
+//! as [`rnic_emu_core::guest_warn!`] (a burst per interval, then a suppressed count). The
+//! refusals themselves are counted by [`rnic_emu_server::vfio`] in the function's
+//! statistics.
 //!
 //! Panics raised inside that library by a hostile message (serve.rs catches them and
-//! drops only that connection) are reported the same way, through a panic hook: one
-//! rate-limited error line instead of the default panic message per connection.
+//! drops only that connection) are reported the same way, through a panic hook
+//! ([`rnic_emu_server::panics`] tells them from ours): one rate-limited error line instead
+//! of the default panic message per connection.
 
-use crate::ratelimit::RateLimit;
 use log::{Level, Log, Metadata, Record};
+use rnic_emu_core::ratelimit::RateLimit;
 
 /// Log target of the rust-vmm vfio-user library.
 const VFIO_USER_TARGET: &str = "vfio_user";
@@ -52,30 +54,10 @@ pub fn init(default_filter: &str) {
     }
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if raised_by_the_library() {
+        if rnic_emu_server::panics::raised_by_the_library(module_path!()) {
             rnic_emu_core::guest_warn!("the vfio-user library panicked on a client's message ({info}); that connection is dropped");
         } else {
             default_hook(info);
         }
     }));
-}
-
-/// Whether a panic being raised comes from the vfio-user library: the innermost frame on
-/// the stack that is the library's or rnic-emu's (outside this module and the fuzzing
-/// entry points) is the library's. Its location alone does not tell: a capacity overflow
-/// the library causes is located in the standard library.
-pub fn raised_by_the_library() -> bool {
-    let trace = std::backtrace::Backtrace::force_capture().to_string();
-    trace
-        .lines()
-        .find_map(|l| {
-            // Every crate of ours: rnic_emu, rnic_emu_core, rnic_emu_server.
-            let ours = l.contains("rnic_emu") && !l.contains("rnic_emu::logging::") && !l.contains("rnic_emu::fuzzing::");
-            match (l.contains("vfio_user::"), ours) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            }
-        })
-        .unwrap_or(false)
 }

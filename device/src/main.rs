@@ -10,7 +10,10 @@ mod timing_cli;
 
 use checks::OrConfig;
 use clap::{Parser, Subcommand};
-use rnic_emu::{contract, image, platform::topology::Topology, qemu, run, serve};
+use rnic_emu::{image, qemu, run};
+use rnic_emu_core::contract;
+use rnic_emu_core::platform::topology::Topology;
+use rnic_emu_server::serve;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -77,14 +80,14 @@ enum Cmd {
         #[arg(long)]
         topology: Option<PathBuf>,
         #[arg(long, default_value = "write")]
-        op: rnic_emu::observe::timing::Op,
+        op: rnic_emu_core::observe::timing::Op,
         /// Message bytes (all_reduce: bytes per node).
         #[arg(long, default_value_t = 4096)]
         size: u64,
         #[arg(long, default_value = "gpu")]
-        src: rnic_emu::observe::timing::Mem,
+        src: rnic_emu_core::observe::timing::Mem,
         #[arg(long, default_value = "gpu")]
-        dst: rnic_emu::observe::timing::Mem,
+        dst: rnic_emu_core::observe::timing::Mem,
         /// Nodes of the collective.
         #[arg(long, default_value_t = 8)]
         nodes: u32,
@@ -93,7 +96,7 @@ enum Cmd {
         collective: Option<String>,
         /// The network (roce or ib-ndr); default: the topology's [timing] fabric.
         #[arg(long)]
-        fabric: Option<rnic_emu::platform::topology::params::Fabric>,
+        fabric: Option<rnic_emu_core::platform::topology::params::Fabric>,
         #[arg(long)]
         json: bool,
     },
@@ -254,7 +257,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
         Cmd::Image => image::build()?,
         Cmd::GenHeader => print!("{}", contract::render::c_header()),
         Cmd::GenDoc => print!("{}", contract::render::markdown()),
-        Cmd::GenRingHeader => print!("{}", rnic_emu::ring::c_header()),
+        Cmd::GenRingHeader => print!("{}", rnic_emu_core::ring::c_header()),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! a `vfio-user-pci` device per function, plus the machine around it (q35, TCG, guest RAM
 //! in a shared memfd so the server can DMA into it, two serial ports: console and output).
 
-use crate::platform::topology::{Node, PortKind, Topology};
+use rnic_emu_core::platform::topology::{Node, PortKind, Topology};
 use serde_json::json;
 use std::path::Path;
 
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn switch_topology_arguments() {
-        let t = Topology::parse(crate::platform::topology::samples::SWITCH, "t").unwrap();
+        let t = Topology::parse(rnic_emu_core::platform::topology::samples::SWITCH, "t").unwrap();
         let args = device_args(&t.nodes[0], Path::new("/s"));
         assert_eq!(args[1], "pcie-root-port,id=rp0,bus=pcie.0,addr=0x3.0,chassis=1,slot=0");
         assert_eq!(args[3], "x3130-upstream,id=up,bus=rp0");
@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn multifunction_slot_sets_the_flag_on_function_zero() {
-        let t = Topology::parse(crate::platform::topology::samples::MULTIFUNCTION, "t").unwrap();
+        let t = Topology::parse(rnic_emu_core::platform::topology::samples::MULTIFUNCTION, "t").unwrap();
         let args = device_args(&t.nodes[0], Path::new("/s"));
         let gpu: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
         let rnic: serde_json::Value = serde_json::from_str(&args[5]).unwrap();

@@ -20,9 +20,9 @@
 use crate::bootwatch::BootWatch;
 use crate::image::Image;
 use crate::kv::KvStore;
-use crate::platform::topology::Topology;
 use crate::qemu::{self, GuestFiles};
 use anyhow::{bail, Context};
+use rnic_emu_core::platform::topology::Topology;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -333,7 +333,7 @@ fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, com
     if std::env::var_os("RUST_LOG").is_none() {
         server_cmd.env("RUST_LOG", "info");
     }
-    let ctl = crate::serve::control_path(&sockets, &node.name);
+    let ctl = rnic_emu_server::serve::control_path(&sockets, &node.name);
     // A server of an earlier boot that had to be killed leaves its control socket behind.
     let _ = std::fs::remove_file(&ctl);
     let mut server = ChildGuard::spawn(&format!("rnic-emu serve ({})", node.name), &mut server_cmd)?;
@@ -521,7 +521,7 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     if let (None, Some(file)) = (&failure, &opts.stats_file) {
         let mut all = serde_json::Map::new();
         for n in &nodes {
-            let stats = crate::serve::query_stats(&wd.join("sockets"), &n.name)?;
+            let stats = rnic_emu_server::serve::query_stats(&wd.join("sockets"), &n.name)?;
             if let serde_json::Value::Object(m) = stats {
                 all.extend(m);
             }

@@ -1,13 +1,13 @@
 //! `rnic-emu model` and `rnic-emu trace` without `--mmio`/`--dma`: the timing model's and
 //! the WQE log's command-line side.
 
-use rnic_emu::observe::timing::collective::{reference, ring_all_reduce};
-use rnic_emu::observe::timing::render::{record_text, ring_text, timeline_text};
-use rnic_emu::observe::timing::wqe_log::Record;
-use rnic_emu::observe::timing::{timeline, Mem, Op, Request};
-use rnic_emu::platform::topology::params::Params;
-use rnic_emu::platform::topology::{Layout, Topology};
-use rnic_emu::serve::control_request;
+use rnic_emu_core::observe::timing::collective::{reference, ring_all_reduce};
+use rnic_emu_core::observe::timing::render::{record_text, ring_text, timeline_text};
+use rnic_emu_core::observe::timing::wqe_log::Record;
+use rnic_emu_core::observe::timing::{timeline, Mem, Op, Request};
+use rnic_emu_core::platform::topology::params::Params;
+use rnic_emu_core::platform::topology::{Layout, Topology};
+use rnic_emu_server::serve::control_request;
 use std::path::Path;
 use std::time::Duration;
 
@@ -23,11 +23,11 @@ pub fn model(topo: &Topology, op: Op, size: u64, src: Mem, dst: Mem, nodes: u32,
             if !json {
                 return Ok(timeline_text(&t, p, &layout));
             }
-            let reference = (t.request == rnic_emu::observe::timing::reference::REQUEST).then(|| {
-                let rows = rnic_emu::observe::timing::reference::compare(&t);
+            let reference = (t.request == rnic_emu_core::observe::timing::reference::REQUEST).then(|| {
+                let rows = rnic_emu_core::observe::timing::reference::compare(&t);
                 let stages: Vec<_> =
                     rows.into_iter().map(|(key, m, r, ok)| serde_json::json!({ "key": key, "model_ns": m, "reference_ns": r, "ok": ok })).collect();
-                serde_json::json!({ "stages": stages, "intervals": rnic_emu::observe::timing::reference::intervals(p, &layout, &t) })
+                serde_json::json!({ "stages": stages, "intervals": rnic_emu_core::observe::timing::reference::intervals(p, &layout, &t) })
             });
             Ok(serde_json::to_string_pretty(&serde_json::json!({ "timeline": t, "reference": reference }))? + "\n")
         }
@@ -51,7 +51,7 @@ fn mem_of(path: Option<&str>) -> Option<Mem> {
 /// The modelled timeline of a logged request. Its source and destination are the paths
 /// the device recorded (a READ's source is the responder's); one on another node, not
 /// recorded here, is assumed to be the same kind of memory as the other.
-pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::observe::timing::Timeline> {
+pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu_core::observe::timing::Timeline> {
     let op = rec.op.parse::<Op>().ok()?;
     let src = mem_of(rec.src.or(rec.dst))?;
     let dst = mem_of(rec.dst.or(rec.src))?;
@@ -59,8 +59,8 @@ pub fn model_of(rec: &Record, p: &Params, layout: &Layout) -> Option<rnic_emu::o
     let mut layout = *layout;
     for path in [rec.src, rec.dst].into_iter().flatten() {
         match path {
-            "p2p-switch" => layout.gpu_path = rnic_emu::platform::topology::P2pPath::Switch,
-            "p2p-root-complex" => layout.gpu_path = rnic_emu::platform::topology::P2pPath::RootComplex,
+            "p2p-switch" => layout.gpu_path = rnic_emu_core::platform::topology::P2pPath::Switch,
+            "p2p-root-complex" => layout.gpu_path = rnic_emu_core::platform::topology::P2pPath::RootComplex,
             _ => {}
         }
     }

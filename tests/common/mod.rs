@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 pub mod fake_qemu;
-pub mod raw;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -159,7 +158,7 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// The header of a signaled one-SGE RDMA WRITE or READ (`opcode`) of `remote_addr` under
 /// `rkey`: the WQE most host tests post.
-pub fn rdma_wqe(opcode: u8, wr_id: u64, remote_addr: u64, rkey: u32) -> rnic_emu::contract::abi::WqeHeader {
-    use rnic_emu::contract::abi::{WqeHeader, WQE_FLAG_SIGNALED};
+pub fn rdma_wqe(opcode: u8, wr_id: u64, remote_addr: u64, rkey: u32) -> rnic_emu_core::contract::abi::WqeHeader {
+    use rnic_emu_core::contract::abi::{WqeHeader, WQE_FLAG_SIGNALED};
     WqeHeader { opcode, flags: WQE_FLAG_SIGNALED, num_sge: 1, wr_id, remote_addr, rkey, ..Default::default() }
 }

@@ -2,4 +2,4 @@
 //! maps, resets, fabric packets reflected back) for the verbs engine, whose tables the
 //! harness places.
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| rnic_emu::fuzzing::verbs_ops(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| rnic_emu_testkit::fuzzing::verbs_ops(data));

@@ -2,7 +2,7 @@
 //! file (link type Ethernet) with synthesized Ethernet, IPv4 and UDP headers around the
 //! UDP payload, so that tshark/Wireshark decode it as RoCE (UDP port 4791).
 
-use super::packet::{ipv4_header, udp_header, Endpoints};
+use rnic_emu_core::rnic::fabric::packet::{ipv4_header, udp_header, Endpoints};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::Ipv4Addr;

@@ -6,11 +6,11 @@
 //! The port owns no thread.
 
 use super::batch::{send_batch, Pool, RecvBatch, BATCH, RX_BUF};
-use super::packet::{Endpoints, Packet, ROCE_UDP_PORT};
 use super::pcap::PcapWriter;
 use rnic_emu_core::contract::counters::{Counter, Stats};
 use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
+use rnic_emu_core::rnic::fabric::packet::{Endpoints, Packet, ROCE_UDP_PORT};
 use rnic_emu_core::rnic::verbs::transport::Wire;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -295,7 +295,7 @@ pub fn parse_faults<'a>(words: impl Iterator<Item = &'a str>) -> Result<WireFaul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::packet::{op, Bth};
+    use rnic_emu_core::rnic::fabric::packet::{op, Bth};
 
     /// Two ports on loopback addresses of this test process and test (`test`: a number
     /// per test; port 4791 is fixed).

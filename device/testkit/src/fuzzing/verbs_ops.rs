@@ -22,21 +22,21 @@
 //! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
 //! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
-use crate::contract::abi::*;
-use crate::contract::counters::Stats;
-use crate::fabric::packet::{Aeth, Bth, Packet, Reth};
-use crate::platform::mem::dma::{test_ram, DmaMaps};
-use crate::platform::mem::router::{P2pPath, Peer, PeerWindow, Router};
-use crate::platform::msix::Interrupts;
-use crate::platform::shm::SharedMemory;
-use crate::regs::rnic::dbpage;
-use crate::ring::{self, WrId};
-use crate::rnic::doorbell::DoorbellPage;
-use crate::rnic::verbs::clock::Clock;
-use crate::rnic::verbs::engine::{Engine, Shared, Tables};
-use crate::rnic::verbs::runner::{EngineRunner, Event};
-use crate::rnic::verbs::transport::Wire;
 use arbitrary::Unstructured;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::contract::counters::Stats;
+use rnic_emu_core::platform::mem::dma::{test_ram, DmaMaps};
+use rnic_emu_core::platform::mem::router::{P2pPath, Peer, PeerWindow, Router};
+use rnic_emu_core::platform::msix::Interrupts;
+use rnic_emu_core::platform::shm::SharedMemory;
+use rnic_emu_core::regs::rnic::dbpage;
+use rnic_emu_core::ring::{self, WrId};
+use rnic_emu_core::rnic::doorbell::DoorbellPage;
+use rnic_emu_core::rnic::fabric::packet::{Aeth, Bth, Packet, Reth};
+use rnic_emu_core::rnic::verbs::clock::Clock;
+use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
+use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
+use rnic_emu_core::rnic::verbs::transport::Wire;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -189,7 +189,7 @@ impl Harness {
         let mut e = Engine::new("fuzz".into(), shared);
         let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
         e.set_wire(wire.clone());
-        let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", crate::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
+        let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", rnic_emu_core::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
         let mut d = EngineRunner::new(e, Some(page.clone()));
         d.set_test_hooks(false);
         let mut h = Harness {
@@ -346,7 +346,7 @@ impl Harness {
             Op::Connect { a, b, fabric } => {
                 let (a, b) = (usize::from(a) % QPS, usize::from(b) % QPS);
                 for (x, y) in [(a, b), (b, a)] {
-                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == crate::rnic::verbs::qp::QpState::Reset) {
+                    if self.d.engine.qp(x as u32).is_some_and(|q| q.state == rnic_emu_core::rnic::verbs::qp::QpState::Reset) {
                         let c = Self::init_ctx(x, (x | x << 4) as u8, 0x44, 0x11, 7, 0);
                         self.modify(x, &c);
                     }
@@ -551,7 +551,7 @@ impl Harness {
             self.rq_pi[q] = pi;
         }
         if self.d.page_on() {
-            // The driver's side of the page protocol (crate::rnic::doorbell): index, fence, event.
+            // The driver's side of the page protocol (rnic_emu_core::rnic::doorbell): index, fence, event.
             let qp_page = ring::dbp_qp(qpn);
             self.page_store(qp_page + ring::dbp_pi(!send), pi);
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -915,7 +915,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::counters::Counter;
+    use rnic_emu_core::contract::counters::Counter;
 
     #[test]
     fn seeds_decode_to_the_operations_they_encode() {
@@ -977,7 +977,7 @@ mod tests {
         assert!(s.get(Counter::RnrRetries) > 0, "no RNR wait ({all:?})");
         assert!(s.get(Counter::Retransmits) > 0, "no retransmission ({all:?})");
         let q1 = h.d.engine.qp(1).unwrap();
-        assert_eq!(q1.state, crate::rnic::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
+        assert_eq!(q1.state, rnic_emu_core::rnic::verbs::qp::QpState::Err, "the retry budget was spent: QP 1 in ERROR");
     }
 
     /// The error seed takes the error paths it names.

@@ -10,12 +10,12 @@
 //! small host does not take a core from the node servers it measures
 //! ([`HostDriver::spin_in_wait`] goes back to spinning).
 
-use crate::contract::abi::*;
-use crate::platform::mem::dma::test_ram;
-use crate::platform::shm::SharedMemory;
-use crate::regs::rnic::*;
-use crate::ring;
 use anyhow::{bail, Context};
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::platform::mem::dma::test_ram;
+use rnic_emu_core::platform::shm::SharedMemory;
+use rnic_emu_core::regs::rnic::*;
+use rnic_emu_core::ring;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -161,7 +161,7 @@ impl HostDriver {
     /// `post` stores producer indices there and rings the MMIO doorbell only when the
     /// device's event index asks for it, and `poll` reports consumer indices there.
     pub fn use_doorbell_page(&mut self) -> anyhow::Result<()> {
-        use crate::regs::pci_ids::{RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
+        use rnic_emu_core::regs::pci_ids::{RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
         let region = self.client.region(RNIC_DB_BAR as u32).context("the RNIC offers no BAR2")?;
         let fo = region.file_offset.clone().context("BAR2 comes without an fd to map")?;
         let map = vm_memory::mmap::MmapRegion::from_file(fo, RNIC_DB_BAR_SIZE as usize)?;
@@ -458,7 +458,7 @@ impl ServerProcess {
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
         let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
         // The control socket, then every function's socket (bound after it).
-        let topo = crate::platform::topology::Topology::load(topology)?;
+        let topo = rnic_emu_core::platform::topology::Topology::load(topology)?;
         let (_, n) = topo.node(node).with_context(|| format!("no node {node}"))?;
         let mut sockets = vec![socket_dir.join(format!("{node}.ctl"))];
         sockets.extend(n.devices.iter().map(|d| socket_dir.join(n.socket_name(d))));

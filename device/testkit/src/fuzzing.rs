@@ -3,14 +3,14 @@
 //! WQEs, contexts and MTT entries fed to the verbs engine, and hostile BAR0/config accesses
 //! fed to the RNIC model. They must never panic, hang or touch memory outside guest RAM.
 
-use crate::contract::abi::*;
-use crate::contract::counters::Stats;
-use crate::function::PciFunction;
-use crate::platform::mem::dma::{test_ram, DmaMaps};
-use crate::platform::msix::Interrupts;
-use crate::platform::topology::Topology;
-use crate::rnic::verbs::engine::{Engine, Shared, Tables};
-use crate::rnic::Rnic;
+use rnic_emu_core::contract::abi::*;
+use rnic_emu_core::contract::counters::Stats;
+use rnic_emu_core::function::PciFunction;
+use rnic_emu_core::platform::mem::dma::{test_ram, DmaMaps};
+use rnic_emu_core::platform::msix::Interrupts;
+use rnic_emu_core::platform::topology::Topology;
+use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
+use rnic_emu_core::rnic::Rnic;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -61,7 +61,7 @@ pub fn engine(data: &[u8]) {
 /// Arbitrary bytes as a received RoCEv2 datagram: decoding must never panic, and whatever
 /// decodes must encode back to a datagram that decodes to the same packet.
 pub fn packet(data: &[u8]) {
-    use crate::fabric::packet::{Endpoints, Packet};
+    use rnic_emu_core::rnic::fabric::packet::{Endpoints, Packet};
     use std::net::Ipv4Addr;
     let ep = Endpoints { src: Ipv4Addr::new(127, 0, 0, 11), dst: Ipv4Addr::new(127, 0, 0, 12), src_port: 4791 };
     if let Ok(p) = Packet::decode(data, &ep) {
@@ -141,8 +141,8 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
             6 => {
                 let _ = ram.write((offset << 3 | u64::from(r[1] >> 2 & 1) << 19) & (BAR0_RAM - 8), &buf);
             }
-            _ if r[1] & 0x80 == 0 => rnic.bar_read(crate::regs::pci_ids::RNIC_DB_BAR, offset << 4 | u64::from(r[1] & 0x70), &mut buf[..len]),
-            _ => rnic.bar_write(crate::regs::pci_ids::RNIC_DB_BAR, offset << 4 | u64::from(r[1] & 0x70), &buf[..len]),
+            _ if r[1] & 0x80 == 0 => rnic.bar_read(rnic_emu_core::regs::pci_ids::RNIC_DB_BAR, offset << 4 | u64::from(r[1] & 0x70), &mut buf[..len]),
+            _ => rnic.bar_write(rnic_emu_core::regs::pci_ids::RNIC_DB_BAR, offset << 4 | u64::from(r[1] & 0x70), &buf[..len]),
         }
     }
     let counters = rnic.stats();
@@ -171,7 +171,7 @@ mod tests {
             super::packet(&bytes(seed, len));
         }
         // Valid packets with random corruption: must be rejected or decode consistently.
-        use crate::fabric::packet::*;
+        use rnic_emu_core::rnic::fabric::packet::*;
         let ep = Endpoints { src: std::net::Ipv4Addr::new(127, 0, 0, 11), dst: std::net::Ipv4Addr::new(127, 0, 0, 12), src_port: 4791 };
         let p = Packet {
             bth: Bth { opcode: op::WRITE_ONLY, psn: 9, ..Default::default() },
@@ -211,7 +211,7 @@ mod tests {
 // runs them (headers, sizes, VERSION, region info/read/write, DMA_MAP/UNMAP without fds,
 // IRQ info, SET_IRQS, reset). A byte stream cannot carry fds, so every DMA_MAP is fd-less.
 
-use crate::vfio::Backend;
+use rnic_emu_server::vfio::Backend;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -239,17 +239,17 @@ fn stream_target(gpu: bool) -> Option<StreamTarget> {
     );
     let topo = Topology::parse(&toml, "fuzz").ok()?;
     let dev = &topo.nodes[0].devices[0];
-    let f: crate::vfio::SharedFunction = if gpu {
-        let mem = crate::platform::shm::SharedMemory::memfd("fuzz-bar1", dev.bar1_size()).ok()?;
-        Arc::new(Mutex::new(crate::gpu::Gpu::new("fuzz-gpu".into(), dev, mem).ok()?))
+    let f: rnic_emu_server::vfio::SharedFunction = if gpu {
+        let mem = rnic_emu_core::platform::shm::SharedMemory::memfd("fuzz-bar1", dev.bar1_size()).ok()?;
+        Arc::new(Mutex::new(rnic_emu_core::gpu::Gpu::new("fuzz-gpu".into(), dev, mem).ok()?))
     } else {
         Arc::new(Mutex::new(Rnic::new("fuzz-rnic".into(), dev, Vec::new(), None).ok()?))
     };
     let (regions, irqs, vendor_id) = {
-        let g = crate::vfio::lock(&f);
+        let g = rnic_emu_server::vfio::lock(&f);
         let mut id = [0u8; 2];
         g.config().read(0, &mut id);
-        (crate::vfio::regions(&*g), crate::vfio::irqs(&*g), u16::from_le_bytes(id))
+        (rnic_emu_server::vfio::regions(&*g), rnic_emu_server::vfio::irqs(&*g), u16::from_le_bytes(id))
     };
     let dir = tempfile::tempdir().ok()?;
     let socket = dir.path().join("fuzz.sock");
@@ -262,7 +262,7 @@ fn survive_library_panics() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if info.location().is_some_and(|l| l.file().contains("vfio_user-")) || crate::logging::raised_by_the_library() {
+            if info.location().is_some_and(|l| l.file().contains("vfio_user-")) || rnic_emu_server::panics::raised_by_the_library(module_path!()) {
                 if LIBRARY_PANICS.fetch_add(1, AtomicOrdering::Relaxed) == 0 {
                     eprintln!("vfio_stream: the vfio-user library panicked on a message ({info}); the connection ends, the server lives on (counted, not reported again)");
                 }
@@ -340,7 +340,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
 
 /// The pseudo-random bytes the smoke tests use: `n` bytes of the seeded generator.
 pub fn smoke_bytes(seed: u64, n: usize) -> Vec<u8> {
-    crate::prng::Rng::new(seed).bytes(n)
+    rnic_emu_core::prng::Rng::new(seed).bytes(n)
 }
 
 /// One vfio-user message: header (id, command, size, flags, error) and payload.
@@ -358,7 +358,7 @@ pub fn vfio_message(id: u16, command: u16, payload: &[u8]) -> Vec<u8> {
 /// RNIC_REG_CMD), a WRITE posted and rung through WQE_DB_IDX, then maps adjacent, after a
 /// gap, overlapping and near 2^64, a partial unmap, another WRITE, and the doorbell page.
 fn bar0_session() -> Vec<u8> {
-    use crate::regs::rnic::*;
+    use rnic_emu_core::regs::rnic::*;
     use vm_memory::ByteValued;
     let rec = |kind: u8, size: u8, off: u16, v: u64| {
         let mut r = vec![kind, size];
@@ -503,7 +503,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             ]
         }
         "packet" => {
-            use crate::fabric::packet::*;
+            use rnic_emu_core::rnic::fabric::packet::*;
             let ep = Endpoints { src: std::net::Ipv4Addr::new(127, 0, 0, 11), dst: std::net::Ipv4Addr::new(127, 0, 0, 12), src_port: 4791 };
             let bth = |opcode| Bth { opcode, psn: 9, dest_qp: 1, ..Default::default() };
             let pkts = [
@@ -521,7 +521,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
 
 /// The kept corpus of `target`: `device/fuzz/corpus/<target>/`.
 pub fn corpus_dir(target: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target)
 }
 
 #[cfg(test)]
