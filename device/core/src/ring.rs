@@ -259,6 +259,7 @@ mod tests {
         assert!(need_kick(5, 9, 3) && need_kick(3, 9, 3) && !need_kick(9, 9, 3));
         assert!(!need_kick(2, 9, 3), "the device saw 2 and is still busy (stale event)");
         assert!(need_kick(0xfffe, 1, 0xfffd), "across the 16-bit wrap");
+        assert!(!need_kick(0x7000, 1, 0xfffd), "far behind: no kick");
         assert!(!need_kick(7, 7, 7), "nothing posted, nothing rung");
         // Exhaustively on a small window: the kick test is "event in [old, new)".
         for old in 0xfff0u16..=0xffff {
