@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0006;
+pub const CONTRACT_VERSION: u32 = 0x0001_0007;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -80,6 +80,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0004, "Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write."),
     (0x0001_0005, "Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers."),
     (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
+    (0x0001_0007, "The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT)."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -145,8 +146,11 @@ pub mod rnic {
     /// `RNIC_REG_CAPS` bit (minor 4): peer-to-peer DMA to GPU BAR1 through
     /// `BAR1_APERTURE` slots; `RNIC_REG_NUM_GPUS` says how many GPUs are reachable.
     pub const CAP_P2P: u64 = 1 << 5;
+    /// `RNIC_REG_CAPS` bit (minor 7): the Ethernet port (`ETH_*` registers, the netdev's
+    /// descriptor rings; docs/programming.md "The Ethernet port").
+    pub const CAP_ETH: u64 = 1 << 6;
     /// Every capability bit this device sets (the reset value of `RNIC_REG_CAPS`).
-    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P;
+    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P | CAP_ETH;
     /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
     pub const STATUS_ERROR: u64 = 1 << 2;
     /// `RNIC_REG_STATUS` bit: the verbs engine failed internally (fatal error); commands
@@ -209,13 +213,42 @@ pub mod rnic {
         pub const CQ_CI: u64 = 0x0;
     }
 
+    /// The Ethernet port (minor 7): the frames of the netdev, beside the RoCE traffic of
+    /// the verbs engine, on the same link. Bits and limits of the `ETH_*` registers.
+    pub mod eth {
+        /// `ETH_CTRL` bit: receive frames into the receive ring.
+        pub const CTRL_RX_EN: u64 = 1 << 0;
+        /// `ETH_CTRL` bit: transmit frames from the transmit ring.
+        pub const CTRL_TX_EN: u64 = 1 << 1;
+        /// `ETH_CTRL` bit: promiscuous: unicast frames for any MAC reach the receive ring
+        /// (RoCE frames for this port's MAC still go to the verbs engine).
+        pub const CTRL_PROMISC: u64 = 1 << 2;
+        /// `ETH_LINK` bit: the port is attached to a segment and the link is up.
+        pub const LINK_UP: u64 = 1 << 0;
+        /// Smallest and largest `ETH_MTU` (bytes of an L3 packet, as the netdev's MTU).
+        pub const MIN_MTU: u64 = 68;
+        pub const MAX_MTU: u64 = 9000;
+        /// Ring sizes, log2 of the entry count, in `ETH_TXQ_LOG`/`ETH_RXQ_LOG`.
+        pub const MIN_RING_LOG2: u64 = 1;
+        pub const MAX_RING_LOG2: u64 = 12;
+        /// Ethernet header without a VLAN tag: the frame length is the L3 length + 14.
+        pub const HEADER_LEN: u64 = 14;
+        /// Shortest frame the transmit ring takes (an Ethernet header and no payload are
+        /// refused; the device pads nothing).
+        pub const MIN_FRAME: u64 = 14;
+        /// `rnic_eth_desc.flags`: the device is done with the descriptor (written last).
+        pub const DESC_DONE: u8 = 1 << 0;
+        /// `rnic_eth_desc.flags`: transmit: the frame was refused (length, DMA) and counted.
+        pub const DESC_ERR: u8 = 1 << 1;
+    }
+
     register_map!(REGS {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010006, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010007, writable 0x0;
         /// Capability bits (CAP_*).
-        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x3f, writable 0x0;
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7f, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
         /// RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from
         /// an internal engine failure until the next device reset.
@@ -278,6 +311,49 @@ pub mod rnic {
         MR_CTX_BASE = 0x3018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Number of 8-byte entries at MTT_BASE.
         MTT_ENTRIES = 0x3020, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Ethernet port: the permanent MAC address (minor 7): bytes in wire order from
+        /// bits [7:0] up to [47:40]. Locally administered, unique per node.
+        ETH_PERM_MAC = 0x3100, 8, Ro, reset 0x0, writable 0x0;
+        /// The port's MAC: the unicast receive filter and the source of every frame the
+        /// device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC.
+        ETH_MAC = 0x3108, 8, Rw, reset 0x0, writable 0xffffffffffff;
+        /// MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is
+        /// refused and the register keeps its value). Frames longer than MTU + 14 are
+        /// dropped both ways, and the RoCE path MTU of every QP is capped to fit it.
+        ETH_MTU = 0x3110, 4, Rw, reset 0x5dc, writable 0xffff;
+        /// Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting
+        /// an enable bit takes the ring's base and size and starts it at index 0; clearing
+        /// it stops the ring (descriptors not done stay not done).
+        ETH_CTRL = 0x3114, 4, Rw, reset 0x0, writable 0x7;
+        /// Link state (eth::LINK_*): up while the node is attached to a segment.
+        ETH_LINK = 0x3118, 4, Ro, reset 0x0, writable 0x0;
+        /// Link speed in Mb/s, as reported to ethtool.
+        ETH_SPEED = 0x311c, 4, Ro, reset 0x186a0, writable 0x0;
+        /// MSI-X vector of the Ethernet rings.
+        ETH_VECTOR = 0x3120, 4, Rw, reset 0x0, writable 0xffff;
+        /// Arm the Ethernet interrupt: write rx_ci << 16 | tx_ci, the ring indices the driver
+        /// has processed up to. The vector is raised once: at once if either ring's device
+        /// index already differs from the written one, else at the next completed descriptor.
+        ETH_ARM = 0x3124, 4, Wo, reset 0x0, writable 0xffffffff;
+        /// Bus address of the transmit ring (2^ETH_TXQ_LOG x 16-byte rnic_eth_desc), taken
+        /// when ETH_CTRL's TX enable is set.
+        ETH_TXQ_BASE = 0x3128, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2).
+        ETH_TXQ_LOG = 0x3130, 4, Rw, reset 0x0, writable 0xf;
+        /// Transmit doorbell: the driver's producer index [15:0] (free-running; entry =
+        /// index mod ring size). Descriptors up to it hold frames to send.
+        ETH_TXQ_PI = 0x3134, 4, Rw, reset 0x0, writable 0xffff;
+        /// The device's transmit consumer index: descriptors before it are done.
+        ETH_TXQ_CI = 0x3138, 4, Ro, reset 0x0, writable 0x0;
+        /// Bus address of the receive ring, taken when ETH_CTRL's RX enable is set.
+        ETH_RXQ_BASE = 0x3140, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// log2 of the receive ring's entries.
+        ETH_RXQ_LOG = 0x3148, 4, Rw, reset 0x0, writable 0xf;
+        /// Receive doorbell: the driver's producer index [15:0]; descriptors up to it hold
+        /// empty buffers.
+        ETH_RXQ_PI = 0x314c, 4, Rw, reset 0x0, writable 0xffff;
+        /// The device's receive index: descriptors before it hold received frames.
+        ETH_RXQ_CI = 0x3150, 4, Ro, reset 0x0, writable 0x0;
     });
 }
 
@@ -290,7 +366,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010006, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010007, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.

@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010006   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010007   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -24,6 +24,7 @@
  *   1.4: Capability bits CAP_FABRIC and CAP_P2P; DMA_CTRL ENABLE clear stops every DMA not caused by a command; CMD_DEREG_MR stops messages in flight that use the MR; BAR1_APERTURE checked on its full or high-half write.
  *   1.5: Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers.
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
+ *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -44,8 +45,8 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10006: Register-contract version, major << 16 | minor. */
-#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x3f: Capability bits (CAP_*). */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10007: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7f: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
 #define RNIC_REG_NUM_VECTORS         0x0014       /* RO 32-bit, reset 0x8: Number of MSI-X vectors the function offers. */
@@ -75,10 +76,26 @@
 #define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Base address of the memory translation table (64-bit page addresses). */
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
+#define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node. */
+#define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. */
+#define ETH_MTU                      0x3110       /* RW 32-bit, reset 0x5dc: MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is refused and the register keeps its value). Frames longer than MTU + 14 are dropped both ways, and the RoCE path MTU of every QP is capped to fit it. */
+#define ETH_CTRL                     0x3114       /* RW 32-bit, reset 0x0: Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting an enable bit takes the ring's base and size and starts it at index 0; clearing it stops the ring (descriptors not done stay not done). */
+#define ETH_LINK                     0x3118       /* RO 32-bit, reset 0x0: Link state (eth::LINK_*): up while the node is attached to a segment. */
+#define ETH_SPEED                    0x311c       /* RO 32-bit, reset 0x186a0: Link speed in Mb/s, as reported to ethtool. */
+#define ETH_VECTOR                   0x3120       /* RW 32-bit, reset 0x0: MSI-X vector of the Ethernet rings. */
+#define ETH_ARM                      0x3124       /* WO 32-bit, reset 0x0: Arm the Ethernet interrupt: write rx_ci << 16 | tx_ci, the ring indices the driver has processed up to. The vector is raised once: at once if either ring's device index already differs from the written one, else at the next completed descriptor. */
+#define ETH_TXQ_BASE                 0x3128       /* RW 64-bit, reset 0x0: Bus address of the transmit ring (2^ETH_TXQ_LOG x 16-byte rnic_eth_desc), taken when ETH_CTRL's TX enable is set. */
+#define ETH_TXQ_LOG                  0x3130       /* RW 32-bit, reset 0x0: log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2). */
+#define ETH_TXQ_PI                   0x3134       /* RW 32-bit, reset 0x0: Transmit doorbell: the driver's producer index [15:0] (free-running; entry = index mod ring size). Descriptors up to it hold frames to send. */
+#define ETH_TXQ_CI                   0x3138       /* RO 32-bit, reset 0x0: The device's transmit consumer index: descriptors before it are done. */
+#define ETH_RXQ_BASE                 0x3140       /* RW 64-bit, reset 0x0: Bus address of the receive ring, taken when ETH_CTRL's RX enable is set. */
+#define ETH_RXQ_LOG                  0x3148       /* RW 32-bit, reset 0x0: log2 of the receive ring's entries. */
+#define ETH_RXQ_PI                   0x314c       /* RW 32-bit, reset 0x0: Receive doorbell: the driver's producer index [15:0]; descriptors up to it hold empty buffers. */
+#define ETH_RXQ_CI                   0x3150       /* RO 32-bit, reset 0x0: The device's receive index: descriptors before it hold received frames. */
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10006: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10007: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -156,7 +173,19 @@
 #define RNIC_STAT_NAKS_SENT          24           /* NAK packets sent (sequence, RNR, access, invalid request) */
 #define RNIC_STAT_DB_PAGE_UPDATES    25           /* producer/consumer indices taken from the doorbell page (no MMIO write) */
 #define RNIC_STAT_GUEST_ERRORS       26           /* register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range) */
-#define RNIC_STAT_COUNT              27           /* number of counters */
+#define RNIC_STAT_ETH_TX_FRAMES      27           /* frames the Ethernet port sent from the transmit ring */
+#define RNIC_STAT_ETH_TX_BYTES       28           /* bytes of those frames */
+#define RNIC_STAT_ETH_TX_ERRORS      29           /* transmit descriptors refused (frame length, DMA fault) */
+#define RNIC_STAT_ETH_RX_FRAMES      30           /* frames placed in the receive ring */
+#define RNIC_STAT_ETH_RX_BYTES       31           /* bytes of those frames */
+#define RNIC_STAT_ETH_RX_NO_BUFFER   32           /* frames for the netdev dropped: no receive buffer posted, or one too small */
+#define RNIC_STAT_ETH_RX_FILTERED    33           /* frames dropped by the MAC filter (unicast for another MAC) */
+#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized, bad IP header, RoCE fragment, UDP 4791 for another address */
+#define RNIC_STAT_ICRC_ERRORS        35           /* RoCE packets dropped for a bad ICRC */
+#define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
+#define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */
+#define RNIC_STAT_RNR_NAKS_SENT      38           /* RNR NAKs sent (a SEND found no receive WQE) */
+#define RNIC_STAT_COUNT              39           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -186,6 +215,18 @@
 	[RNIC_STAT_NAKS_SENT] = "naks_sent", \
 	[RNIC_STAT_DB_PAGE_UPDATES] = "db_page_updates", \
 	[RNIC_STAT_GUEST_ERRORS] = "guest_errors", \
+	[RNIC_STAT_ETH_TX_FRAMES] = "eth_tx_frames", \
+	[RNIC_STAT_ETH_TX_BYTES] = "eth_tx_bytes", \
+	[RNIC_STAT_ETH_TX_ERRORS] = "eth_tx_errors", \
+	[RNIC_STAT_ETH_RX_FRAMES] = "eth_rx_frames", \
+	[RNIC_STAT_ETH_RX_BYTES] = "eth_rx_bytes", \
+	[RNIC_STAT_ETH_RX_NO_BUFFER] = "eth_rx_no_buffer", \
+	[RNIC_STAT_ETH_RX_FILTERED] = "eth_rx_filtered", \
+	[RNIC_STAT_ETH_RX_ERRORS] = "eth_rx_errors", \
+	[RNIC_STAT_ICRC_ERRORS] = "icrc_errors", \
+	[RNIC_STAT_OUT_OF_SEQUENCE] = "out_of_sequence", \
+	[RNIC_STAT_DUPLICATE_REQUESTS] = "duplicate_requests", \
+	[RNIC_STAT_RNR_NAKS_SENT] = "rnr_naks_sent", \
 }
 
 /* Descriptor constants */
@@ -416,5 +457,20 @@ _Static_assert(offsetof(struct rnic_mr_ctx, access) == 28, "rnic_mr_ctx.access")
 _Static_assert(offsetof(struct rnic_mr_ctx, key) == 29, "rnic_mr_ctx.key");
 _Static_assert(offsetof(struct rnic_mr_ctx, page_shift) == 30, "rnic_mr_ctx.page_shift");
 _Static_assert(offsetof(struct rnic_mr_ctx, rsvd0) == 31, "rnic_mr_ctx.rsvd0");
+
+/* Ethernet descriptor (minor 7), an entry of the transmit or receive ring at ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` with `flags` 0, then moves the ring's producer index; the device writes `len` (receive) and then `flags`. */
+struct rnic_eth_desc {
+	__u64 addr; /* 0x00: Bus address of the frame (transmit) or of the empty buffer (receive). */
+	__u16 len; /* 0x08: Transmit: the frame's length. Receive: the buffer's size from the driver, then the received frame's length from the device. */
+	__u8 flags; /* 0x0a: eth::DESC_DONE, eth::DESC_ERR; written by the device, last. */
+	__u8 rsvd0; /* 0x0b: Reserved, 0. */
+	__u32 rsvd1; /* 0x0c: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_eth_desc) == 16, "rnic_eth_desc size");
+_Static_assert(offsetof(struct rnic_eth_desc, addr) == 0, "rnic_eth_desc.addr");
+_Static_assert(offsetof(struct rnic_eth_desc, len) == 8, "rnic_eth_desc.len");
+_Static_assert(offsetof(struct rnic_eth_desc, flags) == 10, "rnic_eth_desc.flags");
+_Static_assert(offsetof(struct rnic_eth_desc, rsvd0) == 11, "rnic_eth_desc.rsvd0");
+_Static_assert(offsetof(struct rnic_eth_desc, rsvd1) == 12, "rnic_eth_desc.rsvd1");
 
 #endif /* _UAPI_RNIC_EMU_REGS_H */

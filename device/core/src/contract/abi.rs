@@ -237,8 +237,27 @@ abi_struct!(
     }
 );
 
+abi_struct!(
+    /// Ethernet descriptor (minor 7), an entry of the transmit or receive ring at
+    /// ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` with `flags` 0, then
+    /// moves the ring's producer index; the device writes `len` (receive) and then `flags`.
+    EthDesc, "rnic_eth_desc", 16 {
+        /// Bus address of the frame (transmit) or of the empty buffer (receive).
+        addr: u64,
+        /// Transmit: the frame's length. Receive: the buffer's size from the driver, then
+        /// the received frame's length from the device.
+        len: u16,
+        /// eth::DESC_DONE, eth::DESC_ERR; written by the device, last.
+        flags: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+        /// Reserved, 0.
+        rsvd1: u32,
+    }
+);
+
 /// Every descriptor, in header order.
-pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, CqCtx::ABI, MrCtx::ABI];
+pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {

@@ -45,13 +45,30 @@ counters! {
     NaksSent, "NAK packets sent (sequence, RNR, access, invalid request)";
     DbPageUpdates, "producer/consumer indices taken from the doorbell page (no MMIO write)";
     GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
+    EthTxFrames, "frames the Ethernet port sent from the transmit ring";
+    EthTxBytes, "bytes of those frames";
+    EthTxErrors, "transmit descriptors refused (frame length, DMA fault)";
+    EthRxFrames, "frames placed in the receive ring";
+    EthRxBytes, "bytes of those frames";
+    EthRxNoBuffer, "frames for the netdev dropped: no receive buffer posted, or one too small";
+    EthRxFiltered, "frames dropped by the MAC filter (unicast for another MAC)";
+    EthRxErrors, "frames dropped as malformed: runt, oversized, bad IP header, RoCE fragment, UDP 4791 for another address";
+    IcrcErrors, "RoCE packets dropped for a bad ICRC";
+    OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
+    DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";
+    RnrNaksSent, "RNR NAKs sent (a SEND found no receive WQE)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the
 /// engine, the DMA router, the fabric port).
-#[derive(Default)]
 pub struct Stats {
     values: [AtomicU64; COUNTERS.len()],
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats { values: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
 }
 
 impl Stats {

@@ -21,11 +21,17 @@ use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MAS
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
-/// Sends packets to other nodes (the node's UDP port, in the server crate; an in-memory
+/// Sends packets to other nodes (the node's fabric port, in the server crate; an in-memory
 /// wire in tests).
 pub trait Wire: Send + Sync {
     fn address(&self) -> Ipv4Addr;
+    /// A RoCE packet of a QP to the node at `dst`.
     fn send(&self, dst: Ipv4Addr, pkt: &Packet);
+    /// A whole Ethernet frame from the netdev's transmit ring (header included, no FCS).
+    /// A wire that carries only RoCE packets (the engine's unit-test wires) drops it.
+    fn send_frame(&self, frame: &[u8]) {
+        let _ = frame;
+    }
 }
 
 /// The loopback MTU: every message fits one (IBA 9.4.1 caps a message at 2^31 bytes).
