@@ -201,6 +201,19 @@ fn dead_link_exhausts_retries_and_completes_everything_once() {
     assert!(s0["timeouts"].as_u64().unwrap() >= 4, "{s0}");
 }
 
+/// The captured frames of a pcap file, whole.
+fn pcap_frames(path: &Path) -> Vec<Vec<u8>> {
+    let b = std::fs::read(path).unwrap();
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= b.len() {
+        let incl = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
+        out.push(b[at + 16..at + 16 + incl].to_vec());
+        at += 16 + incl;
+    }
+    out
+}
+
 /// The captured packets of a pcap file: (IPv4 header, UDP header, UDP payload).
 fn pcap_packets(path: &Path) -> Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> {
     let b = std::fs::read(path).unwrap();
@@ -265,6 +278,7 @@ fn capture_decodes_and_every_icrc_checks_independently() {
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
     write(&mut p, 0, 0, 64, 3, true);
     assert_eq!(p.h[0].wait(1, Duration::from_secs(10)).unwrap().status, WC_SUCCESS);
+    let ips = p.ips;
     drop(p); // the servers end; their captures are complete
     let dir = tmp.path().to_path_buf();
     let mut total = 0;
@@ -290,6 +304,22 @@ fn capture_decodes_and_every_icrc_checks_independently() {
         }
     }
     assert!(total >= 16);
+    // The captures hold the frames as they crossed the segment: every frame is from one
+    // port's MAC to the other's, and each node's capture holds, byte for byte, the frames
+    // of the other's (each capture has both directions: what the node sent and received).
+    let macs = ips.map(|ip| [&[0x02, 0xe1][..], &ip.octets()[..]].concat());
+    let frames = [pcap_frames(&dir.join("node0.pcap")), pcap_frames(&dir.join("node1.pcap"))];
+    for (node, fs) in frames.iter().enumerate() {
+        for f in fs {
+            let (dst, src) = (&f[0..6], &f[6..12]);
+            assert!((dst == macs[0] && src == macs[1]) || (dst == macs[1] && src == macs[0]), "node{node}: frame {:02x?} -> {:02x?}", src, dst);
+        }
+    }
+    let mut a = frames[0].clone();
+    let mut b = frames[1].clone();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "both ends captured the same frames");
 }
 
 #[test]

@@ -50,9 +50,13 @@ enum Cmd {
         /// Back GPU memory with files <dir>/<node>-<gpu>.bar1 (inspectable) instead of memfds.
         #[arg(long)]
         gpu_mem_dir: Option<PathBuf>,
-        /// Write every fabric packet sent and received to this pcap file.
+        /// Write every frame the node's port sends and receives to this pcap file.
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
+        /// The L2 segment to join: GROUP:PORT[@INTERFACE-ADDRESS], an IPv4 multicast group
+        /// (default: one derived from the topology's name, on 127.0.0.1; docs/fabric.md).
+        #[arg(long, value_name = "GROUP:PORT")]
+        segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     },
     /// Boot a node of a topology, run a shell command in the guest as root, print its output
     /// and exit with its exit code (2: bad arguments or configuration, 125: rnic-emu itself
@@ -182,7 +186,7 @@ fn main() -> ExitCode {
 
 fn real_main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
-        Cmd::Serve { at, gpu_mem_dir, pcap } => {
+        Cmd::Serve { at, gpu_mem_dir, pcap, segment } => {
             let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
             checks::socket_dir(&at.socket_dir)?;
             if let Some(dir) = &gpu_mem_dir {
@@ -191,7 +195,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
             if let Some(f) = &pcap {
                 checks::output_file("--pcap", f)?;
             }
-            serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap })?;
+            serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap, segment })?;
         }
         Cmd::Run(args) => return run_cli::run(args),
         Cmd::QemuArgs { at } => {

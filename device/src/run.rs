@@ -36,6 +36,7 @@ const EXIT_MARKER: &[u8] = b"@@RNIC-EMU-EXIT@@ ";
 /// Set by the Ctrl-C handler of the binary; a running `run` then cleans up and stops.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+#[derive(Clone)]
 pub struct RunOptions {
     pub topology: PathBuf,
     /// (node name or index, guest command) for every node that runs something. One entry:
@@ -61,6 +62,8 @@ pub struct RunOptions {
     /// Write every fabric packet of every node to `<prefix>` (one node) or
     /// `<prefix>.<node>` (several).
     pub pcap: Option<PathBuf>,
+    /// The fabric segment the nodes join (None: one of the run's own, on loopback).
+    pub segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     /// Record every node's MMIO/DMA trace to this file (JSON lines).
     pub trace_file: Option<PathBuf>,
 }
@@ -326,6 +329,9 @@ fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, com
     if let Some(dir) = &opts.gpu_mem_dir {
         server_cmd.arg("--gpu-mem-dir").arg(dir);
     }
+    if let Some(seg) = &opts.segment {
+        server_cmd.arg("--segment").arg(seg.to_string());
+    }
     if let Some(prefix) = &opts.pcap {
         let file = if opts.commands.len() > 1 { PathBuf::from(format!("{}.{}", prefix.display(), node.name)) } else { prefix.clone() };
         server_cmd.arg("--pcap").arg(file);
@@ -434,6 +440,17 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     if targets.is_empty() {
         bail!("no guest command given");
     }
+    // A segment of this run's own unless one is given: held until the run ends.
+    let mut own = opts.clone();
+    let _segment_hold = match (opts.segment, topo.nodes.len() > 1) {
+        (None, true) => {
+            let (seg, hold) = rnic_emu_server::fabric::segment::reserve(std::net::Ipv4Addr::LOCALHOST).context("reserving the run's fabric segment")?;
+            own.segment = Some(seg);
+            Some(hold)
+        }
+        _ => None,
+    };
+    let opts = &own;
     let workdir = tempfile::Builder::new().prefix("rnic-emu-run-").tempdir()?;
     let wd = workdir.path().to_path_buf();
     let kv = Arc::new(KvStore::default());

@@ -45,9 +45,13 @@ pub struct RunArgs {
     /// After the command, write the device counters as the server saw them (JSON) here.
     #[arg(long)]
     stats: Option<PathBuf>,
-    /// Capture every fabric packet (pcap; with several nodes: FILE.<node> each).
+    /// Capture every frame of the nodes' ports (pcap; with several nodes: FILE.<node> each).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Join this L2 segment (GROUP:PORT[@INTERFACE-ADDRESS]) instead of one of the run's
+    /// own: to put plain QEMU guests or another run on the same segment (docs/fabric.md).
+    #[arg(long, value_name = "GROUP:PORT")]
+    segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     /// Record every node's MMIO/DMA trace (register accesses and DMAs) to FILE as JSON
     /// lines (docs/trace.md).
     #[arg(long, value_name = "FILE")]
@@ -72,8 +76,24 @@ impl RunArgs {
     /// Checks every option (topology, nodes, output files) and resolves the topology file
     /// (`default_file` keeps the embedded default alive for the run).
     fn options(self, default_file: &mut Option<tempfile::NamedTempFile>) -> anyhow::Result<(run::RunOptions, Prepare)> {
-        let RunArgs { topology, node, timeout, boot_timeout, boot_attempts, netns, no_build, no_driver, gpu_mem_dir, keep, stats, pcap, trace, on, command } =
-            self;
+        let RunArgs {
+            topology,
+            node,
+            timeout,
+            boot_timeout,
+            boot_attempts,
+            netns,
+            no_build,
+            no_driver,
+            gpu_mem_dir,
+            keep,
+            stats,
+            pcap,
+            segment,
+            trace,
+            on,
+            command,
+        } = self;
         let mut commands: Vec<(String, String)> = on.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
         match (commands.is_empty(), command.is_empty()) {
             (true, false) => commands.push((node, command.join(" "))),
@@ -118,6 +138,7 @@ impl RunArgs {
             keep_workdir: keep,
             stats_file: stats,
             pcap,
+            segment,
             trace_file: trace,
         };
         Ok((opts, Prepare { build_image: !no_build, netns }))

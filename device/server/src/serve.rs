@@ -13,6 +13,7 @@
 
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
 use crate::fabric::port::{self, FabricPort};
+use crate::fabric::segment::{self, SegmentAddr};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
 use rnic_emu_core::gpu::Gpu;
@@ -38,6 +39,16 @@ pub struct ServeOptions {
     pub gpu_mem_dir: Option<PathBuf>,
     /// Capture the node's fabric traffic to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// The L2 segment the node's port joins (None: [`default_segment`] of the topology).
+    pub segment: Option<SegmentAddr>,
+}
+
+/// The segment of a topology's nodes when none is given: the default group, on loopback,
+/// at a port derived from the topology's name (46000..=49999). `rnic-emu run` gives every
+/// run a segment of its own instead, so that two runs of one topology stay apart.
+pub fn default_segment(topo: &Topology) -> SegmentAddr {
+    let hash = topo.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    SegmentAddr { group: segment::DEFAULT_GROUP, port: 46000 + (hash % 4000) as u16, interface: std::net::Ipv4Addr::LOCALHOST }
 }
 
 /// A node's functions, built from its description, before serving, with the engines and
@@ -84,13 +95,14 @@ impl NodeDevices {
             let peers = gpus.iter().map(|(g, w)| Peer { window: w.clone(), path: node.p2p_path(dev, g) }).collect();
             // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
             let address = (topo.nodes.len() > 1).then(|| topo.address(index));
+            let segment = opts.segment.unwrap_or_else(|| default_segment(topo));
             let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
             anyhow::ensure!(rnic.trace_into(io.clone()), "the RNIC's router is already shared");
             rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
-                    FabricPort::bind(a, &node.faults, opts.pcap.as_deref(), rnic.stats_block())
-                        .map_err(|e| anyhow::anyhow!("binding the fabric port {a}:4791: {e}"))?,
+                    FabricPort::bind(a, segment, &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                        .map_err(|e| anyhow::anyhow!("joining the fabric segment {segment}: {e}"))?,
                 )),
                 None => None,
             };

@@ -431,11 +431,11 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts node 0 of `topology` and waits (10 s at most) for its sockets.
     pub fn start(bin: &Path, topology: &Path, socket_dir: &Path, gpu_mem_dir: Option<&Path>) -> anyhow::Result<ServerProcess> {
-        Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir, None)
+        Self::start_node(bin, topology, "node0", socket_dir, gpu_mem_dir, None, None)
     }
 
-    /// Starts node `node` of `topology` (capturing its fabric traffic to `pcap` if given)
-    /// and waits (10 s at most) for its sockets.
+    /// Starts node `node` of `topology` (capturing its fabric traffic to `pcap` if given,
+    /// on `segment` if given) and waits (10 s at most) for its sockets.
     pub fn start_node(
         bin: &Path,
         topology: &Path,
@@ -443,9 +443,13 @@ impl ServerProcess {
         socket_dir: &Path,
         gpu_mem_dir: Option<&Path>,
         pcap: Option<&Path>,
+        segment: Option<&str>,
     ) -> anyhow::Result<ServerProcess> {
         let mut cmd = Command::new(bin);
         cmd.arg("serve").arg("--topology").arg(topology).arg("--node").arg(node).arg("--socket-dir").arg(socket_dir);
+        if let Some(s) = segment {
+            cmd.arg("--segment").arg(s);
+        }
         if let Some(p) = pcap {
             cmd.arg("--pcap").arg(p);
         }
@@ -510,6 +514,10 @@ pub fn place_gpu_bar1(sock: &Path, addr: u64) -> anyhow::Result<Client> {
 pub struct NodePair {
     pub h: [HostDriver; 2],
     pub servers: [ServerProcess; 2],
+    /// The pair's segment (`GROUP:PORT@INTERFACE`), of its own.
+    pub segment: String,
+    /// Holds the segment's port for as long as the pair lives.
+    pub segment_hold: std::net::UdpSocket,
     pub ips: [std::net::Ipv4Addr; 2],
     pub buf: [u64; 2],
     pub key: [u32; 2],
@@ -540,12 +548,14 @@ impl NodePair {
         }
         let tfile = dir.join("pair.toml");
         std::fs::write(&tfile, topo)?;
+        let (seg, segment_hold) = rnic_emu_server::fabric::segment::reserve(std::net::Ipv4Addr::LOCALHOST)?;
+        let segment = seg.to_string();
         let mut servers = Vec::new();
         for i in 0..2 {
             let sock = dir.join(format!("n{i}"));
             std::fs::create_dir_all(&sock)?;
             let pcap = o.capture.then(|| dir.join(format!("node{i}.pcap")));
-            servers.push(ServerProcess::start_node(bin, &tfile, &format!("node{i}"), &sock, None, pcap.as_deref())?);
+            servers.push(ServerProcess::start_node(bin, &tfile, &format!("node{i}"), &sock, None, pcap.as_deref(), Some(&segment))?);
         }
         let mut h = Vec::new();
         let (mut buf, mut key) = ([0; 2], [0; 2]);
@@ -573,7 +583,7 @@ impl NodePair {
         }
         let h: [HostDriver; 2] = h.try_into().map_err(|_| anyhow::anyhow!("two drivers"))?;
         let servers: [ServerProcess; 2] = servers.try_into().map_err(|_| anyhow::anyhow!("two servers"))?;
-        Ok(NodePair { h, servers, ips: o.ips, buf, key })
+        Ok(NodePair { h, servers, segment, segment_hold, ips: o.ips, buf, key })
     }
 
     /// Posts an RDMA WRITE of `len` bytes at `off` of node `from`'s buffer to the same

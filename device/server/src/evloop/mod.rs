@@ -34,7 +34,7 @@
 mod wakeups;
 
 use crate::fabric::batch::BATCH;
-use crate::fabric::port::FabricPort;
+use crate::fabric::port::{FabricPort, Rx};
 use event_manager::{EventManager, SubscriberOps};
 use rnic_emu_core::gpu;
 use rnic_emu_core::gpu::engine::{Launch, Runner};
@@ -176,7 +176,12 @@ impl LoopWork for NodeEngines {
             }
             if let Some(port) = port {
                 for _ in 0..RX_BATCHES {
-                    let n = port_guarded(runner, router, "the fabric port's receive", |d| port.receive(&mut |from, pkt| d.on_packet(&view, from, pkt)));
+                    let n = port_guarded(runner, router, "the fabric port's receive", |d| {
+                        port.receive(&mut |rx| match rx {
+                            Rx::Roce(from, pkt) => d.on_packet(&view, from, pkt),
+                            Rx::Frame(_) => {}
+                        })
+                    });
                     active |= n.unwrap_or(0) > 0;
                     if n.is_none_or(|n| n < BATCH) {
                         break;
@@ -225,7 +230,7 @@ impl LoopWork for NodeEngines {
     }
 
     fn socket_fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.engines.iter().filter_map(|e| e.port.as_ref().map(|p| p.raw_fd())).collect()
+        self.engines.iter().filter_map(|e| e.port.as_ref()).flat_map(|p| p.raw_fds()).collect()
     }
 }
 

@@ -1,6 +1,6 @@
 //! Batched datagram I/O for the fabric port: `sendmmsg(2)` and `recvmmsg(2)` on a UDP
 //! socket (through the `libc` crate), and a pool of datagram buffers so that the hot path
-//! allocates nothing per packet. Only IPv4 peers exist on the fabric; anything else a
+//! allocates nothing per frame. The segment is IPv4 multicast (docs/fabric.md); anything else a
 //! receive returns is reported with no address.
 
 use std::io;
@@ -9,9 +9,9 @@ use std::os::fd::RawFd;
 
 /// Datagrams one system call moves at most.
 pub const BATCH: usize = 32;
-/// Receive buffer size: the largest RoCEv2 packet the engine sends (4096-byte MTU plus
-/// headers, pad and ICRC) fits with room; a longer datagram is reported as truncated.
-pub const RX_BUF: usize = 8192;
+/// Receive buffer size: the largest frame of the port (a 9000-byte MTU plus the Ethernet
+/// header) fits with room; a longer datagram is reported as truncated.
+pub const RX_BUF: usize = 9216;
 /// Buffers a pool keeps for reuse; more are freed when returned.
 const POOL_KEEP: usize = 256;
 

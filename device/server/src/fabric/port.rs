@@ -1,19 +1,25 @@
-//! A node's attachment to the fabric: a UDP socket on `address:4791`, fault injection per
-//! direction (seeded, so failures reproduce) and optional capture. Sending queues encoded
-//! datagrams in pooled buffers until the node's event loop flushes them (`sendmmsg`);
-//! receiving takes a batch (`recvmmsg`) when the loop sees the socket readable, and
-//! decodes and checks every datagram into one reused packet before the engine sees it.
-//! The port owns no thread.
+//! A node's attachment to the fabric: its port on an L2 segment ([`super::segment`]),
+//! fault injection per direction (seeded, so failures reproduce) and optional capture of
+//! the frames as they are on the segment. Sending builds whole Ethernet frames (RoCEv2
+//! packets of the verbs engine, frames of the netdev's transmit ring) in pooled buffers
+//! and queues them until the node's event loop flushes them (`sendmmsg`); receiving takes
+//! a batch (`recvmmsg`) from each of the segment's sockets when the loop sees one readable,
+//! and sorts every frame as a NIC's receive path does: malformed (dropped, counted), for
+//! another MAC (filtered), RoCE for this port (decoded and checked into one reused packet
+//! for the engine), or anything else for the netdev. The port owns no thread.
 
-use super::batch::{send_batch, Pool, RecvBatch, BATCH, RX_BUF};
+use super::batch::{send_batch, Pool, RecvBatch, BATCH};
 use super::pcap::PcapWriter;
+use super::segment::{Segment, SegmentAddr};
 use rnic_emu_core::contract::counters::{Counter, Stats};
 use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
-use rnic_emu_core::rnic::fabric::packet::{Endpoints, Packet, ROCE_UDP_PORT};
+use rnic_emu_core::regs::rnic::eth;
+use rnic_emu_core::rnic::fabric::frame::{classify, decode_roce, encode_roce, is_group, mac_of_ipv4, FrameError, Kind, Mac, RoceAddr, DEFAULT_TTL, ETH_HLEN};
+use rnic_emu_core::rnic::fabric::packet::{Packet, PacketError};
 use rnic_emu_core::rnic::verbs::transport::Wire;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -61,39 +67,16 @@ impl FaultState {
     }
 }
 
-/// Asks for 32 MiB socket buffers (beyond rmem_max/wmem_max when allowed: root), so that a
-/// burst of read responses is not lost on loopback; falls back to what the kernel grants.
-fn enlarge_buffers(socket: &UdpSocket) {
-    let size: libc::c_int = 32 << 20;
-    for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
-        for opt in [force, plain] {
-            // SAFETY: setsockopt on our own socket with a pointer to a live c_int and its size.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                break;
-            }
-        }
-    }
-}
-
-/// Transmit side: faults, the datagrams queued since the last flush, free buffers.
+/// Transmit side: faults, the frames queued since the last flush, free buffers.
 struct TxState {
     faults: FaultState,
     queue: Vec<(SocketAddrV4, Vec<u8>)>,
     pool: Pool,
-    /// Scratch for the fault decisions of one datagram.
+    /// Scratch for the fault decisions of one frame.
     out: Vec<Vec<u8>>,
 }
 
-/// Receive side: faults, the batch buffers and the packet every datagram decodes into.
+/// Receive side: faults, the batch buffers and the packet every RoCE frame decodes into.
 struct RxState {
     faults: FaultState,
     batch: RecvBatch,
@@ -102,27 +85,50 @@ struct RxState {
     pkt: Packet,
 }
 
-/// Datagrams queued before `send` flushes by itself (the event loop flushes after every
+/// Frames queued before `send` flushes by itself (the event loop flushes after every
 /// engine pass; this bounds what one long pass holds back).
 const MAX_QUEUED: usize = 4 * BATCH;
 
+/// The largest frame the port takes from the segment: the largest MTU plus the Ethernet
+/// header.
+const MAX_FRAME: usize = eth::MAX_MTU as usize + ETH_HLEN;
+
+/// What a received frame is for.
+pub enum Rx<'a> {
+    /// A RoCEv2 packet for this port, from the node at this address.
+    Roce(Ipv4Addr, &'a Packet),
+    /// A frame for the netdev (ARP, IP, anything not RoCE for this port).
+    Frame(&'a [u8]),
+}
+
 pub struct FabricPort {
     pub address: Ipv4Addr,
-    socket: UdpSocket,
+    /// This port's MAC: the receive filter and the source of its RoCE frames.
+    pub mac: Mac,
+    segment: Segment,
     tx: Mutex<TxState>,
     rx: Mutex<RxState>,
     pcap: Option<Mutex<PcapWriter>>,
     stats: Arc<Stats>,
+    /// Frames to this port's own MAC: turned around inside the port, as a NIC loops back
+    /// frames to itself, and received on the next [`FabricPort::receive`].
+    hairpin: Mutex<Vec<Vec<u8>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// UDP source port of a QP's packets: RoCEv2 leaves it to the sender for flow entropy;
+/// one per destination QP, in the dynamic range (as rxe and real NICs do).
+fn flow_port(dest_qp: u32) -> u16 {
+    0xc000 | (dest_qp.wrapping_mul(0x9e37_79b9) >> 18) as u16
+}
+
 impl FabricPort {
-    pub fn bind(address: Ipv4Addr, faults: &NodeFaults, pcap: Option<&Path>, stats: Arc<Stats>) -> std::io::Result<FabricPort> {
-        let socket = UdpSocket::bind(SocketAddrV4::new(address, ROCE_UDP_PORT))?;
-        enlarge_buffers(&socket);
+    /// Joins `segment` as the port of the RNIC at `address` (its MAC: [`mac_of_ipv4`]).
+    pub fn bind(address: Ipv4Addr, segment: SegmentAddr, faults: &NodeFaults, pcap: Option<&Path>, stats: Arc<Stats>) -> std::io::Result<FabricPort> {
+        let segment = Segment::join(segment)?;
         let pcap = pcap.map(PcapWriter::create).transpose()?.map(Mutex::new);
         let tx = TxState { faults: FaultState::new(faults.tx, faults.seed), queue: Vec::new(), pool: Pool::default(), out: Vec::new() };
         let rx = RxState {
@@ -132,12 +138,17 @@ impl FabricPort {
             out: Vec::new(),
             pkt: Packet::default(),
         };
-        Ok(FabricPort { address, socket, tx: Mutex::new(tx), rx: Mutex::new(rx), pcap, stats })
+        Ok(FabricPort { address, mac: mac_of_ipv4(address), segment, tx: Mutex::new(tx), rx: Mutex::new(rx), pcap, stats, hairpin: Mutex::new(Vec::new()) })
     }
 
-    /// The socket, for the event loop to wait on (readable: datagrams to receive).
-    pub fn raw_fd(&self) -> RawFd {
-        self.socket.as_raw_fd()
+    /// The segment's sockets, for the event loop to wait on (readable: frames to receive).
+    pub fn raw_fds(&self) -> [RawFd; 2] {
+        self.segment.fds()
+    }
+
+    /// Where the port is plugged in.
+    pub fn segment(&self) -> SegmentAddr {
+        self.segment.addr
     }
 
     /// Changes the faults at run time (control socket).
@@ -150,43 +161,69 @@ impl FabricPort {
         }
     }
 
-    fn capture(&self, ep: &Endpoints, data: &[u8]) {
+    fn capture(&self, frame: &[u8]) {
         if let Some(p) = &self.pcap {
-            if let Err(e) = lock(p).packet(ep, data) {
+            if let Err(e) = lock(p).frame(frame) {
                 log::warn!("pcap: {e}");
             }
         }
     }
 
-    /// Queues a packet for the RNIC at `dst` (through the transmit faults); it leaves with
-    /// the next [`FabricPort::flush`]. A configured delay is waited here, as a slow link.
+    /// Queues a RoCE packet for the RNIC at `dst` (through the transmit faults); it leaves
+    /// with the next [`FabricPort::flush`]. A configured delay is waited here, as a slow link.
     pub fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
-        let ep = Endpoints { src: self.address, dst, src_port: ROCE_UDP_PORT };
-        let to = SocketAddrV4::new(dst, ROCE_UDP_PORT);
+        let addr = RoceAddr {
+            dst_mac: mac_of_ipv4(dst),
+            src_mac: self.mac,
+            src_ip: IpAddr::V4(self.address),
+            dst_ip: IpAddr::V4(dst),
+            src_port: flow_port(pkt.bth.dest_qp),
+            tclass: 0,
+            ttl: DEFAULT_TTL,
+        };
+        let mut data = lock(&self.tx).pool.take();
+        encode_roce(&addr, pkt, &mut data);
+        self.queue_frame(data, true);
+    }
+
+    /// Queues a frame of the netdev's transmit ring (already checked by the device).
+    pub fn send_frame(&self, frame: &[u8]) {
+        let mut data = lock(&self.tx).pool.take();
+        data.extend_from_slice(frame);
+        self.queue_frame(data, false);
+    }
+
+    fn queue_frame(&self, data: Vec<u8>, roce: bool) {
         let delay = lock(&self.tx).faults.cfg.delay_us;
         if delay > 0 {
             std::thread::sleep(Duration::from_micros(delay));
         }
         let mut tx = lock(&self.tx);
-        let TxState { faults, queue, pool, out } = &mut *tx;
-        let mut data = pool.take();
-        pkt.encode_into(&ep, &mut data);
+        let TxState { faults, queue, out, .. } = &mut *tx;
         if faults.passes_all() {
             out.push(data);
         } else {
             faults.apply(data, out);
         }
         for d in out.drain(..) {
-            self.capture(&ep, &d);
-            self.stats.inc(Counter::PktsSent);
-            queue.push((to, d));
+            self.capture(&d);
+            if roce {
+                self.stats.inc(Counter::PktsSent);
+            }
+            let mut dst = [0u8; 6];
+            dst.copy_from_slice(&d[..6]);
+            if dst == self.mac {
+                lock(&self.hairpin).push(d);
+                continue;
+            }
+            queue.push((self.segment.destination(&dst), d));
         }
         if queue.len() >= MAX_QUEUED {
             self.flush_locked(&mut tx);
         }
     }
 
-    /// Sends everything queued (`sendmmsg`, up to [`BATCH`] datagrams a call).
+    /// Sends everything queued (`sendmmsg`, up to [`BATCH`] frames a call).
     pub fn flush(&self) {
         let mut tx = lock(&self.tx);
         if !tx.queue.is_empty() {
@@ -195,11 +232,11 @@ impl FabricPort {
     }
 
     fn flush_locked(&self, tx: &mut TxState) {
-        let (sent, err) = send_batch(self.socket.as_raw_fd(), &tx.queue);
+        let (sent, err) = send_batch(self.segment.send_fd(), &tx.queue);
         if let Some(e) = err {
             // As a lossy link: the transport retransmits what did not leave.
             let (dst, _) = tx.queue[sent];
-            log::debug!("fabric send to {}: {e}; {} datagrams dropped", dst.ip(), tx.queue.len() - sent);
+            log::debug!("fabric send to {dst}: {e}; {} frames dropped", tx.queue.len() - sent);
         }
         let TxState { queue, pool, .. } = tx;
         for (_, d) in queue.drain(..) {
@@ -207,58 +244,104 @@ impl FabricPort {
         }
     }
 
-    /// Receives what the socket holds now, without waiting (one batch of at most
-    /// [`BATCH`] datagrams), handing every accepted packet to `deliver`. Returns how many
-    /// datagrams it took from the socket.
-    pub fn receive(&self, deliver: &mut dyn FnMut(Ipv4Addr, &Packet)) -> usize {
+    /// Receives what the segment's sockets hold now, without waiting (one batch of at
+    /// most [`BATCH`] frames from each), handing every accepted frame to `deliver`.
+    /// Returns how many frames it took from the sockets.
+    pub fn receive(&self, deliver: &mut dyn FnMut(Rx<'_>)) -> usize {
         let mut rx = lock(&self.rx);
         let RxState { faults, batch, pool, out, pkt } = &mut *rx;
-        let n = match batch.recv(self.socket.as_raw_fd()) {
-            Ok(n) => n,
-            Err(e) => {
-                log::warn!("fabric receive: {e}");
-                return 0;
-            }
-        };
-        for i in 0..n {
-            let Some((Some(from), data, truncated)) = batch.get(i) else { continue };
-            let ep = Endpoints { src: *from.ip(), dst: self.address, src_port: from.port() };
-            if truncated {
-                self.stats.inc(Counter::PktsDropped);
-                rnic_emu_core::guest_warn!("fabric: dropped a datagram from {from} longer than {RX_BUF} bytes");
-                continue;
-            }
-            if faults.passes_all() {
-                self.capture(&ep, data);
-                self.accept(&ep, data, pkt, deliver);
-                continue;
-            }
-            let mut copy = pool.take();
-            copy.extend_from_slice(data);
-            faults.apply(copy, out);
-            for d in out.drain(..) {
-                self.capture(&ep, &d);
-                self.accept(&ep, &d, pkt, deliver);
-                pool.put(d);
+        let turned = std::mem::take(&mut *lock(&self.hairpin));
+        let mut total = turned.len();
+        for d in turned {
+            self.accept(None, &d, pkt, deliver);
+            pool.put(d);
+        }
+        for fd in self.segment.fds() {
+            let n = match batch.recv(fd) {
+                Ok(n) => n,
+                Err(e) => {
+                    log::warn!("fabric receive: {e}");
+                    continue;
+                }
+            };
+            total += n;
+            for i in 0..n {
+                let Some((Some(from), data, truncated)) = batch.get(i) else { continue };
+                if self.segment.is_own(&from) {
+                    continue; // the group's copy of a frame this port sent
+                }
+                if truncated || data.len() > MAX_FRAME {
+                    self.stats.inc(Counter::EthRxErrors);
+                    rnic_emu_core::guest_warn!("fabric: dropped a frame from {from} longer than {MAX_FRAME} bytes");
+                    continue;
+                }
+                if faults.passes_all() {
+                    self.accept(Some(from), data, pkt, deliver);
+                    continue;
+                }
+                let mut copy = pool.take();
+                copy.extend_from_slice(data);
+                faults.apply(copy, out);
+                for d in out.drain(..) {
+                    self.accept(Some(from), &d, pkt, deliver);
+                    pool.put(d);
+                }
             }
         }
-        n
+        total
     }
 
-    /// Decodes and delivers one datagram. What the engine queued in answer (an ACK, a
-    /// READ response) leaves right away: the peer's window must not wait for the rest of
-    /// the batch.
-    fn accept(&self, ep: &Endpoints, data: &[u8], pkt: &mut Packet, deliver: &mut dyn FnMut(Ipv4Addr, &Packet)) {
-        match pkt.decode_into(data, ep) {
-            Ok(()) => {
-                deliver(ep.src, pkt);
-                self.flush();
-            }
+    /// Sorts one received frame (`from`: the member that sent it; None: turned around in
+    /// this port). What the engine queued in answer to a RoCE packet (an
+    /// ACK, a READ response) leaves right away: the peer's window must not wait for the
+    /// rest of the batch.
+    fn accept(&self, from: Option<SocketAddrV4>, data: &[u8], pkt: &mut Packet, deliver: &mut dyn FnMut(Rx<'_>)) {
+        if from.is_some() {
+            self.capture(data); // a turned-around frame was captured as it left
+        }
+        let c = match classify(data) {
+            Ok(c) => c,
             Err(e) => {
-                self.stats.inc(Counter::PktsDropped);
-                log::debug!("fabric: dropped a packet from {}:{}: {e}", ep.src, ep.src_port);
+                self.stats.inc(Counter::EthRxErrors);
+                if matches!(e, FrameError::Fragment) {
+                    self.stats.inc(Counter::PktsDropped);
+                }
+                let src = from.map_or("this port".to_string(), |f| f.to_string());
+                rnic_emu_core::guest_warn!("fabric: dropped a frame from {src}: {e}");
+                return;
+            }
+        };
+        if let Some(from) = from {
+            self.segment.learn(&c.src_mac, from);
+        }
+        let for_us = c.dst_mac == self.mac;
+        if !for_us && !is_group(&c.dst_mac) {
+            self.stats.inc(Counter::EthRxFiltered);
+            return;
+        }
+        if let (true, Kind::Roce { addr, l3, payload }) = (for_us, &c.kind) {
+            if addr.dst_ip == IpAddr::V4(self.address) {
+                let IpAddr::V4(src) = addr.src_ip else {
+                    self.stats.inc(Counter::PktsDropped);
+                    return;
+                };
+                match decode_roce(data, *l3, payload, pkt) {
+                    Ok(()) => {
+                        deliver(Rx::Roce(src, pkt));
+                        self.flush();
+                    }
+                    Err(e) => {
+                        self.stats.inc(Counter::PktsDropped);
+                        if matches!(e, PacketError::Icrc { .. }) {
+                            self.stats.inc(Counter::IcrcErrors);
+                        }
+                        log::debug!("fabric: dropped a packet from {src}:{}: {e}", addr.src_port);
+                    }
+                }
+                return;
             }
         }
+        deliver(Rx::Frame(data));
     }
 }
 
@@ -269,6 +352,10 @@ impl Wire for FabricPort {
 
     fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
         FabricPort::send(self, dst, pkt)
+    }
+
+    fn send_frame(&self, frame: &[u8]) {
+        FabricPort::send_frame(self, frame)
     }
 }
 
@@ -297,64 +384,128 @@ mod tests {
     use super::*;
     use rnic_emu_core::rnic::fabric::packet::{op, Bth};
 
-    /// Two ports on loopback addresses of this test process and test (`test`: a number
-    /// per test; port 4791 is fixed).
-    fn two_ports(test: u8, tx: WireFaults, rx: WireFaults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>) {
-        let pid = std::process::id();
-        let ip = |host| Ipv4Addr::new(127, 200 + (pid % 50) as u8, ((pid / 50) % 250) as u8, host);
+    /// Two ports on a segment of their own.
+    fn two_ports(tx: WireFaults, rx: WireFaults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>, std::net::UdpSocket) {
+        let (seg, hold) = super::super::segment::reserve(Ipv4Addr::LOCALHOST).unwrap();
         let stats = Arc::new(Stats::default());
-        let a = FabricPort::bind(ip(2 * test + 1), &NodeFaults { tx, rx: WireFaults::default(), seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
-        let b = FabricPort::bind(ip(2 * test + 2), &NodeFaults { tx: WireFaults::default(), rx, seed, pcie: Vec::new() }, None, stats.clone()).unwrap();
-        (a, b, stats)
+        let a = FabricPort::bind(Ipv4Addr::new(10, 0, 0, 1), seg, &NodeFaults { tx, rx: WireFaults::default(), seed, pcie: Vec::new() }, None, stats.clone())
+            .unwrap();
+        let b = FabricPort::bind(Ipv4Addr::new(10, 0, 0, 2), seg, &NodeFaults { tx: WireFaults::default(), rx, seed, pcie: Vec::new() }, None, stats.clone())
+            .unwrap();
+        (a, b, stats, hold)
     }
 
     fn packet(psn: u32) -> Packet {
         Packet { bth: Bth { opcode: op::SEND_ONLY, dest_qp: 3, psn, ..Default::default() }, payload: vec![psn as u8; 1000], ..Default::default() }
     }
 
-    /// Everything `b` receives within a second of the last datagram.
-    fn drain(b: &FabricPort) -> Vec<Packet> {
-        let mut got = Vec::new();
+    /// Everything `b` receives within a second of the last frame: RoCE packets and frames.
+    fn drain(b: &FabricPort) -> (Vec<Packet>, Vec<Vec<u8>>) {
+        let (mut got, mut frames) = (Vec::new(), Vec::new());
         let mut quiet = std::time::Instant::now();
         while quiet.elapsed() < Duration::from_secs(1) {
-            if b.receive(&mut |_, p| got.push(p.clone())) > 0 {
+            let n = b.receive(&mut |rx| match rx {
+                Rx::Roce(_, p) => got.push(p.clone()),
+                Rx::Frame(f) => frames.push(f.to_vec()),
+            });
+            if n > 0 {
                 quiet = std::time::Instant::now();
             }
         }
-        got
+        (got, frames)
+    }
+
+    fn count(stats: &Stats, c: Counter) -> u64 {
+        stats.get(c)
     }
 
     #[test]
     fn batched_round_trip_keeps_order_and_the_seeded_faults() {
         let tx = WireFaults { drop: 0.1, duplicate: 0.05, reorder: 0.05, corrupt: 0.0, delay_us: 0 };
         let rx = WireFaults { drop: 0.05, corrupt: 0.05, ..WireFaults::default() };
-        let (a, b, stats) = two_ports(0, tx, rx, 9);
+        let (a, b, stats, _hold) = two_ports(tx, rx, 9);
         for psn in 0..300 {
             a.send(b.address, &packet(psn));
         }
         a.flush();
-        let got: Vec<u32> = drain(&b).iter().map(|p| p.bth.psn).collect();
-        // The same decisions, taken on the datagrams one by one without the port.
-        let ep = Endpoints { src: a.address, dst: b.address, src_port: ROCE_UDP_PORT };
+        let got: Vec<u32> = drain(&b).0.iter().map(|p| p.bth.psn).collect();
+        // The same decisions, taken on the frames one by one without the port.
         let (mut ftx, mut frx) = (FaultState::new(tx, 9), FaultState::new(rx, 9 ^ 0x5eed));
         let (mut sent, mut delivered) = (Vec::new(), Vec::new());
-        (0..300).for_each(|psn| ftx.apply(packet(psn).encode(&ep), &mut sent));
+        for psn in 0..300 {
+            let addr = RoceAddr {
+                dst_mac: b.mac,
+                src_mac: a.mac,
+                src_ip: IpAddr::V4(a.address),
+                dst_ip: IpAddr::V4(b.address),
+                src_port: flow_port(3),
+                tclass: 0,
+                ttl: DEFAULT_TTL,
+            };
+            let mut f = Vec::new();
+            encode_roce(&addr, &packet(psn), &mut f);
+            ftx.apply(f, &mut sent);
+        }
         sent.into_iter().for_each(|d| frx.apply(d, &mut delivered));
-        let expect: Vec<u32> = delivered.iter().filter_map(|d| Packet::decode(d, &ep).ok()).map(|p| p.bth.psn).collect();
+        let decode = |f: &Vec<u8>| {
+            let c = classify(f).ok()?;
+            let Kind::Roce { l3, payload, .. } = c.kind else { return None };
+            let mut p = Packet::default();
+            decode_roce(f, l3, &payload, &mut p).ok().map(|()| p.bth.psn)
+        };
+        let expect: Vec<u32> = delivered.iter().filter_map(decode).collect();
         assert_eq!(got, expect, "batching changes neither order nor any fault decision");
         assert!(expect.len() > 200 && expect.len() < 300, "faults happened: {}", expect.len());
-        assert!(stats.snapshot().iter().any(|(n, v)| n.eq_ignore_ascii_case("PktsDropped") && *v > 0), "corrupted datagrams counted");
+        assert!(count(&stats, Counter::PktsDropped) > 0, "corrupted frames counted");
     }
 
     #[test]
-    fn packets_without_faults_arrive_intact_in_batches() {
-        let (a, b, _) = two_ports(1, WireFaults::default(), WireFaults::default(), 1);
+    fn packets_without_faults_arrive_intact_and_other_frames_go_to_the_netdev() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
         let sent: Vec<Packet> = (0..200).map(packet).collect();
         sent.iter().for_each(|p| a.send(b.address, p));
+        // An ARP-like broadcast, a frame for b's MAC, and one for a third MAC (filtered).
+        let frame = |dst: Mac, tag: u8| [&dst[..], &a.mac[..], &[0x08, 0x06], &[tag; 46][..]].concat();
+        a.send_frame(&frame([0xff; 6], 1));
+        a.send_frame(&frame(b.mac, 2));
+        a.send_frame(&frame([2, 0, 0, 0, 0, 9], 3));
         a.flush();
-        let got = drain(&b);
+        let (got, frames) = drain(&b);
         assert_eq!(got.len(), 200);
         assert!(got.iter().zip(&sent).all(|(g, s)| g.bth.psn == s.bth.psn && g.payload == s.payload));
+        assert_eq!(frames, vec![frame([0xff; 6], 1), frame(b.mac, 2)], "broadcast and unicast to b reach its netdev, byte for byte");
+        assert_eq!(count(&stats, Counter::EthRxFiltered), 1, "the third MAC's frame filtered");
+        let (own, _) = drain(&a);
+        assert!(own.is_empty(), "a port does not hear its own frames");
+    }
+
+    #[test]
+    fn bad_frames_are_dropped_and_counted() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
+        let addr = RoceAddr {
+            dst_mac: b.mac,
+            src_mac: a.mac,
+            src_ip: IpAddr::V4(a.address),
+            dst_ip: IpAddr::V4(b.address),
+            src_port: 0xc000,
+            tclass: 0,
+            ttl: DEFAULT_TTL,
+        };
+        let mut good = Vec::new();
+        encode_roce(&addr, &packet(1), &mut good);
+        let mut bad_icrc = good.clone();
+        *bad_icrc.last_mut().unwrap() ^= 1;
+        let mut fragment = good.clone();
+        fragment[14 + 6] |= 0x20;
+        a.send_frame(&good[..8]); // runt
+        a.send_frame(&bad_icrc);
+        a.send_frame(&fragment);
+        a.send_frame(&vec![0u8; MAX_FRAME + 1]); // oversized
+        a.flush();
+        let (got, frames) = drain(&b);
+        assert!(got.is_empty() && frames.is_empty(), "nothing reached the engine or the netdev");
+        assert_eq!(count(&stats, Counter::IcrcErrors), 1);
+        assert_eq!(count(&stats, Counter::EthRxErrors), 3, "runt, fragment, oversized");
     }
 
     #[test]

@@ -207,6 +207,14 @@ impl Packet {
     /// reused, so a pooled buffer costs no allocation).
     pub fn encode_into(&self, ep: &Endpoints, b: &mut Vec<u8>) {
         b.clear();
+        self.encode_body_into(b);
+        let crc = icrc(ep, b);
+        b.extend_from_slice(&crc.to_le_bytes());
+    }
+
+    /// Appends the packet without its ICRC (headers, payload, pad) to `b`; the caller
+    /// computes the ICRC over the headers it sends ([`super::frame::encode_roce`]).
+    pub fn encode_body_into(&self, b: &mut Vec<u8>) {
         let pad = (4 - self.payload.len() % 4) % 4;
         let h = &self.bth;
         b.push(h.opcode);
@@ -227,8 +235,6 @@ impl Packet {
         }
         b.extend_from_slice(&self.payload);
         b.resize(b.len() + pad, 0);
-        let crc = icrc(ep, b);
-        b.extend_from_slice(&crc.to_le_bytes());
     }
 
     /// Parses and checks a received UDP payload.
@@ -242,6 +248,13 @@ impl Packet {
     /// receive loop decodes without allocating). On error the packet's contents are
     /// unspecified.
     pub fn decode_into(&mut self, data: &[u8], ep: &Endpoints) -> Result<(), PacketError> {
+        self.decode_checked_into(data, |body| icrc(ep, body))
+    }
+
+    /// Like [`Packet::decode_into`], with the ICRC of the packet's body (without the ICRC)
+    /// computed by `icrc` (over the headers the packet arrived with:
+    /// [`super::frame::decode_roce`]).
+    pub fn decode_checked_into(&mut self, data: &[u8], icrc: impl FnOnce(&[u8]) -> u32) -> Result<(), PacketError> {
         let short = PacketError::Short(data.len());
         if data.len() < BTH_LEN + ICRC_LEN {
             return Err(short);
@@ -268,7 +281,7 @@ impl Packet {
             return Err(short);
         }
         let carried = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-        let computed = icrc(ep, body);
+        let computed = icrc(body);
         if carried != computed {
             return Err(PacketError::Icrc { carried, computed });
         }
