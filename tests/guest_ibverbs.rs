@@ -119,7 +119,7 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert_eq!(out.status.code(), Some(0), "both guests ran their script");
     assert!(!stdout.contains("failed:"), "a guest command failed");
 
-    let addrs = ["127.0.0.11", "127.0.0.12"];
+    let addrs = ["10.0.0.11", "10.0.0.12"];
     for (node, addr) in addrs.iter().enumerate() {
         let lines = node_lines(&stdout, node);
         let has = |want: &str| lines.iter().any(|l| l == want);

@@ -225,7 +225,7 @@ fn rdma_core_test_suite_on_rnic0_and_rxe0() {
     assert_eq!(run.code, Some(0), "the guest script ran to its end");
     assert!(!run.stdout.contains("failed: "), "rxe0 set up over a dummy netdev");
     assert!(run.stdout.lines().any(|l| l.starts_with("rxe-gid: ") && l.len() > "rxe-gid: ".len()), "rxe0 has a RoCE v2 GID");
-    assert!(run.stdout.contains("rnic-gid1: 0000:0000:0000:0000:0000:ffff:7f00:030d"), "rnic0's GID 1 is ::ffff:127.0.3.13");
+    assert!(run.stdout.contains("rnic-gid1: 0000:0000:0000:0000:0000:ffff:0a00:000d"), "rnic0's GID 1 is ::ffff:10.0.0.13");
     assert!(!run.stdout.contains("No module named"), "the image has every module the suite imports");
 
     let (rnic, rnic_runs) = parse_device(&run.stdout, "rnic0");

@@ -1,7 +1,7 @@
 //! `rnic-emu run --netns`: the run's node servers and QEMU processes in a network
-//! namespace of their own. A topology's fabric addresses (127.0.0.11:4791, ...) and its
-//! QEMU sockets (the Soft-RoCE link's UDP ports) are fixed, so two runs of one topology
-//! on one host collide ("Address already in use"); in private namespaces they do not.
+//! namespace of their own. A topology's QEMU sockets (the two-node Soft-RoCE link's UDP
+//! ports) are fixed, so two runs of it on one host collide ("Address already in use"); in
+//! private namespaces they do not (the fabric segment is the run's own either way).
 //! Everything else a run uses (the rendezvous store, the control and vfio-user sockets)
 //! is a Unix socket in the run's own directory, which namespaces do not separate.
 

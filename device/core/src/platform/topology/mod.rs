@@ -64,7 +64,8 @@ impl Default for GuestConfig {
 #[serde(deny_unknown_fields)]
 pub struct Node {
     pub name: String,
-    /// The RNIC's IPv4 address on the fabric (default 127.0.0.<11 + node index>).
+    /// The RNIC's IPv4 address on the fabric, the guest's address on its `rethN` (default
+    /// 10.0.0.<11 + node index>, in 10.0.0.0/24).
     pub address: Option<std::net::Ipv4Addr>,
     /// Fault injection on this node's fabric traffic, per direction.
     #[serde(default)]
@@ -384,7 +385,7 @@ impl Topology {
 
     /// The fabric address of node `index`.
     pub fn address(&self, index: usize) -> std::net::Ipv4Addr {
-        self.nodes.get(index).and_then(|n| n.address).unwrap_or(std::net::Ipv4Addr::new(127, 0, 0, 11 + index as u8))
+        self.nodes.get(index).and_then(|n| n.address).unwrap_or(std::net::Ipv4Addr::new(10, 0, 0, 11 + index as u8))
     }
 
     /// Finds a node by name or index.

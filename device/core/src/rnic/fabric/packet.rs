@@ -1,8 +1,10 @@
 //! RoCEv2 packets (InfiniBand Architecture vol. 1 ch. 9 transport headers over UDP port
 //! 4791, annex A17): BTH, RETH, AETH and immediate data, payload with pad, and the
-//! invariant CRC. Encoding and decoding of the UDP payload; the IPv4/UDP headers come from
-//! the sockets (and are synthesized identically for the ICRC and for pcap captures).
-//! Decoding trusts nothing: length, opcode, header presence, pad and ICRC are checked.
+//! invariant CRC. Encoding and decoding of the UDP payload: the frames around it, and the
+//! ICRC over their headers as sent and received, are [`super::frame`]'s; the
+//! [`Endpoints`] form (the ICRC over the IPv4/UDP headers the device would build for two
+//! addresses) serves tests and fuzzing. Decoding trusts nothing: length, opcode, header
+//! presence, pad and ICRC are checked.
 //!
 //! Only the Reliable Connection opcodes the engine uses are known; anything else is an
 //! error (`UnknownOpcode`), as are atomics and UD.
