@@ -825,6 +825,9 @@ fn reset() {
                 RNIC_REG_NUM_VECTORS => 8,
                 RNIC_REG_NUM_GPUS => got,
                 RNIC_REG_IPV4 => got,
+                // Per node: the permanent MAC, which ETH_MAC copies; the link is physical.
+                ETH_PERM_MAC | ETH_LINK => got,
+                ETH_MAC => d.h.r64(ETH_PERM_MAC).unwrap(),
                 _ => r.reset,
             };
             assert_eq!(got, want, "{} after reset", r.name);
