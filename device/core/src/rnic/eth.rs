@@ -324,13 +324,15 @@ impl EthPort {
     /// 16-byte aligned, log2 outside MIN..=MAX_RING_LOG2, a ring past the end of the
     /// address space) stays off and counts a guest error.
     pub fn ctrl(&mut self, ctrl: u64, tx: RingCfg, rx: RingCfg) {
-        self.tx = self.apply(ctrl & CTRL_TX_EN != 0, self.tx, tx, "transmit");
-        self.rx = self.apply(ctrl & CTRL_RX_EN != 0, self.rx, rx, "receive");
+        let shared = self.shared.clone();
+        self.tx = self.apply(ctrl & CTRL_TX_EN != 0, self.tx, tx, "transmit", &shared.tx_ci);
+        self.rx = self.apply(ctrl & CTRL_RX_EN != 0, self.rx, rx, "receive", &shared.rx_ci);
         self.shared.tx_running.store(self.tx.is_some(), Ordering::SeqCst);
         self.shared.rx_running.store(self.rx.is_some(), Ordering::SeqCst);
     }
 
-    fn apply(&mut self, on: bool, ring: Option<Ring>, cfg: RingCfg, what: &str) -> Option<Ring> {
+    /// One ring's enable bit; `ci` is the index the ring publishes.
+    fn apply(&mut self, on: bool, ring: Option<Ring>, cfg: RingCfg, what: &str, ci: &AtomicU32) -> Option<Ring> {
         if !on {
             return None;
         }
@@ -339,7 +341,6 @@ impl EthPort {
         }
         match Ring::start(cfg) {
             Ok(r) => {
-                let ci = if what == "transmit" { &self.shared.tx_ci } else { &self.shared.rx_ci };
                 ci.store(0, Ordering::SeqCst);
                 Some(r)
             }
