@@ -825,6 +825,9 @@ fn reset() {
                 RNIC_REG_NUM_VECTORS => 8,
                 RNIC_REG_NUM_GPUS => got,
                 RNIC_REG_IPV4 => got,
+                // Per node: the permanent MAC, which ETH_MAC copies; the link is physical.
+                ETH_PERM_MAC | ETH_LINK => got,
+                ETH_MAC => d.h.r64(ETH_PERM_MAC).unwrap(),
                 _ => r.reset,
             };
             assert_eq!(got, want, "{} after reset", r.name);
@@ -846,6 +849,78 @@ fn reset() {
 }
 
 // ---- fabric ----
+
+/// A frame of `len` bytes from this port's MAC to the broadcast address.
+fn eth_frame(mac: u64, len: usize, seed: u8) -> Vec<u8> {
+    let mut f = vec![0xffu8; 6];
+    f.extend_from_slice(&mac.to_le_bytes()[..6]);
+    f.extend_from_slice(&[0x88, 0xb5]); // local experimental EtherType
+    f.extend((0..len.saturating_sub(14)).map(|i| seed.wrapping_add(i as u8)));
+    f.truncate(len);
+    f
+}
+
+#[test]
+fn eth_port() {
+    let mut d = dev();
+    // Identity: a locally administered unicast MAC, copied into ETH_MAC.
+    let perm = d.h.r64(ETH_PERM_MAC).unwrap();
+    assert!(perm != 0 && perm & 0x3 == 0x2, "ETH_PERM_MAC {perm:#x}");
+    assert_eq!(d.h.r64(ETH_MAC).unwrap(), perm);
+    assert_eq!(u64::from(d.h.r32(ETH_SPEED).unwrap()), 100_000);
+    // MTU bounds: a refused value leaves the register as it was.
+    let errors = d.stat(Counter::GuestErrors);
+    d.h.w32(ETH_MTU, 67).unwrap();
+    d.h.w32(ETH_MTU, 9001).unwrap();
+    assert_eq!(d.h.r32(ETH_MTU).unwrap(), 1500);
+    d.h.w32(ETH_MTU, 9000).unwrap();
+    assert_eq!(d.h.r32(ETH_MTU).unwrap(), 9000);
+    d.h.w32(ETH_MTU, 1500).unwrap();
+    // A misaligned ring is refused and reads back off.
+    d.h.w64(ETH_TXQ_BASE, IOVA + 0x1008).unwrap();
+    d.h.w32(ETH_TXQ_LOG, 4).unwrap();
+    d.h.w32(ETH_CTRL, eth::CTRL_TX_EN as u32).unwrap();
+    assert_eq!(d.h.r32(ETH_CTRL).unwrap(), 0);
+    assert_eq!(d.stat(Counter::GuestErrors), errors + 3);
+    // Transmit: every descriptor completes, a runt with DESC_ERR; with the link down
+    // (no segment attached) every frame is refused.
+    d.h.eth_up(4).unwrap();
+    let link = d.h.r32(ETH_LINK).unwrap() & eth::LINK_UP as u32 != 0;
+    for (len, seed) in [(60, 1), (13, 2), (1514, 3)] {
+        d.h.eth_send(&eth_frame(perm, len, seed)).unwrap();
+    }
+    let flags = d.h.eth_tx_done(SECOND).unwrap();
+    let (ok, err) = (eth::DESC_DONE, eth::DESC_DONE | eth::DESC_ERR);
+    assert_eq!(flags, if link { vec![ok, err, ok] } else { vec![err, err, err] }, "link up: {link}");
+    assert_eq!(d.h.r32(ETH_TXQ_CI).unwrap(), 3);
+    assert_eq!(d.stat(Counter::EthTxErrors), if link { 1 } else { 3 });
+    // ETH_ARM: at once over unseen descriptors, else at the next one.
+    let mut efd = vector(&mut d.h, 2);
+    d.h.w32(ETH_VECTOR, 2).unwrap();
+    d.h.w32(ETH_ARM, 0).unwrap();
+    assert!(fired(&mut efd, SECOND), "the device is at 3, the driver saw 0");
+    d.h.w32(ETH_ARM, 3).unwrap();
+    assert!(quiet(&mut efd));
+    d.h.eth_send(&eth_frame(perm, 60, 4)).unwrap();
+    assert!(fired(&mut efd, SECOND), "the next completed descriptor");
+    d.h.eth_tx_done(SECOND).unwrap();
+    // Receive buffers are taken; no segment delivers frames here.
+    d.h.eth_post_rx(8).unwrap();
+    assert_eq!(d.h.r32(ETH_RXQ_CI).unwrap(), 0);
+    // DMA_CTRL ENABLE clear: the frame waits, then goes.
+    d.h.w32(DMA_CTRL, DMA_CTRL_INT_ENABLE as u32).unwrap();
+    d.h.eth_send(&eth_frame(perm, 60, 5)).unwrap();
+    assert!(d.h.eth_tx_done(WATCH).is_err(), "nothing moves with DMA disabled");
+    assert_eq!(d.h.r32(ETH_TXQ_CI).unwrap(), 4);
+    d.h.w32(DMA_CTRL, (DMA_CTRL_ENABLE | DMA_CTRL_INT_ENABLE) as u32).unwrap();
+    assert_eq!(d.h.eth_tx_done(SECOND).unwrap().len(), 1);
+    // Reset: both rings off, indices zero, MAC and MTU back.
+    d.h.w64(ETH_MAC, 0x0605_0403_0206).unwrap();
+    d.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap();
+    let after = [ETH_CTRL, ETH_TXQ_CI, ETH_RXQ_CI].map(|r| d.h.r32(r).unwrap());
+    assert_eq!(after, [0, 0, 0]);
+    assert_eq!((d.h.r64(ETH_MAC).unwrap(), d.h.r32(ETH_MTU).unwrap()), (perm, 1500));
+}
 
 #[test]
 fn responder_not_ready_loopback() {

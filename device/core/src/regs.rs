@@ -238,7 +238,9 @@ pub mod rnic {
         pub const MIN_FRAME: u64 = 14;
         /// `rnic_eth_desc.flags`: the device is done with the descriptor (written last).
         pub const DESC_DONE: u8 = 1 << 0;
-        /// `rnic_eth_desc.flags`: transmit: the frame was refused (length, DMA) and counted.
+        /// `rnic_eth_desc.flags`: transmit: the frame was refused (length, DMA, link down)
+        /// and counted in ETH_TX_ERRORS. Receive: the buffer is handed back empty (`len` 0):
+        /// it was smaller than the frame (ETH_RX_NO_BUFFER) or not mapped memory (DMA_ERRORS).
         pub const DESC_ERR: u8 = 1 << 1;
     }
 
@@ -312,28 +314,37 @@ pub mod rnic {
         /// Number of 8-byte entries at MTT_BASE.
         MTT_ENTRIES = 0x3020, 4, Rw, reset 0x0, writable 0xffffffff;
         /// Ethernet port: the permanent MAC address (minor 7): bytes in wire order from
-        /// bits [7:0] up to [47:40]. Locally administered, unique per node.
+        /// bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d
+        /// from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a
+        /// stable hash of the function's name.
         ETH_PERM_MAC = 0x3100, 8, Ro, reset 0x0, writable 0x0;
         /// The port's MAC: the unicast receive filter and the source of every frame the
-        /// device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC.
+        /// device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. Any
+        /// value is taken (the driver keeps it a unicast address).
         ETH_MAC = 0x3108, 8, Rw, reset 0x0, writable 0xffffffffffff;
         /// MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is
         /// refused and the register keeps its value). Frames longer than MTU + 14 are
         /// dropped both ways, and the RoCE path MTU of every QP is capped to fit it.
         ETH_MTU = 0x3110, 4, Rw, reset 0x5dc, writable 0xffff;
         /// Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting
-        /// an enable bit takes the ring's base and size and starts it at index 0; clearing
-        /// it stops the ring (descriptors not done stay not done).
+        /// an enable bit takes the ring's base and size and starts it at index 0 (its PI
+        /// register reads 0); clearing it stops the ring (descriptors not done stay not done,
+        /// CI keeps its value). Synchronous. Reads back the rings that run: an enable refused
+        /// (base not 16-byte aligned, size outside the limits; a guest error) or a ring
+        /// stopped because its descriptors are not mapped memory (DMA_ERRORS) reads 0.
         ETH_CTRL = 0x3114, 4, Rw, reset 0x0, writable 0x7;
         /// Link state (eth::LINK_*): up while the node is attached to a segment.
         ETH_LINK = 0x3118, 4, Ro, reset 0x0, writable 0x0;
         /// Link speed in Mb/s, as reported to ethtool.
         ETH_SPEED = 0x311c, 4, Ro, reset 0x186a0, writable 0x0;
-        /// MSI-X vector of the Ethernet rings.
+        /// MSI-X vector of the Ethernet rings; a vector the function does not have is refused
+        /// (a guest error, the register keeps its value).
         ETH_VECTOR = 0x3120, 4, Rw, reset 0x0, writable 0xffff;
         /// Arm the Ethernet interrupt: write rx_ci << 16 | tx_ci, the ring indices the driver
         /// has processed up to. The vector is raised once: at once if either ring's device
         /// index already differs from the written one, else at the next completed descriptor.
+        /// Takes ETH_VECTOR as it is at the arm. With DMA_CTRL_INT_ENABLE clear nothing is
+        /// raised: an arm over unseen descriptors disarms, a completion leaves it armed.
         ETH_ARM = 0x3124, 4, Wo, reset 0x0, writable 0xffffffff;
         /// Bus address of the transmit ring (2^ETH_TXQ_LOG x 16-byte rnic_eth_desc), taken
         /// when ETH_CTRL's TX enable is set.
@@ -341,7 +352,10 @@ pub mod rnic {
         /// log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2).
         ETH_TXQ_LOG = 0x3130, 4, Rw, reset 0x0, writable 0xf;
         /// Transmit doorbell: the driver's producer index [15:0] (free-running; entry =
-        /// index mod ring size). Descriptors up to it hold frames to send.
+        /// index mod ring size). Descriptors up to it hold frames to send; a frame outside
+        /// 14..=MTU + 14 bytes, or sent with the link down, completes with DESC_ERR. Ignored
+        /// while the ring is off; an index more than the ring's size ahead of ETH_TXQ_CI is
+        /// refused (a guest error). With DMA_CTRL ENABLE clear descriptors wait.
         ETH_TXQ_PI = 0x3134, 4, Rw, reset 0x0, writable 0xffff;
         /// The device's transmit consumer index: descriptors before it are done.
         ETH_TXQ_CI = 0x3138, 4, Ro, reset 0x0, writable 0x0;
@@ -350,7 +364,8 @@ pub mod rnic {
         /// log2 of the receive ring's entries.
         ETH_RXQ_LOG = 0x3148, 4, Rw, reset 0x0, writable 0xf;
         /// Receive doorbell: the driver's producer index [15:0]; descriptors up to it hold
-        /// empty buffers.
+        /// empty buffers (rules as ETH_TXQ_PI). A frame that finds no buffer, or arrives with
+        /// the ring off or DMA_CTRL ENABLE clear, is dropped (ETH_RX_NO_BUFFER).
         ETH_RXQ_PI = 0x314c, 4, Rw, reset 0x0, writable 0xffff;
         /// The device's receive index: descriptors before it hold received frames.
         ETH_RXQ_CI = 0x3150, 4, Ro, reset 0x0, writable 0x0;

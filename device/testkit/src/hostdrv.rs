@@ -9,6 +9,12 @@
 //! arms the CQ and sleeps until its vector fires instead of spinning, so a benchmark on a
 //! small host does not take a core from the node servers it measures
 //! ([`HostDriver::spin_in_wait`] goes back to spinning).
+//!
+//! The Ethernet port (docs/programming.md "The Ethernet port"): [`HostDriver::eth_up`] sets
+//! up both descriptor rings with one buffer per slot, [`HostDriver::eth_post_rx`] posts
+//! receive buffers, [`HostDriver::eth_send`] queues a frame, [`HostDriver::eth_tx_done`]
+//! waits for the transmit ring to drain and [`HostDriver::eth_recv`] collects received
+//! frames (reposting their buffers).
 
 use anyhow::{bail, Context};
 use rnic_emu_core::contract::abi::*;
@@ -65,6 +71,30 @@ struct QpRings {
     rq_pi: u16,
 }
 
+/// Bytes of RAM behind each Ethernet descriptor: the largest frame (MTU 9000 + 14).
+pub const ETH_BUF: u64 = 0x2400;
+
+/// The Ethernet rings of [`HostDriver::eth_up`]: slot i of a ring owns the buffer at
+/// `bufs + i * ETH_BUF`. Indices are free-running, as the device's.
+struct EthRings {
+    tx: u64,
+    rx: u64,
+    log2: u8,
+    tx_bufs: u64,
+    rx_bufs: u64,
+    tx_pi: u16,
+    /// Transmit descriptors before this one were reported by `eth_tx_done`.
+    tx_seen: u16,
+    rx_pi: u16,
+    rx_ci: u16,
+}
+
+impl EthRings {
+    fn slot(&self, idx: u16) -> u64 {
+        u64::from(idx) & ((1u64 << self.log2) - 1)
+    }
+}
+
 struct CqRing {
     ring: u64,
     log_size: u8,
@@ -88,6 +118,8 @@ pub struct HostDriver {
     irqs: Vec<EventFd>,
     /// Whether [`HostDriver::wait`] sleeps on the CQ's vector (else it spins).
     sleep_in_wait: bool,
+    /// The Ethernet rings, once [`HostDriver::eth_up`] was called.
+    eth: Option<EthRings>,
 }
 
 impl HostDriver {
@@ -120,6 +152,7 @@ impl HostDriver {
             cqs: (0..MAX_CQ).map(|_| None).collect(),
             irqs: Vec::new(),
             sleep_in_wait: false,
+            eth: None,
         };
         let sizes = [MAX_QP * 64, MAX_CQ * 32, MAX_MR * 32, u64::from(MTT_ENTRIES_HOST) * 8];
         for (slot, size) in d.tables.iter_mut().zip(sizes) {
@@ -143,6 +176,7 @@ impl HostDriver {
     /// and MR is forgotten (their RAM is not reused) and the device brought up afresh.
     pub fn reload(&mut self) -> anyhow::Result<()> {
         self.dbpage = None; // reset turned it off
+        self.eth = None; // and stopped the Ethernet rings
         self.qps.iter_mut().for_each(|q| *q = None);
         self.cqs.iter_mut().for_each(|c| *c = None);
         self.mtt_next = 0;
@@ -404,6 +438,138 @@ impl HostDriver {
                 }
             }
         }
+    }
+}
+
+impl HostDriver {
+    /// Brings the Ethernet port up: both rings of 2^`log2` descriptors (with an
+    /// [`ETH_BUF`]-byte buffer per slot) programmed and enabled (`ETH_CTRL` TX and RX).
+    /// No receive buffer is posted yet ([`HostDriver::eth_post_rx`]).
+    pub fn eth_up(&mut self, log2: u8) -> anyhow::Result<()> {
+        let entries = 1u64 << log2;
+        let (tx, rx) = (self.alloc(16 * entries, 4096), self.alloc(16 * entries, 4096));
+        let (tx_bufs, rx_bufs) = (self.alloc(ETH_BUF * entries, 4096), self.alloc(ETH_BUF * entries, 4096));
+        self.ram.write(tx, &vec![0u8; 16 * entries as usize])?;
+        self.ram.write(rx, &vec![0u8; 16 * entries as usize])?;
+        self.w64(ETH_TXQ_BASE, IOVA + tx)?;
+        self.w32(ETH_TXQ_LOG, u32::from(log2))?;
+        self.w64(ETH_RXQ_BASE, IOVA + rx)?;
+        self.w32(ETH_RXQ_LOG, u32::from(log2))?;
+        self.w32(ETH_CTRL, (eth::CTRL_TX_EN | eth::CTRL_RX_EN) as u32)?;
+        let ctrl = u64::from(self.r32(ETH_CTRL)?);
+        if ctrl & (eth::CTRL_TX_EN | eth::CTRL_RX_EN) != eth::CTRL_TX_EN | eth::CTRL_RX_EN {
+            bail!("the device refused the Ethernet rings (ETH_CTRL reads {ctrl:#x})");
+        }
+        self.eth = Some(EthRings { tx, rx, log2, tx_bufs, rx_bufs, tx_pi: 0, tx_seen: 0, rx_pi: 0, rx_ci: 0 });
+        Ok(())
+    }
+
+    /// RAM and the Ethernet rings, borrowed together.
+    fn eth_parts(&mut self) -> anyhow::Result<(&SharedMemory, &mut EthRings)> {
+        let e = self.eth.as_mut().context("the Ethernet rings are not up (eth_up)")?;
+        Ok((&self.ram, e))
+    }
+
+    /// Posts `n` empty receive buffers (at most what the ring has room for) and rings
+    /// `ETH_RXQ_PI`.
+    pub fn eth_post_rx(&mut self, n: u16) -> anyhow::Result<()> {
+        let (ram, e) = self.eth_parts()?;
+        let room = (1u16 << e.log2) - e.rx_pi.wrapping_sub(e.rx_ci);
+        for _ in 0..n.min(room) {
+            let slot = e.slot(e.rx_pi);
+            let d = EthDesc { addr: IOVA + e.rx_bufs + slot * ETH_BUF, len: ETH_BUF as u16, ..Default::default() };
+            ram.write(e.rx + slot * 16, d.as_slice())?;
+            e.rx_pi = e.rx_pi.wrapping_add(1);
+        }
+        let pi = e.rx_pi;
+        self.w32(ETH_RXQ_PI, u32::from(pi))
+    }
+
+    /// Queues one frame (header included, at most [`ETH_BUF`] bytes) on the transmit ring
+    /// and rings `ETH_TXQ_PI`; returns its descriptor's index. Fails when the ring is full
+    /// (call [`HostDriver::eth_tx_done`]).
+    pub fn eth_send(&mut self, frame: &[u8]) -> anyhow::Result<u16> {
+        let (ram, e) = self.eth_parts()?;
+        if frame.len() as u64 > ETH_BUF {
+            bail!("a frame of {} bytes does not fit a buffer", frame.len());
+        }
+        if e.tx_pi.wrapping_sub(e.tx_seen) >= 1 << e.log2 {
+            bail!("the transmit ring is full");
+        }
+        let (idx, slot) = (e.tx_pi, e.slot(e.tx_pi));
+        let addr = e.tx_bufs + slot * ETH_BUF;
+        ram.write(addr, frame)?;
+        let d = EthDesc { addr: IOVA + addr, len: frame.len() as u16, ..Default::default() };
+        ram.write(e.tx + slot * 16, d.as_slice())?;
+        e.tx_pi = e.tx_pi.wrapping_add(1);
+        self.w32(ETH_TXQ_PI, u32::from(idx.wrapping_add(1)))?;
+        Ok(idx)
+    }
+
+    /// Waits until every queued frame is done (the descriptors' DONE flags, in RAM);
+    /// returns the flags of the descriptors done since the last call, in ring order
+    /// (`eth::DESC_DONE`, with `eth::DESC_ERR` for a refused frame).
+    pub fn eth_tx_done(&mut self, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        let (ram, e) = self.eth_parts()?;
+        let mut flags = Vec::new();
+        while e.tx_seen != e.tx_pi {
+            let mut d = EthDesc::default();
+            ram.read(e.tx + e.slot(e.tx_seen) * 16, d.as_mut_slice())?;
+            if d.flags & eth::DESC_DONE == 0 {
+                if Instant::now() >= deadline {
+                    bail!("transmit descriptor {} not done within {timeout:?}", e.tx_seen);
+                }
+                std::thread::yield_now();
+                continue;
+            }
+            flags.push(d.flags);
+            e.tx_seen = e.tx_seen.wrapping_add(1);
+        }
+        Ok(flags)
+    }
+
+    /// The frames received so far, in order (a descriptor handed back with `DESC_ERR`
+    /// carries none and is skipped); each buffer is posted again.
+    pub fn eth_recv(&mut self) -> anyhow::Result<Vec<Vec<u8>>> {
+        let (ram, e) = self.eth_parts()?;
+        let mut frames = Vec::new();
+        let mut done = 0u16;
+        while e.rx_ci != e.rx_pi {
+            let at = e.rx + e.slot(e.rx_ci) * 16;
+            let mut d = EthDesc::default();
+            ram.read(at, d.as_mut_slice())?;
+            if d.flags & eth::DESC_DONE == 0 {
+                break;
+            }
+            if d.flags & eth::DESC_ERR == 0 {
+                let mut f = vec![0u8; usize::from(d.len)];
+                ram.read(d.addr - IOVA, &mut f)?;
+                frames.push(f);
+            }
+            e.rx_ci = e.rx_ci.wrapping_add(1);
+            done += 1;
+        }
+        if done > 0 {
+            self.eth_post_rx(done)?;
+        }
+        Ok(frames)
+    }
+
+    /// Waits until `n` frames were received (polling RAM) and returns them.
+    pub fn eth_wait_frames(&mut self, n: usize, timeout: Duration) -> anyhow::Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let mut frames = Vec::new();
+        while frames.len() < n {
+            frames.extend(self.eth_recv()?);
+            if frames.len() < n {
+                if Instant::now() >= deadline {
+                    bail!("{} of {n} frames received within {timeout:?}", frames.len());
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(frames)
     }
 }
 

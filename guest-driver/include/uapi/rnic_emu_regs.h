@@ -76,21 +76,21 @@
 #define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Base address of the memory translation table (64-bit page addresses). */
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
-#define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node. */
-#define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. */
+#define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a stable hash of the function's name. */
+#define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. Any value is taken (the driver keeps it a unicast address). */
 #define ETH_MTU                      0x3110       /* RW 32-bit, reset 0x5dc: MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is refused and the register keeps its value). Frames longer than MTU + 14 are dropped both ways, and the RoCE path MTU of every QP is capped to fit it. */
-#define ETH_CTRL                     0x3114       /* RW 32-bit, reset 0x0: Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting an enable bit takes the ring's base and size and starts it at index 0; clearing it stops the ring (descriptors not done stay not done). */
+#define ETH_CTRL                     0x3114       /* RW 32-bit, reset 0x0: Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting an enable bit takes the ring's base and size and starts it at index 0 (its PI register reads 0); clearing it stops the ring (descriptors not done stay not done, CI keeps its value). Synchronous. Reads back the rings that run: an enable refused (base not 16-byte aligned, size outside the limits; a guest error) or a ring stopped because its descriptors are not mapped memory (DMA_ERRORS) reads 0. */
 #define ETH_LINK                     0x3118       /* RO 32-bit, reset 0x0: Link state (eth::LINK_*): up while the node is attached to a segment. */
 #define ETH_SPEED                    0x311c       /* RO 32-bit, reset 0x186a0: Link speed in Mb/s, as reported to ethtool. */
-#define ETH_VECTOR                   0x3120       /* RW 32-bit, reset 0x0: MSI-X vector of the Ethernet rings. */
-#define ETH_ARM                      0x3124       /* WO 32-bit, reset 0x0: Arm the Ethernet interrupt: write rx_ci << 16 | tx_ci, the ring indices the driver has processed up to. The vector is raised once: at once if either ring's device index already differs from the written one, else at the next completed descriptor. */
+#define ETH_VECTOR                   0x3120       /* RW 32-bit, reset 0x0: MSI-X vector of the Ethernet rings; a vector the function does not have is refused (a guest error, the register keeps its value). */
+#define ETH_ARM                      0x3124       /* WO 32-bit, reset 0x0: Arm the Ethernet interrupt: write rx_ci << 16 | tx_ci, the ring indices the driver has processed up to. The vector is raised once: at once if either ring's device index already differs from the written one, else at the next completed descriptor. Takes ETH_VECTOR as it is at the arm. With DMA_CTRL_INT_ENABLE clear nothing is raised: an arm over unseen descriptors disarms, a completion leaves it armed. */
 #define ETH_TXQ_BASE                 0x3128       /* RW 64-bit, reset 0x0: Bus address of the transmit ring (2^ETH_TXQ_LOG x 16-byte rnic_eth_desc), taken when ETH_CTRL's TX enable is set. */
 #define ETH_TXQ_LOG                  0x3130       /* RW 32-bit, reset 0x0: log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2). */
-#define ETH_TXQ_PI                   0x3134       /* RW 32-bit, reset 0x0: Transmit doorbell: the driver's producer index [15:0] (free-running; entry = index mod ring size). Descriptors up to it hold frames to send. */
+#define ETH_TXQ_PI                   0x3134       /* RW 32-bit, reset 0x0: Transmit doorbell: the driver's producer index [15:0] (free-running; entry = index mod ring size). Descriptors up to it hold frames to send; a frame outside 14..=MTU + 14 bytes, or sent with the link down, completes with DESC_ERR. Ignored while the ring is off; an index more than the ring's size ahead of ETH_TXQ_CI is refused (a guest error). With DMA_CTRL ENABLE clear descriptors wait. */
 #define ETH_TXQ_CI                   0x3138       /* RO 32-bit, reset 0x0: The device's transmit consumer index: descriptors before it are done. */
 #define ETH_RXQ_BASE                 0x3140       /* RW 64-bit, reset 0x0: Bus address of the receive ring, taken when ETH_CTRL's RX enable is set. */
 #define ETH_RXQ_LOG                  0x3148       /* RW 32-bit, reset 0x0: log2 of the receive ring's entries. */
-#define ETH_RXQ_PI                   0x314c       /* RW 32-bit, reset 0x0: Receive doorbell: the driver's producer index [15:0]; descriptors up to it hold empty buffers. */
+#define ETH_RXQ_PI                   0x314c       /* RW 32-bit, reset 0x0: Receive doorbell: the driver's producer index [15:0]; descriptors up to it hold empty buffers (rules as ETH_TXQ_PI). A frame that finds no buffer, or arrives with the ring off or DMA_CTRL ENABLE clear, is dropped (ETH_RX_NO_BUFFER). */
 #define ETH_RXQ_CI                   0x3150       /* RO 32-bit, reset 0x0: The device's receive index: descriptors before it hold received frames. */
 
 /* GPU BAR0 registers */
@@ -175,7 +175,7 @@
 #define RNIC_STAT_GUEST_ERRORS       26           /* register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range) */
 #define RNIC_STAT_ETH_TX_FRAMES      27           /* frames the Ethernet port sent from the transmit ring */
 #define RNIC_STAT_ETH_TX_BYTES       28           /* bytes of those frames */
-#define RNIC_STAT_ETH_TX_ERRORS      29           /* transmit descriptors refused (frame length, DMA fault) */
+#define RNIC_STAT_ETH_TX_ERRORS      29           /* transmit descriptors refused (frame length, DMA fault, link down) */
 #define RNIC_STAT_ETH_RX_FRAMES      30           /* frames placed in the receive ring */
 #define RNIC_STAT_ETH_RX_BYTES       31           /* bytes of those frames */
 #define RNIC_STAT_ETH_RX_NO_BUFFER   32           /* frames for the netdev dropped: no receive buffer posted, or one too small */

@@ -47,7 +47,7 @@ counters! {
     GuestErrors, "register, region, DMA map and interrupt requests refused (bad offset, width, value, index or range)";
     EthTxFrames, "frames the Ethernet port sent from the transmit ring";
     EthTxBytes, "bytes of those frames";
-    EthTxErrors, "transmit descriptors refused (frame length, DMA fault)";
+    EthTxErrors, "transmit descriptors refused (frame length, DMA fault, link down)";
     EthRxFrames, "frames placed in the receive ring";
     EthRxBytes, "bytes of those frames";
     EthRxNoBuffer, "frames for the netdev dropped: no receive buffer posted, or one too small";

@@ -3,6 +3,7 @@
 //!
 //! - [`verbs`]: the verbs engine behind the doorbells and commands (docs/verbs.md);
 //! - [`doorbell`]: the doorbell page (BAR2) the driver stores indices in;
+//! - [`eth`]: the Ethernet port (`ETH_*` registers, the netdev's descriptor rings);
 //! - [`fabric`]: the RoCEv2 wire format the engine's fabric transport speaks;
 //! - `pcie_faults`: the RNIC's side of PCIe fault injection (the `pcie ...` requests).
 //!
@@ -28,8 +29,10 @@ use crate::platform::regfile::RegisterFile;
 use crate::platform::shm::SharedMemory;
 use crate::platform::topology::Device;
 use crate::regs::pci_ids::{self, RNIC_BAR0_SIZE, RNIC_DB_BAR, RNIC_DB_BAR_SIZE};
+use crate::regs::rnic::eth as eth_bits;
 use crate::regs::rnic::*;
 use crate::rnic::doorbell::DoorbellPage;
+use crate::rnic::eth::{mac_from_reg, mac_to_reg, EthShared, RingCfg};
 use crate::rnic::verbs::engine::{Engine, Shared, Tables};
 use crate::rnic::verbs::runner::{EngineRunner, EngineSlot, Event};
 use std::net::Ipv4Addr;
@@ -37,6 +40,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 pub mod doorbell;
+pub mod eth;
+#[cfg(test)]
+mod eth_tests;
 pub mod fabric;
 mod pcie_faults;
 pub mod verbs;
@@ -61,6 +67,12 @@ pub struct Rnic {
     faults: Arc<PcieFaults>,
     /// The engine's WQE log, cleared with the statistics.
     wqe_log: Arc<WqeLog>,
+    /// The Ethernet port's shared state (the rings run with the engine).
+    eth: Arc<EthShared>,
+    /// ETH_PERM_MAC ([`eth::perm_mac`]).
+    perm_mac: [u8; 6],
+    /// The last accepted ETH_VECTOR (a refused write puts it back).
+    eth_vector: u64,
 }
 
 /// Byte range of the statistics counters in BAR0.
@@ -91,10 +103,31 @@ impl Rnic {
         let mut verbs = Engine::new(name.clone(), shared);
         verbs.set_faults(faults.clone());
         let wqe_log = verbs.wqe_log().clone();
-        let engine = EngineSlot::Inline(Box::new(EngineRunner::new(verbs, Some(dbpage.clone()))));
+        let runner = EngineRunner::new(verbs, Some(dbpage.clone()));
+        let eth = runner.eth_shared().clone();
+        let perm_mac = eth::perm_mac(address, &name);
+        let engine = EngineSlot::Inline(Box::new(runner));
         let config: Result<ConfigSpace, LayoutError> = ConfigSpace::new(id, &bars, &caps);
         let regs = RegisterFile::new(REGS);
-        let mut rnic = Rnic { name, config: config?, regs, irqs, dma, stats, last_error, fatal, engine, router, address, dbpage, faults, wqe_log };
+        let mut rnic = Rnic {
+            name,
+            config: config?,
+            regs,
+            irqs,
+            dma,
+            stats,
+            last_error,
+            fatal,
+            engine,
+            router,
+            address,
+            dbpage,
+            faults,
+            wqe_log,
+            eth,
+            perm_mac,
+            eth_vector: 0,
+        };
         rnic.reset();
         Ok(rnic)
     }
@@ -104,6 +137,12 @@ impl Rnic {
     /// on. None: already attached.
     pub fn attach(&mut self, mailbox: Arc<Mailbox<Event>>) -> Option<(EngineRunner, Arc<Router>)> {
         self.engine.attach(mailbox).map(|e| (e, self.router.clone()))
+    }
+
+    /// The Ethernet port's shared state: MAC filter, MTU, promiscuous mode, link (the
+    /// fabric port sets it), the rings' state and consumer indices.
+    pub fn eth_shared(&self) -> Arc<EthShared> {
+        self.eth.clone()
     }
 
     /// The statistics block (the fabric port counts packets into it).
@@ -118,6 +157,10 @@ impl Rnic {
         let ip = self.address.map_or(0, u32::from);
         self.regs.set(RNIC_REG_IPV4, u64::from(ip));
         self.router.apertures.iter().for_each(|a| a.store(0, Ordering::SeqCst));
+        self.regs.set(ETH_PERM_MAC, mac_to_reg(self.perm_mac));
+        self.regs.set(ETH_MAC, mac_to_reg(self.perm_mac));
+        self.eth.reset_config(self.perm_mac);
+        self.eth_vector = 0;
         self.dbpage.clear();
         self.update_status();
     }
@@ -183,6 +226,10 @@ impl Rnic {
                 self.update_status();
                 Some(self.regs.get(RNIC_REG_STATUS))
             }
+            (ETH_LINK, 4) => Some(if self.eth.link_up() { eth_bits::LINK_UP } else { 0 }),
+            (ETH_CTRL, 4) => Some(self.eth.ctrl()),
+            (ETH_TXQ_CI, 4) => Some(u64::from(self.eth.tx_ci())),
+            (ETH_RXQ_CI, 4) => Some(u64::from(self.eth.rx_ci())),
             _ => None,
         }
     }
@@ -241,6 +288,7 @@ impl Rnic {
                     }
                 }
             }
+            ETH_MAC | ETH_MTU | ETH_VECTOR | ETH_CTRL | ETH_TXQ_PI | ETH_RXQ_PI | ETH_ARM => self.on_eth_write(reg, value),
             RNIC_REG_CMD if self.faults.take_cmd_timeout() => {
                 crate::guest_warn!("{}: command {value:#x} never completes (cmd-timeout fault): CMD_STATUS stays BUSY until a reset", self.name);
                 self.regs.set(RNIC_REG_CMD_STATUS, u64::from(crate::contract::abi::CMD_BUSY));
@@ -250,6 +298,49 @@ impl Rnic {
                 let tables = self.tables();
                 let status = self.engine.command(&self.router, op, index, tables);
                 self.regs.set(RNIC_REG_CMD_STATUS, u64::from(status));
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Rnic {
+    /// A write to an `ETH_*` register that acts (docs/programming.md "The Ethernet port").
+    fn on_eth_write(&mut self, reg: u64, value: u64) {
+        match reg {
+            ETH_MAC => self.eth.set_mac(mac_from_reg(self.regs.get(ETH_MAC))),
+            ETH_MTU if !(eth_bits::MIN_MTU..=eth_bits::MAX_MTU).contains(&value) => {
+                self.guest_error();
+                crate::guest_warn!("{}: ETH_MTU {value} refused (outside {}..={})", self.name, eth_bits::MIN_MTU, eth_bits::MAX_MTU);
+                self.regs.set(ETH_MTU, u64::from(self.eth.mtu()));
+            }
+            ETH_MTU => {
+                self.eth.set_mtu(value as u32);
+            }
+            ETH_VECTOR if value >= self.irqs.count() as u64 => {
+                self.guest_error();
+                crate::guest_warn!("{}: ETH_VECTOR {value} refused: the function has {} vectors", self.name, self.irqs.count());
+                self.regs.set(ETH_VECTOR, self.eth_vector);
+            }
+            ETH_VECTOR => self.eth_vector = value,
+            ETH_CTRL => {
+                self.eth.set_promisc(value & eth_bits::CTRL_PROMISC != 0);
+                // A ring that starts starts at index 0: its producer index too.
+                if value & eth_bits::CTRL_TX_EN != 0 && !self.eth.tx_enabled() {
+                    self.regs.set(ETH_TXQ_PI, 0);
+                }
+                if value & eth_bits::CTRL_RX_EN != 0 && !self.eth.rx_enabled() {
+                    self.regs.set(ETH_RXQ_PI, 0);
+                }
+                let tx = RingCfg { base: self.regs.get(ETH_TXQ_BASE), log2: self.regs.get(ETH_TXQ_LOG) };
+                let rx = RingCfg { base: self.regs.get(ETH_RXQ_BASE), log2: self.regs.get(ETH_RXQ_LOG) };
+                self.engine.eth_ctrl(&self.router, value, tx, rx);
+            }
+            ETH_TXQ_PI => self.engine.post(&self.router, Event::EthTxDoorbell { pi: value as u16 }),
+            ETH_RXQ_PI => self.engine.post(&self.router, Event::EthRxDoorbell { pi: value as u16 }),
+            ETH_ARM => {
+                let ev = Event::EthArm { tx_ci: value as u16, rx_ci: (value >> 16) as u16, vector: self.eth_vector as u16 };
+                self.engine.post(&self.router, ev);
             }
             _ => {}
         }

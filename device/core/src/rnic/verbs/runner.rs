@@ -20,6 +20,7 @@ use crate::mailbox::Mailbox;
 use crate::platform::mem::access::GuestMem;
 use crate::platform::mem::router::Router;
 use crate::rnic::doorbell::DoorbellPage;
+use crate::rnic::eth::{EthPort, EthShared, RingCfg, TX_BUDGET};
 use crate::rnic::fabric::packet::Packet;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, SyncSender};
@@ -40,6 +41,27 @@ pub enum Event {
     },
     CqArm {
         cqn: u32,
+    },
+    /// `ETH_TXQ_PI` / `ETH_RXQ_PI`: the driver's producer index of an Ethernet ring.
+    EthTxDoorbell {
+        pi: u16,
+    },
+    EthRxDoorbell {
+        pi: u16,
+    },
+    /// `ETH_ARM`, with `ETH_VECTOR` as it was when the arm was written.
+    EthArm {
+        tx_ci: u16,
+        rx_ci: u16,
+        vector: u16,
+    },
+    /// Synchronous, like DMA_CTRL: an enabled ring runs when the `ETH_CTRL` write
+    /// completes (`crate::rnic::eth::EthPort::ctrl`).
+    EthCtrl {
+        ctrl: u64,
+        tx: RingCfg,
+        rx: RingCfg,
+        reply: SyncSender<()>,
     },
     /// Synchronous, like commands: turning the doorbell page on copies the device's
     /// indices into it before the register write completes.
@@ -109,6 +131,15 @@ impl Mailbox<Event> {
         self.post(Event::DmaCtrl { enabled, int_enabled, db_page, reply });
         let _ = rx.recv_timeout(COMMAND_TIMEOUT);
     }
+
+    /// Applies an `ETH_CTRL` write and waits until the rings have.
+    pub fn eth_ctrl(&self, ctrl: u64, tx: RingCfg, rx: RingCfg) {
+        let (reply, rx_done) = mpsc::sync_channel(1);
+        self.post(Event::EthCtrl { ctrl, tx, rx, reply });
+        if rx_done.recv_timeout(COMMAND_TIMEOUT).is_err() {
+            log::error!("the verbs engine did not confirm an ETH_CTRL write within {COMMAND_TIMEOUT:?}");
+        }
+    }
 }
 
 /// Environment variable that turns on the engine's test hooks ([`CMD_TEST_PANIC`]); off
@@ -121,7 +152,8 @@ pub const TEST_HOOKS_ENV: &str = "RNIC_EMU_TEST_HOOKS";
 pub const CMD_TEST_PANIC: u32 = 0xfe;
 
 /// An engine with what drives it besides events: the doorbell page, once the driver has
-/// turned it on.
+/// turned it on; and the Ethernet port's rings (`crate::rnic::eth`), which share the
+/// engine's passes, DMA_CTRL, reset and failure containment.
 ///
 /// Failure containment (docs/verbs.md §5.1): every operation the engine is handed (an
 /// event, a pass, a packet, the publication of event indices before the loop sleeps) runs
@@ -133,6 +165,8 @@ pub const CMD_TEST_PANIC: u32 = 0xfe;
 /// Other engines of the node (the event loop's) keep running.
 pub struct EngineRunner {
     pub engine: Engine,
+    /// The Ethernet port's rings; its frames go out through the engine's wire.
+    pub eth: EthPort,
     page: Option<DoorbellPage>,
     db_on: bool,
     /// The engine panicked; nothing runs on it until a reset.
@@ -148,13 +182,20 @@ pub struct EngineRunner {
 impl EngineRunner {
     pub fn new(engine: Engine, page: Option<DoorbellPage>) -> EngineRunner {
         let hooks = std::env::var(TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
-        EngineRunner { engine, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
+        let shared = &engine.shared;
+        let eth = EthPort::new(engine.name.clone(), std::sync::Arc::default(), shared.irqs.clone(), shared.stats.clone());
+        EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
     }
 
     /// Turns the test hooks on or off (unit tests, which share one environment).
     #[doc(hidden)]
     pub fn set_test_hooks(&mut self, on: bool) {
         self.hooks = on;
+    }
+
+    /// The Ethernet port's shared state (the register model and the fabric port hold it).
+    pub fn eth_shared(&self) -> &std::sync::Arc<EthShared> {
+        self.eth.shared()
     }
 
     /// Whether the engine failed and waits for a reset.
@@ -211,11 +252,16 @@ impl EngineRunner {
                 self.guarded(mem, "DMA_CTRL", |d| d.dma_ctrl(enabled, int_enabled, db_page));
                 let _ = reply.send(());
             }
+            Event::EthCtrl { ctrl, tx, rx, reply } => {
+                self.guarded(mem, "ETH_CTRL", |d| d.eth.ctrl(ctrl, tx, rx));
+                let _ = reply.send(());
+            }
             Event::Reset { reply } => {
                 self.fatal = false;
                 (self.panic_next_pass, self.panic_next_sleep) = (false, false);
                 self.engine.shared.fatal.store(false, Ordering::SeqCst);
                 self.guarded(mem, "a reset", |d| {
+                    d.eth.reset();
                     d.engine.reset();
                     d.db_on = false;
                 });
@@ -245,12 +291,16 @@ impl EngineRunner {
                 }
                 engine.cq_arm(cqn)
             }
-            Event::DmaCtrl { .. } | Event::Command { .. } | Event::Reset { .. } | Event::InjectFatal { .. } => {}
+            Event::EthTxDoorbell { pi } => self.eth.tx_doorbell(pi),
+            Event::EthRxDoorbell { pi } => self.eth.rx_doorbell(pi),
+            Event::EthArm { tx_ci, rx_ci, vector } => self.eth.arm(tx_ci, rx_ci, vector),
+            Event::DmaCtrl { .. } | Event::EthCtrl { .. } | Event::Command { .. } | Event::Reset { .. } | Event::InjectFatal { .. } => {}
         }
     }
 
     fn dma_ctrl(&mut self, enabled: bool, int_enabled: bool, db_page: bool) {
         self.engine.set_dma_ctrl(enabled, int_enabled);
+        self.eth.set_dma_ctrl(enabled, int_enabled);
         let on = db_page && self.page.is_some();
         if let (Some(p), true, false) = (&self.page, on, self.db_on) {
             self.engine.init_doorbell_page(p);
@@ -279,8 +329,14 @@ impl EngineRunner {
         self.guarded(mem, "a packet", |d| d.engine.on_packet(mem, from, pkt));
     }
 
-    /// One pass of work: indices from the page (when on), then the engine's budget.
-    /// True when anything moved.
+    /// A frame for the netdev from the fabric port (already filtered): into the receive
+    /// ring (`crate::rnic::eth::EthPort::receive`); dropped while the engine is fatal.
+    pub fn on_frame(&mut self, mem: &dyn GuestMem, frame: &[u8]) {
+        self.guarded(mem, "a frame", |d| d.eth.receive(mem, frame));
+    }
+
+    /// One pass of work: indices from the page (when on), then the engine's budget, then
+    /// up to [`TX_BUDGET`] frames of the Ethernet transmit ring. True when anything moved.
     pub fn pass(&mut self, mem: &dyn GuestMem) -> bool {
         self.guarded(mem, "a pass", |d| {
             if std::mem::take(&mut d.panic_next_pass) {
@@ -290,7 +346,9 @@ impl EngineRunner {
                 Some(p) => d.engine.poll_doorbell_page(p),
                 None => false,
             };
-            d.engine.run(mem, BUDGET) || polled
+            let ran = d.engine.run(mem, BUDGET);
+            let sent = d.eth.transmit(mem, d.engine.wire.as_deref(), TX_BUDGET);
+            ran || sent || polled
         })
         .unwrap_or(false)
     }
@@ -368,6 +426,17 @@ impl EngineSlot {
                 d.handle(&router.view(), Event::DmaCtrl { enabled, int_enabled, db_page, reply });
             }
             EngineSlot::Loop(m) => m.dma_ctrl(enabled, int_enabled, db_page),
+        }
+    }
+
+    /// Applies an `ETH_CTRL` write; returns once the rings have.
+    pub fn eth_ctrl(&mut self, router: &Router, ctrl: u64, tx: RingCfg, rx: RingCfg) {
+        match self {
+            EngineSlot::Inline(d) => {
+                let (reply, _rx) = mpsc::sync_channel(1);
+                d.handle(&router.view(), Event::EthCtrl { ctrl, tx, rx, reply });
+            }
+            EngineSlot::Loop(m) => m.eth_ctrl(ctrl, tx, rx),
         }
     }
 
