@@ -101,7 +101,7 @@ impl NodeDevices {
             rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
-                    FabricPort::bind(a, segment, &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                    FabricPort::bind(a, segment, rnic.eth_shared(), &node.faults, opts.pcap.as_deref(), rnic.stats_block())
                         .map_err(|e| anyhow::anyhow!("joining the fabric segment {segment}: {e}"))?,
                 )),
                 None => None,

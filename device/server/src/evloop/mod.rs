@@ -179,7 +179,7 @@ impl LoopWork for NodeEngines {
                     let n = port_guarded(runner, router, "the fabric port's receive", |d| {
                         port.receive(&mut |rx| match rx {
                             Rx::Roce(from, pkt) => d.on_packet(&view, from, pkt),
-                            Rx::Frame(_) => {}
+                            Rx::Frame(frame) => d.on_frame(&view, frame),
                         })
                     });
                     active |= n.unwrap_or(0) > 0;

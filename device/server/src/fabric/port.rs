@@ -15,6 +15,7 @@ use rnic_emu_core::contract::counters::{Counter, Stats};
 use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
 use rnic_emu_core::regs::rnic::eth;
+use rnic_emu_core::rnic::eth::EthShared;
 use rnic_emu_core::rnic::fabric::frame::{classify, decode_roce, encode_roce, is_group, mac_of_ipv4, FrameError, Kind, Mac, RoceAddr, DEFAULT_TTL, ETH_HLEN};
 use rnic_emu_core::rnic::fabric::packet::{Packet, PacketError};
 use rnic_emu_core::rnic::verbs::transport::Wire;
@@ -103,8 +104,8 @@ pub enum Rx<'a> {
 
 pub struct FabricPort {
     pub address: Ipv4Addr,
-    /// This port's MAC: the receive filter and the source of its RoCE frames.
-    pub mac: Mac,
+    /// The Ethernet port's settings the driver made (MAC, MTU, promiscuous).
+    eth: Arc<EthShared>,
     segment: Segment,
     tx: Mutex<TxState>,
     rx: Mutex<RxState>,
@@ -126,8 +127,16 @@ fn flow_port(dest_qp: u32) -> u16 {
 }
 
 impl FabricPort {
-    /// Joins `segment` as the port of the RNIC at `address` (its MAC: [`mac_of_ipv4`]).
-    pub fn bind(address: Ipv4Addr, segment: SegmentAddr, faults: &NodeFaults, pcap: Option<&Path>, stats: Arc<Stats>) -> std::io::Result<FabricPort> {
+    /// Joins `segment` as the port of the RNIC at `address`, with the Ethernet settings
+    /// `eth` (the link is up from here on).
+    pub fn bind(
+        address: Ipv4Addr,
+        segment: SegmentAddr,
+        eth: Arc<EthShared>,
+        faults: &NodeFaults,
+        pcap: Option<&Path>,
+        stats: Arc<Stats>,
+    ) -> std::io::Result<FabricPort> {
         let segment = Segment::join(segment)?;
         let pcap = pcap.map(PcapWriter::create).transpose()?.map(Mutex::new);
         let tx = TxState { faults: FaultState::new(faults.tx, faults.seed), queue: Vec::new(), pool: Pool::default(), out: Vec::new() };
@@ -138,12 +147,18 @@ impl FabricPort {
             out: Vec::new(),
             pkt: Packet::default(),
         };
-        Ok(FabricPort { address, mac: mac_of_ipv4(address), segment, tx: Mutex::new(tx), rx: Mutex::new(rx), pcap, stats, hairpin: Mutex::new(Vec::new()) })
+        eth.set_link(true);
+        Ok(FabricPort { address, eth, segment, tx: Mutex::new(tx), rx: Mutex::new(rx), pcap, stats, hairpin: Mutex::new(Vec::new()) })
     }
 
     /// The segment's sockets, for the event loop to wait on (readable: frames to receive).
     pub fn raw_fds(&self) -> [RawFd; 2] {
         self.segment.fds()
+    }
+
+    /// This port's MAC now: the receive filter and the source of its RoCE frames.
+    pub fn mac(&self) -> Mac {
+        self.eth.mac()
     }
 
     /// Where the port is plugged in.
@@ -174,7 +189,7 @@ impl FabricPort {
     pub fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
         let addr = RoceAddr {
             dst_mac: mac_of_ipv4(dst),
-            src_mac: self.mac,
+            src_mac: self.eth.mac(),
             src_ip: IpAddr::V4(self.address),
             dst_ip: IpAddr::V4(dst),
             src_port: flow_port(pkt.bth.dest_qp),
@@ -212,7 +227,7 @@ impl FabricPort {
             }
             let mut dst = [0u8; 6];
             dst.copy_from_slice(&d[..6]);
-            if dst == self.mac {
+            if dst == self.eth.mac() {
                 lock(&self.hairpin).push(d);
                 continue;
             }
@@ -314,8 +329,13 @@ impl FabricPort {
         if let Some(from) = from {
             self.segment.learn(&c.src_mac, from);
         }
-        let for_us = c.dst_mac == self.mac;
-        if !for_us && !is_group(&c.dst_mac) {
+        if data.len() > self.eth.max_frame() {
+            self.stats.inc(Counter::EthRxErrors);
+            rnic_emu_core::guest_warn!("fabric: dropped a {}-byte frame: longer than the port's MTU {} allows", data.len(), self.eth.mtu());
+            return;
+        }
+        let for_us = c.dst_mac == self.eth.mac();
+        if !for_us && !is_group(&c.dst_mac) && !self.eth.promisc() {
             self.stats.inc(Counter::EthRxFiltered);
             return;
         }
@@ -388,10 +408,30 @@ mod tests {
     fn two_ports(tx: WireFaults, rx: WireFaults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>, std::net::UdpSocket) {
         let (seg, hold) = super::super::segment::reserve(Ipv4Addr::LOCALHOST).unwrap();
         let stats = Arc::new(Stats::default());
-        let a = FabricPort::bind(Ipv4Addr::new(10, 0, 0, 1), seg, &NodeFaults { tx, rx: WireFaults::default(), seed, pcie: Vec::new() }, None, stats.clone())
-            .unwrap();
-        let b = FabricPort::bind(Ipv4Addr::new(10, 0, 0, 2), seg, &NodeFaults { tx: WireFaults::default(), rx, seed, pcie: Vec::new() }, None, stats.clone())
-            .unwrap();
+        let eth = |ip: Ipv4Addr| {
+            let e = Arc::new(EthShared::default());
+            e.reset_config(mac_of_ipv4(ip));
+            e.set_mtu(9000);
+            e
+        };
+        let a = FabricPort::bind(
+            Ipv4Addr::new(10, 0, 0, 1),
+            seg,
+            eth(Ipv4Addr::new(10, 0, 0, 1)),
+            &NodeFaults { tx, rx: WireFaults::default(), seed, pcie: Vec::new() },
+            None,
+            stats.clone(),
+        )
+        .unwrap();
+        let b = FabricPort::bind(
+            Ipv4Addr::new(10, 0, 0, 2),
+            seg,
+            eth(Ipv4Addr::new(10, 0, 0, 2)),
+            &NodeFaults { tx: WireFaults::default(), rx, seed, pcie: Vec::new() },
+            None,
+            stats.clone(),
+        )
+        .unwrap();
         (a, b, stats, hold)
     }
 
@@ -434,8 +474,8 @@ mod tests {
         let (mut sent, mut delivered) = (Vec::new(), Vec::new());
         for psn in 0..300 {
             let addr = RoceAddr {
-                dst_mac: b.mac,
-                src_mac: a.mac,
+                dst_mac: b.mac(),
+                src_mac: a.mac(),
                 src_ip: IpAddr::V4(a.address),
                 dst_ip: IpAddr::V4(b.address),
                 src_port: flow_port(3),
@@ -465,15 +505,15 @@ mod tests {
         let sent: Vec<Packet> = (0..200).map(packet).collect();
         sent.iter().for_each(|p| a.send(b.address, p));
         // An ARP-like broadcast, a frame for b's MAC, and one for a third MAC (filtered).
-        let frame = |dst: Mac, tag: u8| [&dst[..], &a.mac[..], &[0x08, 0x06], &[tag; 46][..]].concat();
+        let frame = |dst: Mac, tag: u8| [&dst[..], &a.mac()[..], &[0x08, 0x06], &[tag; 46][..]].concat();
         a.send_frame(&frame([0xff; 6], 1));
-        a.send_frame(&frame(b.mac, 2));
+        a.send_frame(&frame(b.mac(), 2));
         a.send_frame(&frame([2, 0, 0, 0, 0, 9], 3));
         a.flush();
         let (got, frames) = drain(&b);
         assert_eq!(got.len(), 200);
         assert!(got.iter().zip(&sent).all(|(g, s)| g.bth.psn == s.bth.psn && g.payload == s.payload));
-        assert_eq!(frames, vec![frame([0xff; 6], 1), frame(b.mac, 2)], "broadcast and unicast to b reach its netdev, byte for byte");
+        assert_eq!(frames, vec![frame([0xff; 6], 1), frame(b.mac(), 2)], "broadcast and unicast to b reach its netdev, byte for byte");
         assert_eq!(count(&stats, Counter::EthRxFiltered), 1, "the third MAC's frame filtered");
         let (own, _) = drain(&a);
         assert!(own.is_empty(), "a port does not hear its own frames");
@@ -483,8 +523,8 @@ mod tests {
     fn bad_frames_are_dropped_and_counted() {
         let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
         let addr = RoceAddr {
-            dst_mac: b.mac,
-            src_mac: a.mac,
+            dst_mac: b.mac(),
+            src_mac: a.mac(),
             src_ip: IpAddr::V4(a.address),
             dst_ip: IpAddr::V4(b.address),
             src_port: 0xc000,

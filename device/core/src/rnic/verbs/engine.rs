@@ -79,6 +79,8 @@ pub struct Engine {
     pub(super) next_qp: usize,
     /// The fabric, for QPs whose destination is another node.
     pub(super) wire: Option<Arc<dyn Wire>>,
+    /// The Ethernet port's settings: its MTU caps the path MTU of fabric QPs.
+    pub(super) port: Option<Arc<crate::rnic::eth::EthShared>>,
     /// The one packet every fabric send is built in.
     scratch: Packet,
     /// Loopback messages not yet delivered (drained in the same pass).
@@ -148,6 +150,7 @@ impl Engine {
             shared,
             next_qp: 0,
             wire: None,
+            port: None,
             scratch: Packet::default(),
             loopq: VecDeque::new(),
             wqe_log: Arc::default(),
@@ -410,7 +413,8 @@ impl Engine {
             return Err(CMD_ERR_INVALID);
         }
         let log = if ctx.path_mtu == 0 { 12 } else { ctx.path_mtu.clamp(8, 12) };
-        Ok(Path::Fabric { ip: Ipv4Addr::from(ctx.dest_ip), mtu: 1 << log })
+        let mtu = (1u32 << log).min(self.port.as_ref().map_or(u32::MAX, |p| roce_mtu(p.mtu())));
+        Ok(Path::Fabric { ip: Ipv4Addr::from(ctx.dest_ip), mtu })
     }
 
     fn reg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
@@ -699,6 +703,14 @@ impl Engine {
         let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
         rts.filter_map(|(_, r)| r.req.deadline()).chain(self.cqs.hold_until).min()
     }
+}
+
+/// The largest RoCE path MTU (256..=4096) whose packets fit an Ethernet MTU of `eth_mtu`
+/// bytes, with the headers Linux reserves for it (`iboe_get_mtu`: GRH 40, BTH 12, XRC 4,
+/// atomic 28, ICRC 4), so that the device caps what ib_core reports as the active MTU.
+pub fn roce_mtu(eth_mtu: u32) -> u32 {
+    let room = eth_mtu.saturating_sub(88);
+    (8..=12u32).rev().map(|l| 1 << l).find(|m| *m <= room).unwrap_or(256)
 }
 
 /// The access flags of a context, if they are known ones.

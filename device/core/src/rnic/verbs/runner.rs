@@ -184,6 +184,8 @@ impl EngineRunner {
         let hooks = std::env::var(TEST_HOOKS_ENV).is_ok_and(|v| v == "1");
         let shared = &engine.shared;
         let eth = EthPort::new(engine.name.clone(), std::sync::Arc::default(), shared.irqs.clone(), shared.stats.clone());
+        let mut engine = engine;
+        engine.port = Some(eth.shared().clone());
         EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
     }
 

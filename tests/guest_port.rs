@@ -1,0 +1,123 @@
+//! Guest-level test of the RNIC's Ethernet port (docs/fabric.md, docs/programming.md "The
+//! Ethernet port"): two guests of the two-node topology use `reth0` as a NIC. ARP resolves
+//! the peer, IPv4 and IPv6 ping it (1500-byte, then 9000-byte MTU), a TCP stream of
+//! 16 MiB of random bytes crosses it and arrives with the same SHA-256, iperf3 runs over it
+//! and, for comparison in the same guests, over their virtio-net link; `ethtool -i`, `-S`
+//! and the link state answer from the device. The host reads the port's counters back.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+/// The script of node `node` (0: receiver and iperf3 server; 1: sender and client).
+fn script(node: usize) -> String {
+    let (me, peer) = if node == 0 { (11, 12) } else { (12, 11) };
+    let mut s = format!(
+        "ip link set reth0 up; ip -6 addr add fd00::{me}/64 dev reth0 nodad || echo failed: ipv6 address
+         modprobe virtio_net && ip link set eth0 up && ip addr add 10.9.0.{}/24 dev eth0 || echo failed: eth0
+         ethtool -i reth0 | sed 's/^/ethtool-i: /'
+         ethtool reth0 | grep -E 'Speed|Link detected' | sed 's/^[[:space:]]*/ethtool: /'
+         echo \"pci-rnic: $(rnic-bar find rnic)\"
+         rnic-kv put up{node} 1; rnic-kv get up{} 120000 >/dev/null
+         ping -c 5 -W 5 10.0.0.{peer} | sed 's/^/ping4: /'
+         ping -6 -c 3 -W 5 fd00::{peer} | sed 's/^/ping6: /'
+         ip neigh show dev reth0 | sed 's/^/neigh: /'
+         ip link set reth0 mtu 9000 || echo failed: mtu 9000
+         rnic-kv put mtu{node} 1; rnic-kv get mtu{} 120000 >/dev/null
+         ping -s 8972 -c 3 -W 5 10.0.0.{peer} | sed 's/^/jumbo: /'
+         ip link show reth0 | grep -o 'mtu [0-9]*' | sed 's/^/link: /'
+",
+        node + 1,
+        1 - node,
+        1 - node
+    );
+    if node == 0 {
+        s += "nc -l -p 5001 > /tmp/got & pid=$!; sleep 1; rnic-kv put nc up
+              wait $pid; echo \"got-sha: $(sha256sum < /tmp/got | cut -d' ' -f1) $(wc -c < /tmp/got)\"
+              for dev in reth0 eth0; do
+                  iperf3 -s -1 -p 5201 >/dev/null 2>&1 & pid=$!; sleep 1; rnic-kv put iperf-$dev up; wait $pid
+              done
+              rnic-kv put done 1\n";
+    } else {
+        s += "head -c 16777216 /dev/urandom > /tmp/blob; echo \"sent-sha: $(sha256sum < /tmp/blob | cut -d' ' -f1) $(wc -c < /tmp/blob)\"
+              rnic-kv get nc 120000 >/dev/null; nc -w 10 10.0.0.11 5001 < /tmp/blob || echo failed: nc
+              for dev in reth0 eth0; do
+                  peer=10.0.0.11; [ $dev = eth0 ] && peer=10.9.0.1
+                  rnic-kv get iperf-$dev 120000 >/dev/null
+                  iperf3 -c $peer -p 5201 -t 3 -J > /tmp/iperf-$dev || echo failed: iperf3 $dev
+                  echo \"iperf-$dev: $(tr -d '\\n ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
+              done
+              rnic-kv get done 120000 >/dev/null\n";
+    }
+    s + "ethtool -S reth0 | sed 's/^[[:space:]]*/stat: /'
+         dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
+}
+
+fn lines(stdout: &str, node: usize) -> Vec<String> {
+    let prefix = format!("[node{node}] ");
+    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
+}
+
+fn find<'a>(lines: &'a [String], prefix: &str) -> Option<&'a str> {
+    lines.iter().find_map(|l| l.strip_prefix(prefix))
+}
+
+/// Whether ping (busybox's or iputils') printed under `tag` that all `n` echoes came back.
+fn echoed(lines: &[String], tag: &str, n: u32) -> bool {
+    let sent = format!("{tag}: {n} packets transmitted, {n} ");
+    lines.iter().any(|l| l.starts_with(&sent) && l.contains("received") && l.contains(" 0% packet loss"))
+}
+
+/// The value of `ethtool -S` statistic `name`.
+fn stat(lines: &[String], name: &str) -> u64 {
+    let want = format!("stat: {name}: ");
+    lines.iter().find_map(|l| l.strip_prefix(want.as_str())).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no ethtool statistic {name}"))
+}
+
+#[test]
+fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
+    ensure_image();
+    let stats = tempfile::NamedTempFile::new().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["run", "--no-build", "--timeout", "900", "--topology"])
+        .arg(topology("two-node"))
+        .arg("--stats")
+        .arg(stats.path())
+        .args(["--on", "0", &script(0), "--on", "1", &script(1)])
+        .output()
+        .expect("running rnic-emu run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "both guests ran their script");
+    assert!(!stdout.contains("failed:"), "a guest command failed");
+    let peer_mac = |node: usize| format!("02:e1:0a:00:00:{:02x}", 11 + (1 - node));
+    for node in 0..2 {
+        let l = lines(&stdout, node);
+        let pci = find(&l, "pci-rnic: ").expect("rnic-bar find rnic");
+        assert_eq!(find(&l, "ethtool-i: driver: "), Some("rnic_emu"), "node{node}: ethtool -i");
+        assert_eq!(find(&l, "ethtool-i: bus-info: "), Some(pci), "node{node}: bus-info is the RNIC's function");
+        assert_eq!(find(&l, "ethtool: Link detected: "), Some("yes"), "node{node}: carrier");
+        assert_eq!(find(&l, "ethtool: Speed: "), Some("100000Mb/s"), "node{node}: speed from ETH_SPEED");
+        // ARP resolved the peer's MAC on reth0; every echo came back, IPv4 and IPv6.
+        assert!(l.iter().any(|x| x.starts_with("neigh: 10.0.0.") && x.contains(&peer_mac(node))), "node{node}: ARP entry for the peer");
+        assert!(echoed(&l, "ping4", 5), "node{node}: IPv4 ping");
+        assert!(echoed(&l, "ping6", 3), "node{node}: IPv6 ping (neighbour discovery over multicast)");
+        assert_eq!(find(&l, "link: "), Some("mtu 9000"));
+        assert!(echoed(&l, "jumbo", 3), "node{node}: 9000-byte packets (9014-byte frames) both ways");
+        assert_eq!(find(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
+        assert!(stat(&l, "rx_frames") > 0 && stat(&l, "tx_frames") > 0, "node{node}: the device's port counters");
+    }
+    // The TCP stream: the receiver got exactly the sender's 16 MiB.
+    let sent = find(&lines(&stdout, 1), "sent-sha: ").expect("sender's hash").to_string();
+    assert!(sent.ends_with(" 16777216"));
+    assert_eq!(find(&lines(&stdout, 0), "got-sha: "), Some(sent.as_str()), "16 MiB across reth0, byte for byte");
+    // iperf3 over reth0 beside virtio-net in the same guests (a figure, not a bound).
+    let bps = |dev: &str| find(&lines(&stdout, 1), &format!("iperf-{dev}: ")).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let (reth, virtio) = (bps("reth0"), bps("eth0"));
+    assert!(reth > 0.0 && virtio > 0.0, "iperf3 ran over both: {reth} {virtio}");
+    eprintln!("iperf3: reth0 {:.1} Mbit/s, virtio-net {:.1} Mbit/s: {:.2}x", reth / 1e6, virtio / 1e6, reth / virtio);
+    // The host's view of the same port: frames both ways on both nodes.
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
+    let text = json.to_string();
+    assert!(text.contains("eth_rx_frames") && text.contains("eth_tx_frames"), "{text}");
+}
