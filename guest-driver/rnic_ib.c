@@ -5,9 +5,10 @@
  * What it models: an RDMA device "rnicN" (node type CA, one port, link layer Ethernet,
  * RoCEv2 only) whose attributes are the RNIC's limits (BAR0, docs/verbs.md §1.1), whose
  * GID table ib_core fills from the netdev "rethN" (rnic_netdev.c: the RNIC's fabric
- * address ::ffff:a.b.c.d), whose port state follows that netdev's carrier, and user contexts for libibverbs: each is a verbs context of
- * the driver's own (rnic_uc_open(), as an open /dev/rnic_emuN), so PDs here and CQs, QPs
- * and MRs in rnic_ib_verbs.c run the character device's code on it.
+ * address ::ffff:a.b.c.d), whose port state follows that netdev's carrier, and user
+ * contexts for libibverbs: each is a verbs context of the driver's own (rnic_uc_open(), as
+ * an open /dev/rnic_emuN), so PDs here and CQs, QPs and MRs in rnic_ib_verbs.c run the
+ * character device's code on it.
  *
  * What it does not: kernel consumers (no kernel PDs, CQs, QPs), MADs, UD, atomics, SRQs,
  * more than one P_Key (0xffff); docs/ibverbs.md lists what works.

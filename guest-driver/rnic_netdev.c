@@ -74,11 +74,11 @@ static void rnic_eth_set_perm_mac(struct rnic_eth *eth, u32 ipv4)
 	} else if (ipv4) {
 		rnic_netdev_ipv4_mac(ipv4, mac);
 		eth_hw_addr_set(ndev, mac);
-		dev_warn(eth->dmadev, "ETH_PERM_MAC 0x%llx is no unicast address: using %pM, from the fabric address\n",
+		dev_warn(eth->dmadev, "ETH_PERM_MAC 0x%llx is no unicast MAC: using %pM (fabric address)\n",
 			 (unsigned long long)v, mac);
 	} else {
 		eth_hw_addr_random(ndev);
-		dev_warn(eth->dmadev, "ETH_PERM_MAC 0x%llx is no unicast address: using the random %pM\n",
+		dev_warn(eth->dmadev, "ETH_PERM_MAC 0x%llx is no unicast MAC: using %pM (random)\n",
 			 (unsigned long long)v, ndev->dev_addr);
 	}
 	rnic_eth_write_mac(eth, ndev->dev_addr);
@@ -216,7 +216,7 @@ static int rnic_eth_change_mtu(struct net_device *ndev, int mtu)
 		return 0;
 	WRITE_ONCE(ndev->mtu, old);
 	if (rnic_eth_up(eth))
-		netdev_err(ndev, "cannot restart with MTU %u either: the port stays stopped until the next open\n",
+		netdev_err(ndev, "cannot restart with MTU %u either: stopped until the next open\n",
 			   old);
 	return ret;
 }
