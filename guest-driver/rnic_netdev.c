@@ -9,7 +9,9 @@
  * source of its RoCE frames), ARP works, the MTU is 68..9000 (ETH_MTU), frames go through
  * one transmit and one receive descriptor ring (rnic_netdev_ring.c), IFF_PROMISC sets
  * ETH_CTRL_PROMISC, and the carrier follows ETH_LINK, read at open and every second after
- * (the device raises no link interrupt). ethtool: rnic_netdev_ethtool.c.
+ * (the device raises no link interrupt). That poll also starts the NAPI poll when a ring's
+ * head entry is done but no interrupt came (a lost MSI-X message). ethtool:
+ * rnic_netdev_ethtool.c.
  *
  * The rings exist only while the netdev is up: ndo_open allocates and programs them and
  * enables the port, ndo_stop disables it and frees them once the device has stopped. A
@@ -107,6 +109,8 @@ static void rnic_eth_link_work(struct work_struct *work)
 	struct rnic_eth *eth = container_of(to_delayed_work(work), struct rnic_eth, link_work);
 
 	rnic_eth_link_update(eth);
+	if (rnic_eth_kick_stalled(eth))
+		atomic64_inc(&eth->napi_kicks);
 	if (!test_bit(RNIC_NIC_GONE, &eth->nic->flags))
 		schedule_delayed_work(&eth->link_work, msecs_to_jiffies(RNIC_ETH_LINK_POLL_MS));
 }

@@ -129,6 +129,7 @@ struct rnic_eth {
 	struct rnic_eth_napi_stats nstats;
 	struct rnic_eth_xmit_stats xstats;
 	atomic64_t tx_timeouts;
+	atomic64_t napi_kicks;		/* polls the link poll started: a done entry, no irq */
 	u64 *hw_stats;			/* device counters as last read (ethtool) */
 };
 
@@ -141,6 +142,7 @@ static inline u32 rnic_eth_ring_size(u32 log2)
 int rnic_eth_rings_alloc(struct rnic_eth *eth);
 void rnic_eth_rings_free(struct rnic_eth *eth);
 void rnic_eth_arm(struct rnic_eth *eth);
+bool rnic_eth_kick_stalled(struct rnic_eth *eth);
 void rnic_eth_count_drop(struct rnic_eth *eth);
 netdev_tx_t rnic_eth_xmit(struct sk_buff *skb, struct net_device *ndev);
 int rnic_eth_poll(struct napi_struct *napi, int budget);

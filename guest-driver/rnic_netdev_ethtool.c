@@ -62,6 +62,7 @@ enum rnic_eth_sw_stat {
 	RNIC_SW_NAPI_POLLS,
 	RNIC_SW_TX_STOPS,
 	RNIC_SW_TX_TIMEOUTS,
+	RNIC_SW_NAPI_KICKS,
 	RNIC_SW_TX_DROPPED,		/* last: the only one an older device has */
 	RNIC_SW_COUNT
 };
@@ -79,6 +80,7 @@ static const char *const rnic_eth_sw_names[RNIC_SW_COUNT] = {
 	[RNIC_SW_NAPI_POLLS]		= "napi_polls",
 	[RNIC_SW_TX_STOPS]		= "tx_queue_stops",
 	[RNIC_SW_TX_TIMEOUTS]		= "tx_timeouts",
+	[RNIC_SW_NAPI_KICKS]		= "napi_kicks",
 	[RNIC_SW_TX_DROPPED]		= "tx_dropped",
 };
 
@@ -212,6 +214,7 @@ static void rnic_eth_get_ethtool_stats(struct net_device *ndev, struct ethtool_s
 		sw[RNIC_SW_TX_DROPPED] = x->tx_dropped;
 	} while (u64_stats_fetch_retry(&x->syncp, start));
 	sw[RNIC_SW_TX_TIMEOUTS] = atomic64_read(&eth->tx_timeouts);
+	sw[RNIC_SW_NAPI_KICKS] = atomic64_read(&eth->napi_kicks);
 	for (i = rnic_eth_first_sw(eth); i < RNIC_SW_COUNT; i++)
 		*data++ = sw[i];
 }

@@ -164,6 +164,28 @@ void rnic_eth_rings_free(struct rnic_eth *eth)
 	eth->rx_ring = NULL;
 }
 
+/*
+ * From the link poll (process context, rings up): schedules the NAPI poll when the head
+ * entry of either ring is done, i.e. its interrupt was lost or is late. A read-only look;
+ * the NAPI poll itself decides.
+ */
+bool rnic_eth_kick_stalled(struct rnic_eth *eth)
+{
+	u16 tx = READ_ONCE(eth->tx_clean), rx = READ_ONCE(eth->rx_ci);
+	bool done;
+
+	done = READ_ONCE(eth->rx_ring[rx & rnic_eth_rx_mask()].flags) & RNIC_ETH_DESC_DONE;
+	if (tx != READ_ONCE(eth->tx_pi))
+		done |= READ_ONCE(eth->tx_ring[tx & rnic_eth_tx_mask()].flags) &
+			RNIC_ETH_DESC_DONE;
+	if (!done)
+		return false;
+	local_bh_disable();
+	done = napi_schedule(&eth->napi);	/* false: it is scheduled already */
+	local_bh_enable();
+	return done;
+}
+
 /* Asks for the next interrupt, telling the device how far the driver has processed. */
 void rnic_eth_arm(struct rnic_eth *eth)
 {
