@@ -5,9 +5,10 @@
  * What it models: an RDMA device "rnicN" (node type CA, one port, link layer Ethernet,
  * RoCEv2 only) whose attributes are the RNIC's limits (BAR0, docs/verbs.md §1.1), whose
  * GID table ib_core fills from the netdev "rethN" (rnic_netdev.c: the RNIC's fabric
- * address ::ffff:a.b.c.d), and user contexts for libibverbs: each is a verbs context of
- * the driver's own (rnic_uc_open(), as an open /dev/rnic_emuN), so PDs here and CQs, QPs
- * and MRs in rnic_ib_verbs.c run the character device's code on it.
+ * address ::ffff:a.b.c.d), whose port state follows that netdev's carrier, and user
+ * contexts for libibverbs: each is a verbs context of the driver's own (rnic_uc_open(), as
+ * an open /dev/rnic_emuN), so PDs here and CQs, QPs and MRs in rnic_ib_verbs.c run the
+ * character device's code on it.
  *
  * What it does not: kernel consumers (no kernel PDs, CQs, QPs), MADs, UD, atomics, SRQs,
  * more than one P_Key (0xffff); docs/ibverbs.md lists what works.
@@ -209,9 +210,7 @@ static const struct ib_device_ops rnic_ib_ops = {
 int rnic_ib_register(struct rnic_nic *nic)
 {
 	struct pci_dev *pdev = nic->rd.pdev;
-	u32 ipv4 = ioread32(nic->rd.bar0 + RNIC_REG_IPV4);
 	struct rnic_ibdev *rib;
-	u8 mac[ETH_ALEN];
 	int ret;
 
 	rib = ib_alloc_device(rnic_ibdev, ibdev);
@@ -219,7 +218,7 @@ int rnic_ib_register(struct rnic_nic *nic)
 		return -ENOMEM;
 	rib->nic = nic;
 
-	rib->ndev = rnic_netdev_create(pdev, ipv4);
+	rib->ndev = rnic_netdev_create(nic);
 	if (IS_ERR(rib->ndev)) {
 		ret = PTR_ERR(rib->ndev);
 		goto err_dealloc;
@@ -229,8 +228,8 @@ int rnic_ib_register(struct rnic_nic *nic)
 	rib->ibdev.phys_port_cnt = 1;
 	rib->ibdev.num_comp_vectors = max_t(int, 1, (int)nic->rd.nvec - 1);
 	rib->ibdev.dev.parent = &pdev->dev;
-	rnic_netdev_mac(ipv4, mac);
-	addrconf_addr_eui48((u8 *)&rib->ibdev.node_guid, mac);
+	/* The node GUID from the netdev's MAC as probed (ETH_PERM_MAC), as RoCE NICs do. */
+	addrconf_addr_eui48((u8 *)&rib->ibdev.node_guid, rib->ndev->dev_addr);
 	strscpy(rib->ibdev.node_desc, "rnic-emu RNIC", sizeof(rib->ibdev.node_desc));
 	ib_set_device_ops(&rib->ibdev, &rnic_ib_ops);
 	/*

@@ -3,7 +3,8 @@
  * rnic-emu guest driver: the RNIC as an RDMA device of the kernel's RDMA core (ib_core),
  * so libibverbs and the tools built on it (ibv_devinfo, perftest, ...) see it; see
  * docs/ibverbs.md. One device "rnicN" per RNIC, one RoCEv2 port whose GIDs come from the
- * RNIC's netdev (rnic_netdev.c).
+ * RNIC's netdev (rnic_netdev.c, an Ethernet NIC on the device's Ethernet port) and whose
+ * state follows that netdev's carrier.
  *
  * The verbs objects are the driver's own (rnic_pd.c, ...): the ib_core callbacks here are a
  * thin layer that wraps them in the structures ib_core allocates.
@@ -113,9 +114,8 @@ struct ib_mr *rnic_ib_reg_user_mr_dmabuf(struct ib_pd *ibpd, u64 offset, u64 len
 					 struct ib_dmah *dmah, struct uverbs_attr_bundle *attrs);
 int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
-/* rnic_netdev.c */
-void rnic_netdev_mac(u32 ipv4, u8 mac[ETH_ALEN]);
-struct net_device *rnic_netdev_create(struct pci_dev *pdev, u32 ipv4);
+/* rnic_netdev.c: the port's netdev rethN (its rings, NAPI, ethtool: rnic_netdev.h) */
+struct net_device *rnic_netdev_create(struct rnic_nic *nic);
 void rnic_netdev_destroy(struct net_device *ndev);
 
 #endif /* _RNIC_IB_H */

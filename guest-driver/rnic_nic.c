@@ -4,9 +4,10 @@
  *
  * Probe: BAR0 register block and contract checks (rnic_common.c), the verbs capability
  * and limits, a device reset, one MSI-X vector per vector the device reports (vector 0:
- * asynchronous errors, the others: CQs), the verbs engine's tables (rnic_verbs.c,
- * rnic_mtt.c), the character device /dev/rnic_emuN (rnic_cdev.c) and the RDMA core's device
- * rnicN with its netdev rethN (rnic_ib.c, rnic_netdev.c). sysfs adds `stats`
+ * asynchronous errors, the others: CQs, the last one also the netdev's rings), the verbs
+ * engine's tables (rnic_verbs.c, rnic_mtt.c), the character device /dev/rnic_emuN
+ * (rnic_cdev.c) and the RDMA core's device rnicN with its netdev rethN (rnic_ib.c,
+ * rnic_netdev*.c). sysfs adds `stats`
  * (the device's counters) and `driver_stats` (the driver's own).
  *
  * Remove: quiesce, then free (see rnic_nic_remove()). Sizes the device reports are

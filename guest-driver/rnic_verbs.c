@@ -29,21 +29,25 @@
 #error "rnic-emu descriptors are little-endian and written as native structs"
 #endif
 
-/* Interrupt hook (hard-irq context): vector 0 reports asynchronous errors, all count. */
+/*
+ * Interrupt hook (hard-irq context): vector 0 reports asynchronous errors, all count. The
+ * netdev's rings share one of the vectors (rnic_netdev.c picks it).
+ */
 bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 {
 	struct rnic_nic *nic = to_nic(rd);
+	bool eth = rnic_netdev_irq(nic, vec);
 	u32 err;
 
 	atomic_inc(&nic->vec_seq[vec]);
 	if (vec != 0) {
 		bool ib = rnic_ib_cq_event(nic, vec);
 
-		return atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0 || ib;
+		return atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0 || ib || eth;
 	}
 	err = ioread32(rd->bar0 + RNIC_REG_LAST_ERROR);
 	if (!err || err == 0xffffffff)
-		return false;
+		return eth;
 	atomic64_inc(&nic->stats.async_errors);
 	if (rnic_fault_async(nic, err))
 		return true;

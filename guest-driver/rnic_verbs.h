@@ -12,8 +12,9 @@
  * controls.
  *
  * The verbs core is layered; each file calls only the ones below it (beyond the core:
- * rnic_verbs.c's interrupt hook calls ib_core's, rnic_ib_cq_event(); rnic_uctx.c drops
- * its reference with rnic_nic_put(), rnic_nic.c; rnic_cmd.c calls the fault hooks):
+ * rnic_verbs.c's interrupt hook calls ib_core's, rnic_ib_cq_event(), and the netdev's,
+ * rnic_netdev_irq(); rnic_uctx.c drops its reference with rnic_nic_put(), rnic_nic.c;
+ * rnic_cmd.c calls the fault hooks):
  *   rnic_verbs.c   bring-up and teardown of the engine, the interrupt hook
  *   rnic_uctx.c    verbs contexts (open files): open, close, destroying their objects,
  *                  freeing the zombies
@@ -51,6 +52,7 @@
 #include "uapi/rnic_emu_uapi.h"
 
 struct rnic_ibdev;
+struct rnic_eth;
 
 #define RNIC_MTT_ENTRIES	262144		/* 2 MiB of 64-bit page addresses */
 #define RNIC_MR_PAGE_SHIFT	12
@@ -135,6 +137,7 @@ struct rnic_nic {
 	struct list_head p2p_node;	/* in the GPUDirect registry (rnic_p2p.c) */
 
 	struct rnic_ibdev *ib;		/* the ib_core device (rnic_ib.c), NULL if none */
+	struct rnic_eth *eth;		/* the netdev's rings (rnic_netdev.c) for the irq hook */
 	struct xarray ib_cqs;		/* struct rnic_ib_cq by CQN, for their interrupts */
 	struct xarray ring_maps;	/* struct rnic_ring_map by ring page: user-mapped rings */
 };
@@ -319,6 +322,9 @@ void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);
 
 /* rnic_ib_verbs.c: hard-irq part of a CQ vector, for the CQs of ib_core contexts */
 bool rnic_ib_cq_event(struct rnic_nic *nic, unsigned int vec);
+
+/* rnic_netdev_ring.c: hard-irq part of the netdev's vector (schedules its NAPI poll) */
+bool rnic_netdev_irq(struct rnic_nic *nic, unsigned int vec);
 
 /* rnic_cdev.c */
 int rnic_cdev_register(struct rnic_nic *nic);

@@ -5,7 +5,8 @@
 #      gcc, make, busybox, kmod, pciutils                          -> $RNIC_EMU_CACHE/root-<key>
 #   2. guest-driver/ (kernel module + guest tools) built inside that root
 #   3. an initramfs: busybox, kmod, pciutils, the module, the tools, images/init.sh as /init,
-#      libibverbs tools and perftest, python3 with pyverbs and rdma-core's test suite
+#      libibverbs tools and perftest, ethtool and iperf3, python3 with pyverbs and rdma-core's
+#      test suite
 # Outputs land in build/image/ (see images/README.md). Each stage is keyed by a hash of its
 # inputs; a second run with nothing changed only hashes files. Needs root (chroot, mounts).
 set -euo pipefail
@@ -25,7 +26,8 @@ readonly IBVERBS_TOOLS="rnic-dmabuf-check.c"
 readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net dummy"
 # User-space tools of the root copied into the guest (with their libraries).
 readonly GUEST_BINARIES="/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_read_lat
-    /usr/bin/ib_send_bw /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong"
+    /usr/bin/ib_send_bw /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong
+    /usr/sbin/ethtool /usr/bin/iperf3"
 
 t0=$(date +%s)
 log() { printf '[images +%3ss] %s\n' "$(( $(date +%s) - t0 ))" "$*" >&2; }
@@ -270,7 +272,7 @@ kmod_root() {
 build_initramfs() {
     local key stage tool applet
     key=$( { echo "recipe=$INITRAMFS_RECIPE driver=$DRIVER_KEY rdma=$RDMA_KEY kver=$KVER";
-             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|ibverbs-utils|perftest|iproute2|libibverbs1|python3.*|libpython3.*)\s' "$ROOT/.packages";
+             grep -E '^(busybox-static|kmod|pciutils|pci.ids|libc6|rdma-core|ibverbs-providers|ibverbs-utils|perftest|iproute2|libibverbs1|python3.*|libpython3.*|ethtool|iperf3|libiperf0|libsctp1|libmnl0|libssl3.*)\s' "$ROOT/.packages";
              sha256sum "$here/init.sh" "$here/build.sh" "$here/pyverbs-files.py"; } | hash_stdin)
     if key_matches "$out/initramfs.key" "$key" && [ -f "$out/initramfs.cpio.gz" ]; then
         log "initramfs: cached"; return 0
@@ -305,6 +307,7 @@ build_initramfs() {
         done
     done
     for tool in $GUEST_BINARIES; do
+        rm -f "$stage$tool"	# a busybox applet of the same name gives way
         stage_binary "$stage" "$tool" "$tool"
     done
     # libibverbs loads its providers at run time: the rxe provider and its config.

@@ -3,7 +3,8 @@
 # RNIC_REG_IPV4) on the RNIC's netdev (rethN, guest-driver/rnic_netdev.c) and brings it up,
 # so that the RDMA core lists the RoCEv2 GID ::ffff:<address> for the rnicN device.
 # The guest's /init runs it after loading rnic_emu; tests that load the driver later run it
-# themselves. The netdev carries no IP traffic (docs/ibverbs.md).
+# themselves. `ip link set up` opens the netdev (its rings on the device's Ethernet port,
+# contract 1.7); the carrier follows the port's link (ETH_LINK).
 #
 # The other nodes' addresses must be routable through rethN: the RDMA core resolves a
 # destination GID's address to a neighbour on the source GID's netdev before it lets a QP
