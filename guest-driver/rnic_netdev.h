@@ -20,36 +20,6 @@
 
 #include "uapi/rnic_emu_regs.h"
 
-/*
- * Contract 1.7 values that the generated header does not carry yet: device/core/src/regs.rs
- * has them as rnic::CAP_ETH and rnic::eth::*, but `rnic-emu gen-header` does not emit them.
- * They are defined here under the names the generator uses for the other constants, and the
- * generated definitions replace these once it emits them.
- */
-#ifndef RNIC_CAP_ETH
-#define RNIC_CAP_ETH			0x40	/* RNIC_REG_CAPS bit: the Ethernet port */
-#endif
-#ifndef RNIC_ETH_CTRL_RX_EN
-#define RNIC_ETH_CTRL_RX_EN		0x1	/* ETH_CTRL: receive into the receive ring */
-#define RNIC_ETH_CTRL_TX_EN		0x2	/* ETH_CTRL: transmit from the transmit ring */
-#define RNIC_ETH_CTRL_PROMISC		0x4	/* ETH_CTRL: unicast for any MAC is received */
-#endif
-#ifndef RNIC_ETH_LINK_UP
-#define RNIC_ETH_LINK_UP		0x1	/* ETH_LINK: attached to a segment, link up */
-#endif
-#ifndef RNIC_ETH_MIN_MTU
-#define RNIC_ETH_MIN_MTU		68	/* ETH_MTU range (bytes of an L3 packet) */
-#define RNIC_ETH_MAX_MTU		9000
-#endif
-#ifndef RNIC_ETH_MIN_RING_LOG2
-#define RNIC_ETH_MIN_RING_LOG2		1	/* ETH_TXQ_LOG / ETH_RXQ_LOG range */
-#define RNIC_ETH_MAX_RING_LOG2		12
-#endif
-#ifndef RNIC_ETH_DESC_DONE
-#define RNIC_ETH_DESC_DONE		0x1	/* rnic_eth_desc.flags: the device is done */
-#define RNIC_ETH_DESC_ERR		0x2	/* rnic_eth_desc.flags: transmit refused */
-#endif
-
 /* Ring sizes the driver uses (log2 of the entries), within the contract's range. */
 #define RNIC_ETH_TX_LOG2		8
 #define RNIC_ETH_RX_LOG2		8

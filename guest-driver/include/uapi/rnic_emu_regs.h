@@ -134,6 +134,19 @@
 #define RNIC_DBP_SQ_EVENT            0x8          /* QP page: SQ event index (device) */
 #define RNIC_DBP_RQ_EVENT            0xc          /* QP page: RQ event index (device) */
 #define RNIC_DBP_CQ_CI               0x0          /* CQ page: consumer index (driver) */
+#define RNIC_CAP_ETH                 0x40         /* RNIC_REG_CAPS bit: the Ethernet port */
+#define RNIC_ETH_CTRL_RX_EN          0x1          /* ETH_CTRL: receive into the receive ring */
+#define RNIC_ETH_CTRL_TX_EN          0x2          /* ETH_CTRL: transmit from the transmit ring */
+#define RNIC_ETH_CTRL_PROMISC        0x4          /* ETH_CTRL: unicast for any MAC is received */
+#define RNIC_ETH_LINK_UP             0x1          /* ETH_LINK: attached to a segment, link up */
+#define RNIC_ETH_MIN_MTU             68           /* ETH_MTU range (bytes of an L3 packet) */
+#define RNIC_ETH_MAX_MTU             9000         /* ETH_MTU range */
+#define RNIC_ETH_MIN_RING_LOG2       1            /* ETH_TXQ_LOG / ETH_RXQ_LOG range */
+#define RNIC_ETH_MAX_RING_LOG2       12           /* ETH_TXQ_LOG / ETH_RXQ_LOG range */
+#define RNIC_ETH_HEADER_LEN          14           /* frame length = L3 length + this */
+#define RNIC_ETH_MIN_FRAME           14           /* shortest frame the transmit ring takes */
+#define RNIC_ETH_DESC_DONE           0x1          /* rnic_eth_desc.flags: the device is done */
+#define RNIC_ETH_DESC_ERR            0x2          /* rnic_eth_desc.flags: refused (transmit) or returned empty (receive) */
 #define GPU_ENG_OP_FILL32            0x1          /* GPU_ENG_LAUNCH: fill with VALUE */
 #define GPU_ENG_OP_COPY              0x2          /* GPU_ENG_LAUNCH: copy SRC -> DST */
 #define GPU_ENG_OP_REDUCE_SUM_F32    0x3          /* GPU_ENG_LAUNCH: DST = SRC + SRC2 (f32) */

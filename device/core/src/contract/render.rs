@@ -115,6 +115,23 @@ pub fn c_header() -> String {
         dp("RNIC_DBP_RQ_EVENT", d::RQ_EVENT, "QP page: RQ event index (device)", &mut o);
         dp("RNIC_DBP_CQ_CI", d::CQ_CI, "CQ page: consumer index (driver)", &mut o);
     }
+    {
+        use regs::rnic::eth as e;
+        let ep = |n: &str, v: String, doc: &str, o: &mut String| c_define(o, n, v, doc);
+        ep("RNIC_CAP_ETH", format!("{:#x}", regs::rnic::CAP_ETH), "RNIC_REG_CAPS bit: the Ethernet port", &mut o);
+        ep("RNIC_ETH_CTRL_RX_EN", format!("{:#x}", e::CTRL_RX_EN), "ETH_CTRL: receive into the receive ring", &mut o);
+        ep("RNIC_ETH_CTRL_TX_EN", format!("{:#x}", e::CTRL_TX_EN), "ETH_CTRL: transmit from the transmit ring", &mut o);
+        ep("RNIC_ETH_CTRL_PROMISC", format!("{:#x}", e::CTRL_PROMISC), "ETH_CTRL: unicast for any MAC is received", &mut o);
+        ep("RNIC_ETH_LINK_UP", format!("{:#x}", e::LINK_UP), "ETH_LINK: attached to a segment, link up", &mut o);
+        ep("RNIC_ETH_MIN_MTU", e::MIN_MTU.to_string(), "ETH_MTU range (bytes of an L3 packet)", &mut o);
+        ep("RNIC_ETH_MAX_MTU", e::MAX_MTU.to_string(), "ETH_MTU range", &mut o);
+        ep("RNIC_ETH_MIN_RING_LOG2", e::MIN_RING_LOG2.to_string(), "ETH_TXQ_LOG / ETH_RXQ_LOG range", &mut o);
+        ep("RNIC_ETH_MAX_RING_LOG2", e::MAX_RING_LOG2.to_string(), "ETH_TXQ_LOG / ETH_RXQ_LOG range", &mut o);
+        ep("RNIC_ETH_HEADER_LEN", e::HEADER_LEN.to_string(), "frame length = L3 length + this", &mut o);
+        ep("RNIC_ETH_MIN_FRAME", e::MIN_FRAME.to_string(), "shortest frame the transmit ring takes", &mut o);
+        ep("RNIC_ETH_DESC_DONE", format!("{:#x}", e::DESC_DONE), "rnic_eth_desc.flags: the device is done", &mut o);
+        ep("RNIC_ETH_DESC_ERR", format!("{:#x}", e::DESC_ERR), "rnic_eth_desc.flags: refused (transmit) or returned empty (receive)", &mut o);
+    }
     let g = |n: &str, v: u64, d: &str, o: &mut String| c_define(o, n, format!("{v:#x}"), d);
     g("GPU_ENG_OP_FILL32", regs::gpu::ENG_OP_FILL32, "GPU_ENG_LAUNCH: fill with VALUE", &mut o);
     g("GPU_ENG_OP_COPY", regs::gpu::ENG_OP_COPY, "GPU_ENG_LAUNCH: copy SRC -> DST", &mut o);
