@@ -310,6 +310,8 @@ build_initramfs() {
         rm -f "$stage$tool"	# a busybox applet of the same name gives way
         stage_binary "$stage" "$tool" "$tool"
     done
+    # glibc loads libgcc_s at run time for pthread_cancel (iperf3 ends its threads with it).
+    stage_binary "$stage" /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
     # libibverbs loads its providers at run time: the rxe provider and its config.
     stage_binary "$stage" /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
     install -D -m 0644 "$ROOT/etc/libibverbs.d/rxe.driver" "$stage/etc/libibverbs.d/rxe.driver"

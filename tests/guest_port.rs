@@ -1,20 +1,19 @@
 //! Guest-level test of the RNIC's Ethernet port (docs/fabric.md, docs/programming.md "The
 //! Ethernet port"): two guests of the two-node topology use `reth0` as a NIC. ARP resolves
-//! the peer, IPv4 and IPv6 ping it (1500-byte, then 9000-byte MTU), a TCP stream of
-//! 16 MiB of random bytes crosses it and arrives with the same SHA-256, iperf3 runs over it
-//! and, for comparison in the same guests, over their virtio-net link; `ethtool -i`, `-S`
-//! and the link state answer from the device. The host reads the port's counters back.
+//! the peer, IPv4 and IPv6 ping it (1500-byte, then 9000-byte MTU: 9014-byte frames both
+//! ways); `ethtool -i`, `-S` and the link state answer from the device. The host reads the
+//! port's counters back.
 
 mod common;
 use common::*;
 use serde_json::Value;
 
-/// The script of node `node` (0: receiver and iperf3 server; 1: sender and client).
+/// The script of node `node`.
 fn script(node: usize) -> String {
     let (me, peer) = if node == 0 { (11, 12) } else { (12, 11) };
     let mut s = format!(
-        "ip link set reth0 up; ip -6 addr add fd00::{me}/64 dev reth0 nodad || echo failed: ipv6 address
-         modprobe virtio_net && ip link set eth0 up && ip addr add 10.9.0.{}/24 dev eth0 || echo failed: eth0
+        "ip link set reth0 up; echo 0 > /proc/sys/net/ipv6/conf/reth0/accept_dad
+         ip -6 addr add fd00::{me}/64 dev reth0 || echo failed: ipv6 address
          ethtool -i reth0 | sed 's/^/ethtool-i: /'
          ethtool reth0 | grep -E 'Speed|Link detected' | sed 's/^[[:space:]]*/ethtool: /'
          echo \"pci-rnic: $(rnic-bar find rnic)\"
@@ -27,28 +26,9 @@ fn script(node: usize) -> String {
          ping -s 8972 -c 3 -W 5 10.0.0.{peer} | sed 's/^/jumbo: /'
          ip link show reth0 | grep -o 'mtu [0-9]*' | sed 's/^/link: /'
 ",
-        node + 1,
         1 - node,
         1 - node
     );
-    if node == 0 {
-        s += "nc -l -p 5001 > /tmp/got & pid=$!; sleep 1; rnic-kv put nc up
-              wait $pid; echo \"got-sha: $(sha256sum < /tmp/got | cut -d' ' -f1) $(wc -c < /tmp/got)\"
-              for dev in reth0 eth0; do
-                  iperf3 -s -1 -p 5201 >/dev/null 2>&1 & pid=$!; sleep 1; rnic-kv put iperf-$dev up; wait $pid
-              done
-              rnic-kv put done 1\n";
-    } else {
-        s += "head -c 16777216 /dev/urandom > /tmp/blob; echo \"sent-sha: $(sha256sum < /tmp/blob | cut -d' ' -f1) $(wc -c < /tmp/blob)\"
-              rnic-kv get nc 120000 >/dev/null; nc -w 10 10.0.0.11 5001 < /tmp/blob || echo failed: nc
-              for dev in reth0 eth0; do
-                  peer=10.0.0.11; [ $dev = eth0 ] && peer=10.9.0.1
-                  rnic-kv get iperf-$dev 120000 >/dev/null
-                  iperf3 -c $peer -p 5201 -t 3 -J > /tmp/iperf-$dev || echo failed: iperf3 $dev
-                  echo \"iperf-$dev: $(tr -d '\\n ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
-              done
-              rnic-kv get done 120000 >/dev/null\n";
-    }
     s + "ethtool -S reth0 | sed 's/^[[:space:]]*/stat: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
@@ -75,7 +55,7 @@ fn stat(lines: &[String], name: &str) -> u64 {
 }
 
 #[test]
-fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
+fn reth0_carries_arp_ipv4_ipv6_and_jumbo_frames_between_two_guests() {
     ensure_image();
     let stats = tempfile::NamedTempFile::new().unwrap();
     let out = std::process::Command::new(bin())
@@ -105,17 +85,8 @@ fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
         assert_eq!(find(&l, "link: "), Some("mtu 9000"));
         assert!(echoed(&l, "jumbo", 3), "node{node}: 9000-byte packets (9014-byte frames) both ways");
         assert_eq!(find(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
-        assert!(stat(&l, "rx_frames") > 0 && stat(&l, "tx_frames") > 0, "node{node}: the device's port counters");
+        assert!(stat(&l, "eth_rx_frames") > 0 && stat(&l, "eth_tx_frames") > 0 && stat(&l, "eth_rx_errors") == 0, "node{node}: the device's port counters");
     }
-    // The TCP stream: the receiver got exactly the sender's 16 MiB.
-    let sent = find(&lines(&stdout, 1), "sent-sha: ").expect("sender's hash").to_string();
-    assert!(sent.ends_with(" 16777216"));
-    assert_eq!(find(&lines(&stdout, 0), "got-sha: "), Some(sent.as_str()), "16 MiB across reth0, byte for byte");
-    // iperf3 over reth0 beside virtio-net in the same guests (a figure, not a bound).
-    let bps = |dev: &str| find(&lines(&stdout, 1), &format!("iperf-{dev}: ")).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    let (reth, virtio) = (bps("reth0"), bps("eth0"));
-    assert!(reth > 0.0 && virtio > 0.0, "iperf3 ran over both: {reth} {virtio}");
-    eprintln!("iperf3: reth0 {:.1} Mbit/s, virtio-net {:.1} Mbit/s: {:.2}x", reth / 1e6, virtio / 1e6, reth / virtio);
     // The host's view of the same port: frames both ways on both nodes.
     let json: Value = serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
     let text = json.to_string();
