@@ -11,7 +11,7 @@ use serde_json::Value;
 /// The script of node `node`.
 fn script(node: usize) -> String {
     let (me, peer) = if node == 0 { (11, 12) } else { (12, 11) };
-    let mut s = format!(
+    let s = format!(
         "ip link set reth0 up; echo 0 > /proc/sys/net/ipv6/conf/reth0/accept_dad
          ip -6 addr add fd00::{me}/64 dev reth0 || echo failed: ipv6 address
          ethtool -i reth0 | sed 's/^/ethtool-i: /'
