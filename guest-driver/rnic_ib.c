@@ -59,9 +59,14 @@ static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *
 	return 0;
 }
 
+/*
+ * The port is active while its netdev is up with carrier, as on any RoCE NIC. A node
+ * without a fabric has no link to carry; its QPs talk to QPs of the same RNIC only, and
+ * its port is active while the netdev is up.
+ */
 static bool rnic_ib_port_up(struct rnic_ibdev *rib)
 {
-	return netif_running(rib->ndev) && netif_carrier_ok(rib->ndev);
+	return netif_running(rib->ndev) && (netif_carrier_ok(rib->ndev) || rib->loopback_only);
 }
 
 static int rnic_ib_query_port(struct ib_device *ibdev, u32 port, struct ib_port_attr *attr)
@@ -73,7 +78,8 @@ static int rnic_ib_query_port(struct ib_device *ibdev, u32 port, struct ib_port_
 	attr->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
 	attr->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP : IB_PORT_PHYS_STATE_DISABLED;
 	attr->max_mtu = IB_MTU_4096;
-	attr->active_mtu = IB_MTU_4096;
+	/* What fits the netdev's MTU (the device caps each fabric QP's path MTU alike). */
+	attr->active_mtu = iboe_get_mtu(READ_ONCE(rib->ndev->mtu));
 	attr->gid_tbl_len = RNIC_IB_GID_TABLE_LEN;
 	attr->ip_gids = true;
 	attr->max_msg_sz = RNIC_UAPI_MAX_MR_SIZE;
@@ -217,6 +223,7 @@ int rnic_ib_register(struct rnic_nic *nic)
 	if (!rib)
 		return -ENOMEM;
 	rib->nic = nic;
+	rib->loopback_only = ioread32(nic->rd.bar0 + RNIC_REG_IPV4) == 0;
 
 	rib->ndev = rnic_netdev_create(nic);
 	if (IS_ERR(rib->ndev)) {

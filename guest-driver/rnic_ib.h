@@ -22,6 +22,7 @@ struct rnic_ibdev {
 	struct ib_device ibdev;		/* first: ib_alloc_device() */
 	struct rnic_nic *nic;
 	struct net_device *ndev;	/* the port's netdev (RoCE GIDs) */
+	bool loopback_only;		/* no fabric (RNIC_REG_IPV4 0): QPs of this RNIC only */
 };
 
 /* A libibverbs context: a verbs context of the driver's own (rnic_uc_open()). */

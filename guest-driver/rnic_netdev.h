@@ -22,7 +22,7 @@
 
 /* Ring sizes the driver uses (log2 of the entries), within the contract's range. */
 #define RNIC_ETH_TX_LOG2		8
-#define RNIC_ETH_RX_LOG2		8
+#define RNIC_ETH_RX_LOG2		10
 /* The queue is woken when this many transmit descriptors are free again. */
 #define RNIC_ETH_TX_WAKE		32
 /* How often ETH_LINK is read (the device raises no link interrupt). */

