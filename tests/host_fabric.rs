@@ -178,6 +178,11 @@ fn reliable_under_loss_duplication_and_reordering() {
     let s0 = stats(&p, 0);
     assert!(s0["retransmits"].as_u64().unwrap() > 0, "{s0}");
     assert!(stats(&p, 1)["naks_sent"].as_u64().unwrap() > 0, "gaps drew sequence NAKs");
+    // The port counters of `ethtool -S`: requests ahead of the expected PSN, and again
+    // (duplicated on the wire, or retransmitted after a lost ACK).
+    let s1 = stats(&p, 1);
+    assert!(s1["out_of_sequence"].as_u64().unwrap() > 0, "{s1}");
+    assert!(s1["duplicate_requests"].as_u64().unwrap() > 0, "{s1}");
 }
 
 #[test]
@@ -335,6 +340,7 @@ fn receiver_not_ready_across_the_wire() {
     assert_eq!((c.wr_id, c.status), (1, WC_RNR_RETRY_EXC_ERR));
     assert!(stats(&p, 0)["rnr_retries"].as_u64().unwrap() >= 2);
     assert!(stats(&p, 1)["naks_sent"].as_u64().unwrap() >= 3, "one RNR NAK per attempt");
+    assert!(stats(&p, 1)["rnr_naks_sent"].as_u64().unwrap() >= 3, "counted as RNR NAKs");
 
     // rnr_retry 7 (forever): the SEND waits until the RECV is posted, then lands.
     let (mut p, _dir) = pair_full(7, "", 7, false, 7);

@@ -113,6 +113,7 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     let psn = m.bth.psn;
     let d = psn_diff(psn, rs.epsn);
     if d > 0 {
+        ctx.stats().inc(Counter::OutOfSequence);
         if !rs.nak_sent {
             rs.nak_sent = true;
             send_ack(ctx, rs, t, src_qpn, rs.epsn, syndrome::NAK_SEQ_ERR, None);
@@ -120,6 +121,7 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         return;
     }
     if d < 0 {
+        ctx.stats().inc(Counter::DuplicateRequests);
         if op.kind == Kind::ReadRequest {
             answer_read(ctx, qpn, qp, rs, src_qpn, m, false, t);
         } else {
@@ -135,6 +137,7 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     match place(ctx, qpn, qp, rs, src_qpn, op, m, t) {
         Ok(true) => {}
         Ok(false) => {
+            ctx.stats().inc(Counter::RnrNaksSent);
             send_ack(ctx, rs, t, src_qpn, psn, syndrome::RNR_NAK | 1, None);
             return;
         }
