@@ -193,7 +193,7 @@
 #define RNIC_STAT_ETH_RX_BYTES       31           /* bytes of those frames */
 #define RNIC_STAT_ETH_RX_NO_BUFFER   32           /* frames for the netdev dropped: no receive buffer posted, or one too small */
 #define RNIC_STAT_ETH_RX_FILTERED    33           /* frames dropped by the MAC filter (unicast for another MAC) */
-#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized, bad IP header, RoCE fragment, UDP 4791 for another address */
+#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, RoCE fragment */
 #define RNIC_STAT_ICRC_ERRORS        35           /* RoCE packets dropped for a bad ICRC */
 #define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
 #define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */

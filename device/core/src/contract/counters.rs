@@ -52,7 +52,7 @@ counters! {
     EthRxBytes, "bytes of those frames";
     EthRxNoBuffer, "frames for the netdev dropped: no receive buffer posted, or one too small";
     EthRxFiltered, "frames dropped by the MAC filter (unicast for another MAC)";
-    EthRxErrors, "frames dropped as malformed: runt, oversized, bad IP header, RoCE fragment, UDP 4791 for another address";
+    EthRxErrors, "frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, RoCE fragment";
     IcrcErrors, "RoCE packets dropped for a bad ICRC";
     OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
     DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";
