@@ -90,6 +90,11 @@ impl Dev {
 
     /// QP qpn with both queues of 2^6 slots of 128 bytes, completions on CQ qpn.
     pub(super) fn create_qp(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8) {
+        self.create_qp_rnr(qpn, pd, access, rnr_retry, 0);
+    }
+
+    /// [`Dev::create_qp`] with an RNR wait of `rnr_timer_us` (0: the shortest).
+    pub(super) fn create_qp_rnr(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8, rnr_timer_us: u32) {
         let base = RINGS + u64::from(qpn) * 0x4000;
         let st = self.modify(qpn, |c| {
             *c = QpCtx {
@@ -100,6 +105,7 @@ impl Dev {
                 rq_log_stride: 7,
                 access,
                 rnr_retry,
+                rnr_timer_us,
                 pd,
                 send_cqn: qpn,
                 recv_cqn: qpn,
@@ -425,7 +431,10 @@ fn receiver_not_ready_retries_then_fails_or_succeeds() {
     let mut d = Dev::new();
     d.create_cq(1, 6);
     d.create_cq(2, 6);
-    d.create_qp(1, 7, RW, 7);
+    // An RNR wait of 50 ms: `run` returns while the wait is pending, however long each
+    // pass takes (with the shortest wait, 10 us, a slow pass finds it over every time and
+    // the retries never stop inside `run`).
+    d.create_qp_rnr(1, 7, RW, 7, 50_000);
     d.create_qp(2, 7, RW, 7);
     d.connect(1, 2);
     let lk = d.reg_mr(1, 7, RW, SRC, 64);
