@@ -8,6 +8,7 @@
 //! No FCS: the link framings the port speaks (datagrams, streams with a length, TAP)
 //! carry frames without it, and a datagram arrives whole or not at all.
 
+pub use super::packet::icrc_over as icrc;
 use super::packet::{Packet, PacketError, BTH_LEN, ICRC_LEN, ROCE_UDP_PORT};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;
@@ -199,53 +200,6 @@ pub fn classify(frame: &[u8]) -> Result<Classified, FrameError> {
 fn udp_pseudo_v6(frame: &[u8], l3: usize, ulen: usize) -> u32 {
     let sum = ones_sum(0, &frame[l3 + 8..l3 + 40]);
     sum + (ulen as u32 >> 16) + (ulen as u32 & 0xffff) + u32::from(IPPROTO_UDP)
-}
-
-/// The invariant CRC over the IP and UDP headers at `hdrs` (as in the frame) and the
-/// RoCE packet `body` (BTH up to the ICRC): CRC-32 over 8 bytes of ones (the masked LRH
-/// of annex A17.3.3), the IP header with IPv4 TOS, TTL and checksum or IPv6 traffic class,
-/// flow label and hop limit set to ones, the UDP header with its checksum set to ones, the
-/// BTH with its reserved byte (FECN, BECN, resv6) set to ones, and the rest.
-pub fn icrc(hdrs: &[u8], body: &[u8]) -> u32 {
-    let mut h = [0u8; IPV6_HLEN + UDP_HLEN];
-    let n = hdrs.len().min(h.len());
-    h[..n].copy_from_slice(&hdrs[..n]);
-    let ip_len = if h[0] >> 4 == 6 {
-        h[0] |= 0x0f;
-        h[1] = 0xff;
-        h[2] = 0xff;
-        h[3] = 0xff;
-        h[7] = 0xff;
-        IPV6_HLEN
-    } else {
-        h[1] = 0xff;
-        h[8] = 0xff;
-        h[10] = 0xff;
-        h[11] = 0xff;
-        usize::from(h[0] & 0x0f) * 4
-    };
-    if n >= ip_len + UDP_HLEN {
-        h[ip_len + 6] = 0xff;
-        h[ip_len + 7] = 0xff;
-    }
-    // CRC-32 (ISO-HDLC) with hardware carry-less multiply where the CPU has it: the ICRC
-    // covers every payload byte of every packet, both ways.
-    let mut digest = crc32fast::Hasher::new();
-    digest.update(&[0xff; 8]);
-    digest.update(&h[..n]);
-    if hdrs.len() > n {
-        digest.update(&hdrs[n..]); // IPv4 options: covered as they are
-    }
-    if body.len() >= BTH_LEN {
-        let mut bth = [0u8; BTH_LEN];
-        bth.copy_from_slice(&body[..BTH_LEN]);
-        bth[4] = 0xff;
-        digest.update(&bth);
-        digest.update(&body[BTH_LEN..]);
-    } else {
-        digest.update(body);
-    }
-    digest.finalize()
 }
 
 /// Builds the whole frame of `pkt` from `a` into `out` (cleared first; a pooled buffer

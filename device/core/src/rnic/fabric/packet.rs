@@ -171,20 +171,47 @@ pub fn udp_header(ep: &Endpoints, udp_payload_len: usize) -> [u8; 8] {
 /// checksum set to ones, the BTH with its reserved byte (FECN/BECN/resv) set to ones, and
 /// the rest of the packet up to the ICRC. `body` is the UDP payload without the ICRC.
 pub fn icrc(ep: &Endpoints, body: &[u8]) -> u32 {
-    let mut ip = ipv4_header(ep, 8 + body.len() + ICRC_LEN);
-    ip[1] = 0xff;
-    ip[8] = 0xff;
-    ip[10] = 0xff;
-    ip[11] = 0xff;
-    let mut udp = udp_header(ep, body.len() + ICRC_LEN);
-    udp[6] = 0xff;
-    udp[7] = 0xff;
+    let mut hdrs = [0u8; 28];
+    hdrs[..20].copy_from_slice(&ipv4_header(ep, 8 + body.len() + ICRC_LEN));
+    hdrs[20..].copy_from_slice(&udp_header(ep, body.len() + ICRC_LEN));
+    icrc_over(&hdrs, body)
+}
+
+/// The invariant CRC over the IP and UDP headers at `hdrs` (as in the frame) and the
+/// RoCE packet `body` (BTH up to the ICRC): CRC-32 over 8 bytes of ones (the masked LRH
+/// of annex A17.3.3), the IP header with IPv4 TOS, TTL and checksum or IPv6 traffic class,
+/// flow label and hop limit set to ones, the UDP header with its checksum set to ones, the
+/// BTH with its reserved byte (FECN, BECN, resv6) set to ones, and the rest.
+pub fn icrc_over(hdrs: &[u8], body: &[u8]) -> u32 {
+    let mut h = [0u8; 40 + 8];
+    let n = hdrs.len().min(h.len());
+    h[..n].copy_from_slice(&hdrs[..n]);
+    let ip_len = if h[0] >> 4 == 6 {
+        h[0] |= 0x0f;
+        h[1] = 0xff;
+        h[2] = 0xff;
+        h[3] = 0xff;
+        h[7] = 0xff;
+        40
+    } else {
+        h[1] = 0xff;
+        h[8] = 0xff;
+        h[10] = 0xff;
+        h[11] = 0xff;
+        usize::from(h[0] & 0x0f) * 4
+    };
+    if n >= ip_len + 8 {
+        h[ip_len + 6] = 0xff;
+        h[ip_len + 7] = 0xff;
+    }
     // CRC-32 (ISO-HDLC) with hardware carry-less multiply where the CPU has it: the ICRC
     // covers every payload byte of every packet, both ways.
     let mut digest = crc32fast::Hasher::new();
     digest.update(&[0xff; 8]);
-    digest.update(&ip);
-    digest.update(&udp);
+    digest.update(&h[..n]);
+    if hdrs.len() > n {
+        digest.update(&hdrs[n..]); // IPv4 options: covered as they are
+    }
     if body.len() >= BTH_LEN {
         let mut bth = [0u8; BTH_LEN];
         bth.copy_from_slice(&body[..BTH_LEN]);
