@@ -132,7 +132,7 @@ static int rnic_ioc_destroy_qp(void *uc, void *arg)
 
 static int rnic_ioc_modify_qp(void *uc, void *arg)
 {
-	return rnic_modify_qp(uc, arg);
+	return rnic_modify_qp(uc, arg, NULL);
 }
 
 static int rnic_ioc_query_qp(void *uc, void *arg)

@@ -315,6 +315,21 @@ static int rnic_ib_dest_ip(struct rnic_nic *nic, const struct rdma_ah_attr *ah, 
 	return 0;
 }
 
+/*
+ * The AH's path as the device's QP path entry: the next-hop MAC ib_core resolved for the
+ * destination GID (its neighbour entry on rethN), the GRH's traffic class and hop limit.
+ */
+static void rnic_ib_path(const struct rdma_ah_attr *ah, struct rnic_qp_path *path)
+{
+	const struct ib_global_route *grh = rdma_ah_read_grh(ah);
+	u8 mac[8] = {};
+
+	memcpy(mac, ah->roce.dmac, ETH_ALEN);
+	path->dest_mac = get_unaligned_le64(mac);
+	path->traffic_class = grh->traffic_class;
+	path->hop_limit = grh->hop_limit;
+}
+
 int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		      struct ib_udata *udata)
 {
@@ -323,6 +338,7 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	struct rnic_ucontext *uc = qp->uc;
 	enum ib_qp_state cur, next;
 	struct rnic_modify_qp req = {};
+	struct rnic_qp_path path = {};
 	u32 min_rnr_us = qp->min_rnr_us;
 	int ret;
 
@@ -350,6 +366,7 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		if (ret)
 			return ret;
 		req.attr_mask |= RNIC_QP_ATTR_DEST_IP;
+		rnic_ib_path(&attr->ah_attr, &path);
 	}
 	if (mask & IB_QP_PATH_MTU) {
 		req.attr_mask |= RNIC_QP_ATTR_PATH_MTU;
@@ -388,7 +405,7 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	ret = rnic_uc_lock(uc);
 	if (ret)
 		return ret;
-	ret = rnic_modify_qp(uc, &req);
+	ret = rnic_modify_qp(uc, &req, &path);
 	rnic_uc_unlock(uc);
 	if (ret)
 		return ret;

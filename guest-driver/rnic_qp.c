@@ -371,7 +371,14 @@ static int rnic_qp_check_remote(struct rnic_nic *nic, const struct rnic_qp *qp,
 	return 0;
 }
 
-int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
+/*
+ * MODIFY_QP. @path: the address vector ib_core resolved (next-hop MAC, traffic class, hop
+ * limit), written to the QP's path entry with an RTR that names dest_ip; NULL (the ioctl
+ * interface) leaves the entry zero: the peer is an rnic-emu port, whose MAC follows from
+ * dest_ip.
+ */
+int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
+		   const struct rnic_qp_path *path)
 {
 	struct rnic_nic *nic = uc->nic;
 	struct device *dev = nic_dev(nic);
@@ -443,6 +450,12 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req)
 	mutex_lock(&nic->cmd_lock);
 	ctx = &nic->qp_ctx[qp->qpn];
 	rnic_qp_fill_ctx(qp, ctx, req->qp_state, &a);
+	if (nic->qp_path && req->attr_mask & RNIC_QP_ATTR_DEST_IP) {
+		if (path)
+			nic->qp_path[qp->qpn] = *path;
+		else
+			memset(&nic->qp_path[qp->qpn], 0, sizeof(*path));
+	}
 	ret = rnic_cmd(nic, RNIC_CMD_MODIFY_QP, qp->qpn);
 	hw_state = READ_ONCE(ctx->state);
 	mutex_unlock(&nic->cmd_lock);

@@ -73,6 +73,14 @@ static void *rnic_table_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma
 	return p;
 }
 
+static void rnic_qp_path_free(struct rnic_nic *nic)
+{
+	if (nic->qp_path)
+		dma_free_coherent(nic_dev(nic), nic->max_qp * sizeof(*nic->qp_path),
+				  nic->qp_path, nic->qp_path_dma);
+	nic->qp_path = NULL;
+}
+
 /**
  * rnic_verbs_init() - context tables, MTT and DMA_CTRL (docs/verbs.md §1)
  * @nic: the RNIC, with BAR0 mapped, limits read (and bounded) and interrupts set up
@@ -113,19 +121,30 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	if (!nic->mr_ctx)
 		goto err_cq_ctx;
 
+	if (rnic_version_minor(nic->rd.version) >= 8) {
+		nic->qp_path = rnic_table_alloc(nic, nic->max_qp * sizeof(*nic->qp_path),
+						&nic->qp_path_dma, "QP path");
+		if (!nic->qp_path)
+			goto err_mr_ctx;
+	}
+
 	ret = rnic_mtt_init(nic);
 	if (ret)
-		goto err_mr_ctx;
+		goto err_qp_path;
 
 	writeq(nic->qp_ctx_dma, bar0 + QP_CTX_BASE);
 	writeq(nic->cq_ctx_dma, bar0 + CQ_CTX_BASE);
 	writeq(nic->mr_ctx_dma, bar0 + MR_CTX_BASE);
 	writeq(nic->mtt_dma, bar0 + MTT_BASE);
 	iowrite32(RNIC_MTT_ENTRIES, bar0 + MTT_ENTRIES);
+	if (nic->qp_path)
+		writeq(nic->qp_path_dma, bar0 + QP_PATH_BASE);
 	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE | rnic_dbpage_init(nic),
 		  bar0 + DMA_CTRL);
 	return 0;
 
+err_qp_path:
+	rnic_qp_path_free(nic);
 err_mr_ctx:
 	dma_free_coherent(nic_dev(nic), nic->max_mr * sizeof(*nic->mr_ctx), nic->mr_ctx,
 			  nic->mr_ctx_dma);
@@ -168,6 +187,7 @@ void rnic_verbs_fini(struct rnic_nic *nic)
 	rnic_dbpage_fini(nic);
 	rnic_zombies_free(nic);
 	rnic_mtt_fini(nic);
+	rnic_qp_path_free(nic);
 	dma_free_coherent(nic_dev(nic), nic->max_mr * sizeof(*nic->mr_ctx), nic->mr_ctx,
 			  nic->mr_ctx_dma);
 	dma_free_coherent(nic_dev(nic), nic->max_cq * sizeof(*nic->cq_ctx), nic->cq_ctx,

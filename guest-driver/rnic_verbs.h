@@ -106,6 +106,9 @@ struct rnic_nic {
 	struct mutex cmd_lock;		/* one command at a time; guards the context tables */
 	struct rnic_qp_ctx *qp_ctx;
 	dma_addr_t qp_ctx_dma;
+	/* QP paths (contract minor 8; NULL on an older device: the MAC follows from dest_ip) */
+	struct rnic_qp_path *qp_path;
+	dma_addr_t qp_path_dma;
 	struct rnic_cq_ctx *cq_ctx;
 	dma_addr_t cq_ctx_dma;
 	struct rnic_mr_ctx *mr_ctx;
@@ -298,7 +301,8 @@ void rnic_cq_put(struct rnic_cq *cq);
 int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req);
 int rnic_destroy_qp(struct rnic_ucontext *uc, u32 qpn);
 void rnic_qp_destroy(struct rnic_ucontext *uc, struct rnic_qp *qp);
-int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req);
+int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
+		   const struct rnic_qp_path *path);
 int rnic_query_qp(struct rnic_ucontext *uc, struct rnic_query_qp *req);
 void rnic_qp_to_err(struct rnic_ucontext *uc, struct rnic_qp *qp);
 

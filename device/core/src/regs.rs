@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0007;
+pub const CONTRACT_VERSION: u32 = 0x0001_0008;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -81,6 +81,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0005, "Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers."),
     (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
     (0x0001_0007, "The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT)."),
+    (0x0001_0008, "QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit of a fabric QP, as the driver resolved them)."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -248,7 +249,7 @@ pub mod rnic {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010007, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010008, writable 0x0;
         /// Capability bits (CAP_*).
         RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7f, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
@@ -313,6 +314,9 @@ pub mod rnic {
         MR_CTX_BASE = 0x3018, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Number of 8-byte entries at MTT_BASE.
         MTT_ENTRIES = 0x3020, 4, Rw, reset 0x0, writable 0xffffffff;
+        /// Base address of the QP path table (minor 8; MAX_QP x 32-byte rnic_qp_path),
+        /// read at each RTR of a fabric QP; 0: no table (the path follows from dest_ip).
+        QP_PATH_BASE = 0x3028, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Ethernet port: the permanent MAC address (minor 7): bytes in wire order from
         /// bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d
         /// from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a
@@ -381,7 +385,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010007, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010008, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.

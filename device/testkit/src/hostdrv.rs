@@ -154,7 +154,7 @@ impl HostDriver {
             sleep_in_wait: false,
             eth: None,
         };
-        let sizes = [MAX_QP * 64, MAX_CQ * 32, MAX_MR * 32, u64::from(MTT_ENTRIES_HOST) * 8];
+        let sizes = [MAX_QP * QpCtx::ABI.size as u64, MAX_CQ * 32, MAX_MR * 32, u64::from(MTT_ENTRIES_HOST) * 8];
         for (slot, size) in d.tables.iter_mut().zip(sizes) {
             *slot = Self::bump(&mut d.next_free, size, 4096);
         }
@@ -292,7 +292,7 @@ impl HostDriver {
     }
 
     fn qp_ctx_off(&self, qpn: u32) -> u64 {
-        self.tables[0] + u64::from(qpn) * 64
+        self.tables[0] + u64::from(qpn) * QpCtx::ABI.size as u64
     }
 
     /// A QP in INIT whose send and receive completions go to CQ `cqn`; 64-byte WQEs (2 SGEs).

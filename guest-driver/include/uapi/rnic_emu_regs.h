@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010007   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010008   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -25,6 +25,7 @@
  *   1.5: Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers.
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
+ *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit of a fabric QP, as the driver resolved them).
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -45,7 +46,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10007: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10008: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7f: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -76,6 +77,7 @@
 #define MTT_BASE                     0x3010       /* RW 64-bit, reset 0x0: Base address of the memory translation table (64-bit page addresses). */
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
+#define QP_PATH_BASE                 0x3028       /* RW 64-bit, reset 0x0: Base address of the QP path table (minor 8; MAX_QP x 32-byte rnic_qp_path), read at each RTR of a fabric QP; 0: no table (the path follows from dest_ip). */
 #define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a stable hash of the function's name. */
 #define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. Any value is taken (the driver keeps it a unicast address). */
 #define ETH_MTU                      0x3110       /* RW 32-bit, reset 0x5dc: MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is refused and the register keeps its value). Frames longer than MTU + 14 are dropped both ways, and the RoCE path MTU of every QP is capped to fit it. */
@@ -95,7 +97,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10007: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10008: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -428,6 +430,25 @@ _Static_assert(offsetof(struct rnic_qp_ctx, path_mtu) == 60, "rnic_qp_ctx.path_m
 _Static_assert(offsetof(struct rnic_qp_ctx, retry_cnt) == 61, "rnic_qp_ctx.retry_cnt");
 _Static_assert(offsetof(struct rnic_qp_ctx, timeout) == 62, "rnic_qp_ctx.timeout");
 _Static_assert(offsetof(struct rnic_qp_ctx, rsvd0) == 63, "rnic_qp_ctx.rsvd0");
+
+/* QP path (minor 8) at QP_PATH_BASE + qpn * 32, read by CMD_MODIFY_QP to RTR when QP_PATH_BASE is not 0: the address vector the driver resolved for a fabric QP, as a RoCE NIC's QP context holds it. Without the table (a driver of an earlier minor) a fabric QP's path is the rnic-emu convention: the MAC 02:e1:a.b.c.d of dest_ip, TOS 0, TTL 64. */
+struct rnic_qp_path {
+	__u64 dest_mac; /* 0x00: Next-hop MAC: its six bytes in wire order from bits [7:0] up to [47:40] (as ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above. */
+	__u8 traffic_class; /* 0x08: The IPv4 TOS byte (DSCP, ECN) of every packet of the QP. */
+	__u8 hop_limit; /* 0x09: The IPv4 TTL of every packet of the QP; 0 means 64. */
+	__u16 rsvd0; /* 0x0a: Reserved, 0. */
+	__u32 rsvd1; /* 0x0c: Reserved, 0. */
+	__u64 rsvd2; /* 0x10: Reserved, 0. */
+	__u64 rsvd3; /* 0x18: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_qp_path) == 32, "rnic_qp_path size");
+_Static_assert(offsetof(struct rnic_qp_path, dest_mac) == 0, "rnic_qp_path.dest_mac");
+_Static_assert(offsetof(struct rnic_qp_path, traffic_class) == 8, "rnic_qp_path.traffic_class");
+_Static_assert(offsetof(struct rnic_qp_path, hop_limit) == 9, "rnic_qp_path.hop_limit");
+_Static_assert(offsetof(struct rnic_qp_path, rsvd0) == 10, "rnic_qp_path.rsvd0");
+_Static_assert(offsetof(struct rnic_qp_path, rsvd1) == 12, "rnic_qp_path.rsvd1");
+_Static_assert(offsetof(struct rnic_qp_path, rsvd2) == 16, "rnic_qp_path.rsvd2");
+_Static_assert(offsetof(struct rnic_qp_path, rsvd3) == 24, "rnic_qp_path.rsvd3");
 
 /* CQ context at CQ_CTX_BASE + cqn * 32, read by CMD_CREATE_CQ. */
 struct rnic_cq_ctx {

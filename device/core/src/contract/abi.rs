@@ -238,6 +238,31 @@ abi_struct!(
 );
 
 abi_struct!(
+    /// QP path (minor 8) at QP_PATH_BASE + qpn * 32, read by CMD_MODIFY_QP to RTR when
+    /// QP_PATH_BASE is not 0: the address vector the driver resolved for a fabric QP, as a
+    /// RoCE NIC's QP context holds it. Without the table (a driver of an earlier minor) a
+    /// fabric QP's path is the rnic-emu convention: the MAC 02:e1:a.b.c.d of dest_ip, TOS 0,
+    /// TTL 64.
+    QpPath, "rnic_qp_path", 32 {
+        /// Next-hop MAC: its six bytes in wire order from bits [7:0] up to [47:40] (as
+        /// ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above.
+        dest_mac: u64,
+        /// The IPv4 TOS byte (DSCP, ECN) of every packet of the QP.
+        traffic_class: u8,
+        /// The IPv4 TTL of every packet of the QP; 0 means 64.
+        hop_limit: u8,
+        /// Reserved, 0.
+        rsvd0: u16,
+        /// Reserved, 0.
+        rsvd1: u32,
+        /// Reserved, 0.
+        rsvd2: u64,
+        /// Reserved, 0.
+        rsvd3: u64,
+    }
+);
+
+abi_struct!(
     /// Ethernet descriptor (minor 7), an entry of the transmit or receive ring at
     /// ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` with `flags` 0, then
     /// moves the ring's producer index; the device writes `len` (receive) and then `flags`.
@@ -257,7 +282,7 @@ abi_struct!(
 );
 
 /// Every descriptor, in header order.
-pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
+pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, QpPath::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {

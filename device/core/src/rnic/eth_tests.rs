@@ -17,7 +17,7 @@ use crate::rnic::eth::RingCfg;
 use crate::rnic::fabric::packet::Packet;
 use crate::rnic::verbs::engine::{Engine, Shared};
 use crate::rnic::verbs::runner::{EngineRunner, Event};
-use crate::rnic::verbs::transport::Wire;
+use crate::rnic::verbs::transport::{Dest, Wire};
 use std::io::Read;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -42,7 +42,7 @@ impl Wire for Recorder {
         Ipv4Addr::new(127, 0, 0, 11)
     }
 
-    fn send(&self, _dst: Ipv4Addr, _pkt: &Packet) {}
+    fn send(&self, _dst: &Dest, _pkt: &Packet) {}
 
     fn send_frame(&self, frame: &[u8]) {
         self.frames.lock().unwrap().push(frame.to_vec());

@@ -204,6 +204,7 @@ impl Rnic {
             mr_ctx: self.regs.get(MR_CTX_BASE),
             mtt: self.regs.get(MTT_BASE),
             mtt_entries: self.regs.get(MTT_ENTRIES),
+            qp_path: self.regs.get(QP_PATH_BASE),
         }
     }
 

@@ -16,9 +16,9 @@ use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
 use rnic_emu_core::regs::rnic::eth;
 use rnic_emu_core::rnic::eth::EthShared;
-use rnic_emu_core::rnic::fabric::frame::{classify, decode_roce, encode_roce, is_group, mac_of_ipv4, FrameError, Kind, Mac, RoceAddr, DEFAULT_TTL, ETH_HLEN};
+use rnic_emu_core::rnic::fabric::frame::{classify, decode_roce, encode_roce, is_group, FrameError, Kind, Mac, RoceAddr, ETH_HLEN};
 use rnic_emu_core::rnic::fabric::packet::{Packet, PacketError};
-use rnic_emu_core::rnic::verbs::transport::Wire;
+use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -184,17 +184,17 @@ impl FabricPort {
         }
     }
 
-    /// Queues a RoCE packet for the RNIC at `dst` (through the transmit faults); it leaves
-    /// with the next [`FabricPort::flush`]. A configured delay is waited here, as a slow link.
-    pub fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
+    /// Queues a RoCE packet for `dst` (through the transmit faults); it leaves with the
+    /// next [`FabricPort::flush`]. A configured delay is waited here, as a slow link.
+    pub fn send(&self, dst: &Dest, pkt: &Packet) {
         let addr = RoceAddr {
-            dst_mac: mac_of_ipv4(dst),
+            dst_mac: dst.mac,
             src_mac: self.eth.mac(),
             src_ip: IpAddr::V4(self.address),
-            dst_ip: IpAddr::V4(dst),
+            dst_ip: IpAddr::V4(dst.ip),
             src_port: flow_port(pkt.bth.dest_qp),
-            tclass: 0,
-            ttl: DEFAULT_TTL,
+            tclass: dst.tclass,
+            ttl: dst.ttl,
         };
         let mut data = lock(&self.tx).pool.take();
         encode_roce(&addr, pkt, &mut data);
@@ -370,7 +370,7 @@ impl Wire for FabricPort {
         self.address
     }
 
-    fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
+    fn send(&self, dst: &Dest, pkt: &Packet) {
         FabricPort::send(self, dst, pkt)
     }
 
@@ -402,6 +402,7 @@ pub fn parse_faults<'a>(words: impl Iterator<Item = &'a str>) -> Result<WireFaul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rnic_emu_core::rnic::fabric::frame::{mac_of_ipv4, DEFAULT_TTL};
     use rnic_emu_core::rnic::fabric::packet::{op, Bth};
 
     /// Two ports on a segment of their own.
@@ -465,7 +466,7 @@ mod tests {
         let rx = WireFaults { drop: 0.05, corrupt: 0.05, ..WireFaults::default() };
         let (a, b, stats, _hold) = two_ports(tx, rx, 9);
         for psn in 0..300 {
-            a.send(b.address, &packet(psn));
+            a.send(&Dest::of_ip(b.address), &packet(psn));
         }
         a.flush();
         let got: Vec<u32> = drain(&b).0.iter().map(|p| p.bth.psn).collect();
@@ -503,7 +504,7 @@ mod tests {
     fn packets_without_faults_arrive_intact_and_other_frames_go_to_the_netdev() {
         let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
         let sent: Vec<Packet> = (0..200).map(packet).collect();
-        sent.iter().for_each(|p| a.send(b.address, p));
+        sent.iter().for_each(|p| a.send(&Dest::of_ip(b.address), p));
         // An ARP-like broadcast, a frame for b's MAC, and one for a third MAC (filtered).
         let frame = |dst: Mac, tag: u8| [&dst[..], &a.mac()[..], &[0x08, 0x06], &[tag; 46][..]].concat();
         a.send_frame(&frame([0xff; 6], 1));

@@ -36,7 +36,7 @@ use rnic_emu_core::rnic::fabric::packet::{Aeth, Bth, Packet, Reth};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
-use rnic_emu_core::rnic::verbs::transport::Wire;
+use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -94,7 +94,8 @@ impl Wire for RecordingWire {
         self.address
     }
 
-    fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
+    fn send(&self, dst: &Dest, pkt: &Packet) {
+        let dst = dst.ip;
         let mut q = self.sent.lock().unwrap_or_else(|p| p.into_inner());
         if q.len() == WIRE_KEEP {
             q.pop_front();
@@ -158,7 +159,7 @@ fn enabled_vectors(n: u16) -> Arc<Interrupts> {
 }
 
 fn tables() -> Tables {
-    Tables { qp_ctx: RAM_BASE + QP_TABLE, cq_ctx: RAM_BASE + CQ_TABLE, mr_ctx: RAM_BASE + MR_TABLE, mtt: RAM_BASE + MTT, mtt_entries: MTT_ENTRIES }
+    Tables { qp_ctx: RAM_BASE + QP_TABLE, cq_ctx: RAM_BASE + CQ_TABLE, mr_ctx: RAM_BASE + MR_TABLE, mtt: RAM_BASE + MTT, mtt_entries: MTT_ENTRIES, qp_path: 0 }
 }
 
 fn mr_key(index: usize) -> u32 {
@@ -275,12 +276,12 @@ impl Harness {
 
     fn qp_ctx(&self, qpn: usize) -> QpCtx {
         let mut c = QpCtx::default();
-        let _ = self.ram.read(QP_TABLE + qpn as u64 * 64, c.as_mut_slice());
+        let _ = self.ram.read(QP_TABLE + qpn as u64 * QpCtx::ABI.size as u64, c.as_mut_slice());
         c
     }
 
     fn modify(&mut self, qpn: usize, c: &QpCtx) -> u32 {
-        self.put(QP_TABLE + qpn as u64 * 64, c);
+        self.put(QP_TABLE + qpn as u64 * QpCtx::ABI.size as u64, c);
         let st = self.cmd(CMD_MODIFY_QP, qpn as u32);
         if st == CMD_OK && c.state == QPS_INIT {
             self.rings[qpn] = Rings { sq_log: c.sq_log_size, rq_log: c.rq_log_size, sq_stride: c.sq_log_stride, rq_stride: c.rq_log_stride };

@@ -20,7 +20,7 @@ use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring};
 use super::requester::{self, Requester};
 use super::responder::{self, Responder};
-use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
+use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Dest, Transport, Wire};
 use crate::contract::abi::*;
 use crate::contract::counters::{Counter, Stats};
 use crate::observe::timing::wqe_log::WqeLog;
@@ -43,6 +43,8 @@ pub struct Tables {
     pub mr_ctx: u64,
     pub mtt: u64,
     pub mtt_entries: u64,
+    /// QP path table (0: none).
+    pub qp_path: u64,
 }
 
 /// Where a connected QP's peer is.
@@ -53,8 +55,8 @@ pub enum Path {
     None,
     /// The peer QP is on this engine.
     Loopback,
-    /// The peer is the node at `ip`; requests carry at most `mtu` bytes.
-    Fabric { ip: Ipv4Addr, mtu: u32 },
+    /// The peer is at `peer` on the fabric; requests carry at most `mtu` bytes.
+    Fabric { peer: Dest, mtu: u32 },
 }
 
 /// The per-QP state of the three roles, and where the peer is.
@@ -126,7 +128,7 @@ fn link<'a>(
 ) -> Link<'a> {
     match (path, wire) {
         (Path::Loopback, _) => Link::Loopback(Loopback { queue: loopq, from, to }),
-        (Path::Fabric { ip, mtu }, Some(w)) => Link::Fabric(Fabric { wire: &**w, dst: ip, mtu, scratch, stats }),
+        (Path::Fabric { peer, mtu }, Some(w)) => Link::Fabric(Fabric { wire: &**w, dst: peer, mtu, scratch, stats }),
         _ => Link::Nowhere(Nowhere),
     }
 }
@@ -320,7 +322,7 @@ impl Engine {
         if u64::from(qpn) >= MAX_QP {
             return Err(CMD_ERR_BAD_INDEX);
         }
-        let addr = table_entry(self.tables.qp_ctx, qpn, 64)?;
+        let addr = table_entry(self.tables.qp_ctx, qpn, QP_CTX_SIZE)?;
         let ctx: QpCtx = read_obj(mem, addr).ok_or(CMD_ERR_DMA)?;
         let to = QpState::from_abi(ctx.state).ok_or(CMD_ERR_INVALID)?;
         let cur = &self.qps[qpn as usize];
@@ -337,7 +339,7 @@ impl Engine {
             Edge::Create => next = self.check_create(&ctx)?,
             Edge::Access => next.access = check_access(&ctx)?,
             Edge::Connect => {
-                let path = self.check_connect(&ctx)?;
+                let path = self.check_connect(mem, qpn, &ctx)?;
                 let mtu = match path {
                     Path::Fabric { mtu, .. } => mtu,
                     _ => super::transport::LOOPBACK_MTU,
@@ -400,7 +402,7 @@ impl Engine {
     }
 
     /// INIT -> RTR: where the peer is (this engine, or a node of the fabric).
-    fn check_connect(&self, ctx: &QpCtx) -> Result<Path, u32> {
+    fn check_connect(&self, mem: &dyn GuestMem, qpn: u32, ctx: &QpCtx) -> Result<Path, u32> {
         let mtu_ok = ctx.path_mtu == 0 || (8..=12).contains(&ctx.path_mtu);
         check_access(ctx)?;
         if !mtu_ok || (ctx.dest_ip == 0 && u64::from(ctx.dest_qpn) >= MAX_QP) {
@@ -414,7 +416,14 @@ impl Engine {
         }
         let log = if ctx.path_mtu == 0 { 12 } else { ctx.path_mtu.clamp(8, 12) };
         let mtu = (1u32 << log).min(self.port.as_ref().map_or(u32::MAX, |p| roce_mtu(p.mtu())));
-        Ok(Path::Fabric { ip: Ipv4Addr::from(ctx.dest_ip), mtu })
+        let path = match self.tables.qp_path {
+            0 => QpPath::default(),
+            base => read_obj(mem, table_entry(base, qpn, QP_PATH_SIZE)?).ok_or(CMD_ERR_DMA)?,
+        };
+        if path.dest_mac >> 48 != 0 || path.dest_mac & 1 != 0 {
+            return Err(CMD_ERR_INVALID); // not a unicast MAC
+        }
+        Ok(Path::Fabric { peer: dest_of(Ipv4Addr::from(ctx.dest_ip), &path), mtu })
     }
 
     fn reg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
@@ -476,7 +485,7 @@ impl Engine {
     }
 
     fn write_back_qp(&self, mem: &dyn GuestMem, qpn: u32) {
-        let Ok(addr) = table_entry(self.tables.qp_ctx, qpn, 64) else { return };
+        let Ok(addr) = table_entry(self.tables.qp_ctx, qpn, QP_CTX_SIZE) else { return };
         let qp = &self.qps[qpn as usize];
         let head = [qp.state.to_abi(), qp.err_reason];
         let mut idx = [0u8; 4];
@@ -674,7 +683,7 @@ impl Engine {
     pub fn on_packet(&mut self, mem: &dyn GuestMem, from: Ipv4Addr, pkt: &Packet) {
         let qpn = pkt.bth.dest_qp;
         let i = qpn as usize;
-        let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { ip, .. } if ip == from) && qp.state.can_receive();
+        let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { peer, .. } if peer.ip == from) && qp.state.can_receive();
         let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r));
         // With DMA disabled the node is as if its link were down: the peer retransmits.
         if !ok || !self.enabled {
@@ -714,6 +723,25 @@ pub fn roce_mtu(eth_mtu: u32) -> u32 {
 }
 
 /// The access flags of a context, if they are known ones.
+/// Bytes of one QP context in the table.
+const QP_CTX_SIZE: u64 = QpCtx::ABI.size as u64;
+
+/// Bytes of one QP path entry.
+const QP_PATH_SIZE: u64 = QpPath::ABI.size as u64;
+
+/// Where a fabric QP sends: its path entry, or the rnic-emu convention where it is 0.
+fn dest_of(ip: Ipv4Addr, path: &QpPath) -> Dest {
+    let mut dest = Dest::of_ip(ip);
+    if path.dest_mac != 0 {
+        dest.mac.copy_from_slice(&path.dest_mac.to_le_bytes()[..6]);
+    }
+    dest.tclass = path.traffic_class;
+    if path.hop_limit != 0 {
+        dest.ttl = path.hop_limit;
+    }
+    dest
+}
+
 fn check_access(ctx: &QpCtx) -> Result<u8, u32> {
     if ctx.access & !super::mr::ACCESS_ALL == 0 {
         Ok(ctx.access)

@@ -20,6 +20,7 @@ pub(super) const CQ_TABLE: u64 = 0x2_0000;
 pub(super) const MR_TABLE: u64 = 0x3_0000;
 pub(super) const MTT: u64 = 0x5_0000;
 pub(super) const MTT_ENTRIES: u64 = 0x4000;
+pub(super) const PATH_TABLE: u64 = 0x8_0000;
 pub(super) const RINGS: u64 = 0x10_0000;
 pub(super) const DATA: u64 = 0x100_0000;
 /// User virtual addresses are bus addresses plus this (as if mapped by a process).
@@ -38,7 +39,7 @@ pub(super) struct Dev {
 }
 
 pub(super) fn tables() -> Tables {
-    Tables { qp_ctx: QP_TABLE, cq_ctx: CQ_TABLE, mr_ctx: MR_TABLE, mtt: MTT, mtt_entries: MTT_ENTRIES }
+    Tables { qp_ctx: QP_TABLE, cq_ctx: CQ_TABLE, mr_ctx: MR_TABLE, mtt: MTT, mtt_entries: MTT_ENTRIES, qp_path: PATH_TABLE }
 }
 
 impl Dev {
@@ -77,14 +78,14 @@ impl Dev {
 
     pub(super) fn qp_ctx(&self, qpn: u32) -> QpCtx {
         let mut c = QpCtx::default();
-        self.ram.read(QP_TABLE + u64::from(qpn) * 64, c.as_mut_slice()).unwrap();
+        self.ram.read(QP_TABLE + u64::from(qpn) * QpCtx::ABI.size as u64, c.as_mut_slice()).unwrap();
         c
     }
 
     pub(super) fn modify(&mut self, qpn: u32, f: impl FnOnce(&mut QpCtx)) -> u32 {
         let mut c = self.qp_ctx(qpn);
         f(&mut c);
-        self.put(QP_TABLE + u64::from(qpn) * 64, &c);
+        self.put(QP_TABLE + u64::from(qpn) * QpCtx::ABI.size as u64, &c);
         self.cmd(CMD_MODIFY_QP, qpn)
     }
 

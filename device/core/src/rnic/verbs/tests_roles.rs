@@ -3,8 +3,8 @@
 //! fabric pair (two engines joined by an in-memory wire that loses, duplicates,
 //! reorders and delays packets by a fixed schedule), and must end the same way.
 
-use super::tests::{sge, Dev, DST, RW, SRC, VA};
-use super::transport::Wire;
+use super::tests::{sge, Dev, DST, PATH_TABLE, RW, SRC, VA};
+use super::transport::{Dest, Wire};
 use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::prng::Rng;
@@ -23,6 +23,8 @@ const PSN_BA: u32 = 0x100;
 #[derive(Default)]
 struct Net {
     queue: Mutex<VecDeque<(Ipv4Addr, Ipv4Addr, Packet)>>,
+    /// Every destination a packet was sent to, as the engine gave it.
+    dests: Mutex<Vec<Dest>>,
 }
 
 struct Port {
@@ -35,8 +37,9 @@ impl Wire for Port {
         self.addr
     }
 
-    fn send(&self, dst: Ipv4Addr, pkt: &Packet) {
-        self.net.queue.lock().unwrap().push_back((self.addr, dst, pkt.clone()));
+    fn send(&self, dst: &Dest, pkt: &Packet) {
+        self.net.queue.lock().unwrap().push_back((self.addr, dst.ip, pkt.clone()));
+        self.net.dests.lock().unwrap().push(*dst);
     }
 }
 
@@ -62,12 +65,18 @@ struct Pair {
 
 impl Pair {
     fn new(fabric: bool, rnr_retry: u8, faults: WireFaults) -> Pair {
+        Pair::new_with(fabric, rnr_retry, faults, |_, _| {})
+    }
+
+    /// As [`Pair::new`], with `setup` run on each device (by index) before its QP connects.
+    fn new_with(fabric: bool, rnr_retry: u8, faults: WireFaults, setup: impl Fn(usize, &mut Dev)) -> Pair {
         let net = fabric.then(|| Arc::new(Net::default()));
         let mut devs: Vec<Dev> = (0..if fabric { 2 } else { 1 }).map(|_| Dev::new()).collect();
         for (i, d) in devs.iter_mut().enumerate() {
             if let Some(n) = &net {
                 d.e.set_wire(Arc::new(Port { addr: [A, B][i], net: n.clone() }));
             }
+            setup(i, d);
             d.create_cq(1, 7);
             d.create_cq(2, 7);
         }
@@ -399,4 +408,46 @@ fn a_loopback_write_read_and_send_are_one_memory_to_memory_copy_each() {
     let c = d.poll(1);
     assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), [(1, WC_SUCCESS), (2, WC_SUCCESS), (3, WC_SUCCESS)]);
     assert!(d.read(DST, 1 << 20) == data && d.read(SRC + (1 << 20), 1 << 20) == data && d.read(DST + (2 << 20), 1 << 20) == data);
+}
+
+#[test]
+fn a_fabric_qp_sends_on_the_path_its_table_entry_names() {
+    // QP 1 of node A: a resolved next hop, DSCP 46 with ECT(0), TTL 9. QP 2 of node B: no
+    // entry (zeros), the rnic-emu convention.
+    let mac = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+    let mut raw = [0u8; 8];
+    raw[..6].copy_from_slice(&mac);
+    let path = QpPath { dest_mac: u64::from_le_bytes(raw), traffic_class: 46 << 2 | 2, hop_limit: 9, ..Default::default() };
+    let mut p = Pair::new_with(true, 0, WireFaults::default(), |i, d| {
+        if i == 0 {
+            d.put(PATH_TABLE + 32, &path);
+        }
+    });
+    let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let out = p.req().fill(SRC, 8192, 5);
+    p.req().send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 8192, lk)], VA + DST, rk);
+    let c = p.run_until(true, 1, 1);
+    assert_eq!(status(&c[0]), (1, WC_SUCCESS, 0));
+    assert!(p.resp().read(DST, 8192) == out, "the WRITE landed");
+    let dests = p.net.as_ref().unwrap().dests.lock().unwrap().clone();
+    let from_a = dests.iter().filter(|d| d.ip == B).collect::<Vec<_>>();
+    let from_b = dests.iter().filter(|d| d.ip == A).collect::<Vec<_>>();
+    assert!(!from_a.is_empty() && !from_b.is_empty(), "both directions carried packets");
+    assert!(from_a.iter().all(|d| (d.mac, d.tclass, d.ttl) == (mac, 46 << 2 | 2, 9)), "{from_a:?}");
+    assert!(from_b.iter().all(|d| **d == Dest::of_ip(A)), "{from_b:?}");
+    // A group MAC is no next hop: the RTR is refused, the QP stays in INIT.
+    let mut d = Dev::new();
+    d.e.set_wire(Arc::new(Port { addr: A, net: Arc::new(Net::default()) }));
+    d.create_cq(1, 7);
+    d.create_qp(1, 7, RW, 0);
+    d.put(PATH_TABLE + 32, &QpPath { dest_mac: 0x01, ..Default::default() });
+    let rtr = d.modify(1, |c| {
+        c.state = QPS_RTR;
+        c.dest_qpn = 2;
+        c.dest_ip = u32::from(B);
+        c.path_mtu = 10;
+    });
+    assert_eq!(rtr, CMD_ERR_INVALID);
+    assert_eq!(d.qp_ctx(1).state, QPS_INIT);
 }

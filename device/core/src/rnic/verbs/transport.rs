@@ -18,15 +18,37 @@ use crate::contract::counters::{Counter, Stats};
 use crate::platform::mem::access::{self as copy, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
+use crate::rnic::fabric::frame::{mac_of_ipv4, Mac, DEFAULT_TTL};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
+
+/// Where a connected QP's packets go on the wire: the QP context's path (the address
+/// vector the driver resolved: destination IP and next-hop MAC, traffic class, hop limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    pub ip: Ipv4Addr,
+    pub mac: Mac,
+    pub tclass: u8,
+    pub ttl: u8,
+}
+
+impl Dest {
+    /// The hop limit when the context leaves it 0 (Linux's IPv4 default).
+    pub const DEFAULT_TTL: u8 = DEFAULT_TTL;
+
+    /// A peer on this segment by address alone: the MAC an rnic-emu port has for `ip`
+    /// (the convention of contexts whose dest_mac is 0), default traffic class and TTL.
+    pub fn of_ip(ip: Ipv4Addr) -> Dest {
+        Dest { ip, mac: mac_of_ipv4(ip), tclass: 0, ttl: Dest::DEFAULT_TTL }
+    }
+}
 
 /// Sends packets to other nodes (the node's fabric port, in the server crate; an in-memory
 /// wire in tests).
 pub trait Wire: Send + Sync {
     fn address(&self) -> Ipv4Addr;
-    /// A RoCE packet of a QP to the node at `dst`.
-    fn send(&self, dst: Ipv4Addr, pkt: &Packet);
+    /// A RoCE packet of a QP to `dst`.
+    fn send(&self, dst: &Dest, pkt: &Packet);
     /// A whole Ethernet frame from the netdev's transmit ring (header included, no FCS).
     /// A wire that carries only RoCE packets (the engine's unit-test wires) drops it.
     fn send_frame(&self, frame: &[u8]) {
@@ -197,10 +219,10 @@ impl Transport for Loopback<'_> {
     }
 }
 
-/// RoCEv2 over the node's wire, to the node at `dst`.
+/// RoCEv2 over the node's wire, to `dst`.
 pub struct Fabric<'a> {
     pub wire: &'a dyn Wire,
-    pub dst: Ipv4Addr,
+    pub dst: Dest,
     pub mtu: u32,
     /// Reused for every packet this engine sends.
     pub scratch: &'a mut Packet,
@@ -231,7 +253,7 @@ impl Transport for Fabric<'_> {
             let ack = msg.aeth.is_some_and(|a| a.syndrome == syndrome::ACK);
             self.stats.inc(if ack { Counter::AcksSent } else { Counter::NaksSent });
         }
-        self.wire.send(self.dst, p);
+        self.wire.send(&self.dst, p);
         Ok(())
     }
 }
