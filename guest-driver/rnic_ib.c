@@ -40,7 +40,7 @@ static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *
 	attr->vendor_id = nic->rd.pdev->vendor;
 	attr->vendor_part_id = nic->rd.pdev->device;
 	attr->hw_ver = nic->rd.version;
-	attr->max_qp = nic->max_qp;
+	attr->max_qp = nic->max_qp - RNIC_FIRST_QPN;
 	attr->max_qp_wr = ring;
 	attr->max_send_sge = RNIC_UAPI_MAX_SGE;
 	attr->max_recv_sge = RNIC_UAPI_MAX_SGE;

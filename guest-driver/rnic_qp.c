@@ -128,9 +128,14 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	if (ret)
 		goto err_free;
 
-	id = ida_alloc_max(&nic->qp_ida, nic->max_qp - 1, GFP_KERNEL);
+	/*
+	 * QPNs 0 and 1 are the special QPs of the IBTA (QP0, the subnet manager's, which RoCE
+	 * does not have; QP1, the GSI): a peer's GSI traffic goes to QPN 1, so no RC QP may
+	 * have it.
+	 */
+	id = ida_alloc_range(&nic->qp_ida, RNIC_FIRST_QPN, nic->max_qp - 1, GFP_KERNEL);
 	if (id < 0) {
-		dev_warn_ratelimited(dev, "CREATE_QP: all %u QPs in use\n", nic->max_qp);
+		dev_warn_ratelimited(dev, "CREATE_QP: all %u QPs in use\n", nic->max_qp - RNIC_FIRST_QPN);
 		ret = id == -ENOSPC ? -ENOMEM : id;
 		goto err_free;
 	}

@@ -57,6 +57,7 @@ struct rnic_eth;
 #define RNIC_MTT_ENTRIES	262144		/* 2 MiB of 64-bit page addresses */
 #define RNIC_MR_PAGE_SHIFT	12
 #define RNIC_MAX_PD		65536
+#define RNIC_FIRST_QPN		2		/* below: the IBTA special QPs (QP0, QP1 = GSI) */
 #define RNIC_POLL_MAX_TIMEOUT_MS	60000
 #define RNIC_RNR_TIMER_MAX_US	1000000
 #define RNIC_PATH_MTU_MIN_LOG2	8		/* 256 bytes */

@@ -236,7 +236,7 @@ fn surprise_removal_run() -> Option<String> {
     let initrd = wd.path().join("initrd.img");
     write_initrd(&img.initramfs, &initrd, script);
     let (console, output) = (wd.path().join("console.log"), wd.path().join("output.log"));
-    let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None };
+    let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None, segment: None };
     let args = rnic_emu::qemu::command_line(&topo, 0, &sockets, &files);
     let mut qemu = spawn_qemu_until_init(&img.qemu, &args, &console, &wd.path().join("qemu.log"));
     let read_out = || std::fs::read_to_string(&output).unwrap_or_default();

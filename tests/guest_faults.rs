@@ -41,7 +41,7 @@ fn boot(topo: &Topology, server: &ServerProcess, work: &Path, cycle: usize, scri
     let initrd = work.join(format!("initrd-{cycle}.img"));
     rnic_emu::run::write_initrd(&img, &initrd, script, true).unwrap();
     let (console, output) = (work.join(format!("console-{cycle}.log")), work.join(format!("output-{cycle}.log")));
-    let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None };
+    let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None, segment: None };
     let args = rnic_emu::qemu::command_line(topo, 0, &server.socket_dir, &files);
     (spawn_qemu_until_init(&img.qemu, &args, &console, &work.join(format!("qemu-{cycle}.log"))), output)
 }

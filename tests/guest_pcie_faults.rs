@@ -159,7 +159,14 @@ fn the_driver_reports_and_recovers_from_every_pcie_fault() {
     let initrd = work.path().join("initrd.img");
     rnic_emu::run::write_initrd(&img, &initrd, SCRIPT, true).unwrap();
     let (console, output) = (work.path().join("console.log"), work.path().join("output.log"));
-    let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: Some(&kv_sock) };
+    let files = rnic_emu::qemu::GuestFiles {
+        kernel: &img.kernel,
+        initrd: &initrd,
+        console_log: &console,
+        output_log: &output,
+        kv_socket: Some(&kv_sock),
+        segment: None,
+    };
     let args = rnic_emu::qemu::command_line(&topo, 0, &server.socket_dir, &files);
     let mut qemu = spawn_qemu_until_init(&img.qemu, &args, &console, &work.path().join("qemu.log"));
 

@@ -1,8 +1,10 @@
 //! Turns a topology node into QEMU arguments: the PCIe tree (root ports, switch ports) with
 //! a `vfio-user-pci` device per function, plus the machine around it (q35, TCG, guest RAM
-//! in a shared memfd so the server can DMA into it, two serial ports: console and output).
+//! in a shared memfd so the server can DMA into it, two serial ports: console and output),
+//! and the node's own QEMU NIC on the fabric's segment if it has one (`nic`).
 
-use rnic_emu_core::platform::topology::{Node, PortKind, Topology};
+use rnic_emu_core::platform::topology::{GuestNic, Node, PortKind, Topology};
+use rnic_emu_server::fabric::segment::SegmentAddr;
 use serde_json::json;
 use std::path::Path;
 
@@ -16,6 +18,17 @@ pub struct GuestFiles<'a> {
     pub output_log: &'a Path,
     /// Serial port 2: the run's rendezvous store (a Unix socket QEMU connects to).
     pub kv_socket: Option<&'a Path>,
+    /// The fabric's segment, which the node's `nic` joins (None: the guest gets no `nic`).
+    pub segment: Option<SegmentAddr>,
+}
+
+/// The `-netdev`/`-device` pair of a node's QEMU NIC on the segment (stock QEMU: the
+/// segment's framing is `-netdev dgram`'s).
+pub fn nic_args(topo: &Topology, index: usize, segment: &SegmentAddr) -> Vec<String> {
+    let Some(GuestNic::VirtioNet) = topo.nodes[index].nic else { return Vec::new() };
+    let m = Node::nic_mac(topo.address(index));
+    let mac = m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+    vec!["-netdev".into(), segment.qemu_netdev("fabric"), "-device".into(), format!("virtio-net-pci,netdev=fabric,romfile=,mac={mac}")]
 }
 
 /// The `-device` arguments of a node's PCIe tree and functions. Users who bring their own
@@ -112,6 +125,9 @@ pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &Gu
         args.push("chardev:kv".into());
     }
     args.extend(device_args(node, socket_dir));
+    if let Some(segment) = &files.segment {
+        args.extend(nic_args(topo, index, segment));
+    }
     args.extend(g.qemu_args.iter().cloned());
     args.extend(node.qemu_args.iter().cloned());
     args

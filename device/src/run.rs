@@ -296,7 +296,8 @@ struct NodeRun {
     /// Which boot this is (1 = the first).
     attempt: u32,
     boot: BootWatch,
-    server: ChildGuard,
+    /// The node server (None: a plain node).
+    server: Option<ChildGuard>,
     qemu: ChildGuard,
     follower: OutputFollower,
     console_log: PathBuf,
@@ -342,20 +343,35 @@ fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, com
     let ctl = rnic_emu_server::serve::control_path(&sockets, &node.name);
     // A server of an earlier boot that had to be killed leaves its control socket behind.
     let _ = std::fs::remove_file(&ctl);
-    let mut server = ChildGuard::spawn(&format!("rnic-emu serve ({})", node.name), &mut server_cmd)?;
-    let ready = wait_until(Instant::now() + Duration::from_secs(20), || server.exited() || ctl.exists());
-    if !ready || server.exited() {
-        bail!("the server of {} did not come up:\n{}", node.name, tail(&server_log, 20));
-    }
-    if opts.trace_file.is_some() {
-        crate::iotrace_client::Reader::new(&sockets, &node.name).request("on")?;
-    }
+    // A plain node (no emulated function) has no server: its guest joins the segment with
+    // a NIC of QEMU's own.
+    let server = if node.is_plain() {
+        None
+    } else {
+        let mut server = ChildGuard::spawn(&format!("rnic-emu serve ({})", node.name), &mut server_cmd)?;
+        let ready = wait_until(Instant::now() + Duration::from_secs(20), || server.exited() || ctl.exists());
+        if !ready || server.exited() {
+            bail!("the server of {} did not come up:\n{}", node.name, tail(&server_log, 20));
+        }
+        if opts.trace_file.is_some() {
+            crate::iotrace_client::Reader::new(&sockets, &node.name).request("on")?;
+        }
+        Some(server)
+    };
     let kv_sock = rendezvous_path(wd, &node.name);
     let initrd = wd.join(format!("initrd-{}.img", node.name));
     write_initrd(img, &initrd, command, opts.load_driver)?;
     let console_log = wd.join(format!("console-{}.log", node.name));
     let output_log = wd.join(format!("output-{}.log", node.name));
-    let files = GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console_log, output_log: &output_log, kv_socket: Some(&kv_sock) };
+    let segment = opts.segment.unwrap_or_else(|| rnic_emu_server::serve::default_segment(topo));
+    let files = GuestFiles {
+        kernel: &img.kernel,
+        initrd: &initrd,
+        console_log: &console_log,
+        output_log: &output_log,
+        kv_socket: Some(&kv_sock),
+        segment: Some(segment),
+    };
     let args = qemu::command_line(topo, index, &sockets, &files);
     std::fs::write(wd.join(format!("qemu-cmdline-{}.txt", node.name)), args.join("\n"))?;
     let qemu_log = wd.join(format!("qemu-{}.log", node.name));
@@ -419,7 +435,7 @@ impl NodeRun {
                 ));
             }
         }
-        if self.server.exited() {
+        if self.server.as_mut().is_some_and(|s| s.exited()) {
             return Some(format!("{}: the node server died:\n{}", self.name, tail(&self.server_log, 20)));
         }
         None
@@ -462,7 +478,7 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     let mut trace = match &opts.trace_file {
         Some(f) => {
             let file = std::fs::File::create(f).with_context(|| format!("creating the trace file {}", f.display()))?;
-            let readers = nodes.iter().map(|n| crate::iotrace_client::Reader::new(&wd.join("sockets"), &n.name)).collect();
+            let readers = nodes.iter().filter(|n| n.server.is_some()).map(|n| crate::iotrace_client::Reader::new(&wd.join("sockets"), &n.name)).collect();
             Some(TraceFile { out: std::io::BufWriter::new(file), readers })
         }
         None => None,
@@ -491,7 +507,9 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
                         opts.boot_attempts
                     );
                     n.qemu.stop();
-                    n.server.stop();
+                    if let Some(s) = &mut n.server {
+                        s.stop();
+                    }
                     keep_boot_logs(n);
                     match start_node(opts, img, &topo, n.index, &n.command, &wd, n.attempt + 1) {
                         Ok(fresh) => *n = fresh,
@@ -537,7 +555,7 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     }
     if let (None, Some(file)) = (&failure, &opts.stats_file) {
         let mut all = serde_json::Map::new();
-        for n in &nodes {
+        for n in nodes.iter().filter(|n| n.server.is_some()) {
             let stats = rnic_emu_server::serve::query_stats(&wd.join("sockets"), &n.name)?;
             if let serde_json::Value::Object(m) = stats {
                 all.extend(m);

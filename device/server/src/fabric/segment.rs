@@ -41,7 +41,10 @@ impl SegmentAddr {
 
     /// The `-netdev` options with which a stock QEMU guest joins this segment.
     pub fn qemu_netdev(&self, id: &str) -> String {
-        format!("dgram,id={id},remote.type=inet,remote.host={},remote.port={},local.type=inet,local.host={}", self.group, self.port, self.interface)
+        format!(
+            "dgram,id={id},remote.type=inet,remote.host={},remote.port={},local.type=inet,local.host={},local.port=0",
+            self.group, self.port, self.interface
+        )
     }
 }
 

@@ -73,9 +73,14 @@ pub struct Node {
     /// Extra QEMU arguments for this node's guest only (e.g. a virtio-net link).
     #[serde(default)]
     pub qemu_args: Vec<String>,
+    /// A NIC of QEMU's own on the fabric's segment (the guest's `eth0`): with no `device`,
+    /// a plain node that joins the fabric as any stock QEMU guest would (Soft-RoCE on it).
+    #[serde(default)]
+    pub nic: Option<GuestNic>,
     #[serde(default, rename = "port")]
     pub ports: Vec<Port>,
-    #[serde(rename = "device")]
+    /// The node's PCI functions (none: a plain node, which needs a `nic`).
+    #[serde(default, rename = "device")]
     pub devices: Vec<Device>,
 }
 
@@ -114,6 +119,27 @@ impl WireFaults {
         } else {
             Err("fault probabilities must be within 0..=1 and delay_us at most 1000000".into())
         }
+    }
+}
+
+/// A QEMU NIC on the fabric's segment.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum GuestNic {
+    /// `virtio-net-pci`, MAC 52:54:00 and the low three bytes of the node's address.
+    VirtioNet,
+}
+
+impl Node {
+    /// A node with no emulated function: no server, a stock QEMU guest on the segment.
+    pub fn is_plain(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// The MAC of the node's [`GuestNic`] for the address `ip`.
+    pub fn nic_mac(ip: std::net::Ipv4Addr) -> [u8; 6] {
+        let o = ip.octets();
+        [0x52, 0x54, 0x00, o[1], o[2], o[3]]
     }
 }
 
@@ -377,7 +403,10 @@ impl Topology {
                 return Err(err(format!("port '{port}': function {f} without a function 0")));
             }
         }
-        if !node.devices.iter().any(|d| d.kind == DeviceKind::Rnic) {
+        if node.is_plain() && node.nic.is_none() {
+            return Err(err("no device and no nic: a plain node needs nic = \"virtio-net\"".into()));
+        }
+        if !node.is_plain() && !node.devices.iter().any(|d| d.kind == DeviceKind::Rnic) {
             return Err(err("no rnic device".into()));
         }
         Ok(())

@@ -20,7 +20,7 @@ use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring};
 use super::requester::{self, Requester};
 use super::responder::{self, Responder};
-use super::transport::{packet_msg, Fabric, LoopMsg, Loopback, Msg, Nowhere, Dest, Transport, Wire};
+use super::transport::{packet_msg, Dest, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
 use crate::contract::abi::*;
 use crate::contract::counters::{Counter, Stats};
 use crate::observe::timing::wqe_log::WqeLog;

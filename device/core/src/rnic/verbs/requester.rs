@@ -25,6 +25,12 @@ use std::time::{Duration, Instant};
 
 /// Requests one QP may have unacknowledged.
 pub const WINDOW_PKTS: i32 = 32;
+/// A request whose PSN is a multiple of this, minus one, asks for an ACK (AckReq) even in
+/// the middle of a message: a responder need only acknowledge requests that ask (IBA
+/// 9.7.6.1.3; rxe acknowledges nothing else), so without it a message longer than the
+/// window would stall until the retransmission timer. Half the window: an ACK is on its
+/// way before the window closes.
+pub const ACK_REQ_EVERY: u32 = (WINDOW_PKTS / 2) as u32;
 /// RDMA READs one QP may have outstanding.
 pub const MAX_READS: usize = 16;
 
@@ -174,7 +180,7 @@ fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32) -> Msg<'a> {
         pkey: 0xffff,
         dest_qp: dest,
         psn,
-        ack_req: last,
+        ack_req: last || psn % ACK_REQ_EVERY == ACK_REQ_EVERY - 1,
         ..Default::default()
     };
     let reth = (i == 0 && w.kind == Kind::Write).then_some(Reth { va: h.remote_addr, rkey: h.rkey, len: w.len as u32 });
@@ -323,6 +329,26 @@ mod tests {
     use crate::rnic::fabric::packet::op;
 
     #[test]
+    fn a_long_message_asks_for_acks_before_the_window_closes() {
+        let w = InFlight {
+            hdr: WqeHeader { opcode: WQE_OP_RDMA_WRITE, ..Default::default() },
+            kind: Kind::Write,
+            imm: false,
+            inline: Vec::new(),
+            local: vec![Segment { addr: 0x1000, len: 64 << 10 }],
+            len: 64 << 10,
+            first_psn: 5,
+            npkts: 64,
+            received: 0,
+            stamps: None,
+            mrs: Vec::new(),
+        };
+        let asks: Vec<u32> = (0..64).filter(|&i| request(4, 1024, &w, i).bth.ack_req).map(|i| 5 + i).collect();
+        assert_eq!(asks, [15, 31, 47, 63, 68], "every 16th PSN and the last");
+        assert!(asks.windows(2).all(|p| (p[1] - p[0]) as i32 <= WINDOW_PKTS / 2));
+    }
+
+    #[test]
     fn a_message_is_cut_at_the_mtu() {
         assert_eq!(packets_for(0, 4096), 1);
         assert_eq!(packets_for(4097, 4096), 2);
@@ -342,7 +368,11 @@ mod tests {
         };
         let a = request(4, 4096, &w, 0);
         let b = request(4, 4096, &w, 1);
-        assert_eq!((a.bth.opcode, a.bth.psn, a.payload.len(), a.imm, a.bth.ack_req), (op::SEND_FIRST, PSN_MASK, 4096, None, false));
+        assert_eq!(
+            (a.bth.opcode, a.bth.psn, a.payload.len(), a.imm, a.bth.ack_req),
+            (op::SEND_FIRST, PSN_MASK, 4096, None, true),
+            "PSN 0xffffff = 15 mod 16 asks for an ACK"
+        );
         assert_eq!((b.bth.opcode, b.bth.psn, b.payload.len(), b.imm, b.bth.ack_req), (op::SEND_LAST_IMM, 0, 904, Some(9), true));
     }
 }

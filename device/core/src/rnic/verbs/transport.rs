@@ -17,8 +17,8 @@ use super::mr::Segment;
 use crate::contract::counters::{Counter, Stats};
 use crate::platform::mem::access::{self as copy, GuestMem};
 use crate::platform::mem::dma::DmaError;
-use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
 use crate::rnic::fabric::frame::{mac_of_ipv4, Mac, DEFAULT_TTL};
+use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 

@@ -1,0 +1,188 @@
+//! Guest-level interop with Linux Soft-RoCE, the outside oracle of our RoCEv2 wire and RC
+//! rules (docs/fabric.md "Soft-RoCE interop"). One boot of qemu-configs/softroce-interop.toml:
+//! node0 and node1 are rnic-emu nodes (node1's port drops 2% of its frames each way),
+//! node2 is a stock QEMU guest with a virtio-net NIC on the same segment running rdma_rxe.
+//! Unmodified perftest (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`,
+//! `ib_read_lat`) and `ibv_rc_pingpong --chk` run between rnic0 and rxe0 both ways (rnic0
+//! server / rxe0 client, then the reverse), first with node0 (no loss), then with node1
+//! (2% loss). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
+//! TCP cross the port too. The host checks every program's exit status and report, the
+//! counters of both sides (rnic0's through `ethtool -S`, rxe0's hw_counters), and that
+//! under loss each side's retransmissions met the other's NAKs.
+
+mod common;
+use common::*;
+
+/// One interop step: a program and its options; each side adds `-d DEV -x GID` (or
+/// `-d DEV -g GID`) and the client the server's address.
+const PROGRAMS: [(&str, &str); 6] = [
+    ("write_bw", "ib_write_bw -F -s 65536 -n 200 --report_gbits"),
+    ("read_bw", "ib_read_bw -F -s 65536 -n 200 --report_gbits"),
+    ("send_bw", "ib_send_bw -F -s 65536 -n 200 --report_gbits"),
+    ("write_lat", "ib_write_lat -F -s 64 -n 300"),
+    ("read_lat", "ib_read_lat -F -s 64 -n 300"),
+    ("pingpong", "ibv_rc_pingpong --chk -s 4096 -n 200"),
+];
+
+/// Shell functions every node's script starts with.
+const PRELUDE: &str = r#"
+# The index of DEV's RoCE v2 GID for IPv4 address IP (the sysfs GID table ib_core fills).
+gid_of() {
+    hex=$(echo "$2" | awk -F. '{ printf "%02x%02x:%02x%02x", $1, $2, $3, $4 }')
+    for f in /sys/class/infiniband/$1/ports/1/gids/*; do
+        i=${f##*/}
+        case "$(cat "$f")" in
+        *ffff:$hex) [ "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ] && { echo "$i"; return; } ;;
+        esac
+    done
+    echo none
+}
+# gid_flag PROGRAM: perftest names the GID index -x, ibv_rc_pingpong -g.
+gid_flag() { case "$1" in ibv_rc_pingpong*) echo -g ;; *) echo -x ;; esac; }
+# client TAG CMD...: runs a client until it reached its server (which starts after the
+# key is published), at most 60 tries; prints its output and "rc TAG CODE".
+client() {
+    tag=$1; shift
+    n=0
+    while :; do
+        "$@" > /tmp/out 2>&1; rc=$?
+        grep -qiE "couldn't connect|unable to connect|connection refused" /tmp/out || break
+        n=$((n + 1)); [ $n -ge 60 ] && break
+        sleep 1
+    done
+    sed "s/^/$tag: /" /tmp/out; echo "rc $tag $rc"
+}
+server() { tag=$1; shift; "$@" > /tmp/out 2>&1; rc=$?; sed "s/^/$tag: /" /tmp/out; echo "rc $tag $rc"; }
+"#;
+
+/// The script of an rnic-emu node (`me`: its last address byte).
+fn rnic_script(me: u8) -> String {
+    let mut s = String::from(PRELUDE);
+    s += &format!(
+        "[ $(cat /sys/class/net/reth0/carrier) = 1 ] || echo failed: reth0 has no carrier
+         G=$(gid_of rnic0 10.0.0.{me}); echo \"gid: $G\"
+         rnic-kv put up{me} 1; rnic-kv get rxe-up 300000 >/dev/null\n"
+    );
+    for (tag, cmd) in PROGRAMS {
+        let flag = if cmd.starts_with("ibv_rc_pingpong") { "-g" } else { "-x" };
+        // rnic0 serves first; then rxe0 serves and rnic0 connects.
+        s += &format!(
+            "rnic-kv put go-{me}-{tag}-a 1; server {tag}-a {cmd} -d rnic0 {flag} $G
+             rnic-kv get go-{me}-{tag}-b 300000 >/dev/null
+             client {tag}-b {cmd} -d rnic0 {flag} $G 10.0.0.13
+             rnic-kv put done-{me}-{tag} 1\n"
+        );
+    }
+    s + "ethtool -S reth0 | sed 's/^[[:space:]]*/stat: /'
+         dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
+}
+
+/// The script of the plain node: virtio-net on the segment, rdma_rxe on it.
+fn rxe_script() -> String {
+    let mut s = String::from(PRELUDE);
+    s += "modprobe virtio_net && modprobe rdma_rxe && modprobe ib_uverbs || echo failed: modules
+          echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad
+          ip link set eth0 up && ip addr add 10.0.0.13/24 dev eth0 || echo failed: eth0
+          rdma link add rxe0 type rxe netdev eth0 || echo failed: rxe0
+          sleep 1; G=$(gid_of rxe0 10.0.0.13); echo \"gid: $G\"
+          echo \"mac: $(cat /sys/class/net/eth0/address)\"
+          rnic-kv get up11 300000 >/dev/null; rnic-kv get up12 300000 >/dev/null
+          ping -c 3 -W 5 10.0.0.11 | sed 's/^/ping: /'
+          rnic-kv put rxe-up 1\n";
+    for me in [11u8, 12] {
+        for (tag, cmd) in PROGRAMS {
+            let flag = if cmd.starts_with("ibv_rc_pingpong") { "-g" } else { "-x" };
+            s += &format!(
+                "rnic-kv get go-{me}-{tag}-a 300000 >/dev/null
+                 client {tag}-a-{me} {cmd} -d rxe0 {flag} $G 10.0.0.{me}
+                 rnic-kv put go-{me}-{tag}-b 1; server {tag}-b-{me} {cmd} -d rxe0 {flag} $G
+                 rnic-kv get done-{me}-{tag} 300000 >/dev/null\n"
+            );
+        }
+        s += &format!("for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo \"rxe-{me}: ${{f##*/}} $(cat $f)\"; done\n");
+    }
+    s + "ip neigh show dev eth0 | sed 's/^/neigh: /'
+         dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
+}
+
+fn node_lines(stdout: &str, node: usize) -> Vec<String> {
+    let prefix = format!("[node{node}] ");
+    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
+}
+
+fn find<'a>(lines: &'a [String], prefix: &str) -> Option<&'a str> {
+    lines.iter().find_map(|l| l.strip_prefix(prefix))
+}
+
+/// The numeric value after `prefix` (an `ethtool -S` or hw_counters line).
+fn num(lines: &[String], prefix: &str) -> u64 {
+    find(lines, prefix).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no line '{prefix}N'"))
+}
+
+/// perftest's result row under `tag` (the line whose first field is the message size).
+fn row<'a>(lines: &'a [String], tag: &str, size: &str) -> Option<Vec<&'a str>> {
+    let p = format!("{tag}: ");
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(p.as_str()))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&size) && f.len() >= 4 && f[1].parse::<u64>().is_ok())
+}
+
+#[test]
+fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_and_without_loss() {
+    ensure_image();
+    let out = std::process::Command::new(bin())
+        .args(["run", "--no-build", "--timeout", "1500", "--topology"])
+        .arg(topology("softroce-interop"))
+        .args(["--on", "0", &rnic_script(11), "--on", "1", &rnic_script(12), "--on", "2", &rxe_script()])
+        .output()
+        .expect("running rnic-emu run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "the three guests ran their scripts");
+    assert!(!stdout.contains("failed:"), "a set-up step failed");
+    let rxe = node_lines(&stdout, 2);
+    assert_ne!(find(&rxe, "gid: "), Some("none"), "rxe0 has a RoCE v2 GID for 10.0.0.13");
+    assert_eq!(find(&rxe, "mac: "), Some("52:54:00:00:00:0d"), "the plain node's NIC");
+    assert!(rxe.iter().any(|l| l.starts_with("ping: 3 packets transmitted, 3 ") && l.contains(" 0% packet loss")), "plain guest <-> reth0 over the segment");
+    // The plain guest learned node0's port MAC by ARP (the MAC our QP paths then carry).
+    assert!(rxe.iter().any(|l| l.starts_with("neigh: 10.0.0.11 ") && l.contains("02:e1:0a:00:00:0b")), "ARP entry for reth0");
+    for (node, me) in [(0usize, 11u8), (1, 12)] {
+        let l = node_lines(&stdout, node);
+        assert_ne!(find(&l, "gid: "), Some("none"), "node{node}: rnic0's RoCE v2 GID");
+        for (tag, _) in PROGRAMS {
+            for (lines, t) in [(&l, format!("{tag}-a")), (&l, format!("{tag}-b")), (&rxe, format!("{tag}-a-{me}")), (&rxe, format!("{tag}-b-{me}"))] {
+                assert_eq!(find(lines, &format!("rc {t} ")), Some("0"), "node{node} {t}: exit status");
+            }
+            let (size, clients) = match tag {
+                "pingpong" => (None, [format!("{tag}-b"), format!("{tag}-a-{me}")]),
+                t if t.ends_with("_lat") => (Some("64"), [format!("{tag}-b"), format!("{tag}-a-{me}")]),
+                _ => (Some("65536"), [format!("{tag}-b"), format!("{tag}-a-{me}")]),
+            };
+            for (lines, t) in [(&l, &clients[0]), (&rxe, &clients[1])] {
+                match size {
+                    // ibv_rc_pingpong --chk: every buffer was checked; it reports the iterations.
+                    None => assert!(lines.iter().any(|x| x.starts_with(&format!("{t}: 200 iters in "))), "node{node} {t}: 200 x 4096 bytes ponged"),
+                    Some(s) => {
+                        let r = row(lines, t, s).unwrap_or_else(|| panic!("node{node} {t}: no perftest result row"));
+                        let v: f64 = r[3].parse().unwrap_or(0.0);
+                        assert!(v > 0.0, "node{node} {t}: {r:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(find(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
+        assert_eq!(num(&l, "stat: icrc_errors: "), 0, "node{node}: rxe's ICRC is ours");
+    }
+    // Without loss nothing was retransmitted by either side; with 2% each way both sides
+    // repaired losses: ours retransmitted and NAKed, rxe retransmitted and saw sequence errors.
+    let (clean, lossy) = (node_lines(&stdout, 0), node_lines(&stdout, 1));
+    assert_eq!(num(&clean, "stat: retransmits: "), 0, "node0: a clean segment needs no retransmission");
+    assert!(num(&lossy, "stat: retransmits: ") > 0, "node1: our requester retransmitted");
+    assert!(num(&lossy, "stat: out_of_sequence: ") > 0, "node1: our responder saw rxe's gaps");
+    let rxe_delta = |name: &str| num(&rxe, &format!("rxe-12: {name} ")) - num(&rxe, &format!("rxe-11: {name} "));
+    assert!(rxe_delta("out_of_seq_request") > 0, "rxe's responder saw our gaps");
+    assert!(rxe_delta("rcvd_seq_err") + rxe_delta("completer_retry_err") > 0, "rxe's requester repaired its losses");
+    assert_eq!(num(&rxe, "kernel-warnings: "), 0, "the rxe guest logged no kernel warnings");
+}
