@@ -8,6 +8,10 @@
 //!   virtio-net link between the same guests (QEMU `-netdev dgram` on loopback).
 //!
 //! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed.
+//!
+//! Then the mixed pair, in a second run (qemu-configs/softroce-mixed.toml): `ib_write_bw`
+//! and `ib_write_lat` from `rnic0` to `rxe0` on a plain virtio-net guest of the same
+//! segment, beside the same from another plain guest's `rxe0` to that `rxe0`.
 //! Needs the guest image (`make test` or `rnic-emu image` builds it).
 
 use std::process::Command;
@@ -60,6 +64,38 @@ fn sync(client: bool, key: &str) -> String {
     }
 }
 
+/// The guest script of the mixed run: node1's rxe0 serves node0's rnic0, then node2's rxe0.
+fn mixed_script(n: usize) -> String {
+    let mut s = String::from(
+        "client() { i=0; while :; do \"$@\" > /tmp/out 2>&1; grep -qi \"couldn't connect\" /tmp/out || break; i=$((i+1)); [ $i -ge 60 ] && break; sleep 1; done; cat /tmp/out; }\n",
+    );
+    if n > 0 {
+        s += &format!(
+            "modprobe virtio_net && modprobe rdma_rxe && modprobe ib_uverbs || exit 1
+             ip link set eth0 up; ip addr add 10.0.0.1{}/24 dev eth0
+             rdma link add rxe0 type rxe netdev eth0 || exit 1; sleep 1\n",
+            n + 1
+        );
+    }
+    let dev = if n == 0 { RNIC0 } else { "-d rxe0 -x 1" };
+    let tests: Vec<String> = SIZES
+        .iter()
+        .map(|s| format!("ib_write_bw -F -s {s} -n {} --report_gbits", ((64u64 << 20) / s).clamp(16, 1000)))
+        .chain(["ib_write_lat -F -s 64 -n 1000".to_string()])
+        .collect();
+    for (client, peer_tag) in [(0usize, "RNIC"), (2, "RXE")] {
+        for (i, t) in tests.iter().enumerate() {
+            let key = format!("{peer_tag}{i}");
+            if n == 1 {
+                s += &format!("rnic-kv put {key} up; {t} -d rxe0 -x 1 >/dev/null 2>&1\n");
+            } else if n == client {
+                s += &format!("rnic-kv get {key} 300000 >/dev/null; echo MIX_{peer_tag} {i}; client {t} {dev} 10.0.0.12\n");
+            }
+        }
+    }
+    s
+}
+
 fn main() -> anyhow::Result<()> {
     let topo = concat!(env!("CARGO_MANIFEST_DIR"), "/../qemu-configs/two-node.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_rnic-emu"))
@@ -101,5 +137,33 @@ fn main() -> anyhow::Result<()> {
         let (ib, rxe) = (lat_col("IB_LAT", c), lat_col("RXE_LAT", c));
         println!("{name:>6} {ours:>10.1} {ib:>10.1} {rxe:>10.1} {:>10.2}", ib / rxe);
     }
+    mixed()
+}
+
+/// The mixed pair: rnic0 -> rxe0 beside rxe0 -> rxe0, one run, the same server guest.
+fn mixed() -> anyhow::Result<()> {
+    let topo = concat!(env!("CARGO_MANIFEST_DIR"), "/../qemu-configs/softroce-mixed.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_rnic-emu"))
+        .args(["run", "--timeout", "1800", "--topology", topo])
+        .args(["--on", "0", &mixed_script(0), "--on", "1", &mixed_script(1), "--on", "2", &mixed_script(2)])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(out.status.success(), "guests failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows = |node: usize, tag: &str, i: usize, first: &str, col: usize| -> f64 {
+        let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(&format!("[node{node}] ") as &str)).collect();
+        let at = lines.iter().position(|l| *l == format!("MIX_{tag} {i}")).unwrap_or(lines.len());
+        let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some(first));
+        row.and_then(|r| r.split_whitespace().nth(col)).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    };
+    println!();
+    println!("mixed pair, ib_write_bw Gb/s to node1's rxe0: from rnic0 (node0) vs from rxe0 (node2), same run");
+    println!("{:>8} {:>12} {:>12} {:>10}", "size", "rnic0->rxe0", "rxe0->rxe0", "ratio");
+    for (i, size) in SIZES.iter().enumerate() {
+        let (a, b) = (rows(0, "RNIC", i, &size.to_string(), 3), rows(2, "RXE", i, &size.to_string(), 3));
+        println!("{:>7}K {a:>12.3} {b:>12.3} {:>10.2}", size >> 10, a / b);
+    }
+    let i = SIZES.len();
+    let (a, b) = (rows(0, "RNIC", i, "64", 4), rows(2, "RXE", i, "64", 4));
+    println!("64-byte ib_write_lat typical (us): rnic0->rxe0 {a:.1}, rxe0->rxe0 {b:.1}, ratio {:.2}", a / b);
     Ok(())
 }
