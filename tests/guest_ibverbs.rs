@@ -11,12 +11,6 @@
 mod common;
 use common::*;
 
-/// Each guest's output lines ("[nodeN] ..." prefix removed), whitespace runs as one space.
-fn node_lines(stdout: &str, node: usize) -> Vec<String> {
-    let prefix = format!("[node{node}] ");
-    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
-}
-
 /// Device listing, then `ibv_rc_pingpong` (node0 server, node1 client) over the two-node
 /// virtio-net link for its TCP exchange, each side validating the received buffers (`-c`;
 /// the runs in PINGPONG), then perftest (PERFTEST).

@@ -61,15 +61,6 @@ print(\"got-sha:\",h.hexdigest(),n)' & pid=$!; sleep 2; rnic-kv put tcp up; wait
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
 
-fn lines(stdout: &str, node: usize) -> Vec<String> {
-    let prefix = format!("[node{node}] ");
-    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
-}
-
-fn find<'a>(lines: &'a [String], prefix: &str) -> Option<&'a str> {
-    lines.iter().find_map(|l| l.strip_prefix(prefix))
-}
-
 /// Whether ping (busybox's or iputils') printed under `tag` that all `n` echoes came back.
 fn echoed(lines: &[String], tag: &str, n: u32) -> bool {
     let sent = format!("{tag}: {n} packets transmitted, {n} ");
@@ -100,27 +91,27 @@ fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
     assert!(!stdout.contains("failed:"), "a guest command failed");
     let peer_mac = |node: usize| format!("02:e1:0a:00:00:{:02x}", 11 + (1 - node));
     for node in 0..2 {
-        let l = lines(&stdout, node);
-        let pci = find(&l, "pci-rnic: ").expect("rnic-bar find rnic");
-        assert_eq!(find(&l, "ethtool-i: driver: "), Some("rnic_emu"), "node{node}: ethtool -i");
-        assert_eq!(find(&l, "ethtool-i: bus-info: "), Some(pci), "node{node}: bus-info is the RNIC's function");
-        assert_eq!(find(&l, "ethtool: Link detected: "), Some("yes"), "node{node}: carrier");
-        assert_eq!(find(&l, "ethtool: Speed: "), Some("100000Mb/s"), "node{node}: speed from ETH_SPEED");
+        let l = node_lines(&stdout, node);
+        let pci = line_after(&l, "pci-rnic: ").expect("rnic-bar find rnic");
+        assert_eq!(line_after(&l, "ethtool-i: driver: "), Some("rnic_emu"), "node{node}: ethtool -i");
+        assert_eq!(line_after(&l, "ethtool-i: bus-info: "), Some(pci), "node{node}: bus-info is the RNIC's function");
+        assert_eq!(line_after(&l, "ethtool: Link detected: "), Some("yes"), "node{node}: carrier");
+        assert_eq!(line_after(&l, "ethtool: Speed: "), Some("100000Mb/s"), "node{node}: speed from ETH_SPEED");
         // ARP resolved the peer's MAC on reth0; every echo came back, IPv4 and IPv6.
         assert!(l.iter().any(|x| x.starts_with("neigh: 10.0.0.") && x.contains(&peer_mac(node))), "node{node}: ARP entry for the peer");
         assert!(echoed(&l, "ping4", 5), "node{node}: IPv4 ping");
         assert!(echoed(&l, "ping6", 3), "node{node}: IPv6 ping (neighbour discovery over multicast)");
-        assert_eq!(find(&l, "link: "), Some("mtu 9000"));
+        assert_eq!(line_after(&l, "link: "), Some("mtu 9000"));
         assert!(echoed(&l, "jumbo", 3), "node{node}: 9000-byte packets (9014-byte frames) both ways");
-        assert_eq!(find(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
+        assert_eq!(line_after(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
         assert!(stat(&l, "eth_rx_frames") > 0 && stat(&l, "eth_tx_frames") > 0 && stat(&l, "eth_rx_errors") == 0, "node{node}: the device's port counters");
     }
     // The TCP stream: the receiver got exactly the sender's 16 MiB.
-    let sent = find(&lines(&stdout, 1), "sent-sha: ").expect("sender's hash").to_string();
+    let sent = line_after(&node_lines(&stdout, 1), "sent-sha: ").expect("sender's hash").to_string();
     assert!(sent.ends_with(" 16777216"), "{sent}");
-    assert_eq!(find(&lines(&stdout, 0), "got-sha: "), Some(sent.as_str()), "16 MiB across reth0 over TCP, byte for byte");
+    assert_eq!(line_after(&node_lines(&stdout, 0), "got-sha: "), Some(sent.as_str()), "16 MiB across reth0 over TCP, byte for byte");
     // iperf3 over reth0 beside virtio-net in the same guests (a figure, not a bound).
-    let bps = |dev: &str| find(&lines(&stdout, 1), &format!("iperf-{dev}: ")).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let bps = |dev: &str| line_after(&node_lines(&stdout, 1), &format!("iperf-{dev}: ")).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     let (reth, virtio) = (bps("reth0"), bps("eth0"));
     assert!(reth > 0.0 && virtio > 0.0, "iperf3 ran over both: {reth} {virtio}");
     eprintln!("iperf3: reth0 {:.1} Mbit/s, virtio-net {:.1} Mbit/s: {:.2}x", reth / 1e6, virtio / 1e6, reth / virtio);

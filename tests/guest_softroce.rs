@@ -105,18 +105,9 @@ fn rxe_script() -> String {
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
 
-fn node_lines(stdout: &str, node: usize) -> Vec<String> {
-    let prefix = format!("[node{node}] ");
-    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
-}
-
-fn find<'a>(lines: &'a [String], prefix: &str) -> Option<&'a str> {
-    lines.iter().find_map(|l| l.strip_prefix(prefix))
-}
-
 /// The numeric value after `prefix` (an `ethtool -S` or hw_counters line).
 fn num(lines: &[String], prefix: &str) -> u64 {
-    find(lines, prefix).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no line '{prefix}N'"))
+    line_after(lines, prefix).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no line '{prefix}N'"))
 }
 
 /// perftest's result row under `tag` (the line whose first field is the message size).
@@ -143,17 +134,17 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     assert_eq!(out.status.code(), Some(0), "the three guests ran their scripts");
     assert!(!stdout.contains("failed:"), "a set-up step failed");
     let rxe = node_lines(&stdout, 2);
-    assert_ne!(find(&rxe, "gid: "), Some("none"), "rxe0 has a RoCE v2 GID for 10.0.0.13");
-    assert_eq!(find(&rxe, "mac: "), Some("52:54:00:00:00:0d"), "the plain node's NIC");
+    assert_ne!(line_after(&rxe, "gid: "), Some("none"), "rxe0 has a RoCE v2 GID for 10.0.0.13");
+    assert_eq!(line_after(&rxe, "mac: "), Some("52:54:00:00:00:0d"), "the plain node's NIC");
     assert!(rxe.iter().any(|l| l.starts_with("ping: 3 packets transmitted, 3 ") && l.contains(" 0% packet loss")), "plain guest <-> reth0 over the segment");
     // The plain guest learned node0's port MAC by ARP (the MAC our QP paths then carry).
     assert!(rxe.iter().any(|l| l.starts_with("neigh: 10.0.0.11 ") && l.contains("02:e1:0a:00:00:0b")), "ARP entry for reth0");
     for (node, me) in [(0usize, 11u8), (1, 12)] {
         let l = node_lines(&stdout, node);
-        assert_ne!(find(&l, "gid: "), Some("none"), "node{node}: rnic0's RoCE v2 GID");
+        assert_ne!(line_after(&l, "gid: "), Some("none"), "node{node}: rnic0's RoCE v2 GID");
         for (tag, _) in PROGRAMS {
             for (lines, t) in [(&l, format!("{tag}-a")), (&l, format!("{tag}-b")), (&rxe, format!("{tag}-a-{me}")), (&rxe, format!("{tag}-b-{me}"))] {
-                assert_eq!(find(lines, &format!("rc {t} ")), Some("0"), "node{node} {t}: exit status");
+                assert_eq!(line_after(lines, &format!("rc {t} ")), Some("0"), "node{node} {t}: exit status");
             }
             let (size, clients) = match tag {
                 "pingpong" => (None, [format!("{tag}-b"), format!("{tag}-a-{me}")]),
@@ -172,7 +163,7 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
                 }
             }
         }
-        assert_eq!(find(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
+        assert_eq!(line_after(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
         assert_eq!(num(&l, "stat: icrc_errors: "), 0, "node{node}: rxe's ICRC is ours");
     }
     // Without loss nothing was retransmitted by either side; with 2% each way both sides

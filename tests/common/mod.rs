@@ -125,6 +125,18 @@ pub fn status_sections(text: &str) -> Vec<(String, String, String)> {
     out
 }
 
+/// A multi-node run's output lines of node `node` ("[nodeN] " prefix removed), whitespace
+/// runs as one space.
+pub fn node_lines(stdout: &str, node: usize) -> Vec<String> {
+    let prefix = format!("[node{node}] ");
+    stdout.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect()
+}
+
+/// What follows `prefix` on the first of `lines` that starts with it.
+pub fn line_after<'a>(lines: &'a [String], prefix: &str) -> Option<&'a str> {
+    lines.iter().find_map(|l| l.strip_prefix(prefix))
+}
+
 /// The byte `rnic-bar pattern-write` puts at BAR offset `i` (guest-driver/tools/rnic-bar.c).
 pub fn pattern_byte(seed: u32, i: u64) -> u8 {
     let x = (i as u32).wrapping_mul(0x9E37_79B1).wrapping_add(seed.wrapping_mul(0x85EB_CA77));
