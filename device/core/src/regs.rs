@@ -81,7 +81,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0005, "Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers."),
     (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
     (0x0001_0007, "The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT)."),
-    (0x0001_0008, "QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit of a fabric QP, as the driver resolved them)."),
+    (0x0001_0008, "QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address)."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -317,6 +317,9 @@ pub mod rnic {
         /// Base address of the QP path table (minor 8; MAX_QP x 32-byte rnic_qp_path),
         /// read at each RTR of a fabric QP; 0: no table (the path follows from dest_ip).
         QP_PATH_BASE = 0x3028, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
+        /// Base address of the GID table (minor 8; GID_TABLE_LEN x 32-byte rnic_gid_entry),
+        /// read by CMD_SET_GID.
+        GID_TABLE_BASE = 0x3030, 8, Rw, reset 0x0, writable 0xffffffffffffffff;
         /// Ethernet port: the permanent MAC address (minor 7): bytes in wire order from
         /// bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d
         /// from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a

@@ -25,7 +25,7 @@
  *   1.5: Fatal engine error: STATUS_FATAL, ASYNC_ERR_FATAL, CMD_ERR_FATAL, QP_ERR_FATAL; a device reset recovers.
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
- *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit of a fabric QP, as the driver resolved them).
+ *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -78,6 +78,7 @@
 #define MR_CTX_BASE                  0x3018       /* RW 64-bit, reset 0x0: Base address of the MR context table (MAX_MR x 32-byte rnic_mr_ctx). */
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
 #define QP_PATH_BASE                 0x3028       /* RW 64-bit, reset 0x0: Base address of the QP path table (minor 8; MAX_QP x 32-byte rnic_qp_path), read at each RTR of a fabric QP; 0: no table (the path follows from dest_ip). */
+#define GID_TABLE_BASE               0x3030       /* RW 64-bit, reset 0x0: Base address of the GID table (minor 8; GID_TABLE_LEN x 32-byte rnic_gid_entry), read by CMD_SET_GID. */
 #define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a stable hash of the function's name. */
 #define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. Any value is taken (the driver keeps it a unicast address). */
 #define ETH_MTU                      0x3110       /* RW 32-bit, reset 0x5dc: MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is refused and the register keeps its value). Frames longer than MTU + 14 are dropped both ways, and the RoCE path MTU of every QP is capped to fit it. */
@@ -286,6 +287,10 @@
 #define RNIC_CMD_DESTROY_QP          0x5          /* destroy QP [index] (to RESET, nothing flushed) */
 #define RNIC_CMD_REG_MR              0x6          /* read MR context [index] and its MTT entries, register it */
 #define RNIC_CMD_DEREG_MR            0x7          /* deregister MR [index] */
+#define RNIC_CMD_SET_GID             0x8          /* read GID table entry [index] (minor 8): the port's address [index] is now that entry's */
+#define RNIC_GID_TABLE_LEN           0x10         /* entries of the GID table (minor 8) */
+#define RNIC_GID_FLAG_VALID          0x1          /* rnic_gid_entry: the entry holds an address */
+#define RNIC_PATH_FLAG_SGID          0x1          /* rnic_qp_path: sgid_index names the source address */
 #define RNIC_CMD_OK                  0x0          /* command status */
 #define RNIC_CMD_ERR_BAD_OP          0x1          /* unknown command */
 #define RNIC_CMD_ERR_BAD_INDEX       0x2          /* object index out of range */
@@ -436,7 +441,8 @@ struct rnic_qp_path {
 	__u64 dest_mac; /* 0x00: Next-hop MAC: its six bytes in wire order from bits [7:0] up to [47:40] (as ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above. */
 	__u8 traffic_class; /* 0x08: The IPv4 TOS byte (DSCP, ECN) of every packet of the QP. */
 	__u8 hop_limit; /* 0x09: The IPv4 TTL of every packet of the QP; 0 means 64. */
-	__u16 rsvd0; /* 0x0a: Reserved, 0. */
+	__u8 sgid_index; /* 0x0a: With PATH_FLAG_SGID: the GID table entry whose (IPv4) address is the source of every packet of the QP; without it the source is RNIC_REG_IPV4. */
+	__u8 flags; /* 0x0b: PATH_FLAG_*. */
 	__u32 rsvd1; /* 0x0c: Reserved, 0. */
 	__u64 rsvd2; /* 0x10: Reserved, 0. */
 	__u64 rsvd3; /* 0x18: Reserved, 0. */
@@ -445,10 +451,30 @@ _Static_assert(sizeof(struct rnic_qp_path) == 32, "rnic_qp_path size");
 _Static_assert(offsetof(struct rnic_qp_path, dest_mac) == 0, "rnic_qp_path.dest_mac");
 _Static_assert(offsetof(struct rnic_qp_path, traffic_class) == 8, "rnic_qp_path.traffic_class");
 _Static_assert(offsetof(struct rnic_qp_path, hop_limit) == 9, "rnic_qp_path.hop_limit");
-_Static_assert(offsetof(struct rnic_qp_path, rsvd0) == 10, "rnic_qp_path.rsvd0");
+_Static_assert(offsetof(struct rnic_qp_path, sgid_index) == 10, "rnic_qp_path.sgid_index");
+_Static_assert(offsetof(struct rnic_qp_path, flags) == 11, "rnic_qp_path.flags");
 _Static_assert(offsetof(struct rnic_qp_path, rsvd1) == 12, "rnic_qp_path.rsvd1");
 _Static_assert(offsetof(struct rnic_qp_path, rsvd2) == 16, "rnic_qp_path.rsvd2");
 _Static_assert(offsetof(struct rnic_qp_path, rsvd3) == 24, "rnic_qp_path.rsvd3");
+
+/* GID table entry (minor 8) at GID_TABLE_BASE + index * 32, index < GID_TABLE_LEN, read by CMD_SET_GID: one address of the port, as the driver's RoCE GID table holds it (ib_core fills that table from the netdev's addresses). An IPv4-mapped GID (::ffff:a.b.c.d) makes a.b.c.d an address of the port: RoCE packets to it are taken, and a QP path may name it as its source (QpPath sgid_index). Other GIDs (IPv6) are kept but carry no traffic yet. */
+struct rnic_gid_entry {
+	__u64 gid_lo; /* 0x00: GID bytes 0-7 in wire order (as memory: a memcpy of the 16-byte GID fills both). */
+	__u64 gid_hi; /* 0x08: GID bytes 8-15 in wire order. */
+	__u8 flags; /* 0x10: GID_FLAG_*; 0 removes the entry. */
+	__u8 rsvd0; /* 0x11: Reserved, 0. */
+	__u16 rsvd1; /* 0x12: Reserved, 0. */
+	__u32 rsvd2; /* 0x14: Reserved, 0. */
+	__u64 rsvd3; /* 0x18: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_gid_entry) == 32, "rnic_gid_entry size");
+_Static_assert(offsetof(struct rnic_gid_entry, gid_lo) == 0, "rnic_gid_entry.gid_lo");
+_Static_assert(offsetof(struct rnic_gid_entry, gid_hi) == 8, "rnic_gid_entry.gid_hi");
+_Static_assert(offsetof(struct rnic_gid_entry, flags) == 16, "rnic_gid_entry.flags");
+_Static_assert(offsetof(struct rnic_gid_entry, rsvd0) == 17, "rnic_gid_entry.rsvd0");
+_Static_assert(offsetof(struct rnic_gid_entry, rsvd1) == 18, "rnic_gid_entry.rsvd1");
+_Static_assert(offsetof(struct rnic_gid_entry, rsvd2) == 20, "rnic_gid_entry.rsvd2");
+_Static_assert(offsetof(struct rnic_gid_entry, rsvd3) == 24, "rnic_gid_entry.rsvd3");
 
 /* CQ context at CQ_CTX_BASE + cqn * 32, read by CMD_CREATE_CQ. */
 struct rnic_cq_ctx {

@@ -251,12 +251,40 @@ abi_struct!(
         traffic_class: u8,
         /// The IPv4 TTL of every packet of the QP; 0 means 64.
         hop_limit: u8,
-        /// Reserved, 0.
-        rsvd0: u16,
+        /// With PATH_FLAG_SGID: the GID table entry whose (IPv4) address is the source of
+        /// every packet of the QP; without it the source is RNIC_REG_IPV4.
+        sgid_index: u8,
+        /// PATH_FLAG_*.
+        flags: u8,
         /// Reserved, 0.
         rsvd1: u32,
         /// Reserved, 0.
         rsvd2: u64,
+        /// Reserved, 0.
+        rsvd3: u64,
+    }
+);
+
+abi_struct!(
+    /// GID table entry (minor 8) at GID_TABLE_BASE + index * 32, index < GID_TABLE_LEN,
+    /// read by CMD_SET_GID: one address of the port, as the driver's RoCE GID table holds
+    /// it (ib_core fills that table from the netdev's addresses). An IPv4-mapped GID
+    /// (::ffff:a.b.c.d) makes a.b.c.d an address of the port: RoCE packets to it are taken,
+    /// and a QP path may name it as its source (QpPath sgid_index). Other GIDs (IPv6) are
+    /// kept but carry no traffic yet.
+    GidEntry, "rnic_gid_entry", 32 {
+        /// GID bytes 0-7 in wire order (as memory: a memcpy of the 16-byte GID fills both).
+        gid_lo: u64,
+        /// GID bytes 8-15 in wire order.
+        gid_hi: u64,
+        /// GID_FLAG_*; 0 removes the entry.
+        flags: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+        /// Reserved, 0.
+        rsvd1: u16,
+        /// Reserved, 0.
+        rsvd2: u32,
         /// Reserved, 0.
         rsvd3: u64,
     }
@@ -282,7 +310,7 @@ abi_struct!(
 );
 
 /// Every descriptor, in header order.
-pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, QpPath::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
+pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {
@@ -354,6 +382,13 @@ abi_consts!(COMMANDS: u32 {
     CMD_DESTROY_QP = 5, "destroy QP [index] (to RESET, nothing flushed)";
     CMD_REG_MR = 6, "read MR context [index] and its MTT entries, register it";
     CMD_DEREG_MR = 7, "deregister MR [index]";
+    CMD_SET_GID = 8, "read GID table entry [index] (minor 8): the port's address [index] is now that entry's";
+});
+
+abi_consts!(GIDS: u32 {
+    GID_TABLE_LEN = 16, "entries of the GID table (minor 8)";
+    GID_FLAG_VALID = 1, "rnic_gid_entry: the entry holds an address";
+    PATH_FLAG_SGID = 1, "rnic_qp_path: sgid_index names the source address";
 });
 
 abi_consts!(CMD_STATUS: u32 {
@@ -399,4 +434,4 @@ abi_consts!(ASYNC_ERRORS: u32 {
 
 /// Every constant group, in header order.
 pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
-    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];
+    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];

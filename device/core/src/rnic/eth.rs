@@ -91,6 +91,8 @@ pub struct EthShared {
     rx_running: AtomicBool,
     tx_ci: AtomicU32,
     rx_ci: AtomicU32,
+    /// The port's addresses (CMD_SET_GID).
+    pub gids: super::gid::GidTable,
 }
 
 impl Default for EthShared {
@@ -105,6 +107,7 @@ impl Default for EthShared {
             rx_running: AtomicBool::new(false),
             tx_ci: AtomicU32::new(0),
             rx_ci: AtomicU32::new(0),
+            gids: Default::default(),
         }
     }
 }
@@ -202,12 +205,13 @@ impl EthShared {
         self.promisc.store(on, Ordering::SeqCst);
     }
 
-    /// Device reset, register side: MAC back to `perm`, MTU 1500, not promiscuous.
+    /// Device reset, register side: MAC back to `perm`, MTU 1500, not promiscuous, no GIDs.
     pub fn reset_config(&self, perm: [u8; 6]) {
         self.perm_mac.store(mac_to_reg(perm), Ordering::SeqCst);
         self.set_mac(perm);
         self.mtu.store(DEFAULT_MTU, Ordering::SeqCst);
         self.set_promisc(false);
+        self.gids.clear();
     }
 }
 

@@ -44,6 +44,7 @@ pub mod eth;
 #[cfg(test)]
 mod eth_tests;
 pub mod fabric;
+pub mod gid;
 mod pcie_faults;
 pub mod verbs;
 
@@ -205,6 +206,7 @@ impl Rnic {
             mtt: self.regs.get(MTT_BASE),
             mtt_entries: self.regs.get(MTT_ENTRIES),
             qp_path: self.regs.get(QP_PATH_BASE),
+            gid_table: self.regs.get(GID_TABLE_BASE),
         }
     }
 

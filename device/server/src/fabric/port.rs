@@ -190,7 +190,7 @@ impl FabricPort {
         let addr = RoceAddr {
             dst_mac: dst.mac,
             src_mac: self.eth.mac(),
-            src_ip: IpAddr::V4(self.address),
+            src_ip: IpAddr::V4(dst.src.unwrap_or(self.address)),
             dst_ip: IpAddr::V4(dst.ip),
             src_port: flow_port(pkt.bth.dest_qp),
             tclass: dst.tclass,

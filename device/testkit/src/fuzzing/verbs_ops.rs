@@ -159,7 +159,15 @@ fn enabled_vectors(n: u16) -> Arc<Interrupts> {
 }
 
 fn tables() -> Tables {
-    Tables { qp_ctx: RAM_BASE + QP_TABLE, cq_ctx: RAM_BASE + CQ_TABLE, mr_ctx: RAM_BASE + MR_TABLE, mtt: RAM_BASE + MTT, mtt_entries: MTT_ENTRIES, qp_path: 0 }
+    Tables {
+        qp_ctx: RAM_BASE + QP_TABLE,
+        cq_ctx: RAM_BASE + CQ_TABLE,
+        mr_ctx: RAM_BASE + MR_TABLE,
+        mtt: RAM_BASE + MTT,
+        mtt_entries: MTT_ENTRIES,
+        qp_path: 0,
+        gid_table: 0,
+    }
 }
 
 fn mr_key(index: usize) -> u32 {

@@ -45,6 +45,8 @@ pub struct Tables {
     pub mtt_entries: u64,
     /// QP path table (0: none).
     pub qp_path: u64,
+    /// GID table (0: none).
+    pub gid_table: u64,
 }
 
 /// Where a connected QP's peer is.
@@ -256,6 +258,7 @@ impl Engine {
             CMD_DESTROY_QP => self.forget_qp(index),
             CMD_REG_MR => self.reg_mr(mem, index),
             CMD_DEREG_MR => self.dereg_mr(mem, index),
+            CMD_SET_GID => self.set_gid(mem, index),
             _ => Err(CMD_ERR_BAD_OP),
         };
         if matches!(op, CMD_MODIFY_QP | CMD_QUERY_QP | CMD_DESTROY_QP) && (index as u64) < MAX_QP {
@@ -420,10 +423,28 @@ impl Engine {
             0 => QpPath::default(),
             base => read_obj(mem, table_entry(base, qpn, QP_PATH_SIZE)?).ok_or(CMD_ERR_DMA)?,
         };
-        if path.dest_mac >> 48 != 0 || path.dest_mac & 1 != 0 {
-            return Err(CMD_ERR_INVALID); // not a unicast MAC
+        if path.dest_mac >> 48 != 0 || path.dest_mac & 1 != 0 || u32::from(path.flags) & !PATH_FLAG_SGID != 0 {
+            return Err(CMD_ERR_INVALID); // not a unicast MAC, or an unknown flag
         }
-        Ok(Path::Fabric { peer: dest_of(Ipv4Addr::from(ctx.dest_ip), &path), mtu })
+        let mut dest = dest_of(Ipv4Addr::from(ctx.dest_ip), &path);
+        if u32::from(path.flags) & PATH_FLAG_SGID != 0 {
+            // The source must be an IPv4 address of the port now.
+            let src = self.port.as_ref().and_then(|p| p.gids.ipv4(usize::from(path.sgid_index)));
+            dest.src = Some(src.ok_or(CMD_ERR_INVALID)?);
+        }
+        Ok(Path::Fabric { peer: dest, mtu })
+    }
+
+    /// CMD_SET_GID: entry `index` of the driver's GID table becomes the port's.
+    fn set_gid(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
+        if index >= GID_TABLE_LEN {
+            return Err(CMD_ERR_BAD_INDEX);
+        }
+        let port = self.port.clone().ok_or(CMD_ERR_INVALID)?;
+        let base = self.tables.gid_table;
+        let entry: GidEntry = read_obj(mem, table_entry(base, index, GidEntry::ABI.size as u64)?).ok_or(CMD_ERR_DMA)?;
+        port.gids.set(index as usize, crate::rnic::gid::parse(&entry)?);
+        Ok(())
     }
 
     fn reg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {

@@ -520,7 +520,7 @@ mod tests {
                 _ => panic!("expected a command"),
             }
         });
-        let tables = Tables { qp_ctx: 0, cq_ctx: 0, mr_ctx: 0, mtt: 0, mtt_entries: 0, qp_path: 0 };
+        let tables = Tables { qp_ctx: 0, cq_ctx: 0, mr_ctx: 0, mtt: 0, mtt_entries: 0, qp_path: 0, gid_table: 0 };
         assert_eq!(m.command(41, 0, tables), 42);
         t.join().unwrap();
     }

@@ -21,6 +21,7 @@ pub(super) const MR_TABLE: u64 = 0x3_0000;
 pub(super) const MTT: u64 = 0x5_0000;
 pub(super) const MTT_ENTRIES: u64 = 0x4000;
 pub(super) const PATH_TABLE: u64 = 0x8_0000;
+pub(super) const GID_TABLE: u64 = 0x8_4000;
 pub(super) const RINGS: u64 = 0x10_0000;
 pub(super) const DATA: u64 = 0x100_0000;
 /// User virtual addresses are bus addresses plus this (as if mapped by a process).
@@ -39,7 +40,7 @@ pub(super) struct Dev {
 }
 
 pub(super) fn tables() -> Tables {
-    Tables { qp_ctx: QP_TABLE, cq_ctx: CQ_TABLE, mr_ctx: MR_TABLE, mtt: MTT, mtt_entries: MTT_ENTRIES, qp_path: PATH_TABLE }
+    Tables { qp_ctx: QP_TABLE, cq_ctx: CQ_TABLE, mr_ctx: MR_TABLE, mtt: MTT, mtt_entries: MTT_ENTRIES, qp_path: PATH_TABLE, gid_table: GID_TABLE }
 }
 
 impl Dev {

@@ -451,3 +451,39 @@ fn a_fabric_qp_sends_on_the_path_its_table_entry_names() {
     assert_eq!(rtr, CMD_ERR_INVALID);
     assert_eq!(d.qp_ctx(1).state, QPS_INIT);
 }
+
+#[test]
+fn a_path_sends_from_the_gid_it_names_and_only_from_one_the_port_has() {
+    let port = Arc::new(crate::rnic::eth::EthShared::default());
+    let mut d = Dev::new();
+    d.e.set_wire(Arc::new(Port { addr: A, net: Arc::new(Net::default()) }));
+    d.e.port = Some(port.clone());
+    d.create_cq(1, 7);
+    d.create_qp(1, 7, RW, 0);
+    let rtr = |d: &mut Dev| {
+        d.modify(1, |c| {
+            c.state = QPS_RTR;
+            c.dest_qpn = 2;
+            c.dest_ip = u32::from(B);
+            c.path_mtu = 10;
+        })
+    };
+    // Entry 3: ::ffff:10.0.0.21, through CMD_SET_GID.
+    let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 21];
+    let entry = GidEntry {
+        gid_lo: u64::from_le_bytes(gid[..8].try_into().unwrap()),
+        gid_hi: u64::from_le_bytes(gid[8..].try_into().unwrap()),
+        flags: 1,
+        ..Default::default()
+    };
+    d.put(super::tests::GID_TABLE + 3 * 32, &entry);
+    d.put(PATH_TABLE + 32, &QpPath { sgid_index: 4, flags: PATH_FLAG_SGID as u8, ..Default::default() });
+    assert_eq!(rtr(&mut d), CMD_ERR_INVALID, "entry 4 holds no address");
+    assert_eq!(d.cmd(CMD_SET_GID, 3), CMD_OK);
+    assert_eq!(d.cmd(CMD_SET_GID, GID_TABLE_LEN), CMD_ERR_BAD_INDEX);
+    assert!(port.gids.has_ipv4(Ipv4Addr::new(10, 0, 0, 21)), "the port takes packets to it");
+    d.put(PATH_TABLE + 32, &QpPath { sgid_index: 3, flags: PATH_FLAG_SGID as u8, ..Default::default() });
+    assert_eq!(rtr(&mut d), CMD_OK);
+    let crate::rnic::verbs::engine::Path::Fabric { peer, .. } = d.e.roles[1].path else { panic!("not a fabric path") };
+    assert_eq!(peer.src, Some(Ipv4Addr::new(10, 0, 0, 21)));
+}

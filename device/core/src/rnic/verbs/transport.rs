@@ -27,6 +27,8 @@ use std::net::Ipv4Addr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dest {
     pub ip: Ipv4Addr,
+    /// The source address (an IPv4 GID of the port); None: the port's own (RNIC_REG_IPV4).
+    pub src: Option<Ipv4Addr>,
     pub mac: Mac,
     pub tclass: u8,
     pub ttl: u8,
@@ -39,7 +41,7 @@ impl Dest {
     /// A peer on this segment by address alone: the MAC an rnic-emu port has for `ip`
     /// (the convention of contexts whose dest_mac is 0), default traffic class and TTL.
     pub fn of_ip(ip: Ipv4Addr) -> Dest {
-        Dest { ip, mac: mac_of_ipv4(ip), tclass: 0, ttl: Dest::DEFAULT_TTL }
+        Dest { ip, src: None, mac: mac_of_ipv4(ip), tclass: 0, ttl: Dest::DEFAULT_TTL }
     }
 }
 
