@@ -442,10 +442,13 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     }
     // A segment of this run's own unless one is given: held until the run ends.
     let mut own = opts.clone();
-    let _segment_hold = match (opts.segment, topo.nodes.len() > 1) {
+    if opts.segment.as_ref().is_some_and(|s| s.is_exclusive()) && targets.len() > 1 {
+        bail!("a VXLAN or TAP segment takes one node of a run: start each node with `rnic-emu serve --segment` (docs/fabric.md, \"Backends\")");
+    }
+    let _segment_hold = match (&opts.segment, topo.nodes.len() > 1) {
         (None, true) => {
             let (seg, hold) = rnic_emu_server::fabric::segment::reserve(std::net::Ipv4Addr::LOCALHOST).context("reserving the run's fabric segment")?;
-            own.segment = Some(seg);
+            own.segment = Some(seg.into());
             Some(hold)
         }
         _ => None,
