@@ -87,6 +87,11 @@ pub fn send_datagrams<'a>(fd: RawFd, prefix: &[u8], n: usize, msg: impl Fn(usize
     (sent, None)
 }
 
+/// Sends `msgs` (destination, datagram) as [`send_datagrams`] does, with no prefix.
+pub fn send_batch(fd: RawFd, msgs: &[(SocketAddrV4, Vec<u8>)]) -> (usize, Option<io::Error>) {
+    send_datagrams(fd, &[], msgs.len(), |i| (msgs[i].0, &msgs[i].1[..]))
+}
+
 /// One `recvmmsg` worth of receive buffers, allocated once.
 pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
@@ -197,7 +202,7 @@ mod tests {
             std::net::SocketAddr::V6(_) => panic!("bound to IPv4"),
         };
         let msgs: Vec<(SocketAddrV4, Vec<u8>)> = (0..50u8).map(|i| (dst, vec![i; 100 + usize::from(i)])).collect();
-        assert_eq!(send_datagrams(tx.as_raw_fd(), &[], msgs.len(), |i| (msgs[i].0, &msgs[i].1[..])).0, 50, "two sendmmsg calls");
+        assert_eq!(send_batch(tx.as_raw_fd(), &msgs).0, 50, "two sendmmsg calls");
         let mut b = RecvBatch::default();
         let mut got = Vec::new();
         let t = std::time::Instant::now();
