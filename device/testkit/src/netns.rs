@@ -234,7 +234,7 @@ impl Capture {
                 let n =
                     unsafe { libc::recvfrom(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0, (&mut from as *mut libc::sockaddr_ll).cast(), &mut len) };
                 if n > 0 && frames.len() < MAX_FRAMES {
-                    frames.push(Frame { outgoing: from.sll_pkttype == libc::PACKET_OUTGOING as u8, data: buf[..n as usize].to_vec() });
+                    frames.push(Frame { outgoing: from.sll_pkttype == libc::PACKET_OUTGOING, data: buf[..n as usize].to_vec() });
                 }
             }
             Ok(frames)
