@@ -37,6 +37,8 @@ const NODE: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0,
 const LINUX: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 99);
 /// Bound of every wait on the network.
 const WAIT: Duration = Duration::from_secs(20);
+/// How long an ARP request or echo waits for its answer before it is sent again.
+const RESEND: Duration = Duration::from_millis(500);
 
 fn skipped() -> bool {
     match netns::unavailable() {
@@ -156,19 +158,28 @@ fn port_mac(h: &mut HostDriver) -> Mac {
     h.r64(ETH_MAC).unwrap().to_le_bytes()[..6].try_into().unwrap()
 }
 
-/// Waits (at most [`WAIT`]) for a received frame `pick` returns something for.
-fn wait_frame<T>(h: &mut HostDriver, what: &str, mut pick: impl FnMut(&[u8]) -> Option<T>) -> T {
+/// Sends `frame` through the Ethernet rings every [`RESEND`] until a received frame is one
+/// `pick` returns something for (at most [`WAIT`]), as a host's ARP or ping would: the
+/// first frame may meet a path not up yet (a bridge port whose carrier the kernel has not
+/// noticed, an underlay address not resolved).
+fn exchange<T>(h: &mut HostDriver, frame: &[u8], what: &str, mut pick: impl FnMut(&[u8]) -> Option<T>) -> T {
     let deadline = Instant::now() + WAIT;
-    let mut seen = 0;
+    let (mut seen, mut sent) = (0, 0);
     loop {
-        for f in h.eth_recv().unwrap() {
-            seen += 1;
-            if let Some(t) = pick(&f) {
-                return t;
+        h.eth_send(frame).unwrap();
+        h.eth_tx_done(WAIT).unwrap();
+        sent += 1;
+        let resend = Instant::now() + RESEND;
+        while Instant::now() < resend {
+            for f in h.eth_recv().unwrap() {
+                seen += 1;
+                if let Some(t) = pick(&f) {
+                    return t;
+                }
             }
+            assert!(Instant::now() < deadline, "no {what} within {WAIT:?} ({sent} sent, {seen} other frames received)");
+            std::thread::sleep(Duration::from_millis(2));
         }
-        assert!(Instant::now() < deadline, "no {what} within {WAIT:?} ({seen} other frames)");
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -178,16 +189,12 @@ fn arp_and_ping(h: &mut HostDriver, far_mac: Mac) {
     h.eth_up(5).unwrap();
     h.eth_post_rx(32).unwrap();
     let mac = port_mac(h);
-    h.eth_send(&arp_request(mac, NODE[0], LINUX)).unwrap();
-    h.eth_tx_done(WAIT).unwrap();
-    let (sha, spa, tha, tpa, dst) = wait_frame(h, "ARP reply", arp_reply);
+    let (sha, spa, tha, tpa, dst) = exchange(h, &arp_request(mac, NODE[0], LINUX), "ARP reply", arp_reply);
     assert_eq!((sha, spa), (far_mac, LINUX), "Linux answers for its address with its MAC");
     assert_eq!((tha, tpa, dst), (mac, NODE[0], mac), "to the port, unicast");
     let payload: Vec<u8> = (0..56u8).collect();
     let (us, them) = ((mac, NODE[0]), (far_mac, LINUX));
-    h.eth_send(&echo_request(us, them, 0x7e57, 1, &payload)).unwrap();
-    h.eth_tx_done(WAIT).unwrap();
-    wait_frame(h, "ICMP echo reply", |f| is_echo_reply(f, us, them, 0x7e57, 1, &payload).then_some(()));
+    exchange(h, &echo_request(us, them, 0x7e57, 1, &payload), "ICMP echo reply", |f| is_echo_reply(f, us, them, 0x7e57, 1, &payload).then_some(()));
 }
 
 // ---- what the veth saw ----

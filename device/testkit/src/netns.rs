@@ -207,6 +207,10 @@ impl Capture {
                 if rc != 0 {
                     bail!("binding the capture to {dev:?}: {}", std::io::Error::last_os_error());
                 }
+                // Room for a burst while this thread waits for a core (root: beyond rmem_max).
+                let size: libc::c_int = 64 << 20;
+                // SAFETY: setsockopt with a pointer to a live c_int and its size.
+                unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), 4) };
                 let tv = libc::timeval { tv_sec: 0, tv_usec: 20_000 };
                 // SAFETY: setsockopt with a pointer to a live timeval and its size.
                 unsafe {
@@ -226,16 +230,30 @@ impl Capture {
             };
             let mut frames = Vec::new();
             let mut buf = vec![0u8; 65536];
-            while !flag.load(Ordering::SeqCst) {
+            // Until told to stop, then what is still queued (without waiting).
+            let mut stopping = false;
+            loop {
+                stopping = stopping || flag.load(Ordering::SeqCst);
                 // SAFETY: all-zero is a valid sockaddr_ll.
                 let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
                 let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+                let flags = if stopping { libc::MSG_DONTWAIT } else { 0 };
+                let at = (&mut from as *mut libc::sockaddr_ll).cast();
                 // SAFETY: recvfrom into our buffer and address, each with its real size.
-                let n =
-                    unsafe { libc::recvfrom(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0, (&mut from as *mut libc::sockaddr_ll).cast(), &mut len) };
+                let n = unsafe { libc::recvfrom(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags, at, &mut len) };
                 if n > 0 && frames.len() < MAX_FRAMES {
                     frames.push(Frame { outgoing: from.sll_pkttype == libc::PACKET_OUTGOING, data: buf[..n as usize].to_vec() });
+                } else if n < 0 && stopping {
+                    break;
                 }
+            }
+            // SAFETY: all-zero is a valid tpacket_stats.
+            let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+            let at = (&mut st as *mut libc::tpacket_stats).cast();
+            // SAFETY: getsockopt into a live tpacket_stats with its size.
+            if unsafe { libc::getsockopt(sock.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_STATISTICS, at, &mut len) } == 0 && st.tp_drops > 0 {
+                bail!("the capture lost {} frames (its socket overflowed)", st.tp_drops);
             }
             Ok(frames)
         });
@@ -246,7 +264,7 @@ impl Capture {
         }
     }
 
-    /// Stops capturing; the frames, in order.
+    /// Stops capturing; the frames, in order (an error if the capture lost any).
     pub fn stop(mut self) -> anyhow::Result<Vec<Frame>> {
         self.stop.store(true, Ordering::SeqCst);
         let t = self.thread.take().context("stopped once")?;
