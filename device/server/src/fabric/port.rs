@@ -1,13 +1,13 @@
 //! A node's attachment to the fabric: its port on an L2 segment ([`super::segment`]:
-//! multicast, VXLAN or TAP, one interface whatever the backend),
-//! fault injection per direction (seeded, so failures reproduce) and optional capture of
-//! the frames as they are on the segment. Sending builds whole Ethernet frames (RoCEv2
-//! packets of the verbs engine, frames of the netdev's transmit ring) in pooled buffers
-//! and queues them until the node's event loop flushes them (`sendmmsg`); receiving takes
-//! a batch (`recvmmsg`) from each of the segment's sockets when the loop sees one readable,
-//! takes the frame out of each datagram (the segment checks and strips VXLAN's header and
-//! refuses strangers: dropped, counted), and sorts every frame as a NIC's receive path
-//! does: malformed (dropped, counted), for
+//! multicast, VXLAN or TAP, one interface whatever the backend), fault injection per
+//! direction (seeded, so failures reproduce) and optional capture of the frames as they
+//! are on the segment. Sending builds whole Ethernet frames (RoCEv2 packets of the verbs
+//! engine, frames of the netdev's transmit ring) in pooled buffers and queues them until
+//! the node's event loop flushes them (`sendmmsg`, or a TAP device's writes); receiving
+//! takes a batch (`recvmmsg`, or a TAP device's reads) from each of the segment's
+//! descriptors when the loop sees one readable, takes the frame out of each datagram (the
+//! segment checks and strips VXLAN's header and refuses strangers: dropped, counted), and
+//! sorts every frame as a NIC's receive path does: malformed (dropped, counted), for
 //! another MAC (filtered), RoCE for this port (decoded and checked into one reused packet
 //! for the engine), or anything else for the netdev. The port owns no thread.
 
