@@ -54,8 +54,10 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
         /// The L2 segment to join: GROUP:PORT[@INTERFACE-ADDRESS], an IPv4 multicast group
-        /// (default: one derived from the topology's name, on 127.0.0.1; docs/fabric.md).
-        #[arg(long, value_name = "GROUP:PORT")]
+        /// (default: one derived from the topology's name, on 127.0.0.1);
+        /// vxlan:VNI@LOCAL-IP[:PORT],remote=IP[:PORT],... (VXLAN to remote VTEPs, UDP port
+        /// 4789 by default); tap:NAME (a TAP device; CAP_NET_ADMIN). docs/fabric.md, "Backends".
+        #[arg(long, value_name = "SEGMENT")]
         segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     },
     /// Boot a node of a topology, run a shell command in the guest as root, print its output

@@ -4,6 +4,7 @@
 //! and the node's own QEMU NIC on the fabric's segment if it has one (`nic`).
 
 use rnic_emu_core::platform::topology::{GuestNic, Node, PortKind, Topology};
+use rnic_emu_server::fabric::multicast::MulticastAddr;
 use rnic_emu_server::fabric::segment::SegmentAddr;
 use serde_json::json;
 use std::path::Path;
@@ -18,13 +19,14 @@ pub struct GuestFiles<'a> {
     pub output_log: &'a Path,
     /// Serial port 2: the run's rendezvous store (a Unix socket QEMU connects to).
     pub kv_socket: Option<&'a Path>,
-    /// The fabric's segment, which the node's `nic` joins (None: the guest gets no `nic`).
+    /// The fabric's segment, which the node's `nic` joins (None, or a segment that is not
+    /// a multicast one: the guest gets no `nic`).
     pub segment: Option<SegmentAddr>,
 }
 
 /// The `-netdev`/`-device` pair of a node's QEMU NIC on the segment (stock QEMU: the
 /// segment's framing is `-netdev dgram`'s).
-pub fn nic_args(topo: &Topology, index: usize, segment: &SegmentAddr) -> Vec<String> {
+pub fn nic_args(topo: &Topology, index: usize, segment: &MulticastAddr) -> Vec<String> {
     let Some(GuestNic::VirtioNet) = topo.nodes[index].nic else { return Vec::new() };
     let m = Node::nic_mac(topo.address(index));
     let mac = m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
@@ -125,7 +127,7 @@ pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &Gu
         args.push("chardev:kv".into());
     }
     args.extend(device_args(node, socket_dir));
-    if let Some(segment) = &files.segment {
+    if let Some(SegmentAddr::Multicast(segment)) = &files.segment {
         args.extend(nic_args(topo, index, segment));
     }
     args.extend(g.qemu_args.iter().cloned());

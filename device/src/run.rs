@@ -363,7 +363,10 @@ fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, com
     write_initrd(img, &initrd, command, opts.load_driver)?;
     let console_log = wd.join(format!("console-{}.log", node.name));
     let output_log = wd.join(format!("output-{}.log", node.name));
-    let segment = opts.segment.unwrap_or_else(|| rnic_emu_server::serve::default_segment(topo));
+    let segment = opts.segment.clone().unwrap_or_else(|| rnic_emu_server::serve::default_segment(topo));
+    if node.nic.is_some() && !matches!(segment, rnic_emu_server::fabric::segment::SegmentAddr::Multicast(_)) {
+        bail!("{}: a QEMU NIC (nic = ...) joins multicast segments only, not {segment}", node.name);
+    }
     let files = GuestFiles {
         kernel: &img.kernel,
         initrd: &initrd,
@@ -458,10 +461,13 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     }
     // A segment of this run's own unless one is given: held until the run ends.
     let mut own = opts.clone();
-    let _segment_hold = match (opts.segment, topo.nodes.len() > 1) {
+    if opts.segment.as_ref().is_some_and(|s| s.is_exclusive()) && targets.len() > 1 {
+        bail!("a VXLAN or TAP segment takes one node of a run: start each node with `rnic-emu serve --segment` (docs/fabric.md, \"Backends\")");
+    }
+    let _segment_hold = match (&opts.segment, topo.nodes.len() > 1) {
         (None, true) => {
             let (seg, hold) = rnic_emu_server::fabric::segment::reserve(std::net::Ipv4Addr::LOCALHOST).context("reserving the run's fabric segment")?;
-            own.segment = Some(seg);
+            own.segment = Some(seg.into());
             Some(hold)
         }
         _ => None,

@@ -48,9 +48,11 @@ pub struct RunArgs {
     /// Capture every frame of the nodes' ports (pcap; with several nodes: FILE.<node> each).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
-    /// Join this L2 segment (GROUP:PORT[@INTERFACE-ADDRESS]) instead of one of the run's
-    /// own: to put plain QEMU guests or another run on the same segment (docs/fabric.md).
-    #[arg(long, value_name = "GROUP:PORT")]
+    /// Join this L2 segment instead of one of the run's own: GROUP:PORT[@INTERFACE-ADDRESS]
+    /// (multicast: to put plain QEMU guests or another run on the same segment), or, for a
+    /// run of one node, vxlan:VNI@LOCAL-IP[:PORT],remote=IP[:PORT],... or tap:NAME
+    /// (docs/fabric.md, "Backends").
+    #[arg(long, value_name = "SEGMENT")]
     segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     /// Record every node's MMIO/DMA trace (register accesses and DMAs) to FILE as JSON
     /// lines (docs/trace.md).

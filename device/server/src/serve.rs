@@ -13,7 +13,7 @@
 
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
 use crate::fabric::port::{self, FabricPort};
-use crate::fabric::segment::{self, SegmentAddr};
+use crate::fabric::segment::{self, MulticastAddr, SegmentAddr};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
 use rnic_emu_core::gpu::Gpu;
@@ -48,7 +48,7 @@ pub struct ServeOptions {
 /// run a segment of its own instead, so that two runs of one topology stay apart.
 pub fn default_segment(topo: &Topology) -> SegmentAddr {
     let hash = topo.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    SegmentAddr { group: segment::DEFAULT_GROUP, port: 46000 + (hash % 4000) as u16, interface: std::net::Ipv4Addr::LOCALHOST }
+    SegmentAddr::Multicast(MulticastAddr { group: segment::DEFAULT_GROUP, port: 46000 + (hash % 4000) as u16, interface: std::net::Ipv4Addr::LOCALHOST })
 }
 
 /// A node's functions, built from its description, before serving, with the engines and
@@ -95,13 +95,13 @@ impl NodeDevices {
             let peers = gpus.iter().map(|(g, w)| Peer { window: w.clone(), path: node.p2p_path(dev, g) }).collect();
             // Single-node topologies have no fabric (their RNIC_REG_IPV4 reads 0).
             let address = (topo.nodes.len() > 1).then(|| topo.address(index));
-            let segment = opts.segment.unwrap_or_else(|| default_segment(topo));
+            let segment = opts.segment.clone().unwrap_or_else(|| default_segment(topo));
             let mut rnic = Rnic::new(format!("{}-{}", node.name, dev.id), dev, peers, address)?;
             anyhow::ensure!(rnic.trace_into(io.clone()), "the RNIC's router is already shared");
             rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
-                    FabricPort::bind(a, segment, rnic.eth_shared(), &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                    FabricPort::bind(a, segment.clone(), rnic.eth_shared(), &node.faults, opts.pcap.as_deref(), rnic.stats_block())
                         .map_err(|e| anyhow::anyhow!("joining the fabric segment {segment}: {e}"))?,
                 )),
                 None => None,
@@ -185,8 +185,26 @@ pub fn server_stats_key(node: &str) -> String {
     format!("{node}-server")
 }
 
+/// The statistics entry of the node's fabric segment (its first port's).
+pub fn segment_stats_key(node: &str) -> String {
+    format!("{node}-segment")
+}
+
 /// Every function's counters as JSON, and the process's own under `<node>-server`:
-/// {"<function>": {"<counter>": value, ...}, ..., "<node>-server": {"log_lines_suppressed": n}}.
+/// {"<function>": {"<counter>": value, ...}, ..., "<node>-server": {"log_lines_suppressed": n}},
+/// with the fabric segment's under `<node>-segment` when the node has a port
+/// (`fabric::segment::SegmentStats`).
+pub fn stats_json_with_ports(node: &str, functions: &[(PathBuf, SharedFunction)], ports: &[Arc<FabricPort>]) -> serde_json::Value {
+    let mut all = stats_json(node, functions);
+    if let (Some(p), Some(map)) = (ports.first(), all.as_object_mut()) {
+        let counters: serde_json::Map<String, serde_json::Value> = p.segment_counters().map(|(k, v)| (k.to_string(), v.into())).collect();
+        map.insert(segment_stats_key(node), counters.into());
+    }
+    all
+}
+
+/// Every function's counters and the process's own, as [`stats_json_with_ports`] without
+/// the segment.
 pub fn stats_json(node: &str, functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value {
     let mut all = serde_json::Map::new();
     let server = serde_json::json!({ "log_lines_suppressed": rnic_emu_core::ratelimit::suppressed_total() });
@@ -261,7 +279,7 @@ fn serve_control(
         for line in BufReader::new(conn).lines().take(64) {
             let Ok(line) = line else { break };
             let reply = match line.trim() {
-                "stats" => stats_json(&node, &functions).to_string(),
+                "stats" => stats_json_with_ports(&node, &functions, &ports).to_string(),
                 other if other.split_whitespace().next() == Some("iotrace") => match io.control(&other["iotrace".len()..]) {
                     Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
                     Err(e) => serde_json::json!({ "error": e }).to_string(),

@@ -611,6 +611,21 @@ impl ServerProcess {
         pcap: Option<&Path>,
         segment: Option<&str>,
     ) -> anyhow::Result<ServerProcess> {
+        let cmd = Self::node_command(bin, topology, node, socket_dir, gpu_mem_dir, pcap, segment);
+        Self::spawn(cmd, topology, node, socket_dir)
+    }
+
+    /// The command line of [`ServerProcess::start_node`], for a caller to wrap (in `ip
+    /// netns exec`, say) and hand to [`ServerProcess::spawn`].
+    pub fn node_command(
+        bin: &Path,
+        topology: &Path,
+        node: &str,
+        socket_dir: &Path,
+        gpu_mem_dir: Option<&Path>,
+        pcap: Option<&Path>,
+        segment: Option<&str>,
+    ) -> Command {
         let mut cmd = Command::new(bin);
         cmd.arg("serve").arg("--topology").arg(topology).arg("--node").arg(node).arg("--socket-dir").arg(socket_dir);
         if let Some(s) = segment {
@@ -624,9 +639,16 @@ impl ServerProcess {
         }
         // Log as `rnic-emu run` has its servers log (info unless RUST_LOG says otherwise).
         cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        cmd
+    }
+
+    /// Starts `cmd`, a node server of node `node` of `topology` with its sockets in
+    /// `socket_dir` (its stderr to `server.log` there), and waits (10 s at most) for its
+    /// sockets; fails early, with the log, if it exits first.
+    pub fn spawn(mut cmd: Command, topology: &Path, node: &str, socket_dir: &Path) -> anyhow::Result<ServerProcess> {
         let log = std::fs::File::create(socket_dir.join("server.log"))?;
         let child = cmd.stdin(Stdio::null()).stderr(log).spawn()?;
-        let server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
+        let mut server = ServerProcess { child, socket_dir: socket_dir.to_path_buf(), node: node.to_string() };
         // The control socket, then every function's socket (bound after it).
         let topo = rnic_emu_core::platform::topology::Topology::load(topology)?;
         let (_, n) = topo.node(node).with_context(|| format!("no node {node}"))?;
@@ -634,6 +656,10 @@ impl ServerProcess {
         sockets.extend(n.devices.iter().map(|d| socket_dir.join(n.socket_name(d))));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !sockets.iter().all(|s| s.exists()) {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+                bail!("the node server exited ({status}) before its sockets were up:\n{log}");
+            }
             if Instant::now() > deadline {
                 bail!("the node server did not come up");
             }
@@ -680,10 +706,12 @@ pub fn place_gpu_bar1(sock: &Path, addr: u64) -> anyhow::Result<Client> {
 pub struct NodePair {
     pub h: [HostDriver; 2],
     pub servers: [ServerProcess; 2],
-    /// The pair's segment (`GROUP:PORT@INTERFACE`), of its own.
+    /// The pair's segment (`GROUP:PORT@INTERFACE`, of its own; or what the caller of
+    /// [`NodePair::connect`] gave).
     pub segment: String,
-    /// Holds the segment's port for as long as the pair lives.
-    pub segment_hold: std::net::UdpSocket,
+    /// Holds the segment's port for as long as the pair lives (a multicast segment of its
+    /// own).
+    pub segment_hold: Option<std::net::UdpSocket>,
     pub ips: [std::net::Ipv4Addr; 2],
     pub buf: [u64; 2],
     pub key: [u32; 2],
@@ -705,15 +733,7 @@ pub struct PairOptions<'a> {
 
 impl NodePair {
     pub fn start(bin: &Path, dir: &Path, o: &PairOptions) -> anyhow::Result<NodePair> {
-        let mut topo = String::from("name = \"pair\"\n");
-        for (i, ip) in o.ips.iter().enumerate() {
-            topo += &format!(
-                "[[node]]\nname = \"node{i}\"\naddress = \"{ip}\"\n{}\nport = [ {{ id = \"rp\", kind = \"root-port\" }} ]\ndevice = [ {{ id = \"rnic0\", kind = \"rnic\", port = \"rp\" }} ]\n",
-                o.node_toml
-            );
-        }
-        let tfile = dir.join("pair.toml");
-        std::fs::write(&tfile, topo)?;
+        let tfile = Self::write_topology(dir, o)?;
         let (seg, segment_hold) = rnic_emu_server::fabric::segment::reserve(std::net::Ipv4Addr::LOCALHOST)?;
         let segment = seg.to_string();
         let mut servers = Vec::new();
@@ -723,6 +743,28 @@ impl NodePair {
             let pcap = o.capture.then(|| dir.join(format!("node{i}.pcap")));
             servers.push(ServerProcess::start_node(bin, &tfile, &format!("node{i}"), &sock, None, pcap.as_deref(), Some(&segment))?);
         }
+        let servers: [ServerProcess; 2] = servers.try_into().map_err(|_| anyhow::anyhow!("two servers"))?;
+        Self::connect(servers, o, segment, Some(segment_hold))
+    }
+
+    /// Writes the pair's topology, `<dir>/pair.toml` (nodes `node0` and `node1` at
+    /// `o.ips`, one RNIC `rnic0` each), and returns its path.
+    pub fn write_topology(dir: &Path, o: &PairOptions) -> anyhow::Result<PathBuf> {
+        let mut topo = String::from("name = \"pair\"\n");
+        for (i, ip) in o.ips.iter().enumerate() {
+            topo += &format!(
+                "[[node]]\nname = \"node{i}\"\naddress = \"{ip}\"\n{}\nport = [ {{ id = \"rp\", kind = \"root-port\" }} ]\ndevice = [ {{ id = \"rnic0\", kind = \"rnic\", port = \"rp\" }} ]\n",
+                o.node_toml
+            );
+        }
+        let tfile = dir.join("pair.toml");
+        std::fs::write(&tfile, topo)?;
+        Ok(tfile)
+    }
+
+    /// Drives two servers already started (nodes `node0` and `node1` of the pair's
+    /// topology, on `segment`): QP 1 of each connected to QP 1 of the other, MR 1 on each.
+    pub fn connect(servers: [ServerProcess; 2], o: &PairOptions, segment: String, segment_hold: Option<std::net::UdpSocket>) -> anyhow::Result<NodePair> {
         let mut h = Vec::new();
         let (mut buf, mut key) = ([0; 2], [0; 2]);
         let access = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
@@ -748,7 +790,6 @@ impl NodePair {
             d.connect_with(1, &c)?;
         }
         let h: [HostDriver; 2] = h.try_into().map_err(|_| anyhow::anyhow!("two drivers"))?;
-        let servers: [ServerProcess; 2] = servers.try_into().map_err(|_| anyhow::anyhow!("two servers"))?;
         Ok(NodePair { h, servers, segment, segment_hold, ips: o.ips, buf, key })
     }
 

@@ -3,7 +3,8 @@
 //! `vmm-sys-util` `EventFd`s and a `TimerFd`. What wakes it:
 //! - a doorbell, command or register event posted by a vfio-user socket thread (each
 //!   engine's [`Mailbox`] kicks its `EventFd` when the loop sleeps);
-//! - the fabric UDP socket becoming readable (datagrams are then taken in batches);
+//! - a fabric segment socket (or TAP device) becoming readable (datagrams, or frames, are
+//!   then taken in batches);
 //! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait);
 //! - a GPU copy-engine launch (the GPU's mailbox kicks the same way); a launch runs in
 //!   steps of `gpu::engine::STEP` bytes per pass and completes with its interrupt here;

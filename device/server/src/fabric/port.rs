@@ -1,16 +1,19 @@
-//! A node's attachment to the fabric: its port on an L2 segment ([`super::segment`]),
-//! fault injection per direction (seeded, so failures reproduce) and optional capture of
-//! the frames as they are on the segment. Sending builds whole Ethernet frames (RoCEv2
-//! packets of the verbs engine, frames of the netdev's transmit ring) in pooled buffers
-//! and queues them until the node's event loop flushes them (`sendmmsg`); receiving takes
-//! a batch (`recvmmsg`) from each of the segment's sockets when the loop sees one readable,
-//! and sorts every frame as a NIC's receive path does: malformed (dropped, counted), for
+//! A node's attachment to the fabric: its port on an L2 segment ([`super::segment`]:
+//! multicast, VXLAN or TAP, one interface whatever the backend), fault injection per
+//! direction (seeded, so failures reproduce) and optional capture of the frames as they
+//! are on the segment. Sending builds whole Ethernet frames (RoCEv2 packets of the verbs
+//! engine, frames of the netdev's transmit ring) in pooled buffers and queues them until
+//! the node's event loop flushes them (`sendmmsg`, or a TAP device's writes); receiving
+//! takes a batch (`recvmmsg`, or a TAP device's reads) from each of the segment's
+//! descriptors when the loop sees one readable, takes the frame out of each datagram (the
+//! segment checks and strips VXLAN's header and refuses strangers: dropped, counted), and
+//! sorts every frame as a NIC's receive path does: malformed (dropped, counted), for
 //! another MAC (filtered), RoCE for this port (decoded and checked into one reused packet
 //! for the engine), or anything else for the netdev. The port owns no thread.
 
-use super::batch::{send_batch, Pool, RecvBatch, BATCH};
+use super::batch::{Pool, RecvBatch, BATCH};
 use super::pcap::PcapWriter;
-use super::segment::{Segment, SegmentAddr};
+use super::segment::{self, Segment, SegmentAddr};
 use rnic_emu_core::contract::counters::{Counter, Stats};
 use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
@@ -71,7 +74,7 @@ impl FaultState {
 /// Transmit side: faults, the frames queued since the last flush, free buffers.
 struct TxState {
     faults: FaultState,
-    queue: Vec<(SocketAddrV4, Vec<u8>)>,
+    queue: Vec<(segment::Dest, Vec<u8>)>,
     pool: Pool,
     /// Scratch for the fault decisions of one frame.
     out: Vec<Vec<u8>>,
@@ -137,7 +140,7 @@ impl FabricPort {
         pcap: Option<&Path>,
         stats: Arc<Stats>,
     ) -> std::io::Result<FabricPort> {
-        let segment = Segment::join(segment)?;
+        let segment = Segment::join(&segment)?;
         let pcap = pcap.map(PcapWriter::create).transpose()?.map(Mutex::new);
         let tx = TxState { faults: FaultState::new(faults.tx, faults.seed), queue: Vec::new(), pool: Pool::default(), out: Vec::new() };
         let rx = RxState {
@@ -151,9 +154,10 @@ impl FabricPort {
         Ok(FabricPort { address, eth, segment, tx: Mutex::new(tx), rx: Mutex::new(rx), pcap, stats, hairpin: Mutex::new(Vec::new()) })
     }
 
-    /// The segment's sockets, for the event loop to wait on (readable: frames to receive).
-    pub fn raw_fds(&self) -> [RawFd; 2] {
-        self.segment.fds()
+    /// The segment's sockets (or device), for the event loop to wait on (readable: frames
+    /// to receive).
+    pub fn raw_fds(&self) -> Vec<RawFd> {
+        self.segment.fds().to_vec()
     }
 
     /// This port's MAC now: the receive filter and the source of its RoCE frames.
@@ -162,8 +166,13 @@ impl FabricPort {
     }
 
     /// Where the port is plugged in.
-    pub fn segment(&self) -> SegmentAddr {
-        self.segment.addr
+    pub fn segment(&self) -> &SegmentAddr {
+        self.segment.addr()
+    }
+
+    /// The segment's counters (`<node>-segment` in the statistics).
+    pub fn segment_counters(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        self.segment.counters().into_iter()
     }
 
     /// Changes the faults at run time (control socket).
@@ -247,7 +256,7 @@ impl FabricPort {
     }
 
     fn flush_locked(&self, tx: &mut TxState) {
-        let (sent, err) = send_batch(self.segment.send_fd(), &tx.queue);
+        let (sent, err) = self.segment.send(&tx.queue);
         if let Some(e) = err {
             // As a lossy link: the transport retransmits what did not leave.
             let (dst, _) = tx.queue[sent];
@@ -271,8 +280,8 @@ impl FabricPort {
             self.accept(None, &d, pkt, deliver);
             pool.put(d);
         }
-        for fd in self.segment.fds() {
-            let n = match batch.recv(fd) {
+        for &fd in self.segment.fds() {
+            let n = match self.segment.recv(batch, fd) {
                 Ok(n) => n,
                 Err(e) => {
                     log::warn!("fabric receive: {e}");
@@ -281,10 +290,16 @@ impl FabricPort {
             };
             total += n;
             for i in 0..n {
-                let Some((Some(from), data, truncated)) = batch.get(i) else { continue };
-                if self.segment.is_own(&from) {
-                    continue; // the group's copy of a frame this port sent
-                }
+                let Some((Some(from), datagram, truncated)) = batch.get(i) else { continue };
+                let data = match self.segment.decap(from, datagram) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => continue, // the group's copy of a frame this port sent
+                    Err(e) => {
+                        self.stats.inc(Counter::EthRxErrors);
+                        rnic_emu_core::guest_warn!("fabric: dropped a datagram from {from}: {e}");
+                        continue;
+                    }
+                };
                 if truncated || data.len() > MAX_FRAME {
                     self.stats.inc(Counter::EthRxErrors);
                     rnic_emu_core::guest_warn!("fabric: dropped a frame from {from} longer than {MAX_FRAME} bytes");
@@ -408,6 +423,12 @@ mod tests {
     /// Two ports on a segment of their own.
     fn two_ports(tx: WireFaults, rx: WireFaults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>, std::net::UdpSocket) {
         let (seg, hold) = super::super::segment::reserve(Ipv4Addr::LOCALHOST).unwrap();
+        let (a, b, stats) = ports_on([seg.into(), seg.into()], tx, rx, seed);
+        (a, b, stats, hold)
+    }
+
+    /// Two ports (10.0.0.1 on `segs[0]`, 10.0.0.2 on `segs[1]`) sharing one statistics block.
+    fn ports_on(segs: [SegmentAddr; 2], tx: WireFaults, rx: WireFaults, seed: u64) -> (FabricPort, FabricPort, Arc<Stats>) {
         let stats = Arc::new(Stats::default());
         let eth = |ip: Ipv4Addr| {
             let e = Arc::new(EthShared::default());
@@ -415,9 +436,10 @@ mod tests {
             e.set_mtu(9000);
             e
         };
+        let [sa, sb] = segs;
         let a = FabricPort::bind(
             Ipv4Addr::new(10, 0, 0, 1),
-            seg,
+            sa,
             eth(Ipv4Addr::new(10, 0, 0, 1)),
             &NodeFaults { tx, rx: WireFaults::default(), seed, pcie: Vec::new() },
             None,
@@ -426,14 +448,14 @@ mod tests {
         .unwrap();
         let b = FabricPort::bind(
             Ipv4Addr::new(10, 0, 0, 2),
-            seg,
+            sb,
             eth(Ipv4Addr::new(10, 0, 0, 2)),
             &NodeFaults { tx: WireFaults::default(), rx, seed, pcie: Vec::new() },
             None,
             stats.clone(),
         )
         .unwrap();
-        (a, b, stats, hold)
+        (a, b, stats)
     }
 
     fn packet(psn: u32) -> Packet {
@@ -547,6 +569,57 @@ mod tests {
         assert!(got.is_empty() && frames.is_empty(), "nothing reached the engine or the netdev");
         assert_eq!(count(&stats, Counter::IcrcErrors), 1);
         assert_eq!(count(&stats, Counter::EthRxErrors), 3, "runt, fragment, oversized");
+    }
+
+    /// Two VTEPs on loopback addresses of this process's own (127.251.x.1 and .2, port
+    /// 4789), each the other's only remote.
+    fn vxlan_pair(vni: u32) -> ([std::net::SocketAddrV4; 2], FabricPort, FabricPort, Arc<Stats>) {
+        let sub = (std::process::id() % 250) as u8;
+        let at = |h: u8| std::net::SocketAddrV4::new(Ipv4Addr::new(127, 251, sub, h), super::super::vxlan::VXLAN_PORT);
+        let (va, vb) = (at(1), at(2));
+        let seg = |local, remote| SegmentAddr::Vxlan(super::super::vxlan::VxlanAddr { vni, local, remotes: vec![remote] });
+        let (a, b, stats) = ports_on([seg(va, vb), seg(vb, va)], WireFaults::default(), WireFaults::default(), 1);
+        ([va, vb], a, b, stats)
+    }
+
+    #[test]
+    fn vxlan_ports_exchange_packets_and_frames_and_refuse_strangers_and_bad_headers() {
+        use super::super::vxlan::header;
+        let ([va, vb], a, b, stats) = vxlan_pair(4242);
+        let sent: Vec<Packet> = (0..100).map(packet).collect();
+        sent.iter().for_each(|p| a.send(&Dest::of_ip(b.address), p));
+        let frame = |dst: Mac, tag: u8| [&dst[..], &a.mac()[..], &[0x08, 0x06], &[tag; 46][..]].concat();
+        a.send_frame(&frame([0xff; 6], 1));
+        a.flush();
+        let (got, frames) = drain(&b);
+        assert_eq!(got.len(), 100);
+        assert!(got.iter().zip(&sent).all(|(g, s)| g.bth.psn == s.bth.psn && g.payload == s.payload), "every packet intact, in order");
+        assert_eq!(frames, vec![frame([0xff; 6], 1)]);
+        let counters = |p: &FabricPort| p.segment_counters().collect::<std::collections::HashMap<_, _>>();
+        assert_eq!(counters(&a)["tx_datagrams"], 101);
+        assert_eq!(counters(&a)["tx_flooded"], 101, "b's MAC not learned yet: every frame to every remote");
+        assert_eq!(counters(&b)["learned"], 1, "a's MAC learned from its frames");
+        // b answers a by unicast once it learned a's MAC.
+        b.send_frame(&frame(a.mac(), 2));
+        b.flush();
+        assert_eq!(drain(&a).1, vec![frame(a.mac(), 2)]);
+        assert_eq!(counters(&b)["tx_flooded"], 0);
+        // A stranger (another address), a bad VNI and a bad flag from a's address: dropped,
+        // counted, never learned.
+        let errors = stats.get(Counter::EthRxErrors);
+        let stranger = std::net::UdpSocket::bind(std::net::SocketAddrV4::new(Ipv4Addr::new(127, 251, va.ip().octets()[2], 3), 0)).unwrap();
+        let claim = frame([0xff; 6], 3);
+        let mut forged = claim.clone();
+        forged[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0x66]);
+        stranger.send_to(&[&header(4242)[..], &forged].concat(), vb).unwrap();
+        let from_a = std::net::UdpSocket::bind(std::net::SocketAddrV4::new(*va.ip(), 0)).unwrap();
+        from_a.send_to(&[&header(4243)[..], &forged].concat(), vb).unwrap();
+        from_a.send_to(&[&[0x09, 0, 0, 0][..], &header(4242)[4..], &forged].concat(), vb).unwrap();
+        let (got, frames) = drain(&b);
+        assert!(got.is_empty() && frames.is_empty(), "nothing reached the netdev");
+        assert_eq!(stats.get(Counter::EthRxErrors), errors + 3);
+        assert_eq!((counters(&b)["rx_foreign"], counters(&b)["rx_bad_header"], counters(&b)["learned"]), (1, 2, 1));
+        assert_eq!(b.segment.destination(&[2, 0, 0, 0, 0, 0x66]), segment::Dest::All, "the forged MAC was not learned");
     }
 
     #[test]

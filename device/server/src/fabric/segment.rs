@@ -1,56 +1,68 @@
-//! The L2 segment a node's port is plugged into (docs/fabric.md "The segment"): Ethernet
-//! frames, one per UDP datagram, on an IPv4 multicast group of a host interface (loopback
-//! by default), which is the framing of QEMU's `-netdev dgram` with a multicast remote
-//! (and the older `-netdev socket,mcast=`). Every member, node server or plain QEMU guest,
-//! sends to the group and receives what the others send; no process relays and no root is
-//! needed.
+//! The L2 segment a node's port is plugged into (docs/fabric.md "The segment" and
+//! "Backends: multicast, VXLAN, TAP"): where it is ([`SegmentAddr`], what `--segment`
+//! parses) and the port's attachment to it ([`Segment`]), over one of three backends:
 //!
-//! A node server also learns, as a switch does, where the other servers' ports are: it
-//! sends from a unicast socket of its own, so a frame from another server arrives from that
-//! server's socket, and frames to that MAC then go to it directly instead of to every
-//! member. Frames to group MACs and to MACs not learned (a plain QEMU guest sends from its
-//! group socket, so it is never learned) go to the group.
+//! - [`super::multicast`] (`GROUP:PORT[@IF]`, the default): frames, one per UDP datagram,
+//!   on an IPv4 multicast group of a host interface, QEMU's `-netdev dgram` framing;
+//! - [`super::vxlan`] (`vxlan:VNI@LOCAL[:PORT],remote=IP[:PORT],...`): frames in VXLAN
+//!   (RFC 7348) to configured remote VTEPs, so that nodes on other hosts, or Linux's own
+//!   `vxlan` device, share the segment;
+//! - [`super::tap`] (`tap:NAME`): a Linux TAP device, a frame per read and write, so that
+//!   the host's bridge, vxlan and qdiscs (`tc netem`) are part of the fabric.
+//!
+//! The port ([`super::port`]) sees one interface whatever the backend: the descriptors to
+//! wait on ([`Segment::fds`]), a batch receive ([`Segment::recv`]), the frame a received
+//! datagram carries ([`Segment::decap`]: the VXLAN header checked and stripped, the
+//! port's own frames and datagrams from strangers dropped), where a frame goes
+//! ([`Segment::destination`]), what to learn from a received one ([`Segment::learn`]), and
+//! a batch send ([`Segment::send`]: the VXLAN header prepended without a copy, a frame for
+//! every member replicated). What the segment drops and moves is counted here
+//! ([`SegmentStats`], the `<node>-segment` entry of `rnic-emu stats`); the port counts the
+//! drops in `ETH_RX_ERRORS` too.
 
-use rnic_emu_core::rnic::fabric::frame::{is_group, Mac};
-use std::collections::HashMap;
+use super::batch::RecvBatch;
+use super::multicast::Multicast;
+pub use super::multicast::{reserve, MulticastAddr, DEFAULT_GROUP};
+use super::tap::Tap;
+use super::vxlan::{Vxlan, VxlanAddr, VxlanError};
+use rnic_emu_core::rnic::fabric::frame::Mac;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::net::SocketAddrV4;
+use std::os::fd::RawFd;
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use thiserror::Error;
 
-/// The default multicast group of segments (administratively scoped, RFC 2365).
-pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 47, 91);
-/// MACs a port remembers at most; beyond it, frames to new MACs go to the group.
-const MAX_LEARNED: usize = 1024;
+/// MACs a port remembers at most (multicast: other servers' sockets; VXLAN: remote
+/// VTEPs); beyond it, frames to new MACs go to every member.
+pub const MAX_LEARNED: usize = 1024;
 
-/// Where a segment is: `group:port`, optionally `@interface` (the local address whose
-/// interface carries the group; 127.0.0.1 by default).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SegmentAddr {
-    pub group: Ipv4Addr,
-    pub port: u16,
-    pub interface: Ipv4Addr,
+/// Where a segment is: what `serve --segment` and `run --segment` take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SegmentAddr {
+    /// `GROUP:PORT[@INTERFACE]`.
+    Multicast(MulticastAddr),
+    /// `vxlan:VNI@LOCAL[:PORT],remote=IP[:PORT],...`.
+    Vxlan(VxlanAddr),
+    /// `tap:NAME`: the TAP device NAME (created when it does not exist).
+    Tap(String),
 }
 
 impl SegmentAddr {
-    /// The segment's group and port, as a socket address.
-    pub fn group_addr(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(self.group, self.port)
-    }
-
-    /// The `-netdev` options with which a stock QEMU guest joins this segment.
-    pub fn qemu_netdev(&self, id: &str) -> String {
-        format!(
-            "dgram,id={id},remote.type=inet,remote.host={},remote.port={},local.type=inet,local.host={},local.port=0",
-            self.group, self.port, self.interface
-        )
+    /// True for a segment only one port can be on at a time (a VXLAN socket, a TAP
+    /// device): one node of a run, not all of them.
+    pub fn is_exclusive(&self) -> bool {
+        !matches!(self, SegmentAddr::Multicast(_))
     }
 }
 
 impl std::fmt::Display for SegmentAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}@{}", self.group, self.port, self.interface)
+        match self {
+            SegmentAddr::Multicast(m) => write!(f, "{m}"),
+            SegmentAddr::Vxlan(v) => write!(f, "{v}"),
+            SegmentAddr::Tap(name) => write!(f, "tap:{name}"),
+        }
     }
 }
 
@@ -58,185 +70,220 @@ impl FromStr for SegmentAddr {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let (addr, interface) = match s.split_once('@') {
-            Some((a, i)) => (a, i.parse::<Ipv4Addr>().map_err(|e| format!("segment interface '{i}': {e}"))?),
-            None => (s, Ipv4Addr::LOCALHOST),
-        };
-        let sa: SocketAddrV4 = addr.parse().map_err(|e| format!("segment '{addr}' (want GROUP:PORT): {e}"))?;
-        if !sa.ip().is_multicast() || sa.port() == 0 {
-            return Err(format!("segment '{addr}': the group must be an IPv4 multicast address and the port not 0"));
+        if let Some(rest) = s.strip_prefix("vxlan:") {
+            return rest.parse().map(SegmentAddr::Vxlan);
         }
-        Ok(SegmentAddr { group: *sa.ip(), port: sa.port(), interface })
+        if let Some(name) = s.strip_prefix("tap:") {
+            return super::tap::check_name(name).map(|()| SegmentAddr::Tap(name.to_string()));
+        }
+        s.parse().map(SegmentAddr::Multicast)
     }
 }
 
-/// A segment of its own for one run: the port is a free UDP port of the interface, held by
-/// the returned socket for as long as the run lives (so no other run on the host picks
-/// it: the port is taken from the kernel's ephemeral allocation).
-pub fn reserve(interface: Ipv4Addr) -> io::Result<(SegmentAddr, UdpSocket)> {
-    let hold = UdpSocket::bind(SocketAddrV4::new(interface, 0))?;
-    let port = hold.local_addr()?.port();
-    Ok((SegmentAddr { group: DEFAULT_GROUP, port, interface }, hold))
+impl From<MulticastAddr> for SegmentAddr {
+    fn from(m: MulticastAddr) -> Self {
+        SegmentAddr::Multicast(m)
+    }
 }
 
-/// A port's two sockets on the segment and what it has learned.
+/// Where a queued frame goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// One member: a server learned on the multicast segment, a learned remote VTEP.
+    To(SocketAddrV4),
+    /// Every member: the multicast group, every remote VTEP (head-end replication), the
+    /// TAP device.
+    All,
+}
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dest::To(a) => write!(f, "{a}"),
+            Dest::All => write!(f, "every member"),
+        }
+    }
+}
+
+/// Why a received datagram carried no frame for the port.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Dropped {
+    /// Not from a remote VTEP of the segment.
+    #[error("not from a remote VTEP of the segment")]
+    Foreign,
+    #[error("{0}")]
+    Vxlan(#[from] VxlanError),
+}
+
+/// What the segment took in and sent out, and what it dropped (every value counts up).
+#[derive(Debug, Default)]
+pub struct SegmentStats {
+    /// Datagrams (TAP: frames) received from the segment, own and dropped ones included.
+    pub rx_datagrams: AtomicU64,
+    /// Received from an address that is no remote VTEP of the segment.
+    pub rx_foreign: AtomicU64,
+    /// A VXLAN header that is short, has flags or reserved bits other than the I flag
+    /// set, or another VNI.
+    pub rx_bad_header: AtomicU64,
+    /// Datagrams (TAP: frames) handed to the kernel; a frame to every remote VTEP counts
+    /// once per VTEP.
+    pub tx_datagrams: AtomicU64,
+    /// Frames sent to every member (group MACs, MACs not learned).
+    pub tx_flooded: AtomicU64,
+}
+
+enum Backend {
+    Multicast(Multicast),
+    Vxlan(Vxlan),
+    Tap(Tap),
+}
+
+/// A port's attachment to its segment.
 pub struct Segment {
-    pub addr: SegmentAddr,
-    /// Bound to the group and port: what any member sends to the group.
-    group: UdpSocket,
-    /// This port's own socket: every frame leaves through it, and learned peers send here.
-    own: UdpSocket,
-    own_addr: SocketAddrV4,
-    learned: Mutex<HashMap<Mac, SocketAddrV4>>,
+    addr: SegmentAddr,
+    backend: Backend,
+    pub stats: SegmentStats,
 }
 
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: setsockopt on a socket we own with a pointer to a live value and its size.
-    let rc = unsafe { libc::setsockopt(fd, level, name, (value as *const T).cast(), std::mem::size_of::<T>() as libc::socklen_t) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// A UDP socket with SO_REUSEADDR set before it binds to `at` (several members of one
-/// host share the group's port).
-fn bind_shared(at: SocketAddrV4) -> io::Result<UdpSocket> {
-    // SAFETY: a plain socket(2) call; the fd is owned by the UdpSocket from here on.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh socket nobody else owns.
-    let socket = unsafe { UdpSocket::from_raw_fd(fd) };
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &(1 as libc::c_int))?;
-    let sa = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: at.port().to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from(*at.ip()).to_be() },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: bind with a valid sockaddr_in and its size.
-    let rc = unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(socket)
-}
-
-/// Asks for 32 MiB socket buffers (beyond rmem_max/wmem_max when allowed: root), so that a
-/// burst of read responses is not lost on loopback; falls back to what the kernel grants.
-fn enlarge_buffers(socket: &UdpSocket) {
-    let size: libc::c_int = 32 << 20;
-    for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
-        if setsockopt(socket.as_raw_fd(), libc::SOL_SOCKET, force, &size).is_err() {
-            let _ = setsockopt(socket.as_raw_fd(), libc::SOL_SOCKET, plain, &size);
-        }
-    }
+fn count(c: &AtomicU64, n: usize) {
+    c.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 impl Segment {
-    /// Joins the segment at `addr`.
-    pub fn join(addr: SegmentAddr) -> io::Result<Segment> {
-        let group = bind_shared(addr.group_addr())?;
-        let mreq = libc::ip_mreq {
-            imr_multiaddr: libc::in_addr { s_addr: u32::from(addr.group).to_be() },
-            imr_interface: libc::in_addr { s_addr: u32::from(addr.interface).to_be() },
+    /// Joins the segment at `addr` (binds its sockets, opens its device).
+    pub fn join(addr: &SegmentAddr) -> io::Result<Segment> {
+        let backend = match addr {
+            SegmentAddr::Multicast(m) => Backend::Multicast(Multicast::join(*m)?),
+            SegmentAddr::Vxlan(v) => Backend::Vxlan(Vxlan::join(v.clone())?),
+            SegmentAddr::Tap(name) => Backend::Tap(Tap::open(name)?),
         };
-        setsockopt(group.as_raw_fd(), libc::IPPROTO_IP, libc::IP_ADD_MEMBERSHIP, &mreq)
-            .map_err(|e| io::Error::new(e.kind(), format!("joining multicast group {} on {}: {e}", addr.group, addr.interface)))?;
-        let own = UdpSocket::bind(SocketAddrV4::new(addr.interface, 0))?;
-        let ifaddr = libc::in_addr { s_addr: u32::from(addr.interface).to_be() };
-        setsockopt(own.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MULTICAST_IF, &ifaddr)?;
-        setsockopt(own.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MULTICAST_LOOP, &(1 as libc::c_int))?;
-        setsockopt(own.as_raw_fd(), libc::IPPROTO_IP, libc::IP_MULTICAST_TTL, &(1 as libc::c_int))?;
-        for s in [&group, &own] {
-            s.set_nonblocking(true)?;
-            enlarge_buffers(s);
+        Ok(Segment { addr: addr.clone(), backend, stats: SegmentStats::default() })
+    }
+
+    /// Where the segment is.
+    pub fn addr(&self) -> &SegmentAddr {
+        &self.addr
+    }
+
+    /// The descriptors to wait on (readable: frames to receive).
+    pub fn fds(&self) -> &[RawFd] {
+        match &self.backend {
+            Backend::Multicast(m) => m.fds(),
+            Backend::Vxlan(v) => v.fds(),
+            Backend::Tap(t) => t.fds(),
         }
-        let own_addr = match own.local_addr()? {
-            std::net::SocketAddr::V4(a) => a,
-            std::net::SocketAddr::V6(_) => return Err(io::Error::other("the segment's socket is not IPv4")),
+    }
+
+    /// Receives what `fd` (one of [`Segment::fds`]) holds now, without waiting, into
+    /// `batch`; returns how many datagrams (or frames).
+    pub fn recv(&self, batch: &mut RecvBatch, fd: RawFd) -> io::Result<usize> {
+        let n = match &self.backend {
+            Backend::Multicast(m) => m.recv(batch, fd),
+            Backend::Vxlan(v) => v.recv(batch, fd),
+            Backend::Tap(t) => t.recv(batch, fd),
+        }?;
+        count(&self.stats.rx_datagrams, n);
+        Ok(n)
+    }
+
+    /// The frame a datagram received from `from` carries (a slice of it); None for a
+    /// frame this port sent itself; an error (counted here) for a datagram to drop.
+    pub fn decap<'a>(&self, from: SocketAddrV4, datagram: &'a [u8]) -> Result<Option<&'a [u8]>, Dropped> {
+        let r = match &self.backend {
+            Backend::Multicast(m) => m.decap(from, datagram),
+            Backend::Vxlan(v) => v.decap(from, datagram),
+            Backend::Tap(_) => Ok(Some(datagram)),
         };
-        Ok(Segment { addr, group, own, own_addr, learned: Mutex::new(HashMap::new()) })
-    }
-
-    /// The two sockets to wait on (readable: frames to receive).
-    pub fn fds(&self) -> [RawFd; 2] {
-        [self.group.as_raw_fd(), self.own.as_raw_fd()]
-    }
-
-    /// The socket every frame leaves through.
-    pub fn send_fd(&self) -> RawFd {
-        self.own.as_raw_fd()
-    }
-
-    /// Where a frame to `dst` goes: the member that sent from `dst` before, or the group.
-    pub fn destination(&self, dst: &Mac) -> SocketAddrV4 {
-        if is_group(dst) {
-            return self.addr.group_addr();
+        match &r {
+            Err(Dropped::Foreign) => count(&self.stats.rx_foreign, 1),
+            Err(Dropped::Vxlan(_)) => count(&self.stats.rx_bad_header, 1),
+            Ok(_) => {}
         }
-        let learned = self.learned.lock().unwrap_or_else(|p| p.into_inner());
-        learned.get(dst).copied().unwrap_or(self.addr.group_addr())
+        r
     }
 
-    /// True for a frame this port sent itself (the group loops it back to every member).
-    pub fn is_own(&self, from: &SocketAddrV4) -> bool {
-        *from == self.own_addr
+    /// Where a frame to `dst` goes.
+    pub fn destination(&self, dst: &Mac) -> Dest {
+        match &self.backend {
+            Backend::Multicast(m) => m.destination(dst),
+            Backend::Vxlan(v) => v.destination(dst),
+            Backend::Tap(_) => Dest::All,
+        }
     }
 
-    /// Notes that `src` sends from `from`, when `from` is another server's own socket
-    /// (a member sending from the group's port is reached through the group).
+    /// Notes that frames from `src` came from `from` (called for well-formed frames only).
     pub fn learn(&self, src: &Mac, from: SocketAddrV4) {
-        if is_group(src) || from.port() == self.addr.port || *from.ip() != self.addr.interface {
-            return;
+        match &self.backend {
+            Backend::Multicast(m) => m.learn(src, from),
+            Backend::Vxlan(v) => v.learn(src, from),
+            Backend::Tap(_) => {}
         }
-        let mut learned = self.learned.lock().unwrap_or_else(|p| p.into_inner());
-        if learned.len() < MAX_LEARNED || learned.contains_key(src) {
-            learned.insert(*src, from);
+    }
+
+    /// MACs learned so far.
+    pub fn learned(&self) -> usize {
+        match &self.backend {
+            Backend::Multicast(m) => m.learned(),
+            Backend::Vxlan(v) => v.learned(),
+            Backend::Tap(_) => 0,
         }
+    }
+
+    /// Sends the queued frames (as few system calls as it takes); returns how many of
+    /// them left whole (every datagram of a replicated one), with the error that stopped
+    /// the rest.
+    pub fn send(&self, queue: &[(Dest, Vec<u8>)]) -> (usize, Option<io::Error>) {
+        let (frames, datagrams, err) = match &self.backend {
+            Backend::Multicast(m) => {
+                let (n, e) = m.send(queue);
+                (n, n, e)
+            }
+            Backend::Vxlan(v) => v.send(queue),
+            Backend::Tap(t) => {
+                let (n, e) = t.send(queue);
+                (n, n, e)
+            }
+        };
+        count(&self.stats.tx_datagrams, datagrams);
+        count(&self.stats.tx_flooded, queue[..frames].iter().filter(|(d, _)| *d == Dest::All).count());
+        (frames, err)
+    }
+
+    /// The counters as (name, value), for the statistics.
+    pub fn counters(&self) -> [(&'static str, u64); 6] {
+        let s = &self.stats;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("rx_datagrams", get(&s.rx_datagrams)),
+            ("rx_foreign", get(&s.rx_foreign)),
+            ("rx_bad_header", get(&s.rx_bad_header)),
+            ("tx_datagrams", get(&s.tx_datagrams)),
+            ("tx_flooded", get(&s.tx_flooded)),
+            ("learned", self.learned() as u64),
+        ]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
-    fn parses_and_prints_segment_addresses() {
-        let s: SegmentAddr = "239.1.2.3:5000".parse().unwrap();
-        assert_eq!(s, SegmentAddr { group: Ipv4Addr::new(239, 1, 2, 3), port: 5000, interface: Ipv4Addr::LOCALHOST });
-        assert_eq!(s.to_string().parse::<SegmentAddr>(), Ok(s));
-        assert!("10.0.0.1:5000".parse::<SegmentAddr>().is_err(), "not multicast");
-        assert!("239.1.2.3:0".parse::<SegmentAddr>().is_err());
-        assert!(s.qemu_netdev("seg").contains("remote.host=239.1.2.3,remote.port=5000,local.type=inet,local.host=127.0.0.1"));
-    }
-
-    #[test]
-    fn members_hear_each_other_and_learn_unicast_paths() {
-        let (addr, _hold) = reserve(Ipv4Addr::LOCALHOST).unwrap();
-        let (a, b) = (Segment::join(addr).unwrap(), Segment::join(addr).unwrap());
-        let mac_a = [2, 0, 0, 0, 0, 0xa];
-        a.own.send_to(b"hello", addr.group_addr()).unwrap();
-        let mut buf = [0u8; 16];
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let from = loop {
-            if let Ok((n, std::net::SocketAddr::V4(from))) = b.group.recv_from(&mut buf) {
-                assert_eq!(&buf[..n], b"hello");
-                break from;
-            }
-            assert!(std::time::Instant::now() < deadline, "b heard nothing on the group");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        };
-        assert!(a.is_own(&from) && !b.is_own(&from));
-        assert_eq!(b.destination(&mac_a), addr.group_addr(), "not learned yet");
-        b.learn(&mac_a, from);
-        assert_eq!(b.destination(&mac_a), from, "then sent directly");
-        assert_eq!(b.destination(&[0xff; 6]), addr.group_addr(), "broadcast always to the group");
-        b.learn(&[0x33, 0x33, 0, 0, 0, 1], from);
-        assert_eq!(b.destination(&[0x33, 0x33, 0, 0, 0, 1]), addr.group_addr(), "group MACs are never learned");
-        b.learn(&[2, 0, 0, 0, 0, 0xb], SocketAddrV4::new(Ipv4Addr::LOCALHOST, addr.port));
-        assert_eq!(b.destination(&[2, 0, 0, 0, 0, 0xb]), addr.group_addr(), "a member on the group's port stays behind the group");
+    fn parses_every_backend_and_prints_what_it_parses() {
+        for s in ["239.1.2.3:5000@127.0.0.1", "vxlan:42@10.1.0.1:4789,remote=10.1.0.2:4789,remote=10.1.0.3:5000", "tap:rnic0"] {
+            let a: SegmentAddr = s.parse().unwrap();
+            assert_eq!(a.to_string(), s);
+            assert_eq!(a.to_string().parse::<SegmentAddr>(), Ok(a));
+        }
+        let m: SegmentAddr = "239.1.2.3:5000".parse().unwrap();
+        assert_eq!(m, SegmentAddr::Multicast(MulticastAddr { group: Ipv4Addr::new(239, 1, 2, 3), port: 5000, interface: Ipv4Addr::LOCALHOST }));
+        assert!(!m.is_exclusive());
+        let v: SegmentAddr = "vxlan:7@10.1.0.1,remote=10.1.0.2".parse().unwrap();
+        assert_eq!(v.to_string(), "vxlan:7@10.1.0.1:4789,remote=10.1.0.2:4789", "the standard port by default");
+        assert!(v.is_exclusive() && "tap:t0".parse::<SegmentAddr>().unwrap().is_exclusive());
+        for bad in ["tap:", "tap:a/b", "tap:sixteen-bytes-xx", "vxlan:", "10.0.0.1:5000"] {
+            assert!(bad.parse::<SegmentAddr>().is_err(), "{bad}");
+        }
     }
 }
