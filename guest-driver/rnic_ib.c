@@ -22,7 +22,7 @@
 #include "rnic_ib.h"
 #include "uapi/rnic_ib_abi.h"
 
-#define RNIC_IB_GID_TABLE_LEN	16
+#define RNIC_IB_GID_TABLE_LEN	RNIC_GID_TABLE_LEN	/* the device's table (contract 1.8) */
 
 static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 				struct ib_udata *udata)
@@ -186,6 +186,8 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.get_port_immutable	= rnic_ib_get_port_immutable,
 	.get_link_layer		= rnic_ib_get_link_layer,
 	.query_pkey		= rnic_ib_query_pkey,
+	.add_gid		= rnic_ib_add_gid,
+	.del_gid		= rnic_ib_del_gid,
 	.alloc_ucontext		= rnic_ib_alloc_ucontext,
 	.dealloc_ucontext	= rnic_ib_dealloc_ucontext,
 	.disassociate_ucontext	= rnic_ib_disassociate_ucontext,

@@ -99,6 +99,11 @@ int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int rnic_ib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
 int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct ib_udata *udata);
+/* rnic_ib_gid.c: the port's GID table on the device */
+int rnic_ib_add_gid(const struct ib_gid_attr *attr, void **context);
+int rnic_ib_del_gid(const struct ib_gid_attr *attr, void **context);
+bool rnic_ib_gid_is_own(struct rnic_nic *nic, const u8 *gid);
+
 int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		      struct ib_udata *udata);
 int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,

@@ -310,7 +310,7 @@ static int rnic_ib_dest_ip(struct rnic_nic *nic, const struct rdma_ah_attr *ah, 
 		return -EINVAL;
 	}
 	*ip = get_unaligned_be32(&grh->dgid.raw[12]);
-	if (*ip == own)
+	if (*ip == own || rnic_ib_gid_is_own(nic, grh->dgid.raw))
 		*ip = 0;
 	return 0;
 }
@@ -328,6 +328,9 @@ static void rnic_ib_path(const struct rdma_ah_attr *ah, struct rnic_qp_path *pat
 	path->dest_mac = get_unaligned_le64(mac);
 	path->traffic_class = grh->traffic_class;
 	path->hop_limit = grh->hop_limit;
+	/* The source address: the port's GID the address vector names (rnic_ib_gid.c). */
+	path->sgid_index = grh->sgid_index;
+	path->flags = RNIC_PATH_FLAG_SGID;
 }
 
 int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,

@@ -73,12 +73,17 @@ static void *rnic_table_alloc(struct rnic_nic *nic, size_t size, dma_addr_t *dma
 	return p;
 }
 
+/* The tables of contract minor 8 (either may be missing after a failed allocation). */
 static void rnic_qp_path_free(struct rnic_nic *nic)
 {
 	if (nic->qp_path)
 		dma_free_coherent(nic_dev(nic), nic->max_qp * sizeof(*nic->qp_path),
 				  nic->qp_path, nic->qp_path_dma);
+	if (nic->gid_table)
+		dma_free_coherent(nic_dev(nic), RNIC_GID_TABLE_LEN * sizeof(*nic->gid_table),
+				  nic->gid_table, nic->gid_table_dma);
 	nic->qp_path = NULL;
+	nic->gid_table = NULL;
 }
 
 /**
@@ -124,8 +129,10 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	if (rnic_version_minor(nic->rd.version) >= 8) {
 		nic->qp_path = rnic_table_alloc(nic, nic->max_qp * sizeof(*nic->qp_path),
 						&nic->qp_path_dma, "QP path");
-		if (!nic->qp_path)
-			goto err_mr_ctx;
+		nic->gid_table = rnic_table_alloc(nic, RNIC_GID_TABLE_LEN * sizeof(*nic->gid_table),
+						  &nic->gid_table_dma, "GID");
+		if (!nic->qp_path || !nic->gid_table)
+			goto err_qp_path;
 	}
 
 	ret = rnic_mtt_init(nic);
@@ -137,8 +144,10 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	writeq(nic->mr_ctx_dma, bar0 + MR_CTX_BASE);
 	writeq(nic->mtt_dma, bar0 + MTT_BASE);
 	iowrite32(RNIC_MTT_ENTRIES, bar0 + MTT_ENTRIES);
-	if (nic->qp_path)
+	if (nic->qp_path) {
 		writeq(nic->qp_path_dma, bar0 + QP_PATH_BASE);
+		writeq(nic->gid_table_dma, bar0 + GID_TABLE_BASE);
+	}
 	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE | rnic_dbpage_init(nic),
 		  bar0 + DMA_CTRL);
 	return 0;

@@ -110,6 +110,9 @@ struct rnic_nic {
 	/* QP paths (contract minor 8; NULL on an older device: the MAC follows from dest_ip) */
 	struct rnic_qp_path *qp_path;
 	dma_addr_t qp_path_dma;
+	/* the port's GID table (minor 8; NULL before), under cmd_lock: rnic_ib_gid.c */
+	struct rnic_gid_entry *gid_table;
+	dma_addr_t gid_table_dma;
 	struct rnic_cq_ctx *cq_ctx;
 	dma_addr_t cq_ctx_dma;
 	struct rnic_mr_ctx *mr_ctx;

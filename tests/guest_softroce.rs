@@ -8,7 +8,9 @@
 //! (2% loss). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
 //! TCP cross the port too. The host checks every program's exit status and report, the
 //! counters of both sides (rnic0's through `ethtool -S`, rxe0's hw_counters), and that
-//! under loss each side's retransmissions met the other's NAKs.
+//! under loss each side's retransmissions met the other's NAKs. Last, node0 puts a second
+//! address on reth0 and `ibv_rc_pingpong` runs on its GID: the port's addresses follow the
+//! netdev's (rxe checks that our packets come from the GID the QP was given).
 
 mod common;
 use common::*;
@@ -26,19 +28,6 @@ const PROGRAMS: [(&str, &str); 6] = [
 
 /// Shell functions every node's script starts with.
 const PRELUDE: &str = r#"
-# The index of DEV's RoCE v2 GID for IPv4 address IP (the sysfs GID table ib_core fills).
-gid_of() {
-    hex=$(echo "$2" | awk -F. '{ printf "%02x%02x:%02x%02x", $1, $2, $3, $4 }')
-    for f in /sys/class/infiniband/$1/ports/1/gids/*; do
-        i=${f##*/}
-        case "$(cat "$f")" in
-        *ffff:$hex) [ "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ] && { echo "$i"; return; } ;;
-        esac
-    done
-    echo none
-}
-# gid_flag PROGRAM: perftest names the GID index -x, ibv_rc_pingpong -g.
-gid_flag() { case "$1" in ibv_rc_pingpong*) echo -g ;; *) echo -x ;; esac; }
 # client TAG CMD...: runs a client until it reached its server (which starts after the
 # key is published), at most 60 tries; prints its output and "rc TAG CODE".
 client() {
@@ -60,7 +49,7 @@ fn rnic_script(me: u8) -> String {
     let mut s = String::from(PRELUDE);
     s += &format!(
         "[ $(cat /sys/class/net/reth0/carrier) = 1 ] || echo failed: reth0 has no carrier
-         G=$(gid_of rnic0 10.0.0.{me}); echo \"gid: $G\"
+         G=$(rnic-gid rnic0 10.0.0.{me} || echo none); echo \"gid: $G\"
          rnic-kv put up{me} 1; rnic-kv get rxe-up 300000 >/dev/null\n"
     );
     for (tag, cmd) in PROGRAMS {
@@ -73,6 +62,14 @@ fn rnic_script(me: u8) -> String {
              rnic-kv put done-{me}-{tag} 1\n"
         );
     }
+    if me == 11 {
+        // A second address on reth0: ib_core gives rnic0 a GID for it, the driver gives the
+        // port the address (CMD_SET_GID), and a QP on that GID sends from it (rxe checks a
+        // packet's source against the QP's destination GID) and is reached at it.
+        s += "ip addr add 10.0.0.21/24 dev reth0 || echo failed: second address
+              G2=$(rnic-gid rnic0 10.0.0.21 || echo none); echo \"gid2: $G2\"
+              rnic-kv put go-alias 1; server alias ibv_rc_pingpong --chk -s 4096 -n 200 -d rnic0 -g $G2\n";
+    }
     s + "ethtool -S reth0 | sed 's/^[[:space:]]*/stat: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
@@ -84,7 +81,7 @@ fn rxe_script() -> String {
           echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad
           ip link set eth0 up && ip addr add 10.0.0.13/24 dev eth0 || echo failed: eth0
           rdma link add rxe0 type rxe netdev eth0 || echo failed: rxe0
-          sleep 1; G=$(gid_of rxe0 10.0.0.13); echo \"gid: $G\"
+          G=$(rnic-gid rxe0 10.0.0.13 || echo none); echo \"gid: $G\"
           echo \"mac: $(cat /sys/class/net/eth0/address)\"
           rnic-kv get up11 300000 >/dev/null; rnic-kv get up12 300000 >/dev/null
           ping -c 3 -W 5 10.0.0.11 | sed 's/^/ping: /'
@@ -101,6 +98,7 @@ fn rxe_script() -> String {
         }
         s += &format!("for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo \"rxe-{me}: ${{f##*/}} $(cat $f)\"; done\n");
     }
+    s += "rnic-kv get go-alias 300000 >/dev/null; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
     s + "ip neigh show dev eth0 | sed 's/^/neigh: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
@@ -166,6 +164,12 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
         assert_eq!(line_after(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
         assert_eq!(num(&l, "stat: icrc_errors: "), 0, "node{node}: rxe's ICRC is ours");
     }
+    // The GIDs follow reth0's addresses: a QP on the second address's GID ran both ways.
+    let l0 = node_lines(&stdout, 0);
+    assert!(!matches!(line_after(&l0, "gid2: "), None | Some("none")), "rnic0 has a GID for 10.0.0.21");
+    assert_eq!(line_after(&l0, "rc alias "), Some("0"), "ibv_rc_pingpong on the second address (rnic0 side)");
+    assert_eq!(line_after(&rxe, "rc alias-21 "), Some("0"), "ibv_rc_pingpong to 10.0.0.21 (rxe0 side)");
+    assert!(rxe.iter().any(|x| x.starts_with("alias-21: 200 iters in ")), "200 x 4096 bytes ponged with 10.0.0.21");
     // Without loss nothing was retransmitted by either side; with 2% each way both sides
     // repaired losses: ours retransmitted and NAKed, rxe retransmitted and saw sequence errors.
     let (clean, lossy) = (node_lines(&stdout, 0), node_lines(&stdout, 1));

@@ -73,11 +73,12 @@ fn mixed_script(n: usize) -> String {
         s += &format!(
             "modprobe virtio_net && modprobe rdma_rxe && modprobe ib_uverbs || exit 1
              ip link set eth0 up; ip addr add 10.0.0.1{}/24 dev eth0
-             rdma link add rxe0 type rxe netdev eth0 || exit 1; sleep 1\n",
+             rdma link add rxe0 type rxe netdev eth0 || exit 1; G=$(rnic-gid rxe0 10.0.0.1{}) || exit 1\n",
+            n + 1,
             n + 1
         );
     }
-    let dev = if n == 0 { RNIC0 } else { "-d rxe0 -x 1" };
+    let dev = if n == 0 { RNIC0 } else { "-d rxe0 -x $G" };
     let tests: Vec<String> = SIZES
         .iter()
         .map(|s| format!("ib_write_bw -F -s {s} -n {} --report_gbits", ((64u64 << 20) / s).clamp(16, 1000)))
@@ -87,7 +88,7 @@ fn mixed_script(n: usize) -> String {
         for (i, t) in tests.iter().enumerate() {
             let key = format!("{peer_tag}{i}");
             if n == 1 {
-                s += &format!("rnic-kv put {key} up; {t} -d rxe0 -x 1 >/dev/null 2>&1\n");
+                s += &format!("rnic-kv put {key} up; {t} -d rxe0 -x $G >/dev/null 2>&1\n");
             } else if n == client {
                 s += &format!("rnic-kv get {key} 300000 >/dev/null; echo MIX_{peer_tag} {i}; client {t} {dev} 10.0.0.12\n");
             }

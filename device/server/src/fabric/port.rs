@@ -355,7 +355,7 @@ impl FabricPort {
             return;
         }
         if let (true, Kind::Roce { addr, l3, payload }) = (for_us, &c.kind) {
-            if addr.dst_ip == IpAddr::V4(self.address) {
+            if matches!(addr.dst_ip, IpAddr::V4(ip) if ip == self.address || self.eth.gids.has_ipv4(ip)) {
                 let IpAddr::V4(src) = addr.src_ip else {
                     self.stats.inc(Counter::PktsDropped);
                     return;
