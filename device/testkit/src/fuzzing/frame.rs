@@ -55,7 +55,7 @@ pub const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 pub const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 /// Where guest RAM starts on the bus, and its size.
 const RAM_BASE: u64 = 0x10_0000;
-const RAM: u64 = 512 << 10;
+const RAM: u64 = 0x5_0000;
 /// Offsets in RAM.
 const QP_TABLE: u64 = 0;
 const CQ_TABLE: u64 = 0x1000;
@@ -66,7 +66,7 @@ const RQ: u64 = 0xa000;
 const CQ_RING: u64 = 0xc000;
 const RXQ: u64 = 0xe000;
 const RX_BUFS: u64 = 0x1_0000;
-const MR_DATA: u64 = 0x4_0000;
+const MR_DATA: u64 = 0x3_0000;
 const MR_LEN: u64 = RAM - MR_DATA;
 /// The harness's objects: QP 1 talks to the peer's QP 2; CQ 1; MR 1 (its keys, VA).
 pub const QPN: u32 = 1;
@@ -429,21 +429,26 @@ impl Harness {
         self.run();
         assert!(!self.d.is_fatal(), "the engine failed (contained panic)");
         let now = self.snapshot();
-        let mut may = vec![false; RAM as usize];
-        let mut allow = |at: u64, len: u64| may[at as usize..(at + len) as usize].iter_mut().for_each(|m| *m = true);
-        allow(QP_TABLE + u64::from(QPN) * 64, 64); // state, CIs written back
-        allow(CQ_RING, 32 << CQ_LOG);
-        allow(MR_DATA, MR_LEN);
-        for i in 0..1u64 << RXQ_LOG {
-            allow(RXQ + i * 16 + 8, 3); // len, flags
-        }
+        // What the device may write, as (offset, length) in RAM; everything between must
+        // be as it was (compared a gap at a time): the QP's context (state and indices
+        // written back), the CQ ring, the MR, each descriptor's len and flags, and the
+        // part of each receive buffer a frame was placed in.
+        let mut may = vec![(QP_TABLE + u64::from(QPN) * 64, 64), (CQ_RING, 32 << CQ_LOG), (MR_DATA, MR_LEN)];
+        may.extend((0..1u64 << RXQ_LOG).map(|i| (RXQ + i * 16 + 8, 3)));
         for &(idx, len) in &self.placed {
             let b = self.bufs[usize::from(idx)];
             assert!(len <= usize::from(b.size), "within the buffer");
-            allow(b.addr - RAM_BASE, len as u64);
+            may.push((b.addr - RAM_BASE, len as u64));
         }
-        if let Some(at) = (0..RAM as usize).find(|&i| !may[i] && now[i] != self.before[i]) {
-            panic!("guest RAM at {:#x} (bus {:#x}) changed outside the posted buffers", at, RAM_BASE + at as u64);
+        may.sort_unstable();
+        let mut at = 0usize;
+        for (start, len) in may.into_iter().chain([(RAM, 0)]) {
+            let start = start as usize;
+            if start > at && now[at..start] != self.before[at..start] {
+                let off = (at..start).find(|&i| now[i] != self.before[i]).unwrap_or(at);
+                panic!("guest RAM at {off:#x} (bus {:#x}) changed outside the posted buffers", RAM_BASE + off as u64);
+            }
+            at = at.max(start + len as usize);
         }
     }
 }
