@@ -529,6 +529,24 @@ fn fix_ipv4_sum(f: &mut [u8]) {
     f[24..26].copy_from_slice(&sum.to_be_bytes());
 }
 
+/// The one's-complement sum of `data` as 16-bit words, folded, added to `sum`.
+fn ones(data: &[u8], sum: u32) -> u16 {
+    let mut sum = data.chunks(2).fold(sum, |s, c| s + u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])));
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Puts a UDP checksum into an IPv4 RoCE frame (the device sends 0; another sender may not).
+fn with_udp_sum(mut f: Vec<u8>) -> Vec<u8> {
+    let ulen = f.len() - 34;
+    let pseudo = u32::from(ones(&f[26..34], 0)) + ulen as u32 + 17;
+    let sum = !ones(&f[34..], pseudo);
+    f[40..42].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
 /// A frame of `ethertype` with `body` (ARP, unknown types).
 fn raw(dst: [u8; 6], ethertype: u16, body: &[u8]) -> Vec<u8> {
     [&dst[..], &mac_of_ipv4(PEER)[..], &ethertype.to_be_bytes(), body].concat()
@@ -540,7 +558,8 @@ fn raw(dst: [u8; 6], ethertype: u16, body: &[u8]) -> Vec<u8> {
 /// turned around with the port's own; another MAC, promiscuous; the ring off.
 pub fn seeds() -> Vec<Vec<u8>> {
     let pkts = seed_packets();
-    let v4: Vec<(Vec<u8>, bool)> = pkts.iter().map(|p| (roce(p, false), false)).collect();
+    let mut v4: Vec<(Vec<u8>, bool)> = pkts.iter().map(|p| (roce(p, false), false)).collect();
+    v4[0].0 = with_udp_sum(v4[0].0.clone()); // a UDP checksum that checks
     let v6: Vec<(Vec<u8>, bool)> = pkts.iter().map(|p| (roce(p, true), false)).collect();
     let send = roce(&pkts[0], false);
     let mut arp_body = vec![0, 1, 8, 0, 6, 4, 0, 1];
@@ -581,7 +600,19 @@ pub fn seeds() -> Vec<Vec<u8>> {
     udp_len[14 + 25] ^= 1;
     let mut big = pkts[0].clone();
     big.payload = vec![3; 1500];
+    // UDP to 4791 too short for a BTH and an ICRC.
+    let mut short = send[..42 + 12].to_vec();
+    short[16..18].copy_from_slice(&40u16.to_be_bytes());
+    short[38..40].copy_from_slice(&20u16.to_be_bytes());
+    fix_ipv4_sum(&mut short);
+    let bad_sum = {
+        let mut f = with_udp_sum(send.clone());
+        f[41] ^= 1;
+        f
+    };
     let malformed = vec![
+        (short, false),
+        (bad_sum, false),
         (send[..0].to_vec(), false),
         (send[..13].to_vec(), false),
         (send[..14].to_vec(), false),
@@ -668,7 +699,7 @@ mod tests {
                     Verdict::Frame => "frame".into(),
                     Verdict::Dropped(Dropped::Malformed(FrameError::Runt(_))) => "runt".into(),
                     Verdict::Dropped(Dropped::Malformed(FrameError::BadIp(_))) => "bad ip".into(),
-                    Verdict::Dropped(Dropped::Malformed(FrameError::BadUdp(_))) => "bad udp".into(),
+                    Verdict::Dropped(Dropped::Malformed(FrameError::BadUdp(why))) => format!("bad udp: {why}"),
                     Verdict::Dropped(Dropped::Malformed(FrameError::Fragment)) => "fragment".into(),
                     Verdict::Dropped(Dropped::Malformed(FrameError::Packet(_))) => "short".into(),
                     Verdict::Dropped(Dropped::Oversized { .. }) => "oversized".into(),
@@ -685,7 +716,9 @@ mod tests {
             "frame",
             "runt",
             "bad ip",
-            "bad udp",
+            "bad udp: length disagrees with the IP length",
+            "bad udp: UDP checksum",
+            "short",
             "fragment",
             "oversized",
             "filtered",
