@@ -27,7 +27,8 @@
 //!
 //! The configuration byte: bit 0 promiscuous; bits 2..1 the MTU (1500, 9000, 1024, 68);
 //! bits 5..3 how many receive buffers are posted (0..=7); bit 6 every second buffer is
-//! 256 bytes (too small for most frames); bit 7 the receive ring stays off.
+//! 256 bytes (too small for most frames) and the seventh is not mapped guest memory; bit
+//! 7 the receive ring stays off.
 
 use rnic_emu_core::contract::abi::*;
 use rnic_emu_core::contract::counters::{Counter, Stats, COUNTERS};
@@ -340,8 +341,11 @@ impl Harness {
         }
         let n = usize::from(cfg >> 3 & 7);
         for i in 0..n {
-            let size = if cfg & 0x40 != 0 && i % 2 == 1 { 256 } else { RX_BUF as u16 };
-            let b = RxBuf { addr: RAM_BASE + RX_BUFS + i as u64 * RX_BUF, size };
+            let odd = cfg & 0x40 != 0 && i % 2 == 1;
+            let size = if odd { 256 } else { RX_BUF as u16 };
+            // With odd buffers, the seventh is not mapped guest memory.
+            let at = if cfg & 0x40 != 0 && i == 6 { RAM_BASE + RAM + 0x10_0000 } else { RAM_BASE + RX_BUFS + i as u64 * RX_BUF };
+            let b = RxBuf { addr: at, size };
             self.put(RXQ + i as u64 * 16, &EthDesc { addr: b.addr, len: b.size, ..Default::default() });
             self.bufs.push(b);
         }
@@ -410,7 +414,7 @@ impl Harness {
                     self.placed.push((ci, f.len()));
                 } else if ci_now != ci {
                     let d = self.desc(ci);
-                    assert_eq!((d.len, d.flags), (0, DESC_DONE | DESC_ERR), "a buffer too small is handed back empty");
+                    assert_eq!((d.len, d.flags), (0, DESC_DONE | DESC_ERR), "a buffer too small or not mapped is handed back empty");
                     self.placed.push((ci, 0));
                 }
             }
@@ -438,7 +442,9 @@ impl Harness {
         for &(idx, len) in &self.placed {
             let b = self.bufs[usize::from(idx)];
             assert!(len <= usize::from(b.size), "within the buffer");
-            may.push((b.addr - RAM_BASE, len as u64));
+            if len > 0 {
+                may.push((b.addr - RAM_BASE, len as u64));
+            }
         }
         may.sort_unstable();
         let mut at = 0usize;
@@ -647,7 +653,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         input(posted(4), &v4),
         input(posted(4), &[v4.clone(), v4.clone()].concat()), // the requests again: duplicates
         input(posted(5), &v6),
-        input(posted(7) | 0x40, &others),
+        input(posted(7) | 0x40, &[others.clone(), others.clone()].concat()), // some too small, one not mapped, then none
         input(posted(2), &fragments),
         input(posted(2), &malformed),
         input(posted(1) | 2, &malformed), // MTU 9000
