@@ -584,6 +584,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         (raw(mac_of_ipv4(LOCAL), 0x88b5, &[1; 46]), false),
         (raw(mac_of_ipv4(LOCAL), 0x0030, &[2; 46]), false),
         (raw([0x33, 0x33, 0, 0, 0, 1], 0x86dd, &ipv6_icmp), false),
+        (raw(mac_of_ipv4(LOCAL), 0x88b6, &[4; 1000]), false),
     ];
     let mut first = send.clone();
     first[20] |= 0x20;
@@ -688,6 +689,17 @@ mod tests {
         assert_eq!(stats.get(Counter::BytesSent), 100);
         assert_eq!(stats.get(Counter::BytesWritten), 64);
         assert!(stats.get(Counter::Cqes) >= 3, "the RECV, the WRITE and the READ completed: {}", stats.get(Counter::Cqes));
+        // The netdev's seed with odd buffers (12 frames, the sixth of 1014 bytes): placed,
+        // too small, not mapped, none left.
+        let s = &seeds()[3];
+        let mut h = Harness::new(s[0]).unwrap();
+        for (f, from_wire) in records(&s[1..]) {
+            h.receive(f, from_wire);
+        }
+        let stats = h.stats.clone();
+        h.finish();
+        let got = [Counter::EthRxFrames, Counter::EthRxNoBuffer, Counter::DmaErrors].map(|c| stats.get(c));
+        assert_eq!(got, [5, 7, 1], "frames placed, dropped for no buffer (1 too small, 1 not mapped, 5 none left), DMA errors");
     }
 
     /// The seeds take every case of the receive path (docs/fabric.md "Frames").
