@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 const RAM: u64 = 1 << 20;
 
+pub mod frame;
 mod verbs_ops;
+pub use frame::frame;
 pub use verbs_ops::{dbpage, verbs_ops, verbs_pair};
 
 /// Guest RAM whose first bytes are `data` (QP/CQ/MR tables, MTT and rings all overlap it),
@@ -337,6 +339,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("verbs_ops", verbs_ops),
     ("verbs_pair", verbs_pair),
     ("dbpage", dbpage),
+    ("frame", frame),
 ];
 
 /// The pseudo-random bytes the smoke tests use: `n` bytes of the seeded generator.
@@ -487,6 +490,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "verbs_ops" => verbs_ops::seeds(),
         "verbs_pair" => verbs_ops::pair_seeds(),
         "dbpage" => verbs_ops::page_seeds(),
+        "frame" => frame::seeds(),
         "bar0" => {
             // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
             // a narrow read, config reads and a command write, as the unit tests do.

@@ -182,7 +182,7 @@
 #define RNIC_STAT_APERTURE_ERRORS    17           /* DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot */
 #define RNIC_STAT_PKTS_SENT          18           /* RoCEv2 packets sent on the fabric */
 #define RNIC_STAT_PKTS_RECEIVED      19           /* RoCEv2 packets received and accepted */
-#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP */
+#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source */
 #define RNIC_STAT_RETRANSMITS        21           /* packets sent again after a timeout or a sequence NAK */
 #define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
@@ -196,7 +196,7 @@
 #define RNIC_STAT_ETH_RX_BYTES       31           /* bytes of those frames */
 #define RNIC_STAT_ETH_RX_NO_BUFFER   32           /* frames for the netdev dropped: no receive buffer posted, or one too small */
 #define RNIC_STAT_ETH_RX_FILTERED    33           /* frames dropped by the MAC filter (unicast for another MAC) */
-#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, RoCE fragment */
+#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, length or checksum, RoCE fragment, RoCE from an impossible source */
 #define RNIC_STAT_ICRC_ERRORS        35           /* RoCE packets dropped for a bad ICRC */
 #define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
 #define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */

@@ -38,7 +38,7 @@ counters! {
     ApertureErrors, "DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot";
     PktsSent, "RoCEv2 packets sent on the fabric";
     PktsReceived, "RoCEv2 packets received and accepted";
-    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP";
+    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source";
     Retransmits, "packets sent again after a timeout or a sequence NAK";
     Timeouts, "retransmission timer expiries";
     AcksSent, "ACK packets sent";
@@ -52,7 +52,7 @@ counters! {
     EthRxBytes, "bytes of those frames";
     EthRxNoBuffer, "frames for the netdev dropped: no receive buffer posted, or one too small";
     EthRxFiltered, "frames dropped by the MAC filter (unicast for another MAC)";
-    EthRxErrors, "frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, RoCE fragment";
+    EthRxErrors, "frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, length or checksum, RoCE fragment, RoCE from an impossible source";
     IcrcErrors, "RoCE packets dropped for a bad ICRC";
     OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
     DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";

@@ -22,7 +22,8 @@
 //! Not modelled: VLAN tags, checksum or segmentation offloads, multicast filters (every
 //! multicast and broadcast frame is received), several queues, interrupt moderation, the
 //! FCS (frames carry none). MAC filtering and the checks of malformed frames belong to
-//! the fabric port (in the server crate), before [`EthPort::receive`].
+//! the port's receive path ([`crate::rnic::fabric::frame::sort`], which the server's
+//! fabric port runs on every frame), before [`EthPort::receive`].
 
 use crate::contract::abi::EthDesc;
 use crate::contract::counters::{Counter, Stats};

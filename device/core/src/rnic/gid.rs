@@ -17,7 +17,7 @@ const LEN: usize = GID_TABLE_LEN as usize;
 /// A GID, its 16 bytes in wire order.
 pub type Gid = [u8; 16];
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct GidTable {
     gids: Mutex<[Option<Gid>; LEN]>,
     /// The IPv4 address of each IPv4-mapped entry, `a << 24 | ...`; 0: none.

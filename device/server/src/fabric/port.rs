@@ -19,8 +19,8 @@ use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
 use rnic_emu_core::regs::rnic::eth;
 use rnic_emu_core::rnic::eth::EthShared;
-use rnic_emu_core::rnic::fabric::frame::{classify, decode_roce, encode_roce, is_group, FrameError, Kind, Mac, RoceAddr, ETH_HLEN};
-use rnic_emu_core::rnic::fabric::packet::{Packet, PacketError};
+use rnic_emu_core::rnic::fabric::frame::{encode_roce, Mac, RoceAddr, ETH_HLEN};
+use rnic_emu_core::rnic::fabric::packet::Packet;
 use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
@@ -322,61 +322,41 @@ impl FabricPort {
     }
 
     /// Sorts one received frame (`from`: the member that sent it; None: turned around in
-    /// this port). What the engine queued in answer to a RoCE packet (an
-    /// ACK, a READ response) leaves right away: the peer's window must not wait for the
-    /// rest of the batch.
+    /// this port) as [`rnic_emu_core::rnic::fabric::frame::sort`] says (docs/fabric.md
+    /// "Frames"), learns its source MAC, and hands it on or counts and logs its drop
+    /// (rate-limited; a frame for another MAC, which a hub segment delivers to every
+    /// member, only at debug level). What the engine queued in answer to a RoCE packet
+    /// (an ACK, a READ response) leaves right away: the peer's window must not wait for
+    /// the rest of the batch.
     fn accept(&self, from: Option<SocketAddrV4>, data: &[u8], pkt: &mut Packet, deliver: &mut dyn FnMut(Rx<'_>)) {
+        use rnic_emu_core::rnic::fabric::frame::{self, Dropped, RxPort, Verdict};
         if from.is_some() {
             self.capture(data); // a turned-around frame was captured as it left
         }
-        let c = match classify(data) {
-            Ok(c) => c,
-            Err(e) => {
-                self.stats.inc(Counter::EthRxErrors);
-                if matches!(e, FrameError::Fragment) {
-                    self.stats.inc(Counter::PktsDropped);
-                }
-                let src = from.map_or("this port".to_string(), |f| f.to_string());
-                rnic_emu_core::guest_warn!("fabric: dropped a frame from {src}: {e}");
-                return;
+        let port = RxPort { mac: self.eth.mac(), ip: self.address, gids: Some(&self.eth.gids), promisc: self.eth.promisc(), max_frame: self.eth.max_frame() };
+        let sorted = frame::sort(data, &port, from.is_some(), pkt);
+        if let (Some(from), Some(src)) = (from, sorted.learn) {
+            self.segment.learn(&src, from);
+        }
+        match sorted.verdict {
+            Verdict::Roce(src) => {
+                deliver(Rx::Roce(src, pkt));
+                self.flush();
             }
-        };
-        if let Some(from) = from {
-            self.segment.learn(&c.src_mac, from);
-        }
-        if data.len() > self.eth.max_frame() {
-            self.stats.inc(Counter::EthRxErrors);
-            rnic_emu_core::guest_warn!("fabric: dropped a {}-byte frame: longer than the port's MTU {} allows", data.len(), self.eth.mtu());
-            return;
-        }
-        let for_us = c.dst_mac == self.eth.mac();
-        if !for_us && !is_group(&c.dst_mac) && !self.eth.promisc() {
-            self.stats.inc(Counter::EthRxFiltered);
-            return;
-        }
-        if let (true, Kind::Roce { addr, l3, payload }) = (for_us, &c.kind) {
-            if matches!(addr.dst_ip, IpAddr::V4(ip) if ip == self.address || self.eth.gids.has_ipv4(ip)) {
-                let IpAddr::V4(src) = addr.src_ip else {
-                    self.stats.inc(Counter::PktsDropped);
-                    return;
+            Verdict::Frame => deliver(Rx::Frame(data)),
+            Verdict::Dropped(d) => {
+                d.count(&self.stats);
+                let src: &dyn std::fmt::Display = match &from {
+                    Some(f) => f,
+                    None => &"this port",
                 };
-                match decode_roce(data, *l3, payload, pkt) {
-                    Ok(()) => {
-                        deliver(Rx::Roce(src, pkt));
-                        self.flush();
-                    }
-                    Err(e) => {
-                        self.stats.inc(Counter::PktsDropped);
-                        if matches!(e, PacketError::Icrc { .. }) {
-                            self.stats.inc(Counter::IcrcErrors);
-                        }
-                        log::debug!("fabric: dropped a packet from {src}:{}: {e}", addr.src_port);
-                    }
+                if d == Dropped::Filtered {
+                    log::debug!("fabric: dropped a frame from {src}: {d}");
+                } else {
+                    rnic_emu_core::guest_warn!("fabric: dropped a frame from {src}: {d}");
                 }
-                return;
             }
         }
-        deliver(Rx::Frame(data));
     }
 }
 
@@ -417,7 +397,7 @@ pub fn parse_faults<'a>(words: impl Iterator<Item = &'a str>) -> Result<WireFaul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rnic_emu_core::rnic::fabric::frame::{mac_of_ipv4, DEFAULT_TTL};
+    use rnic_emu_core::rnic::fabric::frame::{classify, decode_roce, mac_of_ipv4, Kind, DEFAULT_TTL};
     use rnic_emu_core::rnic::fabric::packet::{op, Bth};
 
     /// Two ports on a segment of their own.
@@ -542,10 +522,9 @@ mod tests {
         assert!(own.is_empty(), "a port does not hear its own frames");
     }
 
-    #[test]
-    fn bad_frames_are_dropped_and_counted() {
-        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
-        let addr = RoceAddr {
+    /// The RoCE frame `a` would send `b` (one SEND), with `edit` applied to its addresses.
+    fn roce_frame(a: &FabricPort, b: &FabricPort, edit: impl FnOnce(&mut RoceAddr)) -> Vec<u8> {
+        let mut addr = RoceAddr {
             dst_mac: b.mac(),
             src_mac: a.mac(),
             src_ip: IpAddr::V4(a.address),
@@ -554,21 +533,136 @@ mod tests {
             tclass: 0,
             ttl: DEFAULT_TTL,
         };
-        let mut good = Vec::new();
-        encode_roce(&addr, &packet(1), &mut good);
+        edit(&mut addr);
+        let mut f = Vec::new();
+        encode_roce(&addr, &packet(1), &mut f);
+        f
+    }
+
+    /// Rewrites the IPv4 header checksum of a frame after an edit of its header.
+    fn fix_ipv4_sum(f: &mut [u8]) {
+        f[24..26].fill(0);
+        let sum = f[14..34].chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum::<u32>();
+        let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+        f[24..26].copy_from_slice(&sum.to_be_bytes());
+    }
+
+    /// The counters that are not 0.
+    fn nonzero(stats: &Stats) -> Vec<(&'static str, u64)> {
+        stats.snapshot().into_iter().filter(|(_, v)| *v > 0).collect()
+    }
+
+    #[test]
+    fn bad_frames_are_dropped_and_counted() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
+        b.eth.set_mtu(1500);
+        let good = roce_frame(&a, &b, |_| ());
         let mut bad_icrc = good.clone();
         *bad_icrc.last_mut().unwrap() ^= 1;
         let mut fragment = good.clone();
         fragment[14 + 6] |= 0x20;
+        fix_ipv4_sum(&mut fragment);
+        // Cut short or corrupted on the way (what the FCS would catch): IP and UDP lengths
+        // and checksums, RoCE or not.
+        let truncated = good[..good.len() - 8].to_vec();
+        let mut tcp = good.clone();
+        tcp[14 + 9] = 6;
+        fix_ipv4_sum(&mut tcp);
+        let mut tcp_corrupt = tcp.clone();
+        tcp_corrupt[14 + 15] ^= 0x40;
+        let mut udp_len = good.clone();
+        udp_len[14 + 20 + 5] ^= 1;
+        let mut ipv6_cut = good.clone();
+        ipv6_cut[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        ipv6_cut[14] = 0x60;
+        ipv6_cut[18..20].copy_from_slice(&0xffffu16.to_be_bytes());
+        let mut over_mtu = vec![0u8; 1515];
+        over_mtu[..6].copy_from_slice(&b.mac());
+        over_mtu[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
         a.send_frame(&good[..8]); // runt
         a.send_frame(&bad_icrc);
         a.send_frame(&fragment);
-        a.send_frame(&vec![0u8; MAX_FRAME + 1]); // oversized
+        a.send_frame(&vec![0u8; MAX_FRAME + 1]); // beyond any MTU
+        a.send_frame(&over_mtu); // beyond b's MTU
+        for f in [&truncated, &tcp_corrupt, &udp_len, &ipv6_cut] {
+            a.send_frame(f);
+        }
         a.flush();
         let (got, frames) = drain(&b);
         assert!(got.is_empty() && frames.is_empty(), "nothing reached the engine or the netdev");
-        assert_eq!(count(&stats, Counter::IcrcErrors), 1);
-        assert_eq!(count(&stats, Counter::EthRxErrors), 3, "runt, fragment, oversized");
+        let expect = [("PktsDropped", 2), ("EthRxErrors", 8), ("IcrcErrors", 1)];
+        assert_eq!(nonzero(&stats), expect, "runt, fragment, two oversized, four cut or corrupted; the ICRC and the fragment also as packets");
+        // The same frames turned around inside b: dropped and counted all the same.
+        b.eth.set_mtu(9000);
+        lock(&b.hairpin).extend([good[..8].to_vec(), bad_icrc, fragment]);
+        let _ = drain(&b);
+        assert_eq!(nonzero(&stats), [("PktsDropped", 4), ("EthRxErrors", 10), ("IcrcErrors", 2)]);
+    }
+
+    #[test]
+    fn roce_from_an_impossible_source_is_dropped_and_counted() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
+        let ip = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+        let bad: Vec<Vec<u8>> = vec![
+            roce_frame(&a, &b, |r| r.src_mac = [0x01, 0x00, 0x5e, 0, 0, 1]), // group MAC
+            roce_frame(&a, &b, |r| r.src_mac = b.mac()),                     // b's own MAC, from outside
+            roce_frame(&a, &b, |r| r.src_ip = ip(224, 0, 0, 5)),
+            roce_frame(&a, &b, |r| r.src_ip = ip(255, 255, 255, 255)),
+            roce_frame(&a, &b, |r| r.src_ip = ip(0, 0, 0, 0)),
+            roce_frame(&a, &b, |r| r.src_ip = ip(127, 0, 0, 1)),
+            roce_frame(&a, &b, |r| r.src_ip = IpAddr::V4(b.address)), // b's own address, from outside
+            roce_frame(&a, &b, |r| r.src_port = 0),
+        ];
+        bad.iter().for_each(|f| a.send_frame(f));
+        a.flush();
+        let (got, frames) = drain(&b);
+        assert!(got.is_empty() && frames.is_empty(), "nothing reached the engine or the netdev");
+        assert_eq!(nonzero(&stats), [("PktsDropped", 8), ("EthRxErrors", 8)]);
+        // The good frame passes; so does b's own RoCE packet to itself, turned around
+        // inside the port (its own MAC and address are then its source).
+        a.send_frame(&roce_frame(&a, &b, |_| ()));
+        a.flush();
+        b.send(&Dest::of_ip(b.address), &packet(2));
+        let mut from = Vec::new();
+        let mut quiet = std::time::Instant::now();
+        while quiet.elapsed() < Duration::from_secs(1) {
+            let n = b.receive(&mut |rx| {
+                if let Rx::Roce(src, p) = rx {
+                    from.push((src, p.bth.psn));
+                }
+            });
+            if n > 0 {
+                quiet = std::time::Instant::now();
+            }
+        }
+        from.sort();
+        assert_eq!(from, [(a.address, 1), (b.address, 2)]);
+    }
+
+    #[test]
+    fn unknown_ethertypes_and_other_traffic_reach_the_netdev() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
+        let raw = |ethertype: u16, tag: u8| [&b.mac()[..], &a.mac()[..], &ethertype.to_be_bytes(), &[tag; 46][..]].concat();
+        // An unknown ethertype, an 802.3 length frame, a VLAN tag (not modelled): a NIC
+        // hands them to its host, whose stack drops what it does not know.
+        let mut sent = vec![raw(0x88b5, 1), raw(0x002e, 2), raw(0x8100, 3)];
+        // A later IPv4 fragment of a RoCE packet (no UDP header in it), RoCE to another
+        // address of b's MAC, a TCP segment.
+        let mut later = roce_frame(&a, &b, |_| ());
+        later[14 + 6..14 + 8].copy_from_slice(&0x0010u16.to_be_bytes());
+        fix_ipv4_sum(&mut later);
+        sent.push(later);
+        sent.push(roce_frame(&a, &b, |r| r.dst_ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9))));
+        let mut tcp = roce_frame(&a, &b, |_| ());
+        tcp[14 + 9] = 6;
+        fix_ipv4_sum(&mut tcp);
+        sent.push(tcp);
+        sent.iter().for_each(|f| a.send_frame(f));
+        a.flush();
+        let (got, frames) = drain(&b);
+        assert!(got.is_empty());
+        assert_eq!(frames, sent, "byte for byte, in order");
+        assert_eq!(nonzero(&stats), [], "nothing dropped");
     }
 
     /// Two VTEPs on loopback addresses of this process's own (127.251.x.1 and .2, port
