@@ -1025,6 +1025,88 @@ fn fabric_conformance() {
     assert!(stat(&mut p.h[0], Counter::PktsSent) > sent, "the packets went through the fabric port");
 }
 
+/// R-FAB-9, R-FAB-10: a QP's path entry (next-hop MAC, source GID) and the port's GID
+/// table, between two node servers. Node 1 gets a second address as a GID; node 0's QP 8
+/// reaches it by that address and node 1's MAC from its path, node 1's QP 8 answers from
+/// it (its path names the GID), and the WRITE lands. A path to a MAC nobody has is
+/// filtered by the peer and ends in retries; GID and path entries no port may have are
+/// refused.
+#[test]
+fn qp_paths_and_gids() {
+    use rnic_emu_core::rnic::eth::{mac_from_reg, mac_to_reg};
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
+    use std::net::Ipv4Addr;
+    let _turn = serialized();
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, 112, sub, 1), Ipv4Addr::new(127, 112, sub, 2)];
+    let alias = Ipv4Addr::new(127, 113, sub, 2);
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7 };
+    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
+    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
+    let mapped = |ip: Ipv4Addr| {
+        let mut g = [0u8; 16];
+        g[10..12].copy_from_slice(&[0xff, 0xff]);
+        g[12..].copy_from_slice(&ip.octets());
+        g
+    };
+    for h in &mut p.h {
+        h.use_paths().unwrap();
+    }
+    // The GID table refuses what no port may have, takes the alias.
+    assert_eq!(p.h[1].set_gid(GID_TABLE_LEN, Some(mapped(alias))).unwrap(), CMD_ERR_BAD_INDEX);
+    assert_eq!(p.h[1].set_gid(1, Some(mapped(Ipv4Addr::new(224, 0, 0, 5)))).unwrap(), CMD_ERR_INVALID);
+    assert_eq!(p.h[1].set_gid(1, Some(mapped(alias))).unwrap(), CMD_OK);
+    let mac1 = mac_from_reg(p.h[1].r64(ETH_MAC).unwrap());
+    let access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+    let conn = |dest: Ipv4Addr, q: u32| Connection { dest_qpn: q, dest_ip: Some(dest), retry_cnt: 7, timeout: 16, ..Default::default() };
+    for i in 0..2 {
+        p.h[i].create_cq(8, 6, 1).unwrap();
+        p.h[i].create_qp(8, 1, 8, 6, access).unwrap();
+    }
+    // Node 1's QP 8 names an empty GID entry as its source: refused, stays in INIT.
+    p.h[1].set_path(8, &QpPath { sgid_index: 2, flags: PATH_FLAG_SGID as u8, ..Default::default() }).unwrap();
+    assert!(p.h[1].connect_with(8, &conn(ips[0], 8)).is_err(), "RTR with an empty source GID");
+    p.h[1].set_path(8, &QpPath { sgid_index: 1, flags: PATH_FLAG_SGID as u8, ..Default::default() }).unwrap();
+    p.h[1].connect_with(8, &conn(ips[0], 8)).unwrap();
+    // Node 0's QP 8: to the alias, next hop node 1's MAC (the convention would give the
+    // alias's own 02:e1 MAC, which no port has).
+    p.h[0].set_path(8, &QpPath { dest_mac: mac_to_reg(mac1), ..Default::default() }).unwrap();
+    p.h[0].connect_with(8, &conn(alias, 8)).unwrap();
+    p.h[0].ram.write(p.buf[0], &pattern(8, 0, 3 << 12)).unwrap();
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 81, VA + p.buf[1] + (4 << 20), p.key[1]);
+    p.h[0].post(8, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 3 << 12, lkey: p.key[0] }])]).unwrap();
+    let c = p.h[0].wait(8, Duration::from_secs(30)).unwrap();
+    assert_eq!((c.wr_id, c.status), (81, WC_SUCCESS), "to the alias and back from it");
+    let mut got = vec![0u8; 3 << 12];
+    p.h[1].ram.read(p.buf[1] + (4 << 20), &mut got).unwrap();
+    assert_eq!(got, pattern(8, 0, 3 << 12), "the WRITE landed at the alias's node");
+    // A next hop nobody has: node 1 filters the frames, the requester runs out of retries.
+    let filtered = stat(&mut p.h[1], Counter::EthRxFiltered);
+    p.h[0].create_cq(9, 6, 1).unwrap();
+    p.h[0].create_qp(9, 1, 9, 6, access).unwrap();
+    p.h[0].set_path(9, &QpPath { dest_mac: mac_to_reg([0x02, 0, 0, 0, 0, 0x77]), ..Default::default() }).unwrap();
+    p.h[0].connect_with(9, &Connection { retry_cnt: 1, timeout: 12, ..conn(ips[1], 8) }).unwrap();
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 91, VA + p.buf[1] + (5 << 20), p.key[1]);
+    p.h[0].post(9, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 4096, lkey: p.key[0] }])]).unwrap();
+    let c = p.h[0].wait(9, Duration::from_secs(30)).unwrap();
+    assert_eq!((c.wr_id, c.status), (91, WC_RETRY_EXC_ERR));
+    assert!(stat(&mut p.h[1], Counter::EthRxFiltered) > filtered, "the frames went to the MAC the path named");
+    // A group MAC as next hop is refused at RTR.
+    p.h[0].create_cq(10, 6, 1).unwrap();
+    p.h[0].create_qp(10, 1, 10, 6, access).unwrap();
+    p.h[0].set_path(10, &QpPath { dest_mac: 0xff_ffff_ffff_ffff, ..Default::default() }).unwrap();
+    assert!(p.h[0].connect_with(10, &conn(ips[1], 8)).is_err(), "a broadcast next hop");
+    // The alias removed: node 1 no longer takes packets to it.
+    assert_eq!(p.h[1].set_gid(1, None).unwrap(), CMD_OK);
+    let dropped = stat(&mut p.h[0], Counter::Retransmits);
+    let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, 82, VA + p.buf[1] + (6 << 20), p.key[1]);
+    p.h[0].post(8, true, &[(hdr, vec![Sge { addr: VA + p.buf[0], length: 4096, lkey: p.key[0] }])]).unwrap();
+    let c = p.h[0].wait(8, Duration::from_secs(60)).unwrap();
+    assert_eq!((c.wr_id, c.status), (82, WC_RETRY_EXC_ERR), "nobody has the alias now");
+    assert!(stat(&mut p.h[0], Counter::Retransmits) > dropped);
+}
+
 /// DEREG_MR while a message over the fabric still holds the MR's pages (every packet
 /// delayed 20 ms, so messages stay in flight): a READ's destination on the requester, and
 /// a multi-packet WRITE's destination on the responder. From the command's return no byte

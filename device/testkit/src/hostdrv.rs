@@ -120,6 +120,8 @@ pub struct HostDriver {
     sleep_in_wait: bool,
     /// The Ethernet rings, once [`HostDriver::eth_up`] was called.
     eth: Option<EthRings>,
+    /// RAM offsets of the QP path and GID tables, once [`HostDriver::use_paths`] was called.
+    paths: Option<(u64, u64)>,
 }
 
 impl HostDriver {
@@ -153,6 +155,7 @@ impl HostDriver {
             irqs: Vec::new(),
             sleep_in_wait: false,
             eth: None,
+            paths: None,
         };
         let sizes = [MAX_QP * QpCtx::ABI.size as u64, MAX_CQ * 32, MAX_MR * 32, u64::from(MTT_ENTRIES_HOST) * 8];
         for (slot, size) in d.tables.iter_mut().zip(sizes) {
@@ -318,6 +321,37 @@ impl HostDriver {
         self.cmd_ok(CMD_MODIFY_QP, qpn)?;
         self.qps[qpn as usize] = Some(QpRings { sq, rq, log_size, sq_pi: 0, rq_pi: 0 });
         Ok(())
+    }
+
+    /// Contract minor 8, as the ib_core driver does it: a QP path table and a GID table
+    /// (zeroed: every path the rnic-emu convention, no GIDs), programmed.
+    pub fn use_paths(&mut self) -> anyhow::Result<()> {
+        let path = Self::bump(&mut self.next_free, MAX_QP * QpPath::ABI.size as u64, 4096);
+        let gid = Self::bump(&mut self.next_free, u64::from(GID_TABLE_LEN) * GidEntry::ABI.size as u64, 4096);
+        self.paths = Some((path, gid));
+        self.w64(QP_PATH_BASE, IOVA + path)?;
+        self.w64(GID_TABLE_BASE, IOVA + gid)
+    }
+
+    /// Writes QP `qpn`'s path entry (read at its next RTR).
+    pub fn set_path(&mut self, qpn: u32, p: &QpPath) -> anyhow::Result<()> {
+        let (path, _) = self.paths.context("use_paths first")?;
+        self.put(path + u64::from(qpn) * QpPath::ABI.size as u64, p)
+    }
+
+    /// GID table entry `index` := `gid` (None: cleared), then CMD_SET_GID; its status.
+    pub fn set_gid(&mut self, index: u32, gid: Option<[u8; 16]>) -> anyhow::Result<u32> {
+        let (_, table) = self.paths.context("use_paths first")?;
+        let mut e = GidEntry::default();
+        if let Some(g) = gid {
+            e.gid_lo = u64::from_le_bytes(g[..8].try_into()?);
+            e.gid_hi = u64::from_le_bytes(g[8..].try_into()?);
+            e.flags = GID_FLAG_VALID as u8;
+        }
+        if index < GID_TABLE_LEN {
+            self.put(table + u64::from(index) * GidEntry::ABI.size as u64, &e)?;
+        }
+        self.cmd(CMD_SET_GID, index)
     }
 
     /// Moves QP `qpn` (in INIT) through RTR to RTS, talking to `dest` on this RNIC.
