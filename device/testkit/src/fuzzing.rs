@@ -18,6 +18,7 @@ const RAM: u64 = 1 << 20;
 
 pub mod frame;
 mod verbs_ops;
+mod wire;
 pub use frame::frame;
 pub use verbs_ops::{dbpage, verbs_ops, verbs_pair};
 

@@ -30,6 +30,7 @@
 //! 256 bytes (too small for most frames) and the seventh is not mapped guest memory; bit
 //! 7 the receive ring stays off.
 
+use super::wire::RecordingWire;
 use rnic_emu_core::contract::abi::*;
 use rnic_emu_core::contract::counters::{Counter, Stats, COUNTERS};
 use rnic_emu_core::platform::mem::dma::{test_ram, DmaMaps};
@@ -45,10 +46,8 @@ use rnic_emu_core::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth,
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
-use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use vm_memory::ByteValued;
 
 /// The RNIC's address (its MAC is [`mac_of_ipv4`] of it) and its QP's peer.
@@ -91,25 +90,6 @@ const HAIRPIN: u16 = 0x8000;
 const MAX_PASSES: usize = 64;
 /// Packets the recording wire keeps.
 const WIRE_KEEP: usize = 64;
-
-/// The engine's packets to the fabric (ACKs, READ responses, its WRITE and READ).
-struct RecordingWire {
-    sent: Mutex<VecDeque<Packet>>,
-}
-
-impl Wire for RecordingWire {
-    fn address(&self) -> Ipv4Addr {
-        LOCAL
-    }
-
-    fn send(&self, _dst: &Dest, pkt: &Packet) {
-        let mut q = self.sent.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() == WIRE_KEEP {
-            q.pop_front();
-        }
-        q.push_back(pkt.clone());
-    }
-}
 
 /// The target's entry point.
 pub fn frame(data: &[u8]) {
@@ -252,7 +232,7 @@ impl Harness {
             clock: Clock::manual(),
         };
         let mut e = Engine::new("fuzz-frame".into(), shared);
-        let wire = Arc::new(RecordingWire { sent: Mutex::new(VecDeque::new()) });
+        let wire = Arc::new(RecordingWire::new(LOCAL, WIRE_KEEP));
         e.set_wire(wire.clone());
         let mut d = EngineRunner::new(e, None);
         d.set_test_hooks(false);
@@ -382,7 +362,7 @@ impl Harness {
     fn receive(&mut self, f: &[u8], from_wire: bool) {
         let before = self.counters();
         let ci = self.d.eth_shared().rx_ci();
-        let sent = self.wire.sent.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let sent = self.wire.sent().len();
         let sorted = sort(f, &self.port, from_wire, &mut self.pkt);
         if let Some(mac) = sorted.learn {
             assert!(!is_group(&mac) && mac != self.port.mac && mac[..] == f[6..12], "learned only a peer's unicast source");
@@ -404,7 +384,7 @@ impl Harness {
                 d.counters().iter().for_each(|c| expect[*c as usize] += 1);
                 assert!(after == expect, "{d:?} counts what it names once, nothing else: {moved:?}");
                 assert_eq!(ci_now, ci, "a drop places nothing");
-                assert_eq!(self.wire.sent.lock().unwrap_or_else(|p| p.into_inner()).len(), sent, "a drop sends nothing");
+                assert_eq!(self.wire.sent().len(), sent, "a drop sends nothing");
             }
             Verdict::Frame => {
                 let allowed = [Counter::EthRxFrames, Counter::EthRxBytes, Counter::EthRxNoBuffer, Counter::DmaErrors, Counter::Interrupts];

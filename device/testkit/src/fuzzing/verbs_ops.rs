@@ -22,6 +22,7 @@
 //! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
 //! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
+use super::wire::RecordingWire;
 use arbitrary::Unstructured;
 use rnic_emu_core::contract::abi::*;
 use rnic_emu_core::contract::counters::Stats;
@@ -36,15 +37,13 @@ use rnic_emu_core::rnic::fabric::packet::{Aeth, Bth, Packet, Reth};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
-use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
 use std::sync::mpsc;
 use std::time::Duration;
 
 mod op;
 pub use op::Op;
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use vm_memory::ByteValued;
 
 /// Where guest RAM starts on the bus, and its size.
@@ -82,27 +81,6 @@ const WIRE_KEEP: usize = 256;
 /// Operations per input, engine passes per run.
 const MAX_OPS: usize = 256;
 const MAX_PASSES: usize = 64;
-
-/// The fabric as the engine sees it: every packet recorded (the oldest dropped).
-struct RecordingWire {
-    address: Ipv4Addr,
-    sent: Mutex<VecDeque<(Ipv4Addr, Packet)>>,
-}
-
-impl Wire for RecordingWire {
-    fn address(&self) -> Ipv4Addr {
-        self.address
-    }
-
-    fn send(&self, dst: &Dest, pkt: &Packet) {
-        let dst = dst.ip;
-        let mut q = self.sent.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() == WIRE_KEEP {
-            q.pop_front();
-        }
-        q.push_back((dst, pkt.clone()));
-    }
-}
 
 /// The ring layout of a QP as last written by the harness.
 #[derive(Clone, Copy, Default)]
@@ -196,7 +174,7 @@ impl Harness {
         let clock = Clock::manual();
         let shared = Shared { irqs: enabled_vectors(4), stats: stats.clone(), last_error: Default::default(), fatal: Default::default(), clock: clock.clone() };
         let mut e = Engine::new("fuzz".into(), shared);
-        let wire = Arc::new(RecordingWire { address: own, sent: Mutex::new(VecDeque::new()) });
+        let wire = Arc::new(RecordingWire::new(own, WIRE_KEEP));
         e.set_wire(wire.clone());
         let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", rnic_emu_core::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
         let mut d = EngineRunner::new(e, Some(page.clone()));
@@ -485,7 +463,7 @@ impl Harness {
 
     /// Takes recorded packet `pick` (any order: reordering) off the wire.
     fn take_sent(&self, pick: u8) -> Option<Packet> {
-        let mut q = self.wire.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.wire.sent();
         let i = usize::from(pick) % q.len().max(1);
         q.remove(i).map(|(_, p)| p)
     }
