@@ -40,19 +40,27 @@ while True:
     b=c.recv(1<<16)
     if not b: break
     h.update(b);n+=len(b)
-print(\"got-sha:\",h.hexdigest(),n)' & pid=$!; sleep 2; rnic-kv put tcp up; wait $pid || echo failed: tcp receive
+print(\"got-sha:\",h.hexdigest(),n)' & pid=$!; rnic-kv put tcp up; wait $pid || echo failed: tcp receive
               for dev in reth0 eth0; do
-                  iperf3 -s -1 -p 5201 >/dev/null 2>&1 & pid=$!; sleep 1; rnic-kv put iperf-$dev up; wait $pid
+                  iperf3 -s -1 -p 5201 >/dev/null 2>&1 & pid=$!; rnic-kv put iperf-$dev up; wait $pid
               done
               rnic-kv put done 1\n"
     } else {
         s + "head -c 16777216 /dev/urandom > /tmp/blob; echo \"sent-sha: $(sha256sum < /tmp/blob | cut -d' ' -f1) $(wc -c < /tmp/blob)\"
               rnic-kv get tcp 120000 >/dev/null
-              python3 -c 'import socket;c=socket.socket();c.settimeout(60);c.connect((b\"10.0.0.11\",5001));c.sendall(open(\"/tmp/blob\",\"rb\").read());c.close()' || echo failed: tcp send
+              python3 -c 'import socket,time
+for i in range(60):
+    c=socket.socket();c.settimeout(60)
+    try: c.connect((b\"10.0.0.11\",5001)); break
+    except ConnectionRefusedError: c.close(); time.sleep(1)
+c.sendall(open(\"/tmp/blob\",\"rb\").read());c.close()' || echo failed: tcp send
               for dev in reth0 eth0; do
                   peer=10.0.0.11; [ $dev = eth0 ] && peer=10.9.0.1
                   rnic-kv get iperf-$dev 120000 >/dev/null
-                  iperf3 -c $peer -p 5201 -t 3 -J > /tmp/iperf-$dev || echo failed: iperf3 $dev
+                  n=0; until iperf3 -c $peer -p 5201 -t 3 -J > /tmp/iperf-$dev; do
+                      grep -q 'unable to connect' /tmp/iperf-$dev && [ $n -lt 60 ] || { echo failed: iperf3 $dev; break; }
+                      n=$((n + 1)); sleep 1
+                  done
                   echo \"iperf-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
               done
               rnic-kv get done 120000 >/dev/null\n"
