@@ -6,6 +6,11 @@
 //! over TCP on `reth0`, across the VXLAN segment too: nothing is relayed by the host (the
 //! runs' rendezvous stores are separate and unused). The host checks both programs'
 //! results and each run's segment counters (datagrams both ways, none from strangers).
+//!
+//! Then the far end is Linux's own: host B has a bridge with a vxlan device (the VTEP for
+//! host A's node) and a TAP device, on which a plain guest (softroce-interop's node2,
+//! virtio-net on `-netdev tap`) runs Soft-RoCE; `ib_write_bw` and `ibv_rc_pingpong --chk`
+//! run between rnic0 on host A and rxe0 on host B through Linux's VXLAN and bridge.
 //! Needs root and iproute2; skipped, with the reason printed, without them.
 
 mod common;
@@ -36,44 +41,64 @@ fn script(node: usize) -> String {
 
 /// The result row of ib_write_bw: the line under its header whose first field is 65536.
 fn bandwidth(lines: &[String]) -> Option<f64> {
-    lines.iter().filter_map(|l| l.strip_prefix("bw: ")).map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f.first() == Some(&"65536") && f.len() >= 4).and_then(|f| f[3].parse().ok())
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("bw: "))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"65536") && f.len() >= 4)
+        .and_then(|f| f[3].parse().ok())
 }
 
-#[test]
-fn ib_write_bw_between_guests_on_two_hosts_over_vxlan() {
+/// Two namespaces as two hosts, joined by a veth pair with room for a 1514-byte frame plus
+/// the 50 bytes of VXLAN encapsulation; None (skip) without root or iproute2.
+fn two_hosts(tag: &str) -> Option<[Netns; 2]> {
     if let Some(why) = netns::unavailable() {
         assert!(std::env::var_os("CI").is_none(), "CI runs as root with iproute2: {why}");
         eprintln!("skipped: {why}");
-        return;
+        return None;
     }
     ensure_image();
-    let ns = [Netns::create("ga").unwrap(), Netns::create("gb").unwrap()];
+    let ns = [Netns::create(&format!("{tag}a")).unwrap(), Netns::create(&format!("{tag}b")).unwrap()];
     netns::veth_pair(&ns[0], "va", &format!("{}/24", underlay(0)), &ns[1], "vb", &format!("{}/24", underlay(1))).unwrap();
-    // Room for a 1514-byte frame plus the 50 bytes of VXLAN encapsulation.
     ns[0].ip(&["link", "set", "va", "mtu", "1600"]).unwrap();
     ns[1].ip(&["link", "set", "vb", "mtu", "1600"]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    Some(ns)
+}
+
+/// Runs `rnic-emu run` with `args` in each namespace at once; each run's output lines
+/// (whitespace runs as one space), after checking that it succeeded.
+fn run_on_both(ns: &[Netns; 2], args: [Vec<String>; 2]) -> Vec<Vec<String>> {
     let mut runs = Vec::new();
-    for i in 0..2 {
-        let segment = format!("vxlan:42@{},remote={}", underlay(i), underlay(1 - i));
+    for (n, a) in ns.iter().zip(&args) {
         let mut cmd = Command::new(bin());
-        cmd.args(["run", "--no-build", "--timeout", "600", "--topology"])
-            .arg(topology("two-node"))
-            .args(["--segment", &segment, "--stats"])
-            .arg(dir.path().join(format!("stats{i}.json")))
-            .args(["--on", &i.to_string(), &script(i)]);
-        let child = ns[i].exec(&cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting rnic-emu run in a namespace");
-        runs.push(child);
+        cmd.args(["run", "--no-build", "--timeout", "240"]).args(a);
+        runs.push(n.exec(&cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting rnic-emu run in a namespace"));
     }
     let outs: Vec<_> = runs.into_iter().map(|c| c.wait_with_output().expect("waiting for a run")).collect();
+    for (i, o) in outs.iter().enumerate() {
+        eprintln!("== host {i}\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
     let mut lines = Vec::new();
     for (i, o) in outs.iter().enumerate() {
         let text = String::from_utf8_lossy(&o.stdout);
-        eprintln!("== host {i}\n{text}\n{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(o.status.code(), Some(0), "host {i}: the run succeeded");
         assert!(!text.contains("failed:"), "host {i}: a step failed");
         lines.push(text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<String>>());
     }
+    lines
+}
+
+#[test]
+fn ib_write_bw_between_guests_on_two_hosts_over_vxlan() {
+    let Some(ns) = two_hosts("g") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let args = [0, 1].map(|i: usize| {
+        let segment = format!("vxlan:42@{},remote={}", underlay(i), underlay(1 - i));
+        let stats = dir.path().join(format!("stats{i}.json")).display().to_string();
+        let topo = topology("two-node").display().to_string();
+        vec!["--topology".into(), topo, "--segment".into(), segment, "--stats".into(), stats, "--on".into(), i.to_string(), script(i)]
+    });
+    let lines = run_on_both(&ns, args);
     for (i, l) in lines.iter().enumerate() {
         assert_eq!(line_after(l, "rc "), Some("0"), "host {i}: ib_write_bw's exit status");
         let bw = bandwidth(l).unwrap_or_else(|| panic!("host {i}: no ib_write_bw result row"));
@@ -87,4 +112,56 @@ fn ib_write_bw_between_guests_on_two_hosts_over_vxlan() {
         assert!(n("tx_datagrams") > 200 && n("rx_datagrams") > 200, "host {i}: the WRITEs and their ACKs crossed the VXLAN segment: {seg}");
         assert_eq!((n("rx_foreign"), n("rx_bad_header")), (0, 0), "host {i}: {seg}");
     }
+}
+
+#[test]
+fn rxe_behind_linux_vxlan_and_a_bridge_meets_rnic0() {
+    let Some(ns) = two_hosts("x") else { return };
+    // Host B: br0 holds vx0 (Linux's VTEP, to host A) and tg0 (the plain guest's TAP).
+    let b = &ns[1];
+    for args in [
+        vec!["link", "add", "br0", "type", "bridge"],
+        vec!["link", "add", "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "remote", &underlay(0), "local", &underlay(1)],
+        vec!["link", "set", "vx0", "mtu", "1500", "master", "br0", "up"],
+        vec!["tuntap", "add", "dev", "tg0", "mode", "tap"],
+        vec!["link", "set", "tg0", "master", "br0", "up"],
+        vec!["link", "set", "br0", "up"],
+    ] {
+        b.ip(&args).unwrap();
+    }
+    let rnic = "G=$(rnic-gid rnic0 10.0.0.11) || echo failed: no GID
+        ib_write_bw -F -d rnic0 -x $G -s 65536 -n 200 --report_gbits > /tmp/out 2>&1; echo \"rc bw $?\"; sed 's/^/bw: /' /tmp/out
+        n=0; while :; do ibv_rc_pingpong --chk -s 4096 -n 200 -d rnic0 -g $G 10.0.0.13 > /tmp/out 2>&1; rc=$?
+            grep -qi \"couldn't connect\" /tmp/out && [ $n -lt 120 ] || break; n=$((n + 1)); sleep 1; done
+        echo \"rc pp $rc\"; sed 's/^/pp: /' /tmp/out\n";
+    let rxe = "modprobe virtio_net && modprobe rdma_rxe && modprobe ib_uverbs || echo failed: modules
+        ip link set eth0 up && ip addr add 10.0.0.13/24 dev eth0 || echo failed: eth0
+        rdma link add rxe0 type rxe netdev eth0 || echo failed: rxe0
+        G=$(rnic-gid rxe0 10.0.0.13) || echo failed: no GID
+        n=0; while :; do ib_write_bw -F -d rxe0 -x $G -s 65536 -n 200 --report_gbits 10.0.0.11 > /tmp/out 2>&1; rc=$?
+            grep -qi \"couldn't connect\" /tmp/out && [ $n -lt 120 ] || break; n=$((n + 1)); sleep 1; done
+        echo \"rc bw $rc\"; sed 's/^/bw: /' /tmp/out
+        ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G > /tmp/out 2>&1; echo \"rc pp $?\"; sed 's/^/pp: /' /tmp/out\n";
+    let topo = topology("softroce-interop").display().to_string();
+    let vxlan = format!("vxlan:42@{},remote={}", underlay(0), underlay(1));
+    let lines = run_on_both(
+        &ns,
+        [
+            vec!["--topology".into(), topo.clone(), "--segment".into(), vxlan, "--on".into(), "0".into(), rnic.into()],
+            vec!["--topology".into(), topo, "--segment".into(), "tap:tg0".into(), "--on".into(), "2".into(), rxe.into()],
+        ],
+    );
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(line_after(l, "rc bw "), Some("0"), "host {i}: ib_write_bw");
+        assert!(bandwidth(l).is_some_and(|b| b > 0.0), "host {i}: ib_write_bw's result row");
+        assert_eq!(line_after(l, "rc pp "), Some("0"), "host {i}: ibv_rc_pingpong --chk");
+        assert!(l.iter().any(|x| x.starts_with("pp: 200 iters in ")), "host {i}: 200 x 4096 bytes ponged, every buffer checked");
+    }
+    // Linux's vxlan learned host A's port behind A's address.
+    let fdb = std::process::Command::new("bridge")
+        .args(["-n", &b.name, "fdb", "show", "dev", "vx0"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(fdb.contains("02:e1:0a:00:00:0b") && fdb.contains(&underlay(0)), "vx0's forwarding table: {fdb}");
 }

@@ -4,7 +4,6 @@
 //! and the node's own QEMU NIC on the fabric's segment if it has one (`nic`).
 
 use rnic_emu_core::platform::topology::{GuestNic, Node, PortKind, Topology};
-use rnic_emu_server::fabric::multicast::MulticastAddr;
 use rnic_emu_server::fabric::segment::SegmentAddr;
 use serde_json::json;
 use std::path::Path;
@@ -19,18 +18,28 @@ pub struct GuestFiles<'a> {
     pub output_log: &'a Path,
     /// Serial port 2: the run's rendezvous store (a Unix socket QEMU connects to).
     pub kv_socket: Option<&'a Path>,
-    /// The fabric's segment, which the node's `nic` joins (None, or a segment that is not
-    /// a multicast one: the guest gets no `nic`).
+    /// The fabric's segment, which the node's `nic` joins ([`nic_args`]; None: the guest
+    /// gets no `nic`).
     pub segment: Option<SegmentAddr>,
 }
 
-/// The `-netdev`/`-device` pair of a node's QEMU NIC on the segment (stock QEMU: the
-/// segment's framing is `-netdev dgram`'s).
-pub fn nic_args(topo: &Topology, index: usize, segment: &MulticastAddr) -> Vec<String> {
-    let Some(GuestNic::VirtioNet) = topo.nodes[index].nic else { return Vec::new() };
+/// The `-netdev`/`-device` pair of a node's QEMU NIC on the segment, with QEMU's own
+/// backends: `-netdev dgram` on a multicast segment (its framing), `-netdev tap` on a TAP
+/// segment (the TAP device, which the host bridges or routes). None for a VXLAN segment:
+/// QEMU has no VXLAN backend (put the guest on a TAP in a bridge with Linux's vxlan).
+pub fn nic_args(topo: &Topology, index: usize, segment: &SegmentAddr) -> Option<Vec<String>> {
+    let Some(GuestNic::VirtioNet) = topo.nodes[index].nic else { return Some(Vec::new()) };
     let m = Node::nic_mac(topo.address(index));
     let mac = m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
-    vec!["-netdev".into(), segment.qemu_netdev("fabric"), "-device".into(), format!("virtio-net-pci,netdev=fabric,romfile=,mac={mac}")]
+    // On a TAP the guest computes its own checksums (csum=off; TSO goes with it): a frame
+    // with a checksum left to offload would reach the host's stack unfinished, and a
+    // bridge, vxlan and veth pass it on so to the far end, as no wire would.
+    let (netdev, offload) = match segment {
+        SegmentAddr::Multicast(m) => (m.qemu_netdev("fabric"), ""),
+        SegmentAddr::Tap(name) => (format!("tap,id=fabric,ifname={name},script=no,downscript=no"), ",csum=off"),
+        SegmentAddr::Vxlan(_) => return None,
+    };
+    Some(vec!["-netdev".into(), netdev, "-device".into(), format!("virtio-net-pci,netdev=fabric,romfile=,mac={mac}{offload}")])
 }
 
 /// The `-device` arguments of a node's PCIe tree and functions. Users who bring their own
@@ -127,8 +136,8 @@ pub fn command_line(topo: &Topology, index: usize, socket_dir: &Path, files: &Gu
         args.push("chardev:kv".into());
     }
     args.extend(device_args(node, socket_dir));
-    if let Some(SegmentAddr::Multicast(segment)) = &files.segment {
-        args.extend(nic_args(topo, index, segment));
+    if let Some(segment) = &files.segment {
+        args.extend(nic_args(topo, index, segment).unwrap_or_default());
     }
     args.extend(g.qemu_args.iter().cloned());
     args.extend(node.qemu_args.iter().cloned());
