@@ -7,6 +7,11 @@
 //! runs' rendezvous stores are separate and unused). The host checks both programs'
 //! results and each run's segment counters (datagrams both ways, none from strangers).
 //!
+//! Then four nodes (four-node.toml), two on each host, each with a VXLAN port of its own,
+//! run `rnic-coll all_reduce` as one ring across both hosts: the ranks bootstrap through a
+//! store that rank 0's guest serves over TCP on `reth0` (`rnic-kv serve`,
+//! `RNIC_KV_ADDR`), so again nothing is relayed by the host.
+//!
 //! Then the far end is Linux's own: host B has a bridge with a vxlan device (the VTEP for
 //! host A's node) and a TAP device, on which a plain guest (softroce-interop's node2,
 //! virtio-net on `-netdev tap`) runs Soft-RoCE; `ib_write_bw` and `ibv_rc_pingpong --chk`
@@ -17,6 +22,10 @@ mod common;
 use common::*;
 use rnic_emu_testkit::netns::{self, Netns};
 use std::process::{Command, Stdio};
+
+/// The tests' guests boot one test at a time (a small host runs 2 or 4 TCG guests at once,
+/// not 8).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The underlay: each namespace's veth address.
 fn underlay(i: usize) -> String {
@@ -65,11 +74,18 @@ fn two_hosts(tag: &str) -> Option<[Netns; 2]> {
     Some(ns)
 }
 
-/// Runs `rnic-emu run` with `args` in each namespace at once; each run's output lines
-/// (whitespace runs as one space), after checking that it succeeded.
+/// Runs `rnic-emu run` with `args` in each namespace at once (see [`run_all`]).
 fn run_on_both(ns: &[Netns; 2], args: [Vec<String>; 2]) -> Vec<Vec<String>> {
+    let [a, b] = args;
+    run_all(&[(&ns[0], a), (&ns[1], b)])
+}
+
+/// Runs `rnic-emu run` with each set of arguments in its namespace, all at once; each run's
+/// output lines (whitespace runs as one space), after checking that every run succeeded.
+fn run_all(runs_in: &[(&Netns, Vec<String>)]) -> Vec<Vec<String>> {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut runs = Vec::new();
-    for (n, a) in ns.iter().zip(&args) {
+    for (n, a) in runs_in {
         let mut cmd = Command::new(bin());
         cmd.args(["run", "--no-build", "--timeout", "240"]).args(a);
         runs.push(n.exec(&cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting rnic-emu run in a namespace"));
@@ -164,4 +180,33 @@ fn rxe_behind_linux_vxlan_and_a_bridge_meets_rnic0() {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     assert!(fdb.contains("02:e1:0a:00:00:0b") && fdb.contains(&underlay(0)), "vx0's forwarding table: {fdb}");
+}
+
+#[test]
+fn all_reduce_over_four_nodes_on_two_hosts() {
+    let Some(ns) = two_hosts("c") else { return };
+    // Node i: host i / 2, VXLAN port 4789 + i % 2; every other node's port a remote.
+    let vtep = |i: usize| format!("{}:{}", underlay(i / 2), 4789 + i % 2);
+    let topo = topology("four-node").display().to_string();
+    let runs: Vec<(&Netns, Vec<String>)> = (0..4)
+        .map(|i| {
+            let remotes: Vec<String> = (0..4).filter(|&j| j != i).map(|j| format!("remote={}", vtep(j))).collect();
+            let segment = format!("vxlan:42@{},{}", vtep(i), remotes.join(","));
+            let serve = if i == 0 { "rnic-kv serve 7000 & " } else { "" };
+            let script = format!("export RNIC_KV_ADDR=10.0.0.11:7000; {serve}rnic-coll all_reduce -b 1M -e 2M -f 2 -n 2 --json || echo failed: all_reduce\n");
+            (&ns[i / 2], vec!["--topology".into(), topo.clone(), "--segment".into(), segment, "--on".into(), i.to_string(), script])
+        })
+        .collect();
+    let lines = run_all(&runs);
+    // Every run succeeded (run_all); rank 0 prints the results, every element checked.
+    for (i, l) in lines.iter().enumerate().take(1) {
+        let rows: Vec<serde_json::Value> =
+            l.iter().filter_map(|x| serde_json::from_str::<serde_json::Value>(x).ok()).filter(|v| v["op"] == "all_reduce" && v["summary"].is_null()).collect();
+        let sizes: Vec<u64> = rows.iter().filter_map(|r| r["size"].as_u64()).collect();
+        assert_eq!(sizes, [1 << 20, 2 << 20], "rank {i}: one row per size: {rows:?}");
+        for r in &rows {
+            assert_eq!(r["checked"], true, "rank {i}: {r}");
+            assert_eq!((r["oop_wrong"].as_u64(), r["ip_wrong"].as_u64()), (Some(0), Some(0)), "rank {i}: #wrong: {r}");
+        }
+    }
 }

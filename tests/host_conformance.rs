@@ -946,7 +946,7 @@ fn fabric_conformance() {
     let dir = tempfile::tempdir().unwrap();
     let sub = (std::process::id() % 200) as u8;
     let ips = [Ipv4Addr::new(127, 110, sub, 1), Ipv4Addr::new(127, 110, sub, 2)];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
     let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
     let write = |p: &mut NodePair, qpn: u32, from: usize, off: u64, len: u32, wr_id: u64| {
@@ -1041,7 +1041,7 @@ fn qp_paths_and_gids() {
     let sub = (std::process::id() % 200) as u8;
     let ips = [Ipv4Addr::new(127, 112, sub, 1), Ipv4Addr::new(127, 112, sub, 2)];
     let alias = Ipv4Addr::new(127, 113, sub, 2);
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
     let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
     let mapped = |ip: Ipv4Addr| {
@@ -1119,7 +1119,7 @@ fn fabric_dereg_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let sub = (std::process::id() % 200) as u8;
     let ips = [Ipv4Addr::new(127, 111, sub, 1), Ipv4Addr::new(127, 111, sub, 2)];
-    let o = PairOptions { ips, node_toml: "faults = { tx = { delay_us = 20000 } }", retry_cnt: 7, timeout: 16, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "faults = { tx = { delay_us = 20000 } }", retry_cnt: 7, timeout: 16, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
     let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
     let acc = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;

@@ -37,7 +37,7 @@ fn pair_full(test_id: u8, node_toml: &str, retry_cnt: u8, capture: bool, rnr_ret
     // machine where a server thread can wait tens of ms for a core; the dead-link test,
     // which must exhaust its retries, keeps 2^10 (4.2 ms) to stay quick.
     let timeout = if retry_cnt <= 3 { 10 } else { 12 };
-    let o = PairOptions { ips, node_toml, retry_cnt, timeout, capture, rnr_retry };
+    let o = PairOptions { ips, node_toml, retry_cnt, timeout, capture, rnr_retry, eth_mtu: 0 };
     (NodePair::start(Path::new(bin()), dir.path(), &o).unwrap(), dir)
 }
 

@@ -551,7 +551,7 @@ fn reads_in_flight_per_qp_are_bounded() {
     let sub = (std::process::id() % 200) as u8;
     let ips = [std::net::Ipv4Addr::new(127, 98, sub, 1), std::net::Ipv4Addr::new(127, 98, sub, 2)];
     // Local ACK timeout 4.096 us * 2^18 (about 1 s): no retransmission while we count.
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 18, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 18, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(std::path::Path::new(bin()), dir.path(), &o).unwrap();
     let data = pattern(11, 0, 64 * (MAX_READS as usize + 1));
     p.h[1].ram.write(p.buf[1], &data).unwrap();

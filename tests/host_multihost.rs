@@ -59,7 +59,7 @@ fn test_dir() -> tempfile::TempDir {
 
 fn options(capture: bool) -> PairOptions<'static> {
     // 2^12 x 4.096 us (16.8 ms) of ACK timeout: rides out a loaded 2-core machine.
-    PairOptions { ips: NODE, node_toml: "", retry_cnt: 7, timeout: 12, capture, rnr_retry: 7 }
+    PairOptions { ips: NODE, node_toml: "", retry_cnt: 7, timeout: 12, capture, rnr_retry: 7, eth_mtu: 0 }
 }
 
 /// Starts node `node` of `topology` inside `ns` on `segment`, its sockets in `<dir>/<node>`.

@@ -108,7 +108,7 @@ fn across_the_fabric_each_node_traces_its_side() {
     use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
     let dir = tempfile::tempdir().unwrap();
     let ips = [std::net::Ipv4Addr::new(127, 90, 0, 1), std::net::Ipv4Addr::new(127, 90, 0, 2)];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 10, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(std::path::Path::new(bin()), dir.path(), &o).unwrap();
     for i in 0..2 {
         let on = rnic_emu_server::serve::control_request(&p.servers[i].socket_dir, &format!("node{i}"), "trace on").unwrap();

@@ -157,7 +157,7 @@ fn latency(p: &mut NodePair, rounds: usize) -> anyhow::Result<Vec<f64>> {
 fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ips = [Ipv4Addr::new(127, 99, 0, 1), Ipv4Addr::new(127, 99, 0, 2)];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false, rnr_retry: 7, eth_mtu: 9000 };
     let mut p = NodePair::start(Path::new(env!("CARGO_BIN_EXE_rnic-emu")), dir.path(), &o)?;
     p.h[0].ram.write(p.buf[0], &vec![0xa5; 4 << 20])?;
     // Completions by interrupt (MSI-X eventfds): the UDP receivers block in recv, and a

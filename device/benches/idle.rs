@@ -40,7 +40,7 @@ fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
 fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ips = [Ipv4Addr::new(127, 99, 1, 1), Ipv4Addr::new(127, 99, 1, 2)];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false, rnr_retry: 7 };
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 14, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(Path::new(env!("CARGO_BIN_EXE_rnic-emu")), dir.path(), &o)?;
     for i in 0..64 {
         p.write(0, 0, 64 << 10, i, true)?;

@@ -14,6 +14,11 @@
  * Every helper prints what failed (to stderr, prefixed "error: ").
  *
  * The device can be overridden with the environment variable RNIC_KV_TTY (tests).
+ *
+ * Across hosts there is no host store: RNIC_KV_ADDR=IPV4:PORT sends every request over a
+ * TCP connection of its own to that address instead (the same lines), where one guest
+ * runs `rnic-kv serve PORT` (rnic-kv.c), as clusters bootstrap over their own network.
+ * A refused connection is retried for up to RKV_CONNECT_MS (the store may start later).
  */
 #ifndef RNIC_TOOL_KV_H
 #define RNIC_TOOL_KV_H
@@ -26,7 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +45,7 @@
 #define RKV_MAX_TIMEOUT_MS	600000u		/* the host store waits at most 10 minutes */
 #define RKV_REPLY_SLACK_MS	10000u		/* beyond a GET's own timeout */
 #define RKV_REPLY_MS		10000u		/* PUT */
+#define RKV_CONNECT_MS		120000u		/* RNIC_KV_ADDR: until the store listens */
 /* "VAL " + value + "\r\n", and room to notice a line that is too long */
 #define RKV_LINE_MAX		(RKV_MAX_VALUE + 64)
 
@@ -72,13 +81,76 @@ static inline const char *rkv_tty_path(void)
 	return p && *p ? p : RKV_DEFAULT_TTY;
 }
 
-/* Opens the store's tty raw (no echo, no line discipline, VMIN 1), locked; fd or -1. */
+static inline uint64_t rkv_now_ms(void);
+
+/* Where the store is, for messages. */
+static inline const char *rkv_where(void)
+{
+	const char *tcp = getenv("RNIC_KV_ADDR");
+
+	return tcp && *tcp ? tcp : rkv_tty_path();
+}
+
+/*
+ * RNIC_KV_ADDR=a.b.c.d:port: a TCP connection to the guest-run store there, or -1
+ * (printed); a refused or unreachable connection is retried until RKV_CONNECT_MS.
+ */
+static inline int rkv_open_tcp(const char *addr)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	char host[32];
+	const char *colon = strrchr(addr, ':');
+	unsigned long port;
+	uint64_t deadline;
+	char *end;
+
+	if (!colon || (size_t)(colon - addr) >= sizeof(host)) {
+		fprintf(stderr, "error: RNIC_KV_ADDR '%.80s' is not IPV4:PORT\n", addr);
+		return -1;
+	}
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = '\0';
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || *end || !port || port > 65535 || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+		fprintf(stderr, "error: RNIC_KV_ADDR '%.80s' is not IPV4:PORT\n", addr);
+		return -1;
+	}
+	sa.sin_port = htons((uint16_t)port);
+	deadline = rkv_now_ms() + RKV_CONNECT_MS;
+	for (;;) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd < 0) {
+			fprintf(stderr, "error: socket: %s\n", strerror(errno));
+			return -1;
+		}
+		if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			return fd;
+		close(fd);
+		if ((errno != ECONNREFUSED && errno != EHOSTUNREACH && errno != ENETUNREACH &&
+		     errno != ETIMEDOUT && errno != EINTR) || rkv_now_ms() >= deadline) {
+			fprintf(stderr, "error: connect to the rendezvous store at %s: %s\n", addr,
+				strerror(errno));
+			return -1;
+		}
+		usleep(200000);
+	}
+}
+
+/*
+ * Opens the store: over TCP with RNIC_KV_ADDR, else its tty, raw (no echo, no line
+ * discipline, VMIN 1) and locked; fd or -1.
+ */
 static inline int rkv_open(void)
 {
 	const char *path = rkv_tty_path();
+	const char *tcp = getenv("RNIC_KV_ADDR");
 	struct termios t;
 	int fd;
 
+	if (tcp && *tcp)
+		return rkv_open_tcp(tcp);
 	fd = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0) {
 		fprintf(stderr, "error: open %s (the rendezvous store's serial port): %s\n", path,
@@ -133,7 +205,7 @@ static inline int rkv_write_all(int fd, const char *buf, size_t len)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			fprintf(stderr, "error: write to %s: %s\n", rkv_tty_path(),
+			fprintf(stderr, "error: write to %s: %s\n", rkv_where(),
 				n < 0 ? strerror(errno) : "nothing written");
 			return -1;
 		}
@@ -161,14 +233,14 @@ static inline int rkv_read_line(int fd, char *line, size_t len, unsigned int tim
 
 		if (now >= deadline) {
 			fprintf(stderr, "error: no reply from the rendezvous store on %s within %u ms\n",
-				rkv_tty_path(), timeout_ms);
+				rkv_where(), timeout_ms);
 			return -1;
 		}
 		pr = poll(&pfd, 1, (int)(deadline - now));
 		if (pr < 0 && errno == EINTR)
 			continue;
 		if (pr < 0) {
-			fprintf(stderr, "error: poll %s: %s\n", rkv_tty_path(), strerror(errno));
+			fprintf(stderr, "error: poll %s: %s\n", rkv_where(), strerror(errno));
 			return -1;
 		}
 		if (pr == 0)
@@ -177,7 +249,7 @@ static inline int rkv_read_line(int fd, char *line, size_t len, unsigned int tim
 		if (r < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (r <= 0) {
-			fprintf(stderr, "error: read %s: %s\n", rkv_tty_path(),
+			fprintf(stderr, "error: read %s: %s\n", rkv_where(),
 				r < 0 ? strerror(errno) : "end of file");
 			return -1;
 		}
