@@ -33,6 +33,11 @@ if [ "$RNIC_EMU_LOAD_DRIVER" = 1 ]; then
     fi
 fi
 
+# The loopback device, for what a guest says to itself (a store it serves on its own
+# address, rnic-kv serve); left down where a fabric address is in 127.0.0.0/8, which
+# rnic-netdev-up routes through rethN instead.
+ip -4 addr show | grep -q 'inet 127\.' || ip link set lo up
+
 if [ -f /rnic-emu/cmd.sh ]; then
     cd /root
     sh /rnic-emu/cmd.sh </dev/null >"$out" 2>&1
