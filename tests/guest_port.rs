@@ -23,11 +23,13 @@ fn script(node: usize) -> String {
          ping -c 5 -W 5 10.0.0.{peer} | sed 's/^/ping4: /'
          ping -6 -c 3 -W 5 fd00::{peer} | sed 's/^/ping6: /'
          ip neigh show dev reth0 | sed 's/^/neigh: /'
+         rnic-kv put pinged{node} 1; rnic-kv get pinged{} 120000 >/dev/null
          ip link set reth0 mtu 9000 || echo failed: mtu 9000
          rnic-kv put mtu{node} 1; rnic-kv get mtu{} 120000 >/dev/null
          ping -s 8972 -c 3 -W 5 10.0.0.{peer} | sed 's/^/jumbo: /'
          ip link show reth0 | grep -o 'mtu [0-9]*' | sed 's/^/link: /'
 ",
+        1 - node,
         1 - node,
         1 - node
     );
