@@ -378,9 +378,9 @@ static int rnic_qp_check_remote(struct rnic_nic *nic, const struct rnic_qp *qp,
 
 /*
  * MODIFY_QP. @path: the address vector ib_core resolved (next-hop MAC, traffic class, hop
- * limit), written to the QP's path entry with an RTR that names dest_ip; NULL (the ioctl
- * interface) leaves the entry zero: the peer is an rnic-emu port, whose MAC follows from
- * dest_ip.
+ * limit, source GID), written to the QP's path entry with an RTR that names dest_ip; NULL
+ * (the ioctl interface) leaves the entry zero: the peer is an rnic-emu port, whose MAC
+ * follows from dest_ip, and the source is the port's fabric address.
  */
 int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 		   const struct rnic_qp_path *path)

@@ -1044,12 +1044,7 @@ fn qp_paths_and_gids() {
     let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
     let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
     let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
-    let mapped = |ip: Ipv4Addr| {
-        let mut g = [0u8; 16];
-        g[10..12].copy_from_slice(&[0xff, 0xff]);
-        g[12..].copy_from_slice(&ip.octets());
-        g
-    };
+    let mapped = |ip: Ipv4Addr| ip.to_ipv6_mapped().octets();
     for h in &mut p.h {
         h.use_paths().unwrap();
     }

@@ -342,14 +342,8 @@ impl HostDriver {
     /// GID table entry `index` := `gid` (None: cleared), then CMD_SET_GID; its status.
     pub fn set_gid(&mut self, index: u32, gid: Option<[u8; 16]>) -> anyhow::Result<u32> {
         let (_, table) = self.paths.context("use_paths first")?;
-        let mut e = GidEntry::default();
-        if let Some(g) = gid {
-            e.gid_lo = u64::from_le_bytes(g[..8].try_into()?);
-            e.gid_hi = u64::from_le_bytes(g[8..].try_into()?);
-            e.flags = GID_FLAG_VALID as u8;
-        }
         if index < GID_TABLE_LEN {
-            self.put(table + u64::from(index) * GidEntry::ABI.size as u64, &e)?;
+            self.put(table + u64::from(index) * GidEntry::ABI.size as u64, &rnic_emu_core::rnic::gid::entry(gid))?;
         }
         self.cmd(CMD_SET_GID, index)
     }

@@ -8,7 +8,7 @@
 //! addresses are atomics (0: none) beside the full GIDs behind a lock.
 
 use crate::contract::abi::{GidEntry, CMD_ERR_INVALID, GID_FLAG_VALID, GID_TABLE_LEN};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
@@ -26,8 +26,19 @@ pub struct GidTable {
 
 /// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d).
 pub fn ipv4_of(gid: &Gid) -> Option<Ipv4Addr> {
-    let mapped = gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff;
-    mapped.then(|| Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+    Ipv6Addr::from(*gid).to_ipv4_mapped()
+}
+
+/// The table entry a driver writes for `gid` (None: the entry cleared), as [`parse`] reads it.
+pub fn entry(gid: Option<Gid>) -> GidEntry {
+    let Some(g) = gid else { return GidEntry::default() };
+    let (lo, hi) = g.split_at(8);
+    GidEntry {
+        gid_lo: u64::from_le_bytes(lo.try_into().unwrap_or_default()),
+        gid_hi: u64::from_le_bytes(hi.try_into().unwrap_or_default()),
+        flags: GID_FLAG_VALID as u8,
+        ..Default::default()
+    }
 }
 
 /// The address an entry written by the driver gives the port (None: the entry is cleared),
@@ -90,50 +101,43 @@ impl GidTable {
 mod tests {
     use super::*;
 
-    fn entry(gid: Gid, flags: u8) -> GidEntry {
-        GidEntry {
-            gid_lo: u64::from_le_bytes(gid[..8].try_into().unwrap()),
-            gid_hi: u64::from_le_bytes(gid[8..].try_into().unwrap()),
-            flags,
-            ..Default::default()
-        }
+    fn with_flags(gid: Gid, flags: u8) -> GidEntry {
+        GidEntry { flags, ..super::entry(Some(gid)) }
     }
 
     fn mapped(a: [u8; 4]) -> Gid {
-        let mut g = [0u8; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&a);
-        g
+        Ipv4Addr::from(a).to_ipv6_mapped().octets()
     }
 
     #[test]
     fn ipv4_entries_are_the_ports_addresses_and_others_are_kept() {
         let t = GidTable::default();
-        let v4 = parse(&entry(mapped([10, 0, 0, 21]), 1)).unwrap();
+        let v4 = parse(&with_flags(mapped([10, 0, 0, 21]), 1)).unwrap();
         let mut v6 = [0u8; 16];
         v6[0] = 0xfe;
         v6[1] = 0x80;
         v6[15] = 7;
-        let v6 = parse(&entry(v6, 1)).unwrap();
+        let v6 = parse(&with_flags(v6, 1)).unwrap();
         t.set(3, v4);
         t.set(4, v6);
         assert_eq!(t.ipv4(3), Some(Ipv4Addr::new(10, 0, 0, 21)));
         assert!(t.has_ipv4(Ipv4Addr::new(10, 0, 0, 21)) && !t.has_ipv4(Ipv4Addr::new(10, 0, 0, 22)));
         assert_eq!((t.ipv4(4), t.get(4), t.get(5)), (None, v6, None), "an IPv6 GID is kept, no IPv4 address");
-        t.set(3, parse(&entry(mapped([10, 0, 0, 21]), 0)).unwrap());
+        t.set(3, parse(&with_flags(mapped([10, 0, 0, 21]), 0)).unwrap());
         assert!(!t.has_ipv4(Ipv4Addr::new(10, 0, 0, 21)), "flags 0 removes it");
         t.set(LEN, v4);
         t.clear();
         assert!((0..LEN).all(|i| t.get(i).is_none()));
+        assert_eq!(parse(&entry(v4)), Ok(v4), "entry and parse are inverses");
+        assert_eq!(parse(&entry(None)), Ok(None));
     }
 
     #[test]
     fn entries_no_port_may_have_are_refused() {
         for bad in [[0, 1, 2, 3], [224, 0, 0, 1], [255, 255, 255, 255], [240, 0, 0, 1]] {
-            assert_eq!(parse(&entry(mapped(bad), 1)), Err(CMD_ERR_INVALID), "{bad:?}");
+            assert_eq!(parse(&with_flags(mapped(bad), 1)), Err(CMD_ERR_INVALID), "{bad:?}");
         }
-        assert_eq!(parse(&entry(mapped([10, 0, 0, 1]), 3)), Err(CMD_ERR_INVALID), "unknown flag");
-        assert_eq!(parse(&GidEntry { flags: 1, rsvd2: 1, ..entry(mapped([10, 0, 0, 1]), 1) }), Err(CMD_ERR_INVALID), "reserved field");
+        assert_eq!(parse(&with_flags(mapped([10, 0, 0, 1]), 3)), Err(CMD_ERR_INVALID), "unknown flag");
+        assert_eq!(parse(&GidEntry { flags: 1, rsvd2: 1, ..with_flags(mapped([10, 0, 0, 1]), 1) }), Err(CMD_ERR_INVALID), "reserved field");
     }
 }

@@ -759,7 +759,7 @@ mod tests {
         }
         // An address the port has as a GID (a second address of the netdev): the engine's.
         let gids = crate::rnic::gid::GidTable::default();
-        gids.set(2, Some([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 3]));
+        gids.set(2, Some(Ipv4Addr::new(10, 0, 0, 3).to_ipv6_mapped().octets()));
         let to_gid = frame_of(&RoceAddr { dst_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)), ..v4() });
         assert_eq!(sort(&to_gid, &RxPort { gids: Some(&gids), ..port() }, true, &mut p).verdict, Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1)));
         // A bad ICRC, an unknown opcode.

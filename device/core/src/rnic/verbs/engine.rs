@@ -743,7 +743,6 @@ pub fn roce_mtu(eth_mtu: u32) -> u32 {
     (8..=12u32).rev().map(|l| 1 << l).find(|m| *m <= room).unwrap_or(256)
 }
 
-/// The access flags of a context, if they are known ones.
 /// Bytes of one QP context in the table.
 const QP_CTX_SIZE: u64 = QpCtx::ABI.size as u64;
 
@@ -763,6 +762,7 @@ fn dest_of(ip: Ipv4Addr, path: &QpPath) -> Dest {
     dest
 }
 
+/// The access flags of a context, if they are known ones.
 fn check_access(ctx: &QpCtx) -> Result<u8, u32> {
     if ctx.access & !super::mr::ACCESS_ALL == 0 {
         Ok(ctx.access)

@@ -469,14 +469,8 @@ fn a_path_sends_from_the_gid_it_names_and_only_from_one_the_port_has() {
         })
     };
     // Entry 3: ::ffff:10.0.0.21, through CMD_SET_GID.
-    let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 21];
-    let entry = GidEntry {
-        gid_lo: u64::from_le_bytes(gid[..8].try_into().unwrap()),
-        gid_hi: u64::from_le_bytes(gid[8..].try_into().unwrap()),
-        flags: 1,
-        ..Default::default()
-    };
-    d.put(super::tests::GID_TABLE + 3 * 32, &entry);
+    let gid = Ipv4Addr::new(10, 0, 0, 21).to_ipv6_mapped().octets();
+    d.put(super::tests::GID_TABLE + 3 * 32, &crate::rnic::gid::entry(Some(gid)));
     d.put(PATH_TABLE + 32, &QpPath { sgid_index: 4, flags: PATH_FLAG_SGID as u8, ..Default::default() });
     assert_eq!(rtr(&mut d), CMD_ERR_INVALID, "entry 4 holds no address");
     assert_eq!(d.cmd(CMD_SET_GID, 3), CMD_OK);

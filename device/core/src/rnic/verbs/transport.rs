@@ -35,13 +35,10 @@ pub struct Dest {
 }
 
 impl Dest {
-    /// The hop limit when the context leaves it 0 (Linux's IPv4 default).
-    pub const DEFAULT_TTL: u8 = DEFAULT_TTL;
-
     /// A peer on this segment by address alone: the MAC an rnic-emu port has for `ip`
     /// (the convention of contexts whose dest_mac is 0), default traffic class and TTL.
     pub fn of_ip(ip: Ipv4Addr) -> Dest {
-        Dest { ip, src: None, mac: mac_of_ipv4(ip), tclass: 0, ttl: Dest::DEFAULT_TTL }
+        Dest { ip, src: None, mac: mac_of_ipv4(ip), tclass: 0, ttl: DEFAULT_TTL }
     }
 }
 
