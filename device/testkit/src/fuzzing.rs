@@ -17,6 +17,7 @@ use std::sync::Arc;
 const RAM: u64 = 1 << 20;
 
 pub mod frame;
+mod layout;
 mod verbs_ops;
 mod wire;
 pub use frame::frame;

@@ -30,6 +30,7 @@
 //! 256 bytes (too small for most frames) and the seventh is not mapped guest memory; bit
 //! 7 the receive ring stays off.
 
+use super::layout::{self, CQ_TABLE, MR_TABLE, MTT, QP_TABLE, RAM_BASE};
 use super::wire::RecordingWire;
 use rnic_emu_core::contract::abi::*;
 use rnic_emu_core::contract::counters::{Counter, Stats, COUNTERS};
@@ -53,14 +54,8 @@ use vm_memory::ByteValued;
 /// The RNIC's address (its MAC is [`mac_of_ipv4`] of it) and its QP's peer.
 pub const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 pub const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-/// Where guest RAM starts on the bus, and its size.
-const RAM_BASE: u64 = 0x10_0000;
+/// The size of guest RAM (at layout::RAM_BASE); offsets in it after the tables.
 const RAM: u64 = 0x5_0000;
-/// Offsets in RAM.
-const QP_TABLE: u64 = 0;
-const CQ_TABLE: u64 = 0x1000;
-const MR_TABLE: u64 = 0x2000;
-const MTT: u64 = 0x3000;
 const SQ: u64 = 0x8000;
 const RQ: u64 = 0xa000;
 const CQ_RING: u64 = 0xc000;
@@ -207,15 +202,7 @@ struct Harness {
 }
 
 fn tables() -> Tables {
-    Tables {
-        qp_ctx: RAM_BASE + QP_TABLE,
-        cq_ctx: RAM_BASE + CQ_TABLE,
-        mr_ctx: RAM_BASE + MR_TABLE,
-        mtt: RAM_BASE + MTT,
-        mtt_entries: 128,
-        qp_path: 0,
-        gid_table: 0,
-    }
+    layout::tables(128)
 }
 
 impl Harness {

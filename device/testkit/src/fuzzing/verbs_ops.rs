@@ -22,6 +22,7 @@
 //! A second GPU window sits behind the root complex (fixed, its aperture in slot 1). The
 //! MSI-X vectors are enabled with eventfds nobody reads, so armed CQs raise them.
 
+use super::layout::{self, CQ_TABLE, MR_TABLE, MTT, QP_TABLE, RAM_BASE};
 use super::wire::RecordingWire;
 use arbitrary::Unstructured;
 use rnic_emu_core::contract::abi::*;
@@ -46,14 +47,9 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use vm_memory::ByteValued;
 
-/// Where guest RAM starts on the bus, and its size.
-const RAM_BASE: u64 = 0x10_0000;
+/// The size of guest RAM (at layout::RAM_BASE).
 const RAM: u64 = 2 << 20;
-/// Offsets in RAM of the harness's tables, rings and data.
-const QP_TABLE: u64 = 0;
-const CQ_TABLE: u64 = 0x1000;
-const MR_TABLE: u64 = 0x2000;
-const MTT: u64 = 0x3000;
+/// The harness's MTT entries, rings and data (offsets in RAM after the tables).
 const MTT_ENTRIES: u64 = 512;
 const QP_RINGS: u64 = 0x1_0000;
 const CQ_RINGS: u64 = 0x3_0000;
@@ -137,15 +133,7 @@ fn enabled_vectors(n: u16) -> Arc<Interrupts> {
 }
 
 fn tables() -> Tables {
-    Tables {
-        qp_ctx: RAM_BASE + QP_TABLE,
-        cq_ctx: RAM_BASE + CQ_TABLE,
-        mr_ctx: RAM_BASE + MR_TABLE,
-        mtt: RAM_BASE + MTT,
-        mtt_entries: MTT_ENTRIES,
-        qp_path: 0,
-        gid_table: 0,
-    }
+    layout::tables(MTT_ENTRIES)
 }
 
 fn mr_key(index: usize) -> u32 {
