@@ -48,14 +48,9 @@ fn script(node: usize) -> String {
     }
 }
 
-/// The result row of ib_write_bw: the line under its header whose first field is 65536.
+/// ib_write_bw's average bandwidth (Gb/s) from its 65536-byte result row.
 fn bandwidth(lines: &[String]) -> Option<f64> {
-    lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("bw: "))
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f.first() == Some(&"65536") && f.len() >= 4)
-        .and_then(|f| f[3].parse().ok())
+    perftest_row(lines, "bw", "65536").and_then(|f| f[3].parse().ok())
 }
 
 /// Two namespaces as two hosts, joined by a veth pair with room for a 1514-byte frame plus

@@ -108,16 +108,6 @@ fn num(lines: &[String], prefix: &str) -> u64 {
     line_after(lines, prefix).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no line '{prefix}N'"))
 }
 
-/// perftest's result row under `tag` (the line whose first field is the message size).
-fn row<'a>(lines: &'a [String], tag: &str, size: &str) -> Option<Vec<&'a str>> {
-    let p = format!("{tag}: ");
-    lines
-        .iter()
-        .filter_map(|l| l.strip_prefix(p.as_str()))
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f.first() == Some(&size) && f.len() >= 4 && f[1].parse::<u64>().is_ok())
-}
-
 #[test]
 fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_and_without_loss() {
     ensure_image();
@@ -154,7 +144,7 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
                     // ibv_rc_pingpong --chk: every buffer was checked; it reports the iterations.
                     None => assert!(lines.iter().any(|x| x.starts_with(&format!("{t}: 200 iters in "))), "node{node} {t}: 200 x 4096 bytes ponged"),
                     Some(s) => {
-                        let r = row(lines, t, s).unwrap_or_else(|| panic!("node{node} {t}: no perftest result row"));
+                        let r = perftest_row(lines, t, s).unwrap_or_else(|| panic!("node{node} {t}: no perftest result row"));
                         let v: f64 = r[3].parse().unwrap_or(0.0);
                         assert!(v > 0.0, "node{node} {t}: {r:?}");
                     }

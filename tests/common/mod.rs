@@ -137,6 +137,17 @@ pub fn line_after<'a>(lines: &'a [String], prefix: &str) -> Option<&'a str> {
     lines.iter().find_map(|l| l.strip_prefix(prefix))
 }
 
+/// perftest's result row among the lines tagged `tag` ("tag: ..."): the one whose first
+/// field is the message size and second the iteration count, split into fields.
+pub fn perftest_row<'a>(lines: &'a [String], tag: &str, size: &str) -> Option<Vec<&'a str>> {
+    let p = format!("{tag}: ");
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(p.as_str()))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&size) && f.len() >= 4 && f[1].parse::<u64>().is_ok())
+}
+
 /// The byte `rnic-bar pattern-write` puts at BAR offset `i` (guest-driver/tools/rnic-bar.c).
 pub fn pattern_byte(seed: u32, i: u64) -> u8 {
     let x = (i as u32).wrapping_mul(0x9E37_79B1).wrapping_add(seed.wrapping_mul(0x85EB_CA77));
