@@ -82,7 +82,7 @@ fn run_all(runs_in: &[(&Netns, Vec<String>)]) -> Vec<Vec<String>> {
     let mut runs = Vec::new();
     for (n, a) in runs_in {
         let mut cmd = Command::new(bin());
-        cmd.args(["run", "--no-build", "--timeout", "240"]).args(a);
+        cmd.args(["run", "--no-build", "--timeout", "600"]).args(a);
         runs.push(n.exec(&cmd).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting rnic-emu run in a namespace"));
     }
     let outs: Vec<_> = runs.into_iter().map(|c| c.wait_with_output().expect("waiting for a run")).collect();
