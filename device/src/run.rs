@@ -223,6 +223,33 @@ pub fn write_initrd(img: &Image, dest: &Path, command: &str, load_driver: bool) 
     Ok(())
 }
 
+/// What a stuck node was doing (a run that timed out): its console's last lines and, for a
+/// node with a server, the server log's and the device counters that are not zero.
+fn node_state(n: &NodeRun, sockets: &Path) -> String {
+    let mut s = format!("{} console:\n{}", n.name, tail(&n.console_log, 20));
+    if n.server.is_some() {
+        s += &format!("\n{} server log:\n{}", n.name, tail(&n.server_log, 20));
+        match rnic_emu_server::serve::query_stats(sockets, &n.name) {
+            Ok(v) => s += &format!("\n{} counters: {}", n.name, nonzero_counters(&v)),
+            Err(e) => s += &format!("\n{} counters: unavailable ({e:#})", n.name),
+        }
+    }
+    s
+}
+
+/// `function.counter=value` for each counter of a stats reply that is not zero.
+fn nonzero_counters(stats: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    for (function, counters) in stats.as_object().into_iter().flatten() {
+        for (name, v) in counters.as_object().into_iter().flatten() {
+            if v.as_u64().is_some_and(|x| x != 0) {
+                out.push(format!("{function}.{name}={v}"));
+            }
+        }
+    }
+    out.join(" ")
+}
+
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let v: Vec<&str> = text.lines().collect();
@@ -552,8 +579,8 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
             break Some("interrupted".to_string());
         }
         if Instant::now() > deadline {
-            let consoles: Vec<String> = nodes.iter().map(|n| format!("{} console:\n{}", n.name, tail(&n.console_log, 20))).collect();
-            break Some(format!("timed out after {:?}\n{}", opts.timeout, consoles.join("\n")));
+            let states: Vec<String> = nodes.iter().map(|n| node_state(n, &wd.join("sockets"))).collect();
+            break Some(format!("timed out after {:?}\n{}", opts.timeout, states.join("\n")));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -582,4 +609,15 @@ pub fn run(opts: &RunOptions, img: &Image, sink: &mut dyn FnMut(&[u8])) -> anyho
     }
     let exit_code = per_node.iter().map(|(_, c)| *c).find(|c| *c != 0).unwrap_or(0);
     Ok(RunOutcome { exit_code, per_node, workdir: workdir_path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nonzero_counters;
+
+    #[test]
+    fn a_stuck_runs_counters_name_only_what_moved() {
+        let v = serde_json::json!({"node0-rnic0": {"pkts_sent": 12, "retransmits": 0}, "node0-segment": {"rx_frames": 3}});
+        assert_eq!(nonzero_counters(&v), "node0-rnic0.pkts_sent=12 node0-segment.rx_frames=3");
+    }
 }
