@@ -28,8 +28,9 @@ const PROGRAMS: [(&str, &str); 6] = [
 
 /// Shell functions every node's script starts with. Every program runs under `timeout`
 /// (rxe retries forever at perftest's retry count 7, and perftest's TCP exchange has no
-/// bound): one that hangs ends with 124 and `diag` prints the state of both ends
-/// (each node's script defines `diag`).
+/// bound): one that hangs is ended by the guest's busybox `timeout` (status 143, SIGTERM;
+/// 124 from GNU's) and `diag` prints the state of both ends (each node's script defines
+/// `diag`).
 const PRELUDE: &str = r#"
 # client TAG CMD...: runs a client until it reached its server (which starts after the
 # key is published), at most 60 tries; prints its output and "rc TAG CODE".
