@@ -28,22 +28,25 @@ fn counter(server: &ServerProcess, name: &str) -> u64 {
 }
 
 /// How many times the server has finished with a client of `function` (serve.rs logs a
-/// line each time it has reset the function for the next one).
+/// line each time it has reset the function for the next one). A boot that stalled and
+/// was started again is a client too, so the test compares this with the QEMU processes
+/// it started, not with its cycle number.
 fn clients_done(server: &ServerProcess, function: &str) -> usize {
     let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
     log.matches(&format!("node0-{function}: reset; waiting for the next client")).count()
 }
 
 /// Starts QEMU on node 0 of `topo` against the running server, the guest running `script`;
-/// returns the process and the path of the guest's output.
-fn boot(topo: &Topology, server: &ServerProcess, work: &Path, cycle: usize, script: &str) -> (Proc, std::path::PathBuf) {
+/// returns the process, the path of the guest's output and how many QEMUs it started.
+fn boot(topo: &Topology, server: &ServerProcess, work: &Path, cycle: usize, script: &str) -> (Proc, std::path::PathBuf, usize) {
     let img = rnic_emu::image::ensure(false).unwrap();
     let initrd = work.join(format!("initrd-{cycle}.img"));
     rnic_emu::run::write_initrd(&img, &initrd, script, true).unwrap();
     let (console, output) = (work.join(format!("console-{cycle}.log")), work.join(format!("output-{cycle}.log")));
     let files = rnic_emu::qemu::GuestFiles { kernel: &img.kernel, initrd: &initrd, console_log: &console, output_log: &output, kv_socket: None, segment: None };
     let args = rnic_emu::qemu::command_line(topo, 0, &server.socket_dir, &files);
-    (spawn_qemu_until_init(&img.qemu, &args, &console, &work.join(format!("qemu-{cycle}.log"))), output)
+    let (qemu, started) = spawn_qemu_counting_boots(&img.qemu, &args, &console, &work.join(format!("qemu-{cycle}.log")));
+    (qemu, output, started)
 }
 
 #[test]
@@ -55,8 +58,11 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
     let server = ServerProcess::start(Path::new(bin()), &path, work.path(), None).unwrap();
     let stream = "rnic-perf write -s 4M -n 1000000 --src host --dst gpu & rnic-perf write -s 4M -n 1000000 --src gpu --dst gpu & wait";
     let mut footprints = Vec::new();
+    let mut clients = 0;
+    let all_gone = |clients: usize| clients_done(&server, "rnic0") >= clients && clients_done(&server, "gpu0") >= clients;
     for cycle in 1..=5 {
-        let (mut qemu, _) = boot(&topo, &server, work.path(), cycle, stream);
+        let (mut qemu, _, started) = boot(&topo, &server, work.path(), cycle, stream);
+        clients += started;
         // Both streams running: host bytes grow (host -> GPU) and P2P bytes grow by more
         // than that (GPU -> GPU adds twice its size, host -> GPU once).
         let sample = || (counter(&server, "dma_host_bytes"), counter(&server, "dma_p2p_switch_bytes"));
@@ -75,7 +81,7 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
         qemu.0.kill().unwrap();
         qemu.0.wait().unwrap();
         assert!(
-            wait_until(Duration::from_secs(30), || clients_done(&server, "rnic0") >= cycle && clients_done(&server, "gpu0") >= cycle),
+            wait_until(Duration::from_secs(30), || all_gone(clients)),
             "cycle {cycle}: the server did not see QEMU go"
         );
         footprints.push(footprint(server.pid()));
@@ -83,7 +89,8 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
     }
     // A sixth guest on the same server: verified transfers both ways.
     let script = "rnic-perf write -s 4M -n 16 --src host --dst gpu --verify --json && rnic-perf write -s 4M -n 16 --src gpu --dst gpu --verify --json";
-    let (mut qemu, output) = boot(&topo, &server, work.path(), 6, script);
+    let (mut qemu, output, started) = boot(&topo, &server, work.path(), 6, script);
+    clients += started;
     let done = wait_until(Duration::from_secs(300), || std::fs::read_to_string(&output).unwrap_or_default().contains("@@RNIC-EMU-EXIT@@"));
     let out = std::fs::read_to_string(&output).unwrap_or_default();
     eprintln!("--- guest output ---\n{out}");
@@ -95,7 +102,7 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
         assert_eq!(r["bytes_verified"].as_u64(), Some(64 * MIB), "every byte checked in the guest: {r}");
     }
     let _ = qemu.0.wait();
-    assert!(wait_until(Duration::from_secs(30), || clients_done(&server, "rnic0") >= 6));
+    assert!(wait_until(Duration::from_secs(30), || all_gone(clients)), "the server did not see the sixth QEMU go");
     footprints.push(footprint(server.pid()));
     eprintln!("server fds, mappings per cycle: {footprints:?}");
     let first = footprints[0];

@@ -44,6 +44,12 @@ pub struct GuestRun {
 /// rule and defaults of `rnic-emu run`; the vfio-user server serves the next QEMU after a
 /// client goes.
 pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: &Path) -> Proc {
+    spawn_qemu_counting_boots(qemu, args, console, log).0
+}
+
+/// As spawn_qemu_until_init, and also returns how many QEMU processes it started (each
+/// one a vfio-user client the server will see come and go).
+pub fn spawn_qemu_counting_boots(qemu: &Path, args: &[String], console: &Path, log: &Path) -> (Proc, usize) {
     use rnic_emu::bootwatch::{BootWatch, BOOT_ATTEMPTS, STALL_SILENCE};
     for boot in 1..=BOOT_ATTEMPTS {
         let out = std::fs::File::create(log).unwrap();
@@ -53,7 +59,7 @@ pub fn spawn_qemu_until_init(qemu: &Path, args: &[String], console: &Path, log: 
             std::thread::sleep(Duration::from_millis(100));
         }
         if watch.reached_init() {
-            return child;
+            return (child, boot as usize);
         }
         let console_text = std::fs::read_to_string(console).unwrap_or_default();
         eprintln!("boot {boot}: the guest kernel stalled or died before /init; console:\n{console_text}\nbooting again");
