@@ -2,7 +2,8 @@
 //! directory, socket, node or QEMU binary it concerns, once (no repeated cause), exits
 //! with the documented code (README.md, "Exit codes": 2 for a usage or configuration
 //! error, 125 when rnic-emu failed once started), and comes before anything slow is
-//! started (no image build for a topology that does not exist).
+//! started (no image build for a topology that does not exist). Also what `qemu-args`
+//! prints for a node with no functions of ours (a plain virtio-net guest).
 
 use std::process::Command;
 
@@ -130,4 +131,33 @@ fn argument_errors_exit_2() {
     assert_eq!(code, USAGE, "{err}");
     assert!(err.contains("node 'node0' is given more than one command"), "{err}");
     assert!(!err.contains("[images"), "{err}");
+}
+
+#[test]
+fn qemu_args_give_a_plain_node_its_nic_on_the_segment() {
+    let topo = topology("softroce-interop");
+    let out = |extra: &[&str]| {
+        let mut args = vec!["qemu-args", "--topology", &topo, "--node", "node2", "--socket-dir", "/tmp/rnic"];
+        args.extend_from_slice(extra);
+        let o = Command::new(env!("CARGO_BIN_EXE_rnic-emu")).args(&args).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // The plain node has no PCIe functions of ours: just its virtio-net NIC, on the
+    // topology's multicast segment (the one its rnic-emu nodes' servers join).
+    let (code, stdout, err) = out(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!((lines[0], lines[2]), ("-netdev", "-device"));
+    assert!(lines[1].starts_with("dgram,id=fabric,remote.type=inet,remote.host=239."), "{stdout}");
+    assert_eq!(lines[3], "virtio-net-pci,netdev=fabric,romfile=,mac=52:54:00:00:00:0d");
+    // A TAP segment: QEMU's tap backend, the guest finishing its own checksums.
+    let (code, stdout, err) = out(&["--segment", "tap:rnictap0"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(stdout.contains("tap,id=fabric,ifname=rnictap0,script=no,downscript=no\n"), "{stdout}");
+    assert!(stdout.contains(",csum=off"), "{stdout}");
+    // VXLAN: QEMU cannot speak it; a usage error that says what to do instead.
+    let (code, _, err) = out(&["--segment", "vxlan:42@192.0.2.1,remote=192.0.2.2"]);
+    assert_eq!(code, USAGE, "{err}");
+    assert!(err.contains("no VXLAN backend") && err.contains("TAP"), "{err}");
 }

@@ -64,10 +64,16 @@ enum Cmd {
     /// and exit with its exit code (2: bad arguments or configuration, 125: rnic-emu itself
     /// failed, 130: interrupted; README.md, "Exit codes").
     Run(run_cli::RunArgs),
-    /// Print the QEMU arguments of a topology node (for your own QEMU command line).
+    /// Print the QEMU arguments of a topology node (for your own QEMU command line): the
+    /// -device arguments of its PCIe tree and functions, and for a plain node (`nic =
+    /// "virtio-net"`) the -netdev/-device pair of its NIC on the fabric segment.
     QemuArgs {
         #[command(flatten)]
         at: NodeArgs,
+        /// The segment a plain node's NIC joins, as `serve --segment` takes it (default: the
+        /// topology's own multicast segment). QEMU has no VXLAN backend: use a TAP there.
+        #[arg(long, value_name = "SEGMENT")]
+        segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     },
     /// Print the counters of a running node server (JSON), per function.
     Stats {
@@ -200,9 +206,13 @@ fn real_main() -> anyhow::Result<ExitCode> {
             serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap, segment })?;
         }
         Cmd::Run(args) => return run_cli::run(args),
-        Cmd::QemuArgs { at } => {
+        Cmd::QemuArgs { at, segment } => {
             let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
-            for a in qemu::device_args(&topo.nodes[i], &at.socket_dir) {
+            let segment = segment.unwrap_or_else(|| serve::default_segment(&topo));
+            let nic = qemu::nic_args(&topo, i, &segment)
+                .ok_or_else(|| anyhow::anyhow!("{}: QEMU has no VXLAN backend for the node's nic: give it a TAP segment (docs/fabric.md)", topo.nodes[i].name))
+                .config()?;
+            for a in qemu::device_args(&topo.nodes[i], &at.socket_dir).into_iter().chain(nic) {
                 println!("{a}");
             }
         }

@@ -2,8 +2,9 @@
 //! the MSN, the message being received, READ responses still to send) and the handling
 //! of each request:
 //!
-//! - PSN check: only the expected PSN is executed; a duplicate is re-acknowledged (a
-//!   duplicate READ is answered again); one beyond it draws one sequence NAK per gap.
+//! - PSN check: only the expected PSN is executed; a duplicate that asks for an ACK
+//!   (AckReq) is re-acknowledged, one that does not is dropped (a duplicate READ is
+//!   answered again); one beyond it draws one sequence NAK per gap.
 //! - Checks before placing any byte: opcode sequence, payload against the MTU, rkey,
 //!   range and access (REM_ACCESS NAK), a RECV for SEND and WRITE WITH IMMEDIATE (RNR NAK
 //!   when none is posted, the PSN not consumed), the SEND's length against the RECV
@@ -124,7 +125,13 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         ctx.stats().inc(Counter::DuplicateRequests);
         if op.kind == Kind::ReadRequest {
             answer_read(ctx, qpn, qp, rs, src_qpn, m, false, t);
-        } else {
+        } else if m.bth.ack_req {
+            // Re-acknowledged (the newest PSN executed) only where the requester asks: a
+            // resent message always asks on its last packet. An ACK for every duplicate
+            // would answer packets the requester is still resending, and rxe's completer,
+            // given an ACK for the last PSN of a WQE it is resending, moves its expected
+            // PSN past the WQE without completing it; if the ACKs to the rest of the
+            // resend are then lost it never retransmits again (docs/fabric.md).
             send_ack(ctx, rs, t, src_qpn, psn_add(rs.epsn, PSN_MASK), syndrome::ACK, None);
         }
         return;

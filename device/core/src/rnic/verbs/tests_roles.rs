@@ -481,3 +481,38 @@ fn a_path_sends_from_the_gid_it_names_and_only_from_one_the_port_has() {
     let crate::rnic::verbs::engine::Path::Fabric { peer, .. } = d.e.roles[1].path else { panic!("not a fabric path") };
     assert_eq!(peer.src, Some(Ipv4Addr::new(10, 0, 0, 21)));
 }
+
+#[test]
+fn a_resent_message_is_acknowledged_where_it_asks_and_only_there() {
+    // A four-packet WRITE goes through; then its packets arrive again (a requester
+    // resending after a lost ACK). Duplicates are not executed again; the ones without
+    // AckReq draw nothing, the last (AckReq) draws one ACK for the newest PSN executed.
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let data = p.req().fill(SRC, 4096, 4);
+    p.req().send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 4096, lk)], VA + DST, rk);
+    let d = p.req();
+    while d.e.run(&d.mem, 64) {}
+    let net = p.net.clone().unwrap();
+    let requests: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
+    assert_eq!(requests.len(), 4, "1 KiB path MTU");
+    assert_eq!(requests.iter().map(|r| r.bth.ack_req).collect::<Vec<_>>(), [false, false, false, true]);
+    for (round, what) in ["first", "again"].iter().enumerate() {
+        let d = p.resp();
+        let mut acks = Vec::new();
+        for r in &requests {
+            d.e.on_packet(&d.mem, A, r);
+            while d.e.run(&d.mem, 64) {}
+            acks.push(net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect::<Vec<_>>());
+        }
+        let n: Vec<usize> = acks.iter().map(Vec::len).collect();
+        assert_eq!(n, [0, 0, 0, 1], "{what}: one ACK, for the packet that asks");
+        let ack = &acks[3][0];
+        let last = requests[3].bth.psn;
+        assert_eq!((ack.bth.psn, ack.aeth.map(|a| a.syndrome)), (last, Some(crate::rnic::fabric::packet::syndrome::ACK)), "{what}");
+        assert_eq!(p.resp().stats.get(Counter::DuplicateRequests), 4 * round as u64, "{what}");
+    }
+    assert!(p.resp().read(DST, 4096) == data);
+    assert_eq!(p.resp().stats.get(Counter::BytesWritten), 4096, "placed once");
+}
