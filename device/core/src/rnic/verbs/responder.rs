@@ -13,7 +13,9 @@
 //!   (when the requester asks, or every [`ACK_EVERY`] requests), READ responses.
 //!
 //! A malformed RECV or one whose buffers fail their checks completes in error here (this
-//! QP to ERROR) and the requester gets a REM_OP NAK. Not implemented: atomics, credits.
+//! QP to ERROR) and the requester gets a REM_OP NAK. At most [`MAX_READ_RESPONSES`] READs
+//! are answered at a time; a new one beyond them gets an invalid-request NAK. Not
+//! implemented: atomics, credits.
 
 use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
@@ -30,6 +32,10 @@ use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
 pub const ACK_EVERY: u32 = 16;
+
+/// RDMA READs whose responses one QP holds at a time (its responder resources: the
+/// `max_qp_rd_atom` the driver reports). A new READ beyond them is an invalid request.
+pub const MAX_READ_RESPONSES: usize = 16;
 
 /// What the responder is in the middle of (multi-packet messages).
 #[derive(Clone, Debug)]
@@ -317,6 +323,16 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     // A duplicate request replaces what is queued for the same PSNs.
     let first_psn = m.bth.psn;
     rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
+    if rs.responses.len() >= MAX_READ_RESPONSES {
+        // More READs outstanding than the responder resources the requester was told
+        // of: a new one is refused (invalid request); a duplicate waits for its resend.
+        if fresh {
+            crate::guest_warn!("{}: QP {qpn}: an RDMA READ beyond {MAX_READ_RESPONSES} outstanding; invalid request", ctx.name);
+            let f = fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID);
+            send_ack(ctx, rs, t, src_qpn, m.bth.psn, syndrome::NAK_INV_REQ, Some((f.status, f.reason)));
+        }
+        return;
+    }
     if fresh && ctx.wqe_log.enabled() {
         let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
         ctx.wqe_log.responder(qpn, "read", len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Sourced);

@@ -516,3 +516,34 @@ fn a_resent_message_is_acknowledged_where_it_asks_and_only_there() {
     assert!(p.resp().read(DST, 4096) == data);
     assert_eq!(p.resp().stats.get(Counter::BytesWritten), 4096, "placed once");
 }
+
+#[test]
+fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded() {
+    use super::responder::MAX_READ_RESPONSES;
+    use crate::rnic::fabric::packet::{op, syndrome, Bth, Reth};
+    // A peer that ignores the responder resources it was told of: READ requests of 64
+    // packets each, faster than the responses go out (the engine does not run in between).
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 4 << 20);
+    let net = p.net.clone().unwrap();
+    let first = PSN_AB;
+    let read = |k: u32| {
+        let psn = (first + 64 * k) & 0xff_ffff;
+        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn, ack_req: true, ..Default::default() };
+        Packet { bth, reth: Some(Reth { va: VA + DST, rkey: rk, len: 64 << 10 }), ..Default::default() }
+    };
+    let d = p.resp();
+    for k in 0..=MAX_READ_RESPONSES as u32 {
+        d.e.on_packet(&d.mem, A, &read(k));
+    }
+    let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
+    let naks: Vec<&Packet> = sent.iter().filter(|s| s.bth.opcode == op::ACK).collect();
+    assert_eq!(naks.len(), 1, "one refusal: {:?}", naks);
+    let nak = naks[0];
+    assert_eq!((nak.bth.psn, nak.aeth.map(|a| a.syndrome)), (read(MAX_READ_RESPONSES as u32).bth.psn, Some(syndrome::NAK_INV_REQ)));
+    // The sixteen accepted READs are answered in full, and nothing more.
+    let d = p.resp();
+    while d.e.run(&d.mem, 64) {}
+    let responses = sent.len() - 1 + net.queue.lock().unwrap().drain(..).filter(|(_, _, s)| s.bth.opcode != op::ACK).count();
+    assert_eq!(responses, MAX_READ_RESPONSES * 64, "1 KiB path MTU: 64 responses per READ");
+}
