@@ -2,9 +2,9 @@
 //! the MSN, the message being received, READ responses still to send) and the handling
 //! of each request:
 //!
-//! - PSN check: only the expected PSN is executed; a duplicate that asks for an ACK
-//!   (AckReq) is re-acknowledged, one that does not is dropped (a duplicate READ is
-//!   answered again); one beyond it draws one sequence NAK per gap.
+//! - PSN check: only the expected PSN is executed; a duplicate is acknowledged up to its
+//!   own PSN (a duplicate READ is answered again); one beyond it draws one sequence NAK
+//!   per gap.
 //! - Checks before placing any byte: opcode sequence, payload against the MTU, rkey,
 //!   range and access (REM_ACCESS NAK), a RECV for SEND and WRITE WITH IMMEDIATE (RNR NAK
 //!   when none is posted, the PSN not consumed), the SEND's length against the RECV
@@ -131,14 +131,13 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         ctx.stats().inc(Counter::DuplicateRequests);
         if op.kind == Kind::ReadRequest {
             answer_read(ctx, qpn, qp, rs, src_qpn, m, false, t);
-        } else if m.bth.ack_req {
-            // Re-acknowledged (the newest PSN executed) only where the requester asks: a
-            // resent message always asks on its last packet. An ACK for every duplicate
-            // would answer packets the requester is still resending, and rxe's completer,
-            // given an ACK for the last PSN of a WQE it is resending, moves its expected
-            // PSN past the WQE without completing it; if the ACKs to the rest of the
-            // resend are then lost it never retransmits again (docs/fabric.md).
-            send_ack(ctx, rs, t, src_qpn, psn_add(rs.epsn, PSN_MASK), syndrome::ACK, None);
+        } else {
+            // Acknowledged up to its own PSN, not the newest executed: a requester resending
+            // a message has not resent its later packets yet, and rxe's completer, given an
+            // ACK for the last PSN of a WQE it is still resending, moves its expected PSN
+            // past the WQE without completing it; when the ACKs to the rest of the resend
+            // are lost it never retransmits again (docs/fabric.md, "Soft-RoCE interop").
+            send_ack(ctx, rs, t, src_qpn, psn, syndrome::ACK, None);
         }
         return;
     }
