@@ -201,7 +201,8 @@
 #define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
 #define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */
 #define RNIC_STAT_RNR_NAKS_SENT      38           /* RNR NAKs sent (a SEND found no receive WQE) */
-#define RNIC_STAT_COUNT              39           /* number of counters */
+#define RNIC_STAT_BAD_RESPONSES      39           /* responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place */
+#define RNIC_STAT_COUNT              40           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -243,6 +244,7 @@
 	[RNIC_STAT_OUT_OF_SEQUENCE] = "out_of_sequence", \
 	[RNIC_STAT_DUPLICATE_REQUESTS] = "duplicate_requests", \
 	[RNIC_STAT_RNR_NAKS_SENT] = "rnr_naks_sent", \
+	[RNIC_STAT_BAD_RESPONSES] = "bad_responses", \
 }
 
 /* Descriptor constants */
@@ -266,6 +268,7 @@
 #define RNIC_WC_LOC_QP_OP_ERR        0x2          /* local QP operation error (bad WQE) */
 #define RNIC_WC_LOC_PROT_ERR         0x4          /* local protection error (lkey, range, PD, access) */
 #define RNIC_WC_WR_FLUSH_ERR         0x5          /* flushed: the QP is in ERROR */
+#define RNIC_WC_BAD_RESP_ERR         0x8          /* bad response: a READ response whose opcode or length is out of place */
 #define RNIC_WC_REM_INV_REQ_ERR      0x9          /* remote invalid request (e.g. message too long for the RECV) */
 #define RNIC_WC_REM_ACCESS_ERR       0xa          /* remote access error (rkey, range, PD, access) */
 #define RNIC_WC_REM_OP_ERR           0xb          /* remote operation error */
@@ -316,6 +319,7 @@
 #define RNIC_QP_ERR_RETRY            0xb          /* transport retries exhausted (timeouts or sequence NAKs) */
 #define RNIC_QP_ERR_FATAL            0xc          /* the engine failed internally (STATUS_FATAL) */
 #define RNIC_QP_ERR_POISONED         0xd          /* a DMA read returned poisoned data (AER Poisoned TLP Received) */
+#define RNIC_QP_ERR_BAD_RESPONSE     0xe          /* a READ response out of place (opcode or payload length) */
 #define RNIC_ASYNC_ERR_CQ_OVERFLOW   0x1          /* RNIC_REG_LAST_ERROR code: CQ overflow */
 #define RNIC_ASYNC_ERR_QP            0x2          /* RNIC_REG_LAST_ERROR code: a QP entered ERROR */
 #define RNIC_ASYNC_ERR_APERTURE      0x3          /* RNIC_REG_LAST_ERROR code: BAR1_APERTURE slot [index] names no GPU BAR1 */

@@ -352,6 +352,7 @@ abi_consts!(WC_STATUS: u8 {
     WC_LOC_QP_OP_ERR = 2, "local QP operation error (bad WQE)";
     WC_LOC_PROT_ERR = 4, "local protection error (lkey, range, PD, access)";
     WC_WR_FLUSH_ERR = 5, "flushed: the QP is in ERROR";
+    WC_BAD_RESP_ERR = 8, "bad response: a READ response whose opcode or length is out of place";
     WC_REM_INV_REQ_ERR = 9, "remote invalid request (e.g. message too long for the RECV)";
     WC_REM_ACCESS_ERR = 10, "remote access error (rkey, range, PD, access)";
     WC_REM_OP_ERR = 11, "remote operation error";
@@ -420,6 +421,7 @@ abi_consts!(QP_ERRORS: u8 {
     QP_ERR_RETRY = 11, "transport retries exhausted (timeouts or sequence NAKs)";
     QP_ERR_FATAL = 12, "the engine failed internally (STATUS_FATAL)";
     QP_ERR_POISONED = 13, "a DMA read returned poisoned data (AER Poisoned TLP Received)";
+    QP_ERR_BAD_RESPONSE = 14, "a READ response out of place (opcode or payload length)";
 });
 
 abi_consts!(ASYNC_ERRORS: u32 {

@@ -57,6 +57,7 @@ counters! {
     OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
     DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";
     RnrNaksSent, "RNR NAKs sent (a SEND found no receive WQE)";
+    BadResponses, "responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

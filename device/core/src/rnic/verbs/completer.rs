@@ -5,7 +5,10 @@
 //! `retry_cnt`); an RNR NAK waits [`rnr_delay`] and resends (against `rnr_retry`, 7:
 //! forever); access, invalid-request and operational NAKs fail the WQE and the QP. A
 //! acknowledgement restores the transport budget; one that advances the oldest
-//! unacknowledged PSN restores the RNR budget too (IBA 9.7.5.1.4, 9.7.5.2.8).
+//! unacknowledged PSN restores the RNR budget too (IBA 9.7.5.1.4, 9.7.5.2.8). An ACK or
+//! NAK outside the window of what was sent, and a READ response whose opcode or length
+//! is not the one of its position, are refused (dropped and counted; the bad response
+//! fails the READ with WC_BAD_RESP_ERR).
 
 use super::ctx::{dma_fault, fail, Ctx};
 use super::opcode::{info, Kind};
@@ -15,7 +18,7 @@ use super::transport::{psn_add, psn_diff, Msg};
 use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::platform::mem::access::{DmaKind, DmaTag};
-use crate::rnic::fabric::packet::{syndrome, PSN_MASK};
+use crate::rnic::fabric::packet::{op, syndrome, PSN_MASK};
 use std::time::Duration;
 
 /// Shortest wait after an RNR NAK, whatever the QP's `rnr_timer_us` says.
@@ -111,6 +114,16 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
     if op.kind == Kind::Ack {
         let Some(aeth) = m.aeth else { return };
         let before = psn_add(psn, PSN_MASK);
+        // An ACK names a PSN sent (or repeats the last one acknowledged); a NAK names a
+        // request sent and not yet acknowledged. Anything else is forged or stale: it
+        // would complete WQEs whose data never arrived, or fail them.
+        let last_sent = psn_add(rq.sent_high, PSN_MASK);
+        let lowest = if aeth.syndrome & syndrome::KIND_MASK == 0 { psn_add(rq.una, PSN_MASK) } else { rq.una };
+        if psn_diff(psn, lowest) < 0 || psn_diff(psn, last_sent) > 0 {
+            ctx.stats().inc(Counter::BadResponses);
+            crate::guest_warn!("{}: QP {qpn}: dropped an ACK/NAK (syndrome {:#04x}) for PSN {psn}, outside {lowest}..={last_sent}", ctx.name, aeth.syndrome);
+            return;
+        }
         match aeth.syndrome & syndrome::KIND_MASK {
             0x00 => acked_through(ctx, qpn, qp, rq, cs, psn),
             syndrome::RNR_NAK => {
@@ -166,9 +179,17 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
     let Some(w) = rq.inflight.front_mut().filter(|w| w.is_read() && psn == psn_add(w.first_psn, w.received)) else { return };
     let off = u64::from(w.received) * u64::from(mtu);
     let n = m.payload.len();
-    let fits = off.checked_add(n).is_some_and(|end| end <= w.len) && n <= u64::from(mtu);
-    if !fits {
-        fail_front(ctx, qpn, qp, rq, fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
+    // Each response carries exactly its share (a full MTU, the rest in the last), in an
+    // opcode of its position: FIRST or MIDDLE before the last packet (FIRST where a resent
+    // request restarted the stream), LAST or ONLY for it.
+    let last = w.received + 1 == w.npkts;
+    let want = if last { w.len.saturating_sub(off) } else { u64::from(mtu) };
+    let placed =
+        matches!((last, m.bth.opcode), (false, op::READ_RESPONSE_FIRST | op::READ_RESPONSE_MIDDLE) | (true, op::READ_RESPONSE_LAST | op::READ_RESPONSE_ONLY));
+    if n != want || !placed {
+        ctx.stats().inc(Counter::BadResponses);
+        crate::guest_warn!("{}: QP {qpn}: READ response {psn} (opcode {:#04x}, {n} bytes) out of place: {want} bytes expected", ctx.name, m.bth.opcode);
+        fail_front(ctx, qpn, qp, rq, fail(WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE));
         return;
     }
     ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });

@@ -548,3 +548,85 @@ fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded(
     let responses = sent.len() - 1 + net.queue.lock().unwrap().drain(..).filter(|(_, _, s)| s.bth.opcode != op::ACK).count();
     assert_eq!(responses, MAX_READ_RESPONSES * 64, "1 KiB path MTU: 64 responses per READ");
 }
+
+/// The requester's packets of what QP 1 was just given (run, taken off the wire).
+fn requests_of(p: &mut Pair) -> Vec<Packet> {
+    let d = p.req();
+    while d.e.run(&d.mem, 64) {}
+    p.net.as_ref().unwrap().queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect()
+}
+
+/// An ACK or NAK to the requester's QP 1, as from its peer.
+fn ack_to_requester(p: &mut Pair, psn: u32, syn: u8) {
+    use crate::rnic::fabric::packet::{op, Aeth, Bth};
+    let pkt = Packet {
+        bth: Bth { opcode: op::ACK, pkey: 0xffff, dest_qp: 1, psn, ..Default::default() },
+        aeth: Some(Aeth { syndrome: syn, msn: 1 }),
+        ..Default::default()
+    };
+    let d = p.req();
+    d.e.on_packet(&d.mem, B, &pkt);
+    while d.e.run(&d.mem, 64) {}
+}
+
+#[test]
+fn acks_and_naks_outside_what_was_sent_are_dropped_and_counted() {
+    use crate::rnic::fabric::packet::syndrome;
+    // A WRITE whose packets never reached the responder: a forged ACK beyond them must not
+    // complete it, nor a NAK for a PSN never sent fail it; the real ACK still does.
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let data = p.req().fill(SRC, 4096, 6);
+    p.req().send(1, WQE_OP_RDMA_WRITE, 7, &[sge(SRC, 4096, lk)], VA + DST, rk);
+    let requests = requests_of(&mut p);
+    let last = requests[3].bth.psn;
+    let dropped = p.req().stats.get(Counter::BadResponses);
+    for (psn, syn) in [
+        (last + 1, syndrome::ACK),
+        (last + 5000, syndrome::ACK),
+        (last + 1, syndrome::NAK_REM_ACCESS),
+        (PSN_AB.wrapping_sub(2) & 0xff_ffff, syndrome::NAK_REM_OP),
+    ] {
+        ack_to_requester(&mut p, psn & 0xff_ffff, syn);
+        assert!(p.req().poll(1).is_empty(), "ACK/NAK {syn:#x} for PSN {psn:#x} completed nothing");
+    }
+    assert_eq!(p.req().stats.get(Counter::BadResponses), dropped + 4, "each counted");
+    // The responder gets the packets; its ACK completes the WRITE, once.
+    let d = p.resp();
+    for r in &requests {
+        d.e.on_packet(&d.mem, A, r);
+    }
+    let c = p.run_until(true, 1, 1);
+    assert_eq!(c.iter().map(status).collect::<Vec<_>>(), [(7, WC_SUCCESS, 0)]);
+    assert!(p.resp().read(DST, 4096) == data);
+}
+
+#[test]
+fn a_read_response_out_of_place_fails_the_read_and_places_nothing_more() {
+    use crate::rnic::fabric::packet::{op, Aeth, Bth};
+    // A four-packet READ answered by a broken peer: a FIRST response short of the MTU, then
+    // (another READ) a response that ends the message at its first packet.
+    for (opcode, len) in [(op::READ_RESPONSE_FIRST, 512usize), (op::READ_RESPONSE_ONLY, 1024)] {
+        let mut p = Pair::new(true, 7, WireFaults::default());
+        let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
+        p.req().send(1, WQE_OP_RDMA_READ, 9, &[sge(SRC, 4096, lk)], VA + DST, 0x100);
+        let req = requests_of(&mut p);
+        assert_eq!(req.len(), 1, "one READ request");
+        let aeth = (opcode == op::READ_RESPONSE_ONLY).then_some(Aeth { syndrome: 0, msn: 1 });
+        let bth = Bth { opcode, pkey: 0xffff, dest_qp: 1, psn: req[0].bth.psn, ..Default::default() };
+        let pkt = Packet { bth, aeth, payload: vec![0xee; len], ..Default::default() };
+        let dropped = p.req().stats.get(Counter::BadResponses);
+        let d = p.req();
+        d.e.on_packet(&d.mem, B, &pkt);
+        while d.e.run(&d.mem, 64) {}
+        let c = p.req().poll(1);
+        assert_eq!(
+            c.iter().map(|c| (c.wr_id, c.status, c.syndrome)).collect::<Vec<_>>(),
+            [(9, WC_BAD_RESP_ERR, u32::from(QP_ERR_BAD_RESPONSE))],
+            "opcode {opcode:#x}, {len} bytes"
+        );
+        assert_eq!(p.req().stats.get(Counter::BadResponses), dropped + 1);
+        assert!(p.req().read(SRC, 4096).iter().all(|b| *b != 0xee), "nothing of it placed");
+    }
+}
