@@ -3,8 +3,9 @@
 //! of each request:
 //!
 //! - PSN check: only the expected PSN is executed; a duplicate is acknowledged up to its
-//!   own PSN (a duplicate READ is answered again); one beyond it draws one sequence NAK
-//!   per gap.
+//!   own PSN (a duplicate READ is answered again if it asks for one of the last
+//!   [`MAX_READ_RESPONSES`] READs executed, from one of its PSNs, for what is left from
+//!   there; else dropped and counted); one beyond it draws one sequence NAK per gap.
 //! - Checks before placing any byte: opcode sequence, payload against the MTU, rkey,
 //!   range and access (REM_ACCESS NAK), a RECV for SEND and WRITE WITH IMMEDIATE (RNR NAK
 //!   when none is posted, the PSN not consumed), the SEND's length against the RECV
@@ -27,7 +28,7 @@ use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::observe::timing::wqe_log::Side;
 use crate::platform::mem::access::{DmaKind, DmaTag};
-use crate::rnic::fabric::packet::{syndrome, Aeth, Bth, PSN_MASK};
+use crate::rnic::fabric::packet::{syndrome, Aeth, Bth, Reth, PSN_MASK};
 use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
@@ -57,6 +58,30 @@ struct ReadResponse {
     msn: u32,
 }
 
+/// An RDMA READ the responder executed, as its request named it: what a duplicate of it
+/// (a resend from any of its PSNs) must match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReadRequest {
+    first_psn: u32,
+    npkts: u32,
+    va: u64,
+    rkey: u32,
+    len: u64,
+}
+
+impl ReadRequest {
+    /// Whether `m` asks again for this READ from one of its PSNs: the same rkey, and the
+    /// address and length of what is left from that PSN on (`mtu` bytes per packet).
+    fn resent_as(&self, psn: u32, reth: &Reth, mtu: u32) -> bool {
+        let k = psn_diff(psn, self.first_psn);
+        if k < 0 || k as u32 >= self.npkts || reth.rkey != self.rkey {
+            return false;
+        }
+        let off = u64::from(k as u32) * u64::from(mtu);
+        self.va.checked_add(off) == Some(reth.va) && self.len.checked_sub(off) == Some(u64::from(reth.len))
+    }
+}
+
 /// Receive-side state of one QP.
 #[derive(Clone, Debug, Default)]
 pub struct Responder {
@@ -66,6 +91,9 @@ pub struct Responder {
     incoming: Option<Incoming>,
     since_ack: u32,
     responses: VecDeque<ReadResponse>,
+    /// The newest READs executed (at most [`MAX_READ_RESPONSES`]): a duplicate READ is
+    /// answered only if it matches one of them.
+    reads: VecDeque<ReadRequest>,
 }
 
 impl Responder {
@@ -89,6 +117,7 @@ impl Responder {
             self.incoming = None;
         }
         self.responses.retain(|r| r.mr != index);
+        self.reads.retain(|r| r.rkey >> 8 != index);
     }
 }
 
@@ -319,8 +348,15 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         }
     };
     let n = packets_for(len, t.mtu());
-    // A duplicate request replaces what is queued for the same PSNs.
     let first_psn = m.bth.psn;
+    // A duplicate must ask again for a READ executed (from one of its PSNs, for what is
+    // left from there): anything else would read what no request named.
+    if !fresh && !rs.reads.iter().any(|r| r.resent_as(first_psn, &reth, t.mtu())) {
+        crate::guest_warn!("{}: QP {qpn}: a duplicate RDMA READ (PSN {first_psn}) that matches no READ executed; dropped", ctx.name);
+        ctx.stats().inc(Counter::PktsDropped);
+        return;
+    }
+    // A duplicate request replaces what is queued for the same PSNs.
     rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
     if rs.responses.len() >= MAX_READ_RESPONSES {
         // More READs outstanding than the responder resources the requester was told
@@ -338,6 +374,10 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     }
     rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
     if fresh {
+        if rs.reads.len() >= MAX_READ_RESPONSES {
+            rs.reads.pop_front();
+        }
+        rs.reads.push_back(ReadRequest { first_psn, npkts: n, va: reth.va, rkey: reth.rkey, len });
         rs.epsn = psn_add(rs.epsn, n);
         rs.msn = psn_add(rs.msn, 1);
     }

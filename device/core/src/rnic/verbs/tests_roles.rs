@@ -630,3 +630,36 @@ fn a_read_response_out_of_place_fails_the_read_and_places_nothing_more() {
         assert!(p.req().read(SRC, 4096).iter().all(|b| *b != 0xee), "nothing of it placed");
     }
 }
+
+#[test]
+fn a_duplicate_read_is_answered_only_as_the_read_it_repeats() {
+    use crate::rnic::fabric::packet::{op, Bth, Reth};
+    // One 4 KiB READ executed; then "duplicates" of it: from its third PSN for what is
+    // left (answered: two responses from there), and three that ask for something else
+    // (another address, a longer length, another rkey): dropped and counted.
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let rk2 = p.resp().reg_mr(3, 7, RW, DST + (1 << 20), 1 << 20);
+    let net = p.net.clone().unwrap();
+    let read = |psn: u32, va: u64, rkey: u32, len: u32| {
+        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn: psn & 0xff_ffff, ack_req: true, ..Default::default() };
+        Packet { bth, reth: Some(Reth { va, rkey, len }), ..Default::default() }
+    };
+    let answer = |p: &mut Pair, pkt: Packet| {
+        let d = p.resp();
+        d.e.on_packet(&d.mem, A, &pkt);
+        while d.e.run(&d.mem, 64) {}
+        net.queue.lock().unwrap().drain(..).map(|(_, _, s)| (s.bth.opcode, s.bth.psn, s.payload.len())).collect::<Vec<_>>()
+    };
+    let first = PSN_AB;
+    assert_eq!(answer(&mut p, read(first, VA + DST, rk, 4096)).len(), 4, "the READ: four responses");
+    let again = answer(&mut p, read(first + 2, VA + DST + 2048, rk, 2048));
+    let (f, l) = ((first + 2) & 0xff_ffff, (first + 3) & 0xff_ffff);
+    assert_eq!(again, [(op::READ_RESPONSE_FIRST, f, 1024), (op::READ_RESPONSE_LAST, l, 1024)], "resent from its third PSN");
+    let dropped = p.resp().stats.get(Counter::PktsDropped);
+    for (va, rkey, len) in [(VA + DST + 4096, rk, 2048), (VA + DST + 2048, rk, 1 << 19), (VA + DST + (1 << 20) + 2048, rk2, 2048)] {
+        assert!(answer(&mut p, read(first + 2, va, rkey, len)).is_empty(), "{va:#x} {rkey:#x} {len}: not what was read");
+    }
+    assert_eq!(p.resp().stats.get(Counter::PktsDropped), dropped + 3);
+    assert_eq!(p.resp().stats.get(Counter::DuplicateRequests), 4);
+}
