@@ -378,7 +378,8 @@ static int rnic_qp_check_remote(struct rnic_nic *nic, const struct rnic_qp *qp,
 
 /*
  * MODIFY_QP. @path: the address vector ib_core resolved (next-hop MAC, traffic class, hop
- * limit, source GID), written to the QP's path entry with an RTR that names dest_ip; NULL
+ * limit, source GID; an IPv6 destination GID with RNIC_PATH_FLAG_IPV6, dest_ip then 0),
+ * written to the QP's path entry with an RTR that names dest_ip; NULL
  * (the ioctl interface) leaves the entry zero: the peer is an rnic-emu port, whose MAC
  * follows from dest_ip, and the source is the port's fabric address.
  */
