@@ -654,6 +654,43 @@ mod tests {
     }
 
     #[test]
+    fn roce_over_ipv6_reaches_an_ipv6_gid_of_the_port_and_is_counted() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
+        let (a6, b6): (std::net::Ipv6Addr, std::net::Ipv6Addr) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        let to_b = Dest { ip: b6.into(), src: Some(a6.into()), mac: b.mac(), tclass: 0x20, ttl: 3 };
+        a.send(&to_b, &packet(1));
+        a.flush();
+        let (got, frames) = drain(&b);
+        assert!(got.is_empty() && frames.len() == 1, "no IPv6 GID yet: the netdev's");
+        b.eth.gids.set(2, Some(b6.octets()));
+        a.send(&to_b, &packet(2));
+        a.send(&Dest { ip: b6.into(), src: None, ..to_b }, &packet(3)); // no IPv6 source: not sent
+        a.send(&Dest { src: Some(a6.into()), ..Dest::of_ip(b.address) }, &packet(4)); // mixed families: not sent
+        a.flush();
+        let spoofed = roce_frame(&a, &b, |r| {
+            r.src_ip = b6.into(); // b's own IPv6 address, from outside
+            r.dst_ip = b6.into();
+        });
+        a.send_frame(&spoofed);
+        a.flush();
+        let mut from = Vec::new();
+        let mut quiet = std::time::Instant::now();
+        while quiet.elapsed() < Duration::from_secs(1) {
+            let n = b.receive(&mut |rx| {
+                if let Rx::Roce(src, p) = rx {
+                    from.push((src, p.bth.psn, p.payload.clone()));
+                }
+            });
+            if n > 0 {
+                quiet = std::time::Instant::now();
+            }
+        }
+        assert_eq!(from, [(IpAddr::V6(a6), 2, packet(2).payload)], "taken, from a's IPv6 GID");
+        assert_eq!((count(&stats, Counter::PktsSent), count(&stats, Counter::PktsSentIpv6)), (2, 2), "the two IPv6 packets sent");
+        assert_eq!((count(&stats, Counter::PktsDropped), count(&stats, Counter::EthRxErrors)), (1, 1), "the spoof dropped");
+    }
+
+    #[test]
     fn unknown_ethertypes_and_other_traffic_reach_the_netdev() {
         let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
         let raw = |ethertype: u16, tag: u8| [&b.mac()[..], &a.mac()[..], &ethertype.to_be_bytes(), &[tag; 46][..]].concat();
