@@ -1130,11 +1130,11 @@ fn roce_over_ipv6_paths() {
     };
     let access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
     let conn = Connection { dest_qpn: 8, dest_ip: None, retry_cnt: 7, timeout: 16, ..Default::default() };
-    for i in 0..2 {
-        p.h[i].use_paths().unwrap();
-        assert_eq!(p.h[i].set_gid(3, Some(gids[i].octets())).unwrap(), CMD_OK);
-        p.h[i].create_cq(8, 6, 1).unwrap();
-        p.h[i].create_qp(8, 1, 8, 6, access).unwrap();
+    for (h, gid) in p.h.iter_mut().zip(gids) {
+        h.use_paths().unwrap();
+        assert_eq!(h.set_gid(3, Some(gid.octets())).unwrap(), CMD_OK);
+        h.create_cq(8, 6, 1).unwrap();
+        h.create_qp(8, 1, 8, 6, access).unwrap();
     }
     // Refused: a multicast destination, a source entry that is empty or IPv4.
     assert_eq!(p.h[0].set_gid(4, Some(ips[0].to_ipv6_mapped().octets())).unwrap(), CMD_OK);
