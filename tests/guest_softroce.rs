@@ -106,7 +106,8 @@ fn rnic_script(me: u8) -> String {
     }
     // RoCEv2 over IPv6 (contract 1.9): the GID of an IPv6 address of reth0.
     s += &format!(
-        "ip -6 addr add fd00::{me}/64 dev reth0 nodad || echo failed: IPv6 address
+        "echo 0 > /proc/sys/net/ipv6/conf/reth0/accept_dad
+         ip -6 addr add fd00::{me}/64 dev reth0 || echo failed: IPv6 address
          G6=$(rnic-gid rnic0 fd00::{me} || echo none); echo \"gid6: $G6\"\n"
     );
     if me == 11 {
@@ -155,7 +156,8 @@ fn rxe_script() -> String {
     }
     s += "rnic-kv get go-alias 300000 >/dev/null; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
     s += &format!(
-        "ip -6 addr add fd00::13/64 dev eth0 nodad || echo failed: IPv6 address
+        "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad
+         ip -6 addr add fd00::13/64 dev eth0 || echo failed: IPv6 address
          G6=$(rnic-gid rxe0 fd00::13 || echo none); echo \"gid6: $G6\"
          rnic-kv get go-v6-pp 300000 >/dev/null; client v6-pp {V6_PINGPONG} -d rxe0 -g $G6 10.0.0.11
          rnic-kv get go-v6-rd 300000 >/dev/null; client v6-rd {V6_READ} -d rxe0 -x $G6 10.0.0.11
