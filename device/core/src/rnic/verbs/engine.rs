@@ -27,6 +27,7 @@ use crate::observe::timing::wqe_log::WqeLog;
 use crate::platform::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
+use crate::rnic::fabric::frame::DEFAULT_TTL;
 use crate::rnic::fabric::packet::Packet;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
@@ -432,7 +433,7 @@ impl Engine {
         if ipv6 {
             return Ok(Path::Fabric { peer: self.ipv6_dest(ctx, &path)?, mtu });
         }
-        let mut dest = dest_of(Ipv4Addr::from(ctx.dest_ip), &path);
+        let mut dest = dest_of(Dest::of_ip(Ipv4Addr::from(ctx.dest_ip)), &path);
         if u32::from(path.flags) & PATH_FLAG_SGID != 0 {
             // The source must be an IPv4 address of the port now.
             let src = self.port.as_ref().and_then(|p| p.gids.ipv4(usize::from(path.sgid_index)));
@@ -454,10 +455,8 @@ impl Engine {
         gid[8..].copy_from_slice(&path.dest_gid_hi.to_le_bytes());
         let ip = crate::rnic::gid::ipv6_of(&gid).ok_or(CMD_ERR_INVALID)?;
         let src = self.port.as_ref().and_then(|p| p.gids.ipv6(usize::from(path.sgid_index))).ok_or(CMD_ERR_INVALID)?;
-        let mut dest = dest_of(Ipv4Addr::UNSPECIFIED, path);
-        dest.ip = IpAddr::V6(ip);
-        dest.src = Some(IpAddr::V6(src));
-        Ok(dest)
+        let base = Dest { ip: IpAddr::V6(ip), src: Some(IpAddr::V6(src)), mac: [0; 6], tclass: 0, ttl: DEFAULT_TTL };
+        Ok(dest_of(base, path)) // dest_mac is not 0: checked above
     }
 
     /// CMD_SET_GID: entry `index` of the driver's GID table becomes the port's.
@@ -777,9 +776,9 @@ const QP_CTX_SIZE: u64 = QpCtx::ABI.size as u64;
 /// Bytes of one QP path entry.
 const QP_PATH_SIZE: u64 = QpPath::ABI.size as u64;
 
-/// Where a fabric QP sends: its path entry, or the rnic-emu convention where it is 0.
-fn dest_of(ip: Ipv4Addr, path: &QpPath) -> Dest {
-    let mut dest = Dest::of_ip(ip);
+/// Where a fabric QP sends: its path entry over `dest` (the rnic-emu convention of an IPv4
+/// peer, [`Dest::of_ip`], where the entry is 0).
+fn dest_of(mut dest: Dest, path: &QpPath) -> Dest {
     if path.dest_mac != 0 {
         dest.mac.copy_from_slice(&path.dest_mac.to_le_bytes()[..6]);
     }
