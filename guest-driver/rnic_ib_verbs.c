@@ -9,7 +9,8 @@
  * doorbell pages offered for mmap (kernel bypass: the provider writes WQEs and indices and
  * reads CQEs itself), the MMIO doorbell rung on request (POST_SEND/POST_RECV with no work
  * requests: the device's event index asked for it), CQ arming and the completion handler
- * called from the CQ's interrupt, and RoCE addressing (the AH's GID -> dest_ip).
+ * called from the CQ's interrupt, and RoCE addressing (the AH's GID -> dest_ip, or on a
+ * device of contract 1.9 an IPv6 GID -> the QP path's dest_gid).
  *
  * Not offered: kernel consumers (CQs and QPs need a user context), QP types other than RC,
  * SRQs, atomics, a DMA MR; GPU memory (a mapping of BAR1, or a GPU's dma-buf through
@@ -295,29 +296,10 @@ static int rnic_ib_qp_state(enum ib_qp_state s, u32 *out)
 	}
 }
 
-/* The AH's destination GID as the device's dest_ip: IPv4-mapped; our own address: loopback. */
-static int rnic_ib_dest_ip(struct rnic_nic *nic, const struct rdma_ah_attr *ah, u32 *ip)
-{
-	const struct ib_global_route *grh;
-	u32 own = ioread32(nic->rd.bar0 + RNIC_REG_IPV4);
-
-	if (!(rdma_ah_get_ah_flags(ah) & IB_AH_GRH))
-		return -EINVAL;
-	grh = rdma_ah_read_grh(ah);
-	if (!ipv6_addr_v4mapped((const struct in6_addr *)grh->dgid.raw)) {
-		dev_warn_ratelimited(nic_dev(nic), "MODIFY_QP: destination GID %pI6 is not an IPv4-mapped RoCE v2 GID\n",
-				     grh->dgid.raw);
-		return -EINVAL;
-	}
-	*ip = get_unaligned_be32(&grh->dgid.raw[12]);
-	if (*ip == own || rnic_ib_gid_is_own(nic, grh->dgid.raw))
-		*ip = 0;
-	return 0;
-}
-
 /*
  * The AH's path as the device's QP path entry: the next-hop MAC ib_core resolved for the
- * destination GID (its neighbour entry on rethN), the GRH's traffic class and hop limit.
+ * destination GID (its neighbour entry on rethN, ARP or NDP), the GRH's traffic class and
+ * hop limit.
  */
 static void rnic_ib_path(const struct rdma_ah_attr *ah, struct rnic_qp_path *path)
 {
@@ -331,6 +313,49 @@ static void rnic_ib_path(const struct rdma_ah_attr *ah, struct rnic_qp_path *pat
 	/* The source address: the port's GID the address vector names (rnic_ib_gid.c). */
 	path->sgid_index = grh->sgid_index;
 	path->flags = RNIC_PATH_FLAG_SGID;
+}
+
+/*
+ * The AH's destination as the device's: an IPv4-mapped GID is dest_ip; another (IPv6) GID
+ * is the path's dest_gid with RNIC_PATH_FLAG_IPV6 and dest_ip 0 (contract 1.9, whose
+ * device checks that the source GID is IPv6 too); our own address: loopback (dest_ip 0,
+ * no IPv6 flag).
+ */
+static int rnic_ib_dest(struct rnic_nic *nic, const struct rdma_ah_attr *ah, u32 *ip,
+			struct rnic_qp_path *path)
+{
+	const struct ib_global_route *grh;
+	const struct in6_addr *dgid;
+	u32 own = ioread32(nic->rd.bar0 + RNIC_REG_IPV4);
+
+	if (!(rdma_ah_get_ah_flags(ah) & IB_AH_GRH))
+		return -EINVAL;
+	grh = rdma_ah_read_grh(ah);
+	dgid = (const struct in6_addr *)grh->dgid.raw;
+	rnic_ib_path(ah, path);
+	*ip = 0;
+	if (rnic_ib_gid_is_own(nic, grh->dgid.raw))
+		return 0;
+	if (ipv6_addr_v4mapped(dgid)) {
+		*ip = get_unaligned_be32(&grh->dgid.raw[12]);
+		if (*ip == own)
+			*ip = 0;
+		return 0;
+	}
+	if (!nic->qp_path || rnic_version_minor(nic->rd.version) < 9) {
+		dev_warn_ratelimited(nic_dev(nic), "MODIFY_QP: destination GID %pI6 is IPv6, which needs a device of contract 1.9\n",
+				     grh->dgid.raw);
+		return -EINVAL;
+	}
+	if (ipv6_addr_any(dgid) || ipv6_addr_loopback(dgid) || ipv6_addr_is_multicast(dgid)) {
+		dev_warn_ratelimited(nic_dev(nic), "MODIFY_QP: destination GID %pI6 is not a unicast address\n",
+				     grh->dgid.raw);
+		return -EINVAL;
+	}
+	memcpy(&path->dest_gid_lo, &grh->dgid.raw[0], sizeof(path->dest_gid_lo));
+	memcpy(&path->dest_gid_hi, &grh->dgid.raw[8], sizeof(path->dest_gid_hi));
+	path->flags |= RNIC_PATH_FLAG_IPV6;
+	return 0;
 }
 
 int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
@@ -365,11 +390,10 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			     (attr->qp_access_flags & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
 	}
 	if (mask & IB_QP_AV) {
-		ret = rnic_ib_dest_ip(nic, &attr->ah_attr, &req.dest_ip);
+		ret = rnic_ib_dest(nic, &attr->ah_attr, &req.dest_ip, &path);
 		if (ret)
 			return ret;
 		req.attr_mask |= RNIC_QP_ATTR_DEST_IP;
-		rnic_ib_path(&attr->ah_attr, &path);
 	}
 	if (mask & IB_QP_PATH_MTU) {
 		req.attr_mask |= RNIC_QP_ATTR_PATH_MTU;

@@ -10,8 +10,9 @@
  * - statistics (ethtool -S): the port's device counters read from BAR0
  *   (RNIC_STATS_BASE + 8 * RNIC_STAT_*, named as the `stats` sysfs attribute names them:
  *   the Ethernet port's frames, bytes, errors, no-buffer and filtered drops, the RoCE
- *   packets and their ICRC, sequence, duplicate, retransmission and RNR events), then the
- *   driver's own ring counters. Once the RNIC is gone the last values read are shown.
+ *   packets and their ICRC, sequence, duplicate, retransmission and RNR events, and of
+ *   those the ones over IPv6 on a device of contract 1.9), then the driver's own ring
+ *   counters. Once the RNIC is gone the last values read are shown.
  *
  * An older device (no RNIC_CAP_ETH) has no Ethernet port: its netdev lists only the
  * frames it dropped.
@@ -45,7 +46,11 @@ static const u16 rnic_eth_hw_stats[] = {
 	RNIC_STAT_TIMEOUTS,
 	RNIC_STAT_RNR_NAKS_SENT,
 	RNIC_STAT_RNR_RETRIES,
+	/* contract 1.9: the last RNIC_ETH_HW_IPV6 entries */
+	RNIC_STAT_PKTS_SENT_IPV6,
+	RNIC_STAT_PKTS_RECEIVED_IPV6,
 };
+#define RNIC_ETH_HW_IPV6	2
 
 static const char *const rnic_eth_hw_names[RNIC_STAT_COUNT] = RNIC_STAT_NAMES_INIT;
 
@@ -86,7 +91,11 @@ static const char *const rnic_eth_sw_names[RNIC_SW_COUNT] = {
 
 static unsigned int rnic_eth_n_hw(const struct rnic_eth *eth)
 {
-	return eth->has_eth ? ARRAY_SIZE(rnic_eth_hw_stats) : 0;
+	if (!eth->has_eth)
+		return 0;
+	if (rnic_version_minor(eth->nic->rd.version) < 9)
+		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_IPV6;
+	return ARRAY_SIZE(rnic_eth_hw_stats);
 }
 
 static unsigned int rnic_eth_first_sw(const struct rnic_eth *eth)

@@ -156,6 +156,15 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	qp->path_mtu_log2 = RNIC_PATH_MTU_MAX_LOG2;
 	qp->retry_cnt = RNIC_QP_DEFAULT_RETRY_CNT;
 	qp->timeout = RNIC_QP_DEFAULT_TIMEOUT;
+	/*
+	 * The path entry of the QP that had this number before is not ours: the device reads
+	 * it at every RTR, also with dest_ip 0 (an IPv6 path, contract 1.9).
+	 */
+	if (nic->qp_path) {
+		mutex_lock(&nic->cmd_lock);
+		memset(&nic->qp_path[qp->qpn], 0, sizeof(*nic->qp_path));
+		mutex_unlock(&nic->cmd_lock);
+	}
 
 	ret = xa_insert(&uc->qps, qp->qpn, qp, GFP_KERNEL);
 	if (ret)
@@ -378,7 +387,8 @@ static int rnic_qp_check_remote(struct rnic_nic *nic, const struct rnic_qp *qp,
 
 /*
  * MODIFY_QP. @path: the address vector ib_core resolved (next-hop MAC, traffic class, hop
- * limit, source GID), written to the QP's path entry with an RTR that names dest_ip; NULL
+ * limit, source GID; an IPv6 destination GID with RNIC_PATH_FLAG_IPV6, dest_ip then 0),
+ * written to the QP's path entry with an RTR that names dest_ip; NULL
  * (the ioctl interface) leaves the entry zero: the peer is an rnic-emu port, whose MAC
  * follows from dest_ip, and the source is the port's fabric address.
  */

@@ -10,7 +10,11 @@
 //! counters of both sides (rnic0's through `ethtool -S`, rxe0's hw_counters), and that
 //! under loss each side's retransmissions met the other's NAKs. Last, node0 puts a second
 //! address on reth0 and `ibv_rc_pingpong` runs on its GID: the port's addresses follow the
-//! netdev's (rxe checks that our packets come from the GID the QP was given).
+//! netdev's (rxe checks that our packets come from the GID the QP was given). Then RoCEv2
+//! over IPv6: every node puts an fd00::/64 address on its netdev and `ibv_rc_pingpong
+//! --chk`, `ib_read_bw` and `ib_write_bw` run on those addresses' GIDs between rnic0 and
+//! rxe0 and between the two rnic0s (the next hop resolved by NDP over reth0); the port's
+//! pkts_sent_ipv6 / pkts_received_ipv6 counters show the packets went over IPv6.
 
 mod common;
 use common::*;
@@ -25,6 +29,11 @@ const PROGRAMS: [(&str, &str); 6] = [
     ("read_lat", "ib_read_lat -F -s 64 -n 300"),
     ("pingpong", "ibv_rc_pingpong --chk -s 4096 -n 200"),
 ];
+
+/// The IPv6 steps (a few seconds of traffic): rnic0 <-> rxe0 and rnic0 <-> rnic0.
+const V6_PINGPONG: &str = "ibv_rc_pingpong --chk -s 4096 -n 100";
+const V6_READ: &str = "ib_read_bw -F -s 65536 -n 100 --report_gbits";
+const V6_WRITE: &str = "ib_write_bw -F -s 65536 -n 100 --report_gbits";
 
 /// Shell functions every node's script starts with. Every program runs under `timeout`
 /// (rxe retries forever at perftest's retry count 7, and perftest's TCP exchange has no
@@ -95,6 +104,28 @@ fn rnic_script(me: u8) -> String {
               G2=$(rnic-gid rnic0 10.0.0.21 || echo none); echo \"gid2: $G2\"
               rnic-kv put go-alias 1; server alias ibv_rc_pingpong --chk -s 4096 -n 200 -d rnic0 -g $G2\n";
     }
+    // RoCEv2 over IPv6 (contract 1.9): the GID of an IPv6 address of reth0.
+    s += &format!(
+        "echo 0 > /proc/sys/net/ipv6/conf/reth0/accept_dad
+         ip -6 addr add fd00::{me}/64 dev reth0 || echo failed: IPv6 address
+         G6=$(rnic-gid rnic0 fd00::{me} || echo none); echo \"gid6: $G6\"\n"
+    );
+    if me == 11 {
+        s += &format!(
+            "rnic-kv put go-v6-pp 1; server v6-pp {V6_PINGPONG} -d rnic0 -g $G6
+             rnic-kv put go-v6-rd 1; server v6-rd {V6_READ} -d rnic0 -x $G6
+             rnic-kv get go-v6-wr 300000 >/dev/null; client v6-wr {V6_WRITE} -d rnic0 -x $G6 10.0.0.13
+             rnic-kv put go-v6-mp 1; server v6-mp {V6_PINGPONG} -d rnic0 -g $G6
+             rnic-kv get go-v6-mw 300000 >/dev/null; client v6-mw {V6_WRITE} -d rnic0 -x $G6 10.0.0.12
+             rnic-kv put done-v6 1\n"
+        );
+    } else {
+        s += &format!(
+            "rnic-kv get go-v6-mp 300000 >/dev/null; client v6-mp {V6_PINGPONG} -d rnic0 -g $G6 10.0.0.11
+             rnic-kv put go-v6-mw 1; server v6-mw {V6_WRITE} -d rnic0 -x $G6
+             rnic-kv get done-v6 300000 >/dev/null\n"
+        );
+    }
     s + "ethtool -S reth0 | sed 's/^[[:space:]]*/stat: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
@@ -124,6 +155,15 @@ fn rxe_script() -> String {
         s += &format!("for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo \"rxe-{me}: ${{f##*/}} $(cat $f)\"; done\n");
     }
     s += "rnic-kv get go-alias 300000 >/dev/null; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
+    s += &format!(
+        "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad
+         ip -6 addr add fd00::13/64 dev eth0 || echo failed: IPv6 address
+         G6=$(rnic-gid rxe0 fd00::13 || echo none); echo \"gid6: $G6\"
+         rnic-kv get go-v6-pp 300000 >/dev/null; client v6-pp {V6_PINGPONG} -d rxe0 -g $G6 10.0.0.11
+         rnic-kv get go-v6-rd 300000 >/dev/null; client v6-rd {V6_READ} -d rxe0 -x $G6 10.0.0.11
+         rnic-kv put go-v6-wr 1; server v6-wr {V6_WRITE} -d rxe0 -x $G6
+         ip -6 neigh show dev eth0 | sed 's/^/neigh6: /'\n"
+    );
     s + "ip neigh show dev eth0 | sed 's/^/neigh: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
 }
@@ -153,7 +193,8 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     //   when its ACK of that message is lost (2% on node1) the server resends to a QP that
     //   is gone and fails with "transport retry counter exceeded" (as on any lossy fabric).
     let hung = |l: &str| l.contains("rc ") && (l.ends_with(" 124") || l.ends_with(" 143"));
-    let pingpong_race = |l: &str| (l.contains("pingpong-") || l.contains("alias")) && l.contains(": Failed status transport retry counter exceeded");
+    let pingpong_tags = ["pingpong-", "alias", "v6-pp", "v6-mp"];
+    let pingpong_race = |l: &str| pingpong_tags.iter().any(|t| l.contains(t)) && l.contains(": Failed status transport retry counter exceeded");
     let again = |stdout: &str| stdout.lines().any(|l| hung(l) || pingpong_race(l));
     let mut out = run();
     if again(&String::from_utf8_lossy(&out.stdout)) {
@@ -217,4 +258,32 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     assert!(rxe_delta("out_of_seq_request") > 0, "rxe's responder saw our gaps");
     assert!(rxe_delta("rcvd_seq_err") + rxe_delta("completer_retry_err") > 0, "rxe's requester repaired its losses");
     assert_eq!(num(&rxe, "kernel-warnings: "), 0, "the rxe guest logged no kernel warnings");
+    check_ipv6(&stdout);
+}
+
+/// RoCEv2 over IPv6 GIDs: rnic0 (node0) <-> rxe0 and rnic0 (node0) <-> rnic0 (node1), each
+/// program's status and report, `--chk`'s checked buffers, and IPv6 packets counted by both
+/// rnic-emu ports both ways.
+fn check_ipv6(stdout: &str) {
+    let (l0, l1, rxe) = (node_lines(stdout, 0), node_lines(stdout, 1), node_lines(stdout, 2));
+    for (node, lines) in [(0, &l0), (1, &l1), (2, &rxe)] {
+        assert!(!matches!(line_after(lines, "gid6: "), None | Some("none")), "node{node}: a RoCE v2 GID for its fd00:: address");
+    }
+    // The next hop of rxe0's IPv6 QPs is reth0's MAC, learned by NDP.
+    assert!(rxe.iter().any(|l| l.starts_with("neigh6: fd00::11 ") && l.contains("02:e1:0a:00:00:0b")), "NDP entry for reth0");
+    let pairs = [("v6-pp", &l0, &rxe), ("v6-rd", &l0, &rxe), ("v6-wr", &rxe, &l0), ("v6-mp", &l0, &l1), ("v6-mw", &l1, &l0)];
+    for (tag, server, client) in pairs {
+        assert_eq!(line_after(server, &format!("rc {tag} ")), Some("0"), "{tag}: server exit status");
+        assert_eq!(line_after(client, &format!("rc {tag} ")), Some("0"), "{tag}: client exit status");
+        if tag.ends_with('p') {
+            assert!(client.iter().any(|x| x.starts_with(&format!("{tag}: 100 iters in "))), "{tag}: 100 x 4096 bytes ponged and checked");
+        } else {
+            let r = perftest_row(client, tag, "65536").unwrap_or_else(|| panic!("{tag}: no perftest result row"));
+            assert!(r[3].parse::<f64>().unwrap_or(0.0) > 0.0, "{tag}: {r:?}");
+        }
+    }
+    for (node, lines) in [(0, &l0), (1, &l1)] {
+        assert!(num(lines, "stat: pkts_sent_ipv6: ") > 0, "node{node}: RoCE packets sent over IPv6");
+        assert!(num(lines, "stat: pkts_received_ipv6: ") > 0, "node{node}: RoCE packets received over IPv6");
+    }
 }

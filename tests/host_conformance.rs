@@ -1102,6 +1102,79 @@ fn qp_paths_and_gids() {
     assert!(stat(&mut p.h[0], Counter::Retransmits) > dropped);
 }
 
+/// R-FAB-11: RoCEv2 over IPv6 between two node servers. Each port gets an IPv6 GID; QP 8
+/// of each names the peer's GID with PATH_FLAG_IPV6 (dest_ip 0) and its own as the source;
+/// a WRITE and a READ complete, every RoCE packet of both went over IPv6, and paths the
+/// device must refuse are refused at RTR.
+#[test]
+fn roce_over_ipv6_paths() {
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    let _turn = serialized();
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, 114, sub, 1), Ipv4Addr::new(127, 114, sub, 2)];
+    let gids: [Ipv6Addr; 2] = ["fd00::a".parse().unwrap(), "fd00::b".parse().unwrap()];
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
+    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
+    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
+    let macs: Vec<u64> = p.h.iter_mut().map(|h| h.r64(ETH_MAC).unwrap()).collect();
+    let half = |g: &Ipv6Addr, i: usize| u64::from_le_bytes(g.octets()[i * 8..i * 8 + 8].try_into().unwrap());
+    let path = |to: usize| QpPath {
+        dest_mac: macs[to],
+        sgid_index: 3,
+        flags: (PATH_FLAG_SGID | PATH_FLAG_IPV6) as u8,
+        dest_gid_lo: half(&gids[to], 0),
+        dest_gid_hi: half(&gids[to], 1),
+        ..Default::default()
+    };
+    let access = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
+    let conn = Connection { dest_qpn: 8, dest_ip: None, retry_cnt: 7, timeout: 16, ..Default::default() };
+    for (h, gid) in p.h.iter_mut().zip(gids) {
+        h.use_paths().unwrap();
+        assert_eq!(h.set_gid(3, Some(gid.octets())).unwrap(), CMD_OK);
+        h.create_cq(8, 6, 1).unwrap();
+        h.create_qp(8, 1, 8, 6, access).unwrap();
+    }
+    // Refused: a multicast destination, a source entry that is empty or IPv4.
+    assert_eq!(p.h[0].set_gid(4, Some(ips[0].to_ipv6_mapped().octets())).unwrap(), CMD_OK);
+    let multicast: Ipv6Addr = "ff02::1".parse().unwrap();
+    for bad in [
+        QpPath { dest_gid_lo: half(&multicast, 0), dest_gid_hi: half(&multicast, 1), ..path(1) },
+        QpPath { sgid_index: 5, ..path(1) },
+        QpPath { sgid_index: 4, ..path(1) },
+    ] {
+        p.h[0].set_path(8, &bad).unwrap();
+        assert!(p.h[0].connect_with(8, &conn).is_err(), "refused: {bad:?}");
+    }
+    for i in 0..2 {
+        p.h[i].set_path(8, &path(1 - i)).unwrap();
+        p.h[i].connect_with(8, &conn).unwrap();
+    }
+    let v4_sent = stat(&mut p.h[0], Counter::PktsSent) - stat(&mut p.h[0], Counter::PktsSentIpv6);
+    p.h[0].ram.write(p.buf[0], &pattern(11, 0, 3 << 12)).unwrap();
+    p.h[1].ram.write(p.buf[1] + (1 << 20), &pattern(12, 0, 3 << 12)).unwrap();
+    let write = rdma_wqe(WQE_OP_RDMA_WRITE, 1, VA + p.buf[1] + (4 << 20), p.key[1]);
+    let read = rdma_wqe(WQE_OP_RDMA_READ, 2, VA + p.buf[1] + (1 << 20), p.key[1]);
+    let sge = |addr: u64| vec![Sge { addr: VA + addr, length: 3 << 12, lkey: p.key[0] }];
+    p.h[0].post(8, true, &[(write, sge(p.buf[0])), (read, sge(p.buf[0] + (2 << 20)))]).unwrap();
+    for id in [1, 2] {
+        let c = p.h[0].wait(8, Duration::from_secs(30)).unwrap();
+        assert_eq!((c.wr_id, c.status), (id, WC_SUCCESS), "over IPv6");
+    }
+    let mut got = vec![0u8; 3 << 12];
+    p.h[1].ram.read(p.buf[1] + (4 << 20), &mut got).unwrap();
+    assert_eq!(got, pattern(11, 0, 3 << 12), "the WRITE landed");
+    p.h[0].ram.read(p.buf[0] + (2 << 20), &mut got).unwrap();
+    assert_eq!(got, pattern(12, 0, 3 << 12), "the READ returned node 1's bytes");
+    for h in &mut p.h {
+        let (sent, sent6) = (stat(h, Counter::PktsSent), stat(h, Counter::PktsSentIpv6));
+        let (recv, recv6) = (stat(h, Counter::PktsReceived), stat(h, Counter::PktsReceivedIpv6));
+        assert!(sent6 > 0 && recv6 > 0 && recv6 == recv, "sent {sent} ({sent6} IPv6), received {recv} ({recv6} IPv6)");
+    }
+    assert_eq!(stat(&mut p.h[0], Counter::PktsSent) - stat(&mut p.h[0], Counter::PktsSentIpv6), v4_sent, "no IPv4 RoCE packet");
+}
+
 /// DEREG_MR while a message over the fabric still holds the MR's pages (every packet
 /// delayed 20 ms, so messages stay in flight): a READ's destination on the requester, and
 /// a multi-packet WRITE's destination on the responder. From the command's return no byte

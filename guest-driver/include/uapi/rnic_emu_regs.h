@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010008   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010009   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -26,6 +26,7 @@
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
  *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
+ *   1.9: RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -46,7 +47,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10008: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10009: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7f: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -98,7 +99,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10008: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10009: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -201,8 +202,10 @@
 #define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
 #define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */
 #define RNIC_STAT_RNR_NAKS_SENT      38           /* RNR NAKs sent (a SEND found no receive WQE) */
-#define RNIC_STAT_BAD_RESPONSES      39           /* responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place */
-#define RNIC_STAT_COUNT              40           /* number of counters */
+#define RNIC_STAT_PKTS_SENT_IPV6     39           /* of PKTS_SENT, those sent over IPv6 (minor 9) */
+#define RNIC_STAT_PKTS_RECEIVED_IPV6 40           /* of PKTS_RECEIVED, those received over IPv6 (minor 9) */
+#define RNIC_STAT_BAD_RESPONSES      41           /* responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place (minor 9) */
+#define RNIC_STAT_COUNT              42           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -244,6 +247,8 @@
 	[RNIC_STAT_OUT_OF_SEQUENCE] = "out_of_sequence", \
 	[RNIC_STAT_DUPLICATE_REQUESTS] = "duplicate_requests", \
 	[RNIC_STAT_RNR_NAKS_SENT] = "rnr_naks_sent", \
+	[RNIC_STAT_PKTS_SENT_IPV6] = "pkts_sent_ipv6", \
+	[RNIC_STAT_PKTS_RECEIVED_IPV6] = "pkts_received_ipv6", \
 	[RNIC_STAT_BAD_RESPONSES] = "bad_responses", \
 }
 
@@ -294,6 +299,7 @@
 #define RNIC_GID_TABLE_LEN           0x10         /* entries of the GID table (minor 8) */
 #define RNIC_GID_FLAG_VALID          0x1          /* rnic_gid_entry: the entry holds an address */
 #define RNIC_PATH_FLAG_SGID          0x1          /* rnic_qp_path: sgid_index names the source address */
+#define RNIC_PATH_FLAG_IPV6          0x2          /* rnic_qp_path (minor 9): RoCEv2 over IPv6 to dest_gid, from the IPv6 GID at sgid_index (with PATH_FLAG_SGID; dest_ip 0) */
 #define RNIC_CMD_OK                  0x0          /* command status */
 #define RNIC_CMD_ERR_BAD_OP          0x1          /* unknown command */
 #define RNIC_CMD_ERR_BAD_INDEX       0x2          /* object index out of range */
@@ -440,16 +446,16 @@ _Static_assert(offsetof(struct rnic_qp_ctx, retry_cnt) == 61, "rnic_qp_ctx.retry
 _Static_assert(offsetof(struct rnic_qp_ctx, timeout) == 62, "rnic_qp_ctx.timeout");
 _Static_assert(offsetof(struct rnic_qp_ctx, rsvd0) == 63, "rnic_qp_ctx.rsvd0");
 
-/* QP path (minor 8) at QP_PATH_BASE + qpn * 32, read by CMD_MODIFY_QP to RTR when QP_PATH_BASE is not 0: the address vector the driver resolved for a fabric QP, as a RoCE NIC's QP context holds it. Without the table (a driver of an earlier minor) a fabric QP's path is the rnic-emu convention: the MAC 02:e1:a.b.c.d of dest_ip, TOS 0, TTL 64. */
+/* QP path (minor 8) at QP_PATH_BASE + qpn * 32, read by CMD_MODIFY_QP to RTR when QP_PATH_BASE is not 0: the address vector the driver resolved for a fabric QP, as a RoCE NIC's QP context holds it. Without the table (a driver of an earlier minor) a fabric QP's path is the rnic-emu convention: the MAC 02:e1:a.b.c.d of dest_ip, TOS 0, TTL 64. With PATH_FLAG_IPV6 (minor 9) the QP talks RoCEv2 over IPv6: to dest_gid, from the IPv6 GID at sgid_index, and the context's dest_ip is 0 (an RTR with dest_ip 0 is loopback only without the flag). */
 struct rnic_qp_path {
-	__u64 dest_mac; /* 0x00: Next-hop MAC: its six bytes in wire order from bits [7:0] up to [47:40] (as ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above. */
-	__u8 traffic_class; /* 0x08: The IPv4 TOS byte (DSCP, ECN) of every packet of the QP. */
-	__u8 hop_limit; /* 0x09: The IPv4 TTL of every packet of the QP; 0 means 64. */
-	__u8 sgid_index; /* 0x0a: With PATH_FLAG_SGID: the GID table entry whose (IPv4) address is the source of every packet of the QP; without it the source is RNIC_REG_IPV4. */
+	__u64 dest_mac; /* 0x00: Next-hop MAC: its six bytes in wire order from bits [7:0] up to [47:40] (as ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above (IPv4 only; an IPv6 path needs it). */
+	__u8 traffic_class; /* 0x08: The IPv4 TOS byte / the IPv6 traffic class (DSCP, ECN) of every packet of the QP. */
+	__u8 hop_limit; /* 0x09: The IPv4 TTL / the IPv6 hop limit of every packet of the QP; 0 means 64. */
+	__u8 sgid_index; /* 0x0a: With PATH_FLAG_SGID: the GID table entry whose address is the source of every packet of the QP (an IPv4-mapped entry; with PATH_FLAG_IPV6 an IPv6 one); without it the source is RNIC_REG_IPV4. */
 	__u8 flags; /* 0x0b: PATH_FLAG_*. */
 	__u32 rsvd1; /* 0x0c: Reserved, 0. */
-	__u64 rsvd2; /* 0x10: Reserved, 0. */
-	__u64 rsvd3; /* 0x18: Reserved, 0. */
+	__u64 dest_gid_lo; /* 0x10: With PATH_FLAG_IPV6 (minor 9; before: reserved, 0): destination GID bytes 0-7 in wire order (a memcpy of the 16-byte GID fills both halves); a unicast IPv6 address, not IPv4-mapped, unspecified, loopback or multicast. Else 0. */
+	__u64 dest_gid_hi; /* 0x18: With PATH_FLAG_IPV6: destination GID bytes 8-15 in wire order. Else 0. */
 };
 _Static_assert(sizeof(struct rnic_qp_path) == 32, "rnic_qp_path size");
 _Static_assert(offsetof(struct rnic_qp_path, dest_mac) == 0, "rnic_qp_path.dest_mac");
@@ -458,10 +464,10 @@ _Static_assert(offsetof(struct rnic_qp_path, hop_limit) == 9, "rnic_qp_path.hop_
 _Static_assert(offsetof(struct rnic_qp_path, sgid_index) == 10, "rnic_qp_path.sgid_index");
 _Static_assert(offsetof(struct rnic_qp_path, flags) == 11, "rnic_qp_path.flags");
 _Static_assert(offsetof(struct rnic_qp_path, rsvd1) == 12, "rnic_qp_path.rsvd1");
-_Static_assert(offsetof(struct rnic_qp_path, rsvd2) == 16, "rnic_qp_path.rsvd2");
-_Static_assert(offsetof(struct rnic_qp_path, rsvd3) == 24, "rnic_qp_path.rsvd3");
+_Static_assert(offsetof(struct rnic_qp_path, dest_gid_lo) == 16, "rnic_qp_path.dest_gid_lo");
+_Static_assert(offsetof(struct rnic_qp_path, dest_gid_hi) == 24, "rnic_qp_path.dest_gid_hi");
 
-/* GID table entry (minor 8) at GID_TABLE_BASE + index * 32, index < GID_TABLE_LEN, read by CMD_SET_GID: one address of the port, as the driver's RoCE GID table holds it (ib_core fills that table from the netdev's addresses). An IPv4-mapped GID (::ffff:a.b.c.d) makes a.b.c.d an address of the port: RoCE packets to it are taken, and a QP path may name it as its source (QpPath sgid_index). Other GIDs (IPv6) are kept but carry no traffic yet. */
+/* GID table entry (minor 8) at GID_TABLE_BASE + index * 32, index < GID_TABLE_LEN, read by CMD_SET_GID: one address of the port, as the driver's RoCE GID table holds it (ib_core fills that table from the netdev's addresses). An IPv4-mapped GID (::ffff:a.b.c.d) makes a.b.c.d an address of the port: RoCE packets to it are taken, and a QP path may name it as its source (QpPath sgid_index). Any other unicast GID (IPv6, minor 9) is an IPv6 address of the port: RoCE packets to it are taken, and a path with PATH_FLAG_IPV6 may send from it. Unspecified, loopback and multicast IPv6 GIDs are kept but are no address of the port. */
 struct rnic_gid_entry {
 	__u64 gid_lo; /* 0x00: GID bytes 0-7 in wire order (as memory: a memcpy of the 16-byte GID fills both). */
 	__u64 gid_hi; /* 0x08: GID bytes 8-15 in wire order. */

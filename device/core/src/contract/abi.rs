@@ -242,26 +242,32 @@ abi_struct!(
     /// QP_PATH_BASE is not 0: the address vector the driver resolved for a fabric QP, as a
     /// RoCE NIC's QP context holds it. Without the table (a driver of an earlier minor) a
     /// fabric QP's path is the rnic-emu convention: the MAC 02:e1:a.b.c.d of dest_ip, TOS 0,
-    /// TTL 64.
+    /// TTL 64. With PATH_FLAG_IPV6 (minor 9) the QP talks RoCEv2 over IPv6: to dest_gid,
+    /// from the IPv6 GID at sgid_index, and the context's dest_ip is 0 (an RTR with dest_ip
+    /// 0 is loopback only without the flag).
     QpPath, "rnic_qp_path", 32 {
         /// Next-hop MAC: its six bytes in wire order from bits [7:0] up to [47:40] (as
-        /// ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above.
+        /// ETH_MAC), bits 63:48 0. 0: the rnic-emu convention above (IPv4 only; an IPv6
+        /// path needs it).
         dest_mac: u64,
-        /// The IPv4 TOS byte (DSCP, ECN) of every packet of the QP.
+        /// The IPv4 TOS byte / the IPv6 traffic class (DSCP, ECN) of every packet of the QP.
         traffic_class: u8,
-        /// The IPv4 TTL of every packet of the QP; 0 means 64.
+        /// The IPv4 TTL / the IPv6 hop limit of every packet of the QP; 0 means 64.
         hop_limit: u8,
-        /// With PATH_FLAG_SGID: the GID table entry whose (IPv4) address is the source of
-        /// every packet of the QP; without it the source is RNIC_REG_IPV4.
+        /// With PATH_FLAG_SGID: the GID table entry whose address is the source of every
+        /// packet of the QP (an IPv4-mapped entry; with PATH_FLAG_IPV6 an IPv6 one); without
+        /// it the source is RNIC_REG_IPV4.
         sgid_index: u8,
         /// PATH_FLAG_*.
         flags: u8,
         /// Reserved, 0.
         rsvd1: u32,
-        /// Reserved, 0.
-        rsvd2: u64,
-        /// Reserved, 0.
-        rsvd3: u64,
+        /// With PATH_FLAG_IPV6 (minor 9; before: reserved, 0): destination GID bytes 0-7 in
+        /// wire order (a memcpy of the 16-byte GID fills both halves); a unicast IPv6
+        /// address, not IPv4-mapped, unspecified, loopback or multicast. Else 0.
+        dest_gid_lo: u64,
+        /// With PATH_FLAG_IPV6: destination GID bytes 8-15 in wire order. Else 0.
+        dest_gid_hi: u64,
     }
 );
 
@@ -270,8 +276,10 @@ abi_struct!(
     /// read by CMD_SET_GID: one address of the port, as the driver's RoCE GID table holds
     /// it (ib_core fills that table from the netdev's addresses). An IPv4-mapped GID
     /// (::ffff:a.b.c.d) makes a.b.c.d an address of the port: RoCE packets to it are taken,
-    /// and a QP path may name it as its source (QpPath sgid_index). Other GIDs (IPv6) are
-    /// kept but carry no traffic yet.
+    /// and a QP path may name it as its source (QpPath sgid_index). Any other unicast GID
+    /// (IPv6, minor 9) is an IPv6 address of the port: RoCE packets to it are taken, and a
+    /// path with PATH_FLAG_IPV6 may send from it. Unspecified, loopback and multicast IPv6
+    /// GIDs are kept but are no address of the port.
     GidEntry, "rnic_gid_entry", 32 {
         /// GID bytes 0-7 in wire order (as memory: a memcpy of the 16-byte GID fills both).
         gid_lo: u64,
@@ -390,6 +398,7 @@ abi_consts!(GIDS: u32 {
     GID_TABLE_LEN = 16, "entries of the GID table (minor 8)";
     GID_FLAG_VALID = 1, "rnic_gid_entry: the entry holds an address";
     PATH_FLAG_SGID = 1, "rnic_qp_path: sgid_index names the source address";
+    PATH_FLAG_IPV6 = 2, "rnic_qp_path (minor 9): RoCEv2 over IPv6 to dest_gid, from the IPv6 GID at sgid_index (with PATH_FLAG_SGID; dest_ip 0)";
 });
 
 abi_consts!(CMD_STATUS: u32 {

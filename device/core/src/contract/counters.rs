@@ -57,7 +57,9 @@ counters! {
     OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
     DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";
     RnrNaksSent, "RNR NAKs sent (a SEND found no receive WQE)";
-    BadResponses, "responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place";
+    PktsSentIpv6, "of PKTS_SENT, those sent over IPv6 (minor 9)";
+    PktsReceivedIpv6, "of PKTS_RECEIVED, those received over IPv6 (minor 9)";
+    BadResponses, "responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place (minor 9)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

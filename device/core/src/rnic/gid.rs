@@ -2,10 +2,13 @@
 //! driver gave the port with CMD_SET_GID, which ib_core keeps equal to the netdev's
 //! addresses. An IPv4-mapped GID makes its IPv4 address one of the port's: the fabric port
 //! takes RoCE packets to it ([`GidTable::has_ipv4`]), and a QP path may send from it
-//! ([`GidTable::ipv4`]). Other GIDs (IPv6) are kept, and carry no traffic yet.
+//! ([`GidTable::ipv4`]). Any other unicast GID is an IPv6 address of the port (minor 9):
+//! [`GidTable::has_ipv6`], [`GidTable::ipv6`]. Unspecified, loopback and multicast IPv6
+//! GIDs are kept but are no address ([`ipv6_of`]).
 //!
-//! The fabric port asks [`GidTable::has_ipv4`] for every received packet, so the IPv4
-//! addresses are atomics (0: none) beside the full GIDs behind a lock.
+//! The fabric port asks [`GidTable::has_ipv4`] for every received IPv4 packet, so the IPv4
+//! addresses are atomics (0: none) beside the full GIDs behind a lock, which an IPv6
+//! packet takes.
 
 use crate::contract::abi::{GidEntry, CMD_ERR_INVALID, GID_FLAG_VALID, GID_TABLE_LEN};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -27,6 +30,14 @@ pub struct GidTable {
 /// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d).
 pub fn ipv4_of(gid: &Gid) -> Option<Ipv4Addr> {
     Ipv6Addr::from(*gid).to_ipv4_mapped()
+}
+
+/// The IPv6 address of a GID that is one (not IPv4-mapped), if a port may have it: not
+/// unspecified, loopback or multicast.
+pub fn ipv6_of(gid: &Gid) -> Option<Ipv6Addr> {
+    let ip = Ipv6Addr::from(*gid);
+    let unusable = ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || ip.to_ipv4_mapped().is_some();
+    (!unusable).then_some(ip)
 }
 
 /// The table entry a driver writes for `gid` (None: the entry cleared), as [`parse`] reads it.
@@ -83,6 +94,17 @@ impl GidTable {
         (v != 0).then(|| Ipv4Addr::from(v))
     }
 
+    /// The IPv6 address of entry `index`, if it holds an IPv6 GID a port may have.
+    pub fn ipv6(&self, index: usize) -> Option<Ipv6Addr> {
+        self.get(index).as_ref().and_then(ipv6_of)
+    }
+
+    /// Whether `ip` is the IPv6 address of an entry.
+    pub fn has_ipv6(&self, ip: Ipv6Addr) -> bool {
+        let gids = self.gids.lock().unwrap_or_else(|p| p.into_inner());
+        ipv6_of(&ip.octets()).is_some() && gids.iter().flatten().any(|g| *g == ip.octets())
+    }
+
     /// Whether `ip` is the address of an entry.
     pub fn has_ipv4(&self, ip: Ipv4Addr) -> bool {
         let v = u32::from(ip);
@@ -123,6 +145,10 @@ mod tests {
         assert_eq!(t.ipv4(3), Some(Ipv4Addr::new(10, 0, 0, 21)));
         assert!(t.has_ipv4(Ipv4Addr::new(10, 0, 0, 21)) && !t.has_ipv4(Ipv4Addr::new(10, 0, 0, 22)));
         assert_eq!((t.ipv4(4), t.get(4), t.get(5)), (None, v6, None), "an IPv6 GID is kept, no IPv4 address");
+        let fe80_7: Ipv6Addr = "fe80::7".parse().unwrap();
+        assert_eq!((t.ipv6(4), t.ipv6(3), t.ipv6(5)), (Some(fe80_7), None, None), "an IPv6 address, and only of IPv6 GIDs");
+        assert!(t.has_ipv6(fe80_7) && !t.has_ipv6("fe80::8".parse().unwrap()));
+        assert!(!t.has_ipv6(Ipv4Addr::new(10, 0, 0, 21).to_ipv6_mapped()), "an IPv4 entry is no IPv6 address");
         t.set(3, parse(&with_flags(mapped([10, 0, 0, 21]), 0)).unwrap());
         assert!(!t.has_ipv4(Ipv4Addr::new(10, 0, 0, 21)), "flags 0 removes it");
         t.set(LEN, v4);
@@ -130,6 +156,17 @@ mod tests {
         assert!((0..LEN).all(|i| t.get(i).is_none()));
         assert_eq!(parse(&entry(v4)), Ok(v4), "entry and parse are inverses");
         assert_eq!(parse(&entry(None)), Ok(None));
+    }
+
+    #[test]
+    fn unspecified_loopback_and_multicast_ipv6_gids_are_no_address() {
+        let t = GidTable::default();
+        for (i, bad) in ["::", "::1", "ff02::1"].into_iter().enumerate() {
+            let ip: Ipv6Addr = bad.parse().unwrap();
+            t.set(i, Some(ip.octets()));
+            assert_eq!((t.ipv6(i), t.has_ipv6(ip)), (None, false), "{bad}");
+            assert_eq!(t.get(i), Some(ip.octets()), "{bad} is kept");
+        }
     }
 
     #[test]

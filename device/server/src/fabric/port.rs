@@ -19,7 +19,7 @@ use rnic_emu_core::platform::topology::{NodeFaults, WireFaults};
 use rnic_emu_core::prng::Rng;
 use rnic_emu_core::regs::rnic::eth;
 use rnic_emu_core::rnic::eth::EthShared;
-use rnic_emu_core::rnic::fabric::frame::{encode_roce, Mac, RoceAddr, ETH_HLEN};
+use rnic_emu_core::rnic::fabric::frame::{encode_roce, Mac, RoceAddr, ETHERTYPE_IPV6, ETH_HLEN};
 use rnic_emu_core::rnic::fabric::packet::Packet;
 use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
@@ -99,8 +99,9 @@ const MAX_FRAME: usize = eth::MAX_MTU as usize + ETH_HLEN;
 
 /// What a received frame is for.
 pub enum Rx<'a> {
-    /// A RoCEv2 packet for this port, from the node at this address.
-    Roce(Ipv4Addr, &'a Packet),
+    /// A RoCEv2 packet for this port, from the node at this address (IPv4, or IPv6 to an
+    /// IPv6 GID of the port).
+    Roce(IpAddr, &'a Packet),
     /// A frame for the netdev (ARP, IP, anything not RoCE for this port).
     Frame(&'a [u8]),
 }
@@ -194,13 +195,23 @@ impl FabricPort {
     }
 
     /// Queues a RoCE packet for `dst` (through the transmit faults); it leaves with the
-    /// next [`FabricPort::flush`]. A configured delay is waited here, as a slow link.
+    /// next [`FabricPort::flush`]. A configured delay is waited here, as a slow link. An
+    /// IPv4 destination is sent from `dst.src` or the port's address; an IPv6 one from its
+    /// `dst.src` (the engine always gives one; a destination without it is dropped).
     pub fn send(&self, dst: &Dest, pkt: &Packet) {
+        let src_ip = match (dst.ip, dst.src) {
+            (IpAddr::V4(_), None) => IpAddr::V4(self.address),
+            (IpAddr::V4(_), Some(s @ IpAddr::V4(_))) | (IpAddr::V6(_), Some(s @ IpAddr::V6(_))) => s,
+            (d, s) => {
+                log::debug!("fabric: a packet to {d} from {s:?}: no source of its family; dropped");
+                return;
+            }
+        };
         let addr = RoceAddr {
             dst_mac: dst.mac,
             src_mac: self.eth.mac(),
-            src_ip: IpAddr::V4(dst.src.unwrap_or(self.address)),
-            dst_ip: IpAddr::V4(dst.ip),
+            src_ip,
+            dst_ip: dst.ip,
             src_port: flow_port(pkt.bth.dest_qp),
             tclass: dst.tclass,
             ttl: dst.ttl,
@@ -233,6 +244,9 @@ impl FabricPort {
             self.capture(&d);
             if roce {
                 self.stats.inc(Counter::PktsSent);
+                if d.get(12..14) == Some(&ETHERTYPE_IPV6.to_be_bytes()[..]) {
+                    self.stats.inc(Counter::PktsSentIpv6);
+                }
             }
             let mut dst = [0u8; 6];
             dst.copy_from_slice(&d[..6]);
@@ -636,7 +650,44 @@ mod tests {
             }
         }
         from.sort();
-        assert_eq!(from, [(a.address, 1), (b.address, 2)]);
+        assert_eq!(from, [(a.address.into(), 1), (b.address.into(), 2)]);
+    }
+
+    #[test]
+    fn roce_over_ipv6_reaches_an_ipv6_gid_of_the_port_and_is_counted() {
+        let (a, b, stats, _hold) = two_ports(WireFaults::default(), WireFaults::default(), 1);
+        let (a6, b6): (std::net::Ipv6Addr, std::net::Ipv6Addr) = ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+        let to_b = Dest { ip: b6.into(), src: Some(a6.into()), mac: b.mac(), tclass: 0x20, ttl: 3 };
+        a.send(&to_b, &packet(1));
+        a.flush();
+        let (got, frames) = drain(&b);
+        assert!(got.is_empty() && frames.len() == 1, "no IPv6 GID yet: the netdev's");
+        b.eth.gids.set(2, Some(b6.octets()));
+        a.send(&to_b, &packet(2));
+        a.send(&Dest { ip: b6.into(), src: None, ..to_b }, &packet(3)); // no IPv6 source: not sent
+        a.send(&Dest { src: Some(a6.into()), ..Dest::of_ip(b.address) }, &packet(4)); // mixed families: not sent
+        a.flush();
+        let spoofed = roce_frame(&a, &b, |r| {
+            r.src_ip = b6.into(); // b's own IPv6 address, from outside
+            r.dst_ip = b6.into();
+        });
+        a.send_frame(&spoofed);
+        a.flush();
+        let mut from = Vec::new();
+        let mut quiet = std::time::Instant::now();
+        while quiet.elapsed() < Duration::from_secs(1) {
+            let n = b.receive(&mut |rx| {
+                if let Rx::Roce(src, p) = rx {
+                    from.push((src, p.bth.psn, p.payload.clone()));
+                }
+            });
+            if n > 0 {
+                quiet = std::time::Instant::now();
+            }
+        }
+        assert_eq!(from, [(IpAddr::V6(a6), 2, packet(2).payload)], "taken, from a's IPv6 GID");
+        assert_eq!((count(&stats, Counter::PktsSent), count(&stats, Counter::PktsSentIpv6)), (2, 2), "the two IPv6 packets sent");
+        assert_eq!((count(&stats, Counter::PktsDropped), count(&stats, Counter::EthRxErrors)), (1, 1), "the spoof dropped");
     }
 
     #[test]

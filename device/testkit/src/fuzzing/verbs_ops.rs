@@ -211,7 +211,7 @@ impl Harness {
 
     fn on_packet(&mut self, pkt: &Packet) {
         let view = self.router.view();
-        self.d.on_packet(&view, self.peer, pkt);
+        self.d.on_packet(&view, self.peer.into(), pkt);
     }
 
     /// A driver's 32-bit store into the doorbell page.

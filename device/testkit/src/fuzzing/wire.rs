@@ -5,13 +5,13 @@
 use rnic_emu_core::rnic::fabric::packet::Packet;
 use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Mutex, MutexGuard};
 
 pub struct RecordingWire {
     address: Ipv4Addr,
     keep: usize,
-    sent: Mutex<VecDeque<(Ipv4Addr, Packet)>>,
+    sent: Mutex<VecDeque<(IpAddr, Packet)>>,
 }
 
 impl RecordingWire {
@@ -20,7 +20,7 @@ impl RecordingWire {
     }
 
     /// The packets recorded, oldest first.
-    pub fn sent(&self) -> MutexGuard<'_, VecDeque<(Ipv4Addr, Packet)>> {
+    pub fn sent(&self) -> MutexGuard<'_, VecDeque<(IpAddr, Packet)>> {
         self.sent.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -323,7 +323,7 @@ pub struct RxPort<'a> {
     pub mac: Mac,
     /// The RNIC's fabric address: RoCE packets to it (and to `mac`) are the engine's.
     pub ip: Ipv4Addr,
-    /// The port's GIDs (CMD_SET_GID): RoCE packets to their IPv4 addresses are too.
+    /// The port's GIDs (CMD_SET_GID): RoCE packets to their IPv4 and IPv6 addresses are too.
     pub gids: Option<&'a crate::rnic::gid::GidTable>,
     /// Promiscuous mode: unicast frames for any MAC go to the netdev.
     pub promisc: bool,
@@ -333,8 +333,11 @@ pub struct RxPort<'a> {
 
 impl RxPort<'_> {
     /// Whether `ip` is one of the port's addresses.
-    pub fn is_own(&self, ip: Ipv4Addr) -> bool {
-        ip == self.ip || self.gids.is_some_and(|g| g.has_ipv4(ip))
+    pub fn is_own(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(ip) => ip == self.ip || self.gids.is_some_and(|g| g.has_ipv4(ip)),
+            IpAddr::V6(ip) => self.gids.is_some_and(|g| g.has_ipv6(ip)),
+        }
     }
 }
 
@@ -383,8 +386,8 @@ impl Dropped {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// A RoCE packet for the verbs engine (decoded into the caller's packet), from the
-    /// node at this address.
-    Roce(Ipv4Addr),
+    /// node at this address (IPv4, or IPv6 to an IPv6 GID of the port).
+    Roce(IpAddr),
     /// The netdev's (its receive ring), as it is.
     Frame,
     /// Dropped, to be counted ([`Dropped::count`]) and logged.
@@ -424,9 +427,13 @@ pub fn sort(frame: &[u8], port: &RxPort, from_wire: bool, pkt: &mut Packet) -> S
         return sorted(Verdict::Dropped(Dropped::Filtered));
     }
     let Kind::Roce { addr, l3, payload } = &c.kind else { return sorted(Verdict::Frame) };
-    // UDP 4791 for another MAC or address (IPv6 included: the RNIC's address is IPv4) is
-    // the netdev's.
-    let (true, IpAddr::V4(src)) = (for_us && matches!(addr.dst_ip, IpAddr::V4(ip) if port.is_own(ip)), addr.src_ip) else { return sorted(Verdict::Frame) };
+    // UDP 4791 for another MAC or address (an IPv6 one that is no GID of the port, an
+    // IPv4-mapped one inside IPv6) is the netdev's.
+    let mapped = matches!(addr.dst_ip, IpAddr::V6(ip) if ip.to_ipv4_mapped().is_some());
+    if !for_us || mapped || !port.is_own(addr.dst_ip) {
+        return sorted(Verdict::Frame);
+    }
+    let src = addr.src_ip;
     if let Err(why) = check_source(addr, port, from_wire) {
         return sorted(Verdict::Dropped(Dropped::BadSource(why)));
     }
@@ -439,7 +446,8 @@ pub fn sort(frame: &[u8], port: &RxPort, from_wire: bool, pkt: &mut Packet) -> S
 /// Whether a RoCE packet for this port can have come from a peer: a source MAC that is a
 /// unicast address, an IPv4 source that a host may send from (not multicast, not the
 /// broadcast address, not in 0.0.0.0/8, not loopback unless the port's own address is;
-/// the martian sources an IP stack drops), a UDP source port other than 0. From the
+/// the martian sources an IP stack drops), an IPv6 source likewise (not multicast,
+/// unspecified, loopback or IPv4-mapped), a UDP source port other than 0. From the
 /// segment, neither the port's own MAC nor its own address. Err: what is wrong.
 pub fn check_source(a: &RoceAddr, port: &RxPort, from_wire: bool) -> Result<(), &'static str> {
     if is_group(&a.src_mac) {
@@ -461,9 +469,23 @@ pub fn check_source(a: &RoceAddr, port: &RxPort, from_wire: bool) -> Result<(), 
         if ip.is_loopback() && !port.ip.is_loopback() {
             return Err("a loopback source address");
         }
-        if from_wire && port.is_own(ip) {
-            return Err("the port's own address, from the segment");
+    }
+    if let IpAddr::V6(ip) = a.src_ip {
+        if ip.is_multicast() {
+            return Err("a multicast source address");
         }
+        if ip.is_unspecified() {
+            return Err("the unspecified source address (::)");
+        }
+        if ip.is_loopback() {
+            return Err("a loopback source address");
+        }
+        if ip.to_ipv4_mapped().is_some() {
+            return Err("an IPv4-mapped source address in IPv6");
+        }
+    }
+    if from_wire && port.is_own(a.src_ip) {
+        return Err("the port's own address, from the segment");
     }
     if a.src_port == 0 {
         return Err("UDP source port 0");
@@ -723,7 +745,7 @@ mod tests {
         let good = frame_of(&v4());
         let mut p = Packet::default();
         let s = sort(&good, &port(), true, &mut p);
-        assert_eq!(s, Sorted { verdict: Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1)), learn: Some(v4().src_mac) });
+        assert_eq!(s, Sorted { verdict: Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1).into()), learn: Some(v4().src_mac) });
         assert_eq!((p.bth.psn, &p.reth, &p.payload), (77, &write().reth, &write().payload));
         let drop = |v: Verdict| match v {
             Verdict::Dropped(d) => d,
@@ -743,7 +765,7 @@ mod tests {
         let mut f = Vec::new();
         encode_roce(&v4(), &big, &mut f);
         assert_eq!(drop(sorted(&f, true)), Dropped::Oversized { len: f.len(), max: 1514 });
-        assert_eq!(sort(&f, &RxPort { max_frame: 9014, ..port() }, true, &mut p).verdict, Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(sort(&f, &RxPort { max_frame: 9014, ..port() }, true, &mut p).verdict, Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1).into()));
         // Another MAC: filtered, unless promiscuous (then the netdev's, RoCE or not).
         let other = frame_of(&RoceAddr { dst_mac: [0x02, 0xe1, 10, 0, 0, 9], ..v4() });
         assert_eq!(drop(sorted(&other, true)).counters(), &[EthRxFiltered]);
@@ -761,7 +783,7 @@ mod tests {
         let gids = crate::rnic::gid::GidTable::default();
         gids.set(2, Some(Ipv4Addr::new(10, 0, 0, 3).to_ipv6_mapped().octets()));
         let to_gid = frame_of(&RoceAddr { dst_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)), ..v4() });
-        assert_eq!(sort(&to_gid, &RxPort { gids: Some(&gids), ..port() }, true, &mut p).verdict, Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(sort(&to_gid, &RxPort { gids: Some(&gids), ..port() }, true, &mut p).verdict, Verdict::Roce(Ipv4Addr::new(10, 0, 0, 1).into()));
         // A bad ICRC, an unknown opcode.
         let mut f = good.clone();
         *f.last_mut().unwrap() ^= 1;
@@ -805,12 +827,40 @@ mod tests {
         assert_eq!(s.learn, None, "a group source is not learned");
         // Turned around inside the port, its own MAC and address are its source.
         let own = RoceAddr { src_mac: own_mac, src_ip: ip(10, 0, 0, 2), ..v4() };
-        assert_eq!(sorted(&frame_of(&own), false), Verdict::Roce(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!(sorted(&frame_of(&own), false), Verdict::Roce(Ipv4Addr::new(10, 0, 0, 2).into()));
         assert_eq!(sort(&frame_of(&own), &port(), false, &mut Packet::default()).learn, None);
         // A node whose own address is loopback talks to loopback peers.
         let lo = RxPort { ip: Ipv4Addr::new(127, 0, 0, 12), ..port() };
         let a = RoceAddr { src_ip: ip(127, 0, 0, 11), dst_ip: ip(127, 0, 0, 12), ..v4() };
-        assert_eq!(sort(&frame_of(&a), &lo, true, &mut Packet::default()).verdict, Verdict::Roce(Ipv4Addr::new(127, 0, 0, 11)));
+        assert_eq!(sort(&frame_of(&a), &lo, true, &mut Packet::default()).verdict, Verdict::Roce(Ipv4Addr::new(127, 0, 0, 11).into()));
+    }
+
+    #[test]
+    fn ipv6_roce_to_an_ipv6_gid_of_the_port_is_the_engines_and_checked_for_its_source() {
+        let v6 = |s: &str| IpAddr::V6(s.parse().unwrap());
+        let a = RoceAddr { src_ip: v6("fd00::1"), dst_ip: v6("fd00::2"), ..v4() };
+        let gids = crate::rnic::gid::GidTable::default();
+        let with_gid = RxPort { gids: Some(&gids), ..port() };
+        let mut p = Packet::default();
+        assert_eq!(sort(&frame_of(&a), &with_gid, true, &mut p).verdict, Verdict::Frame, "no such GID yet: the netdev's");
+        gids.set(5, Some("fd00::2".parse::<Ipv6Addr>().unwrap().octets()));
+        assert_eq!(sort(&frame_of(&a), &with_gid, true, &mut p).verdict, Verdict::Roce(v6("fd00::1")));
+        assert_eq!((p.bth.psn, &p.payload), (77, &write().payload), "decoded, ICRC over the IPv6 headers");
+        let other = RoceAddr { dst_ip: v6("fd00::3"), ..a };
+        assert_eq!(sort(&frame_of(&other), &with_gid, true, &mut p).verdict, Verdict::Frame, "another IPv6 address");
+        for (src, why) in [
+            ("ff02::1", "a multicast source address"),
+            ("::", "the unspecified source address (::)"),
+            ("::1", "a loopback source address"),
+            ("::ffff:10.0.0.1", "an IPv4-mapped source address in IPv6"),
+            ("fd00::2", "the port's own address, from the segment"),
+        ] {
+            let bad = RoceAddr { src_ip: v6(src), ..a };
+            let v = sort(&frame_of(&bad), &with_gid, true, &mut p).verdict;
+            assert_eq!(v, Verdict::Dropped(Dropped::BadSource(why)), "{src}");
+        }
+        let own = RoceAddr { src_ip: v6("fd00::2"), src_mac: port().mac, ..a };
+        assert_eq!(sort(&frame_of(&own), &with_gid, false, &mut p).verdict, Verdict::Roce(v6("fd00::2")), "turned around");
     }
 
     #[test]

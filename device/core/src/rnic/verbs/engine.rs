@@ -27,9 +27,10 @@ use crate::observe::timing::wqe_log::WqeLog;
 use crate::platform::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
+use crate::rnic::fabric::frame::DEFAULT_TTL;
 use crate::rnic::fabric::packet::Packet;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -404,35 +405,58 @@ impl Engine {
         })
     }
 
-    /// INIT -> RTR: where the peer is (this engine, or a node of the fabric).
+    /// INIT -> RTR: where the peer is (this engine, or a node of the fabric over IPv4 or,
+    /// with PATH_FLAG_IPV6, IPv6). The path entry is read whenever the table is set: with
+    /// dest_ip 0 only its PATH_FLAG_IPV6 matters (without it the QP is loopback).
     fn check_connect(&self, mem: &dyn GuestMem, qpn: u32, ctx: &QpCtx) -> Result<Path, u32> {
         let mtu_ok = ctx.path_mtu == 0 || (8..=12).contains(&ctx.path_mtu);
         check_access(ctx)?;
-        if !mtu_ok || (ctx.dest_ip == 0 && u64::from(ctx.dest_qpn) >= MAX_QP) {
+        if !mtu_ok {
             return Err(CMD_ERR_INVALID);
         }
-        if ctx.dest_ip == 0 {
-            return Ok(Path::Loopback);
+        let path = match self.tables.qp_path {
+            0 => QpPath::default(),
+            base => read_obj(mem, table_entry(base, qpn, QP_PATH_SIZE)?).ok_or(CMD_ERR_DMA)?,
+        };
+        let ipv6 = u32::from(path.flags) & PATH_FLAG_IPV6 != 0;
+        if ctx.dest_ip == 0 && !ipv6 {
+            return if u64::from(ctx.dest_qpn) >= MAX_QP { Err(CMD_ERR_INVALID) } else { Ok(Path::Loopback) };
         }
         if self.wire.is_none() || ctx.dest_qpn > crate::rnic::fabric::packet::PSN_MASK {
             return Err(CMD_ERR_INVALID);
         }
         let log = if ctx.path_mtu == 0 { 12 } else { ctx.path_mtu.clamp(8, 12) };
         let mtu = (1u32 << log).min(self.port.as_ref().map_or(u32::MAX, |p| roce_mtu(p.mtu())));
-        let path = match self.tables.qp_path {
-            0 => QpPath::default(),
-            base => read_obj(mem, table_entry(base, qpn, QP_PATH_SIZE)?).ok_or(CMD_ERR_DMA)?,
-        };
-        if path.dest_mac >> 48 != 0 || path.dest_mac & 1 != 0 || u32::from(path.flags) & !PATH_FLAG_SGID != 0 {
+        if path.dest_mac >> 48 != 0 || path.dest_mac & 1 != 0 || u32::from(path.flags) & !(PATH_FLAG_SGID | PATH_FLAG_IPV6) != 0 {
             return Err(CMD_ERR_INVALID); // not a unicast MAC, or an unknown flag
         }
-        let mut dest = dest_of(Ipv4Addr::from(ctx.dest_ip), &path);
+        if ipv6 {
+            return Ok(Path::Fabric { peer: self.ipv6_dest(ctx, &path)?, mtu });
+        }
+        let mut dest = dest_of(Dest::of_ip(Ipv4Addr::from(ctx.dest_ip)), &path);
         if u32::from(path.flags) & PATH_FLAG_SGID != 0 {
             // The source must be an IPv4 address of the port now.
             let src = self.port.as_ref().and_then(|p| p.gids.ipv4(usize::from(path.sgid_index)));
-            dest.src = Some(src.ok_or(CMD_ERR_INVALID)?);
+            dest.src = Some(IpAddr::V4(src.ok_or(CMD_ERR_INVALID)?));
         }
         Ok(Path::Fabric { peer: dest, mtu })
+    }
+
+    /// The destination of a path with PATH_FLAG_IPV6 (minor 9): dest_ip 0, PATH_FLAG_SGID
+    /// naming an IPv6 GID of the port as the source, a resolved next-hop MAC, and a
+    /// destination GID that is a unicast IPv6 address (not IPv4-mapped, unspecified,
+    /// loopback or multicast); CMD_ERR_INVALID otherwise.
+    fn ipv6_dest(&self, ctx: &QpCtx, path: &QpPath) -> Result<Dest, u32> {
+        if ctx.dest_ip != 0 || u32::from(path.flags) & PATH_FLAG_SGID == 0 || path.dest_mac == 0 {
+            return Err(CMD_ERR_INVALID);
+        }
+        let mut gid = [0u8; 16];
+        gid[..8].copy_from_slice(&path.dest_gid_lo.to_le_bytes());
+        gid[8..].copy_from_slice(&path.dest_gid_hi.to_le_bytes());
+        let ip = crate::rnic::gid::ipv6_of(&gid).ok_or(CMD_ERR_INVALID)?;
+        let src = self.port.as_ref().and_then(|p| p.gids.ipv6(usize::from(path.sgid_index))).ok_or(CMD_ERR_INVALID)?;
+        let base = Dest { ip: IpAddr::V6(ip), src: Some(IpAddr::V6(src)), mac: [0; 6], tclass: 0, ttl: DEFAULT_TTL };
+        Ok(dest_of(base, path)) // dest_mac is not 0: checked above
     }
 
     /// CMD_SET_GID: entry `index` of the driver's GID table becomes the port's.
@@ -701,7 +725,7 @@ impl Engine {
     }
 
     /// A packet from the fabric: to the QP it names, if that QP talks to its sender.
-    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: Ipv4Addr, pkt: &Packet) {
+    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: IpAddr, pkt: &Packet) {
         let qpn = pkt.bth.dest_qp;
         let i = qpn as usize;
         let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { peer, .. } if peer.ip == from) && qp.state.can_receive();
@@ -713,6 +737,9 @@ impl Engine {
             return;
         }
         self.shared.stats.inc(Counter::PktsReceived);
+        if from.is_ipv6() {
+            self.shared.stats.inc(Counter::PktsReceivedIpv6);
+        }
         let Engine { qps, roles, cqs, mrs, name, loopq, wire, scratch, shared, wqe_log, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
         let msg = packet_msg(pkt);
@@ -749,9 +776,9 @@ const QP_CTX_SIZE: u64 = QpCtx::ABI.size as u64;
 /// Bytes of one QP path entry.
 const QP_PATH_SIZE: u64 = QpPath::ABI.size as u64;
 
-/// Where a fabric QP sends: its path entry, or the rnic-emu convention where it is 0.
-fn dest_of(ip: Ipv4Addr, path: &QpPath) -> Dest {
-    let mut dest = Dest::of_ip(ip);
+/// Where a fabric QP sends: its path entry over `dest` (the rnic-emu convention of an IPv4
+/// peer, [`Dest::of_ip`], where the entry is 0).
+fn dest_of(mut dest: Dest, path: &QpPath) -> Dest {
     if path.dest_mac != 0 {
         dest.mac.copy_from_slice(&path.dest_mac.to_le_bytes()[..6]);
     }

@@ -327,7 +327,7 @@ impl EngineRunner {
     }
 
     /// A packet from the fabric (dropped while the engine is fatal).
-    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: std::net::Ipv4Addr, pkt: &Packet) {
+    pub fn on_packet(&mut self, mem: &dyn GuestMem, from: std::net::IpAddr, pkt: &Packet) {
         self.guarded(mem, "a packet", |d| d.engine.on_packet(mem, from, pkt));
     }
 

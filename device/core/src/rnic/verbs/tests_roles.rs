@@ -1,7 +1,8 @@
 //! The requester, responder and completer driven through both transports with one set of
 //! rules: the same scenarios run on a loopback pair (two QPs of one engine) and on a
 //! fabric pair (two engines joined by an in-memory wire that loses, duplicates,
-//! reorders and delays packets by a fixed schedule), and must end the same way.
+//! reorders and delays packets by a fixed schedule), and must end the same way. The fabric
+//! pair talks over IPv4 or, through IPv6 GIDs and paths with PATH_FLAG_IPV6, over IPv6.
 
 use super::tests::{sge, Dev, DST, PATH_TABLE, RW, SRC, VA};
 use super::transport::{Dest, Wire};
@@ -10,19 +11,23 @@ use crate::contract::counters::Counter;
 use crate::prng::Rng;
 use crate::rnic::fabric::packet::Packet;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+/// The IPv6 GIDs of the two nodes (entry [`GID6`] of each GID table).
+const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+const GID6: u32 = 1;
 /// PSNs that wrap the 24-bit space within the first messages.
 const PSN_AB: u32 = 0xff_fff0;
 const PSN_BA: u32 = 0x100;
 
 #[derive(Default)]
 struct Net {
-    queue: Mutex<VecDeque<(Ipv4Addr, Ipv4Addr, Packet)>>,
+    queue: Mutex<VecDeque<(IpAddr, IpAddr, Packet)>>,
     /// Every destination a packet was sent to, as the engine gave it.
     dests: Mutex<Vec<Dest>>,
 }
@@ -37,8 +42,10 @@ impl Wire for Port {
         self.addr
     }
 
+    /// From the path's source as the fabric port sends it (the port's address by default).
     fn send(&self, dst: &Dest, pkt: &Packet) {
-        self.net.queue.lock().unwrap().push_back((self.addr, dst.ip, pkt.clone()));
+        let from = dst.src.unwrap_or(IpAddr::V4(self.addr));
+        self.net.queue.lock().unwrap().push_back((from, dst.ip, pkt.clone()));
         self.net.dests.lock().unwrap().push(*dst);
     }
 }
@@ -54,13 +61,51 @@ struct WireFaults {
     reorder: u64,
 }
 
+/// How the two QPs of a [`Pair`] reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Two QPs of one engine.
+    Loopback,
+    /// Two engines, RoCEv2 over IPv4 (dest_ip).
+    V4,
+    /// Two engines, RoCEv2 over IPv6: each port has its IPv6 GID at entry [`GID6`], each
+    /// QP's path names the peer's with PATH_FLAG_IPV6, dest_ip 0.
+    V6,
+}
+
+/// The path entry of a QP of node `i` (0: A, 1: B) to the other node over IPv6.
+fn v6_path(i: usize) -> QpPath {
+    let (dst, mac) = if i == 0 { (B6, 0x02_0b_0b_0b_0b_02u64) } else { (A6, 0x02_0a_0a_0a_0a_02) };
+    let octets = dst.octets();
+    let (lo, hi) = octets.split_at(8);
+    QpPath {
+        dest_mac: mac,
+        traffic_class: 8,
+        hop_limit: 5,
+        sgid_index: GID6 as u8,
+        flags: (PATH_FLAG_SGID | PATH_FLAG_IPV6) as u8,
+        dest_gid_lo: u64::from_le_bytes(lo.try_into().unwrap()),
+        dest_gid_hi: u64::from_le_bytes(hi.try_into().unwrap()),
+        ..Default::default()
+    }
+}
+
+/// Node `i`'s Ethernet port with its IPv6 GID [`GID6`] set through CMD_SET_GID.
+fn add_v6_gid(i: usize, d: &mut Dev) -> Arc<crate::rnic::eth::EthShared> {
+    let port = Arc::new(crate::rnic::eth::EthShared::default());
+    d.e.port = Some(port.clone());
+    d.put(super::tests::GID_TABLE + u64::from(GID6) * 32, &crate::rnic::gid::entry(Some([A6, B6][i].octets())));
+    assert_eq!(d.cmd(CMD_SET_GID, GID6), CMD_OK);
+    port
+}
+
 /// QP 1 (requester side, `devs[0]`) connected to QP 2 (responder side, the last dev).
 struct Pair {
     devs: Vec<Dev>,
     net: Option<Arc<Net>>,
     faults: WireFaults,
     rng: Rng,
-    held: Vec<(u32, Ipv4Addr, Ipv4Addr, Packet)>,
+    held: Vec<(u32, IpAddr, IpAddr, Packet)>,
 }
 
 impl Pair {
@@ -70,11 +115,21 @@ impl Pair {
 
     /// As [`Pair::new`], with `setup` run on each device (by index) before its QP connects.
     fn new_with(fabric: bool, rnr_retry: u8, faults: WireFaults, setup: impl Fn(usize, &mut Dev)) -> Pair {
+        Pair::new_on(if fabric { Link::V4 } else { Link::Loopback }, rnr_retry, faults, setup)
+    }
+
+    /// As [`Pair::new_with`], over `link`.
+    fn new_on(link: Link, rnr_retry: u8, faults: WireFaults, setup: impl Fn(usize, &mut Dev)) -> Pair {
+        let fabric = link != Link::Loopback;
         let net = fabric.then(|| Arc::new(Net::default()));
         let mut devs: Vec<Dev> = (0..if fabric { 2 } else { 1 }).map(|_| Dev::new()).collect();
         for (i, d) in devs.iter_mut().enumerate() {
             if let Some(n) = &net {
                 d.e.set_wire(Arc::new(Port { addr: [A, B][i], net: n.clone() }));
+            }
+            if link == Link::V6 {
+                add_v6_gid(i, d);
+                d.put(PATH_TABLE + 32 * (i as u64 + 1), &v6_path(i));
             }
             setup(i, d);
             d.create_cq(1, 7);
@@ -89,7 +144,7 @@ impl Pair {
             let rtr = d.modify(qpn, |c| {
                 c.state = QPS_RTR;
                 c.dest_qpn = dest;
-                c.dest_ip = if fabric { u32::from(ip) } else { 0 };
+                c.dest_ip = if link == Link::V4 { u32::from(ip) } else { 0 };
                 c.path_mtu = 10;
                 c.rq_psn = rq_psn;
             });
@@ -125,7 +180,7 @@ impl Pair {
         }
         let Some(net) = &self.net else { return progress };
         let sent: Vec<_> = net.queue.lock().unwrap().drain(..).collect();
-        let mut out: Vec<(Ipv4Addr, Ipv4Addr, Packet)> = Vec::new();
+        let mut out: Vec<(IpAddr, IpAddr, Packet)> = Vec::new();
         for h in &mut self.held {
             h.0 -= 1;
         }
@@ -160,7 +215,7 @@ impl Pair {
         }
         for (from, to, p) in out {
             progress = true;
-            let d = &mut self.devs[usize::from(to == B)];
+            let d = &mut self.devs[usize::from(to == IpAddr::V4(B) || to == IpAddr::V6(B6))];
             d.e.on_packet(&d.mem, from, &p);
         }
         progress
@@ -199,8 +254,10 @@ fn status(c: &Cqe) -> (u64, u8, u32) {
 #[test]
 fn every_verb_completes_in_order_through_loss_duplication_reordering_and_delay() {
     let lossy = WireFaults { drop: 8, delay: 16, dup: 16, reorder: 8 };
-    for (fabric, faults) in [(false, WireFaults::default()), (true, WireFaults::default()), (true, lossy)] {
-        let mut p = Pair::new(fabric, 7, faults);
+    let none = WireFaults::default();
+    for (link, faults) in [(Link::Loopback, none), (Link::V4, none), (Link::V4, lossy), (Link::V6, none), (Link::V6, lossy)] {
+        let fabric = link != Link::Loopback;
+        let mut p = Pair::new_on(link, 7, faults, |_, _| {});
         let lk = p.req().reg_mr(1, 7, RW, SRC, 4 << 20);
         let rk = p.resp().reg_mr(2, 7, RW, DST, 4 << 20);
         let out = p.req().fill(SRC, 1 << 20, 3);
@@ -220,7 +277,7 @@ fn every_verb_completes_in_order_through_loss_duplication_reordering_and_delay()
         let want: Vec<(u64, u8)> = (0..3 * N).map(|i| (i, WC_SUCCESS)).collect();
         let last = p.devs.len() - 1;
         let state = format!("{:?} {:?} RESP {:?} held {}", p.devs[0].e.roles[1].req, p.devs[0].e.roles[1].comp, p.devs[last].e.roles[2].resp, p.held.len());
-        assert_eq!(got, want, "fabric {fabric} drop {}: every WR once, in order; {state}", faults.drop);
+        assert_eq!(got, want, "{link:?} drop {}: every WR once, in order; {state}", faults.drop);
         let r = p.run_until(false, 2, N as usize);
         let ids: Vec<u64> = r.iter().map(|c| c.wr_id).collect();
         assert_eq!(ids, (500..500 + N).collect::<Vec<_>>());
@@ -241,7 +298,89 @@ fn every_verb_completes_in_order_through_loss_duplication_reordering_and_delay()
             assert!(p.req().stats.get(Counter::Retransmits) > 0, "losses were repaired by retransmission");
             assert!(p.resp().stats.get(Counter::NaksSent) > 0, "gaps drew sequence NAKs");
         }
+        if link == Link::V6 {
+            let dests = p.net.as_ref().unwrap().dests.lock().unwrap().clone();
+            let v6 = |d: &Dest, ip: Ipv6Addr, src: Ipv6Addr| (d.ip, d.src, d.tclass, d.ttl) == (ip.into(), Some(src.into()), 8, 5);
+            assert!(dests.iter().all(|d| v6(d, B6, A6) || v6(d, A6, B6)), "every packet over IPv6, on its path: {:?}", dests.first());
+            let got = (p.req().stats.get(Counter::PktsReceivedIpv6), p.req().stats.get(Counter::PktsReceived));
+            assert!(got.0 > 0 && got.0 == got.1, "IPv6 packets counted as such: {got:?}");
+        }
     }
+}
+
+#[test]
+fn a_packet_from_another_ipv6_source_than_the_peers_is_dropped_and_counted() {
+    let mut p = Pair::new_on(Link::V6, 0, WireFaults::default(), |_, _| {});
+    let lk = p.req().reg_mr(1, 7, RW, SRC, 4096);
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 4096);
+    p.req().fill(SRC, 4096, 3);
+    p.req().send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 100, lk)], VA + DST, rk);
+    let req = p.req();
+    while req.e.run(&req.mem, 64) {}
+    let sent: Vec<_> = p.net.as_ref().unwrap().queue.lock().unwrap().drain(..).collect();
+    let (from, _, pkt) = sent.first().cloned().expect("the WRITE went out");
+    assert_eq!(from, IpAddr::V6(A6));
+    let resp = p.resp();
+    for stranger in [IpAddr::V6("fd00::9".parse().unwrap()), IpAddr::V4(A), IpAddr::V6(A.to_ipv6_mapped())] {
+        let before = resp.stats.get(Counter::PktsDropped);
+        resp.e.on_packet(&resp.mem, stranger, &pkt);
+        assert_eq!(resp.stats.get(Counter::PktsDropped), before + 1, "from {stranger}: dropped and counted");
+    }
+    assert_eq!((resp.stats.get(Counter::PktsReceived), resp.stats.get(Counter::PktsReceivedIpv6)), (0, 0));
+    assert_eq!(resp.read(DST, 100), vec![0; 100], "nothing placed");
+    resp.e.on_packet(&resp.mem, from, &pkt);
+    assert_eq!((resp.stats.get(Counter::PktsReceived), resp.stats.get(Counter::PktsReceivedIpv6)), (1, 1), "from the peer: taken");
+}
+
+#[test]
+fn an_rtr_over_ipv6_with_a_bad_path_is_refused() {
+    let mut d = Dev::new();
+    d.e.set_wire(Arc::new(Port { addr: A, net: Arc::new(Net::default()) }));
+    add_v6_gid(0, &mut d);
+    // Entry 3: an IPv4 GID; entry 4: empty.
+    d.put(super::tests::GID_TABLE + 3 * 32, &crate::rnic::gid::entry(Some(A.to_ipv6_mapped().octets())));
+    assert_eq!(d.cmd(CMD_SET_GID, 3), CMD_OK);
+    d.create_cq(1, 7);
+    d.create_qp(1, 7, RW, 0);
+    let rtr = |d: &mut Dev, dest_ip: u32, path: QpPath| {
+        d.put(PATH_TABLE + 32, &path);
+        d.modify(1, |c| {
+            c.state = QPS_RTR;
+            c.dest_qpn = 2;
+            c.dest_ip = dest_ip;
+            c.path_mtu = 10;
+        })
+    };
+    let gid = |s: &str| {
+        let o = s.parse::<Ipv6Addr>().unwrap().octets();
+        (u64::from_le_bytes(o[..8].try_into().unwrap()), u64::from_le_bytes(o[8..].try_into().unwrap()))
+    };
+    let good = v6_path(0);
+    let to = |s: &str| {
+        let (lo, hi) = gid(s);
+        QpPath { dest_gid_lo: lo, dest_gid_hi: hi, ..good }
+    };
+    let cases = [
+        (0, to("ff02::1"), "a multicast destination"),
+        (0, to("::"), "the unspecified destination"),
+        (0, to("::1"), "the loopback destination"),
+        (0, to("::ffff:10.0.0.2"), "an IPv4-mapped destination"),
+        (0, QpPath { sgid_index: 16, ..good }, "a source index beyond the table"),
+        (0, QpPath { sgid_index: 255, ..good }, "a source index far beyond the table"),
+        (0, QpPath { sgid_index: 4, ..good }, "an empty source entry"),
+        (0, QpPath { sgid_index: 3, ..good }, "an IPv4 source entry"),
+        (0, QpPath { flags: PATH_FLAG_IPV6 as u8, ..good }, "no PATH_FLAG_SGID"),
+        (0, QpPath { dest_mac: 0, ..good }, "no next-hop MAC"),
+        (0, QpPath { flags: 4 | good.flags, ..good }, "an unknown flag"),
+        (u32::from(B), good, "a dest_ip beside the IPv6 destination"),
+    ];
+    for (dest_ip, path, what) in cases {
+        assert_eq!(rtr(&mut d, dest_ip, path), CMD_ERR_INVALID, "{what}");
+        assert_eq!(d.qp_ctx(1).state, QPS_INIT, "{what}: still INIT");
+    }
+    assert_eq!(rtr(&mut d, 0, good), CMD_OK, "the good path");
+    let crate::rnic::verbs::engine::Path::Fabric { peer, .. } = d.e.roles[1].path else { panic!("not a fabric path") };
+    assert_eq!((peer.ip, peer.src), (IpAddr::V6(B6), Some(IpAddr::V6(A6))));
 }
 
 /// The outcome of one error scenario: requester CQEs, responder CQEs, both QPs' states
@@ -479,7 +618,7 @@ fn a_path_sends_from_the_gid_it_names_and_only_from_one_the_port_has() {
     d.put(PATH_TABLE + 32, &QpPath { sgid_index: 3, flags: PATH_FLAG_SGID as u8, ..Default::default() });
     assert_eq!(rtr(&mut d), CMD_OK);
     let crate::rnic::verbs::engine::Path::Fabric { peer, .. } = d.e.roles[1].path else { panic!("not a fabric path") };
-    assert_eq!(peer.src, Some(Ipv4Addr::new(10, 0, 0, 21)));
+    assert_eq!(peer.src, Some(Ipv4Addr::new(10, 0, 0, 21).into()));
 }
 
 #[test]
@@ -505,7 +644,7 @@ fn a_resent_message_is_acknowledged_packet_by_packet_up_to_each_ones_psn() {
         let d = p.resp();
         let mut acks = Vec::new();
         for r in &requests {
-            d.e.on_packet(&d.mem, A, r);
+            d.e.on_packet(&d.mem, A.into(), r);
             while d.e.run(&d.mem, 64) {}
             let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
             assert!(sent.len() <= 1 && sent.iter().all(|s| s.aeth.map(|a| a.syndrome) == ack), "round {round}: {sent:?}");
@@ -535,7 +674,7 @@ fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded(
     };
     let d = p.resp();
     for k in 0..=MAX_READ_RESPONSES as u32 {
-        d.e.on_packet(&d.mem, A, &read(k));
+        d.e.on_packet(&d.mem, A.into(), &read(k));
     }
     let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
     let naks: Vec<&Packet> = sent.iter().filter(|s| s.bth.opcode == op::ACK).collect();
@@ -565,7 +704,7 @@ fn ack_to_requester(p: &mut Pair, psn: u32, syn: u8) {
         ..Default::default()
     };
     let d = p.req();
-    d.e.on_packet(&d.mem, B, &pkt);
+    d.e.on_packet(&d.mem, B.into(), &pkt);
     while d.e.run(&d.mem, 64) {}
 }
 
@@ -595,7 +734,7 @@ fn acks_and_naks_outside_what_was_sent_are_dropped_and_counted() {
     // The responder gets the packets; its ACK completes the WRITE, once.
     let d = p.resp();
     for r in &requests {
-        d.e.on_packet(&d.mem, A, r);
+        d.e.on_packet(&d.mem, A.into(), r);
     }
     let c = p.run_until(true, 1, 1);
     assert_eq!(c.iter().map(status).collect::<Vec<_>>(), [(7, WC_SUCCESS, 0)]);
@@ -618,7 +757,7 @@ fn a_read_response_out_of_place_fails_the_read_and_places_nothing_more() {
         let pkt = Packet { bth, aeth, payload: vec![0xee; len], ..Default::default() };
         let dropped = p.req().stats.get(Counter::BadResponses);
         let d = p.req();
-        d.e.on_packet(&d.mem, B, &pkt);
+        d.e.on_packet(&d.mem, B.into(), &pkt);
         while d.e.run(&d.mem, 64) {}
         let c = p.req().poll(1);
         assert_eq!(
@@ -647,7 +786,7 @@ fn a_duplicate_read_is_answered_only_as_the_read_it_repeats() {
     };
     let answer = |p: &mut Pair, pkt: Packet| {
         let d = p.resp();
-        d.e.on_packet(&d.mem, A, &pkt);
+        d.e.on_packet(&d.mem, A.into(), &pkt);
         while d.e.run(&d.mem, 64) {}
         net.queue.lock().unwrap().drain(..).map(|(_, _, s)| (s.bth.opcode, s.bth.psn, s.payload.len())).collect::<Vec<_>>()
     };

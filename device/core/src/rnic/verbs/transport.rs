@@ -11,7 +11,8 @@
 //!   the payload is gathered from guest memory into one scratch packet the engine reuses
 //!   (no allocation per packet once its buffer has grown).
 //!
-//! The roles never know which one carries them. Not modelled: UD/GRH addressing, VLANs.
+//! The roles never know which one carries them. A fabric peer is an IPv4 or (contract minor
+//! 9) an IPv6 address ([`Dest`]). Not modelled: UD/GRH addressing, VLANs.
 
 use super::mr::Segment;
 use crate::contract::counters::{Counter, Stats};
@@ -20,15 +21,16 @@ use crate::platform::mem::dma::DmaError;
 use crate::rnic::fabric::frame::{mac_of_ipv4, Mac, DEFAULT_TTL};
 use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Where a connected QP's packets go on the wire: the QP context's path (the address
 /// vector the driver resolved: destination IP and next-hop MAC, traffic class, hop limit).
+/// `ip` and `src` are of one family: an IPv6 destination always has its source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dest {
-    pub ip: Ipv4Addr,
-    /// The source address (an IPv4 GID of the port); None: the port's own (RNIC_REG_IPV4).
-    pub src: Option<Ipv4Addr>,
+    pub ip: IpAddr,
+    /// The source address (a GID of the port); None: the port's own (RNIC_REG_IPV4).
+    pub src: Option<IpAddr>,
     pub mac: Mac,
     pub tclass: u8,
     pub ttl: u8,
@@ -38,7 +40,7 @@ impl Dest {
     /// A peer on this segment by address alone: the MAC an rnic-emu port has for `ip`
     /// (the convention of contexts whose dest_mac is 0), default traffic class and TTL.
     pub fn of_ip(ip: Ipv4Addr) -> Dest {
-        Dest { ip, src: None, mac: mac_of_ipv4(ip), tclass: 0, ttl: DEFAULT_TTL }
+        Dest { ip: IpAddr::V4(ip), src: None, mac: mac_of_ipv4(ip), tclass: 0, ttl: DEFAULT_TTL }
     }
 }
 
