@@ -26,6 +26,8 @@ mod tests_fatal;
 #[cfg(test)]
 mod tests_faults;
 #[cfg(test)]
+mod tests_integrity;
+#[cfg(test)]
 mod tests_roles;
 pub mod transport;
 pub mod wqe;

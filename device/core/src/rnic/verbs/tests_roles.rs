@@ -15,19 +15,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub(super) const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub(super) const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 /// The IPv6 GIDs of the two nodes (entry [`GID6`] of each GID table).
 const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
 const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 const GID6: u32 = 1;
 /// PSNs that wrap the 24-bit space within the first messages.
-const PSN_AB: u32 = 0xff_fff0;
+pub(super) const PSN_AB: u32 = 0xff_fff0;
 const PSN_BA: u32 = 0x100;
 
 #[derive(Default)]
-struct Net {
-    queue: Mutex<VecDeque<(IpAddr, IpAddr, Packet)>>,
+pub(super) struct Net {
+    pub(super) queue: Mutex<VecDeque<(IpAddr, IpAddr, Packet)>>,
     /// Every destination a packet was sent to, as the engine gave it.
     dests: Mutex<Vec<Dest>>,
 }
@@ -54,7 +54,7 @@ impl Wire for Port {
 /// before it (0: never), drawn from a seeded generator (a periodic schedule can lock step
 /// with go-back-N and drop the same retransmission every time).
 #[derive(Clone, Copy, Default)]
-struct WireFaults {
+pub(super) struct WireFaults {
     drop: u64,
     delay: u64,
     dup: u64,
@@ -100,16 +100,16 @@ fn add_v6_gid(i: usize, d: &mut Dev) -> Arc<crate::rnic::eth::EthShared> {
 }
 
 /// QP 1 (requester side, `devs[0]`) connected to QP 2 (responder side, the last dev).
-struct Pair {
-    devs: Vec<Dev>,
-    net: Option<Arc<Net>>,
+pub(super) struct Pair {
+    pub(super) devs: Vec<Dev>,
+    pub(super) net: Option<Arc<Net>>,
     faults: WireFaults,
     rng: Rng,
     held: Vec<(u32, IpAddr, IpAddr, Packet)>,
 }
 
 impl Pair {
-    fn new(fabric: bool, rnr_retry: u8, faults: WireFaults) -> Pair {
+    pub(super) fn new(fabric: bool, rnr_retry: u8, faults: WireFaults) -> Pair {
         Pair::new_with(fabric, rnr_retry, faults, |_, _| {})
     }
 
@@ -162,11 +162,11 @@ impl Pair {
         Pair { devs, net, faults, rng: Rng::new(0x9e37_79b9_7f4a_7c15), held: Vec::new() }
     }
 
-    fn req(&mut self) -> &mut Dev {
+    pub(super) fn req(&mut self) -> &mut Dev {
         &mut self.devs[0]
     }
 
-    fn resp(&mut self) -> &mut Dev {
+    pub(super) fn resp(&mut self) -> &mut Dev {
         self.devs.last_mut().unwrap()
     }
 
@@ -222,7 +222,7 @@ impl Pair {
     }
 
     /// Pumps until CQ `cqn` of the requester (or responder) side holds `n` CQEs.
-    fn run_until(&mut self, requester: bool, cqn: u32, n: usize) -> Vec<Cqe> {
+    pub(super) fn run_until(&mut self, requester: bool, cqn: u32, n: usize) -> Vec<Cqe> {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut got = Vec::new();
         while got.len() < n && Instant::now() < deadline {
@@ -247,7 +247,7 @@ impl Pair {
     }
 }
 
-fn status(c: &Cqe) -> (u64, u8, u32) {
+pub(super) fn status(c: &Cqe) -> (u64, u8, u32) {
     (c.wr_id, c.status, c.syndrome)
 }
 
@@ -619,186 +619,4 @@ fn a_path_sends_from_the_gid_it_names_and_only_from_one_the_port_has() {
     assert_eq!(rtr(&mut d), CMD_OK);
     let crate::rnic::verbs::engine::Path::Fabric { peer, .. } = d.e.roles[1].path else { panic!("not a fabric path") };
     assert_eq!(peer.src, Some(Ipv4Addr::new(10, 0, 0, 21).into()));
-}
-
-#[test]
-fn a_resent_message_is_acknowledged_packet_by_packet_up_to_each_ones_psn() {
-    // A four-packet WRITE goes through (one ACK, for the last packet, which asks); then
-    // its packets arrive again (a requester resending after a lost ACK). Duplicates are not
-    // executed again; each is acknowledged up to its own PSN, never beyond: the requester
-    // has not resent the later packets yet (docs/fabric.md, "Soft-RoCE interop").
-    let mut p = Pair::new(true, 7, WireFaults::default());
-    let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
-    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
-    let data = p.req().fill(SRC, 4096, 4);
-    p.req().send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 4096, lk)], VA + DST, rk);
-    let d = p.req();
-    while d.e.run(&d.mem, 64) {}
-    let net = p.net.clone().unwrap();
-    let requests: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
-    assert_eq!(requests.len(), 4, "1 KiB path MTU");
-    assert_eq!(requests.iter().map(|r| r.bth.ack_req).collect::<Vec<_>>(), [false, false, false, true]);
-    let psns: Vec<u32> = requests.iter().map(|r| r.bth.psn).collect();
-    let ack = Some(crate::rnic::fabric::packet::syndrome::ACK);
-    for (round, want) in [vec![None, None, None, Some(psns[3])], psns.iter().map(|p| Some(*p)).collect()].into_iter().enumerate() {
-        let d = p.resp();
-        let mut acks = Vec::new();
-        for r in &requests {
-            d.e.on_packet(&d.mem, A.into(), r);
-            while d.e.run(&d.mem, 64) {}
-            let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
-            assert!(sent.len() <= 1 && sent.iter().all(|s| s.aeth.map(|a| a.syndrome) == ack), "round {round}: {sent:?}");
-            acks.push(sent.first().map(|s| s.bth.psn));
-        }
-        assert_eq!(acks, want, "round {round}: the PSNs acknowledged");
-        assert_eq!(p.resp().stats.get(Counter::DuplicateRequests), 4 * round as u64);
-    }
-    assert!(p.resp().read(DST, 4096) == data);
-    assert_eq!(p.resp().stats.get(Counter::BytesWritten), 4096, "placed once");
-}
-
-#[test]
-fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded() {
-    use super::responder::MAX_READ_RESPONSES;
-    use crate::rnic::fabric::packet::{op, syndrome, Bth, Reth};
-    // A peer that ignores the responder resources it was told of: READ requests of 64
-    // packets each, faster than the responses go out (the engine does not run in between).
-    let mut p = Pair::new(true, 7, WireFaults::default());
-    let rk = p.resp().reg_mr(2, 7, RW, DST, 4 << 20);
-    let net = p.net.clone().unwrap();
-    let first = PSN_AB;
-    let read = |k: u32| {
-        let psn = (first + 64 * k) & 0xff_ffff;
-        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn, ack_req: true, ..Default::default() };
-        Packet { bth, reth: Some(Reth { va: VA + DST, rkey: rk, len: 64 << 10 }), ..Default::default() }
-    };
-    let d = p.resp();
-    for k in 0..=MAX_READ_RESPONSES as u32 {
-        d.e.on_packet(&d.mem, A.into(), &read(k));
-    }
-    let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
-    let naks: Vec<&Packet> = sent.iter().filter(|s| s.bth.opcode == op::ACK).collect();
-    assert_eq!(naks.len(), 1, "one refusal: {:?}", naks);
-    let nak = naks[0];
-    assert_eq!((nak.bth.psn, nak.aeth.map(|a| a.syndrome)), (read(MAX_READ_RESPONSES as u32).bth.psn, Some(syndrome::NAK_INV_REQ)));
-    // The sixteen accepted READs are answered in full, and nothing more.
-    let d = p.resp();
-    while d.e.run(&d.mem, 64) {}
-    let responses = sent.len() - 1 + net.queue.lock().unwrap().drain(..).filter(|(_, _, s)| s.bth.opcode != op::ACK).count();
-    assert_eq!(responses, MAX_READ_RESPONSES * 64, "1 KiB path MTU: 64 responses per READ");
-}
-
-/// The requester's packets of what QP 1 was just given (run, taken off the wire).
-fn requests_of(p: &mut Pair) -> Vec<Packet> {
-    let d = p.req();
-    while d.e.run(&d.mem, 64) {}
-    p.net.as_ref().unwrap().queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect()
-}
-
-/// An ACK or NAK to the requester's QP 1, as from its peer.
-fn ack_to_requester(p: &mut Pair, psn: u32, syn: u8) {
-    use crate::rnic::fabric::packet::{op, Aeth, Bth};
-    let pkt = Packet {
-        bth: Bth { opcode: op::ACK, pkey: 0xffff, dest_qp: 1, psn, ..Default::default() },
-        aeth: Some(Aeth { syndrome: syn, msn: 1 }),
-        ..Default::default()
-    };
-    let d = p.req();
-    d.e.on_packet(&d.mem, B.into(), &pkt);
-    while d.e.run(&d.mem, 64) {}
-}
-
-#[test]
-fn acks_and_naks_outside_what_was_sent_are_dropped_and_counted() {
-    use crate::rnic::fabric::packet::syndrome;
-    // A WRITE whose packets never reached the responder: a forged ACK beyond them must not
-    // complete it, nor a NAK for a PSN never sent fail it; the real ACK still does.
-    let mut p = Pair::new(true, 7, WireFaults::default());
-    let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
-    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
-    let data = p.req().fill(SRC, 4096, 6);
-    p.req().send(1, WQE_OP_RDMA_WRITE, 7, &[sge(SRC, 4096, lk)], VA + DST, rk);
-    let requests = requests_of(&mut p);
-    let last = requests[3].bth.psn;
-    let dropped = p.req().stats.get(Counter::BadResponses);
-    for (psn, syn) in [
-        (last + 1, syndrome::ACK),
-        (last + 5000, syndrome::ACK),
-        (last + 1, syndrome::NAK_REM_ACCESS),
-        (PSN_AB.wrapping_sub(2) & 0xff_ffff, syndrome::NAK_REM_OP),
-    ] {
-        ack_to_requester(&mut p, psn & 0xff_ffff, syn);
-        assert!(p.req().poll(1).is_empty(), "ACK/NAK {syn:#x} for PSN {psn:#x} completed nothing");
-    }
-    assert_eq!(p.req().stats.get(Counter::BadResponses), dropped + 4, "each counted");
-    // The responder gets the packets; its ACK completes the WRITE, once.
-    let d = p.resp();
-    for r in &requests {
-        d.e.on_packet(&d.mem, A.into(), r);
-    }
-    let c = p.run_until(true, 1, 1);
-    assert_eq!(c.iter().map(status).collect::<Vec<_>>(), [(7, WC_SUCCESS, 0)]);
-    assert!(p.resp().read(DST, 4096) == data);
-}
-
-#[test]
-fn a_read_response_out_of_place_fails_the_read_and_places_nothing_more() {
-    use crate::rnic::fabric::packet::{op, Aeth, Bth};
-    // A four-packet READ answered by a broken peer: a FIRST response short of the MTU, then
-    // (another READ) a response that ends the message at its first packet.
-    for (opcode, len) in [(op::READ_RESPONSE_FIRST, 512usize), (op::READ_RESPONSE_ONLY, 1024)] {
-        let mut p = Pair::new(true, 7, WireFaults::default());
-        let lk = p.req().reg_mr(1, 7, RW, SRC, 1 << 20);
-        p.req().send(1, WQE_OP_RDMA_READ, 9, &[sge(SRC, 4096, lk)], VA + DST, 0x100);
-        let req = requests_of(&mut p);
-        assert_eq!(req.len(), 1, "one READ request");
-        let aeth = (opcode == op::READ_RESPONSE_ONLY).then_some(Aeth { syndrome: 0, msn: 1 });
-        let bth = Bth { opcode, pkey: 0xffff, dest_qp: 1, psn: req[0].bth.psn, ..Default::default() };
-        let pkt = Packet { bth, aeth, payload: vec![0xee; len], ..Default::default() };
-        let dropped = p.req().stats.get(Counter::BadResponses);
-        let d = p.req();
-        d.e.on_packet(&d.mem, B.into(), &pkt);
-        while d.e.run(&d.mem, 64) {}
-        let c = p.req().poll(1);
-        assert_eq!(
-            c.iter().map(|c| (c.wr_id, c.status, c.syndrome)).collect::<Vec<_>>(),
-            [(9, WC_BAD_RESP_ERR, u32::from(QP_ERR_BAD_RESPONSE))],
-            "opcode {opcode:#x}, {len} bytes"
-        );
-        assert_eq!(p.req().stats.get(Counter::BadResponses), dropped + 1);
-        assert!(p.req().read(SRC, 4096).iter().all(|b| *b != 0xee), "nothing of it placed");
-    }
-}
-
-#[test]
-fn a_duplicate_read_is_answered_only_as_the_read_it_repeats() {
-    use crate::rnic::fabric::packet::{op, Bth, Reth};
-    // One 4 KiB READ executed; then "duplicates" of it: from its third PSN for what is
-    // left (answered: two responses from there), and three that ask for something else
-    // (another address, a longer length, another rkey): dropped and counted.
-    let mut p = Pair::new(true, 7, WireFaults::default());
-    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
-    let rk2 = p.resp().reg_mr(3, 7, RW, DST + (1 << 20), 1 << 20);
-    let net = p.net.clone().unwrap();
-    let read = |psn: u32, va: u64, rkey: u32, len: u32| {
-        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn: psn & 0xff_ffff, ack_req: true, ..Default::default() };
-        Packet { bth, reth: Some(Reth { va, rkey, len }), ..Default::default() }
-    };
-    let answer = |p: &mut Pair, pkt: Packet| {
-        let d = p.resp();
-        d.e.on_packet(&d.mem, A.into(), &pkt);
-        while d.e.run(&d.mem, 64) {}
-        net.queue.lock().unwrap().drain(..).map(|(_, _, s)| (s.bth.opcode, s.bth.psn, s.payload.len())).collect::<Vec<_>>()
-    };
-    let first = PSN_AB;
-    assert_eq!(answer(&mut p, read(first, VA + DST, rk, 4096)).len(), 4, "the READ: four responses");
-    let again = answer(&mut p, read(first + 2, VA + DST + 2048, rk, 2048));
-    let (f, l) = ((first + 2) & 0xff_ffff, (first + 3) & 0xff_ffff);
-    assert_eq!(again, [(op::READ_RESPONSE_FIRST, f, 1024), (op::READ_RESPONSE_LAST, l, 1024)], "resent from its third PSN");
-    let dropped = p.resp().stats.get(Counter::PktsDropped);
-    for (va, rkey, len) in [(VA + DST + 4096, rk, 2048), (VA + DST + 2048, rk, 1 << 19), (VA + DST + (1 << 20) + 2048, rk2, 2048)] {
-        assert!(answer(&mut p, read(first + 2, va, rkey, len)).is_empty(), "{va:#x} {rkey:#x} {len}: not what was read");
-    }
-    assert_eq!(p.resp().stats.get(Counter::PktsDropped), dropped + 3);
-    assert_eq!(p.resp().stats.get(Counter::DuplicateRequests), 4);
 }
