@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_0008;
+pub const CONTRACT_VERSION: u32 = 0x0001_0009;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -82,6 +82,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
     (0x0001_0007, "The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT)."),
     (0x0001_0008, "QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address)."),
+    (0x0001_0009, "Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -150,8 +151,12 @@ pub mod rnic {
     /// `RNIC_REG_CAPS` bit (minor 7): the Ethernet port (`ETH_*` registers, the netdev's
     /// descriptor rings; docs/programming.md "The Ethernet port").
     pub const CAP_ETH: u64 = 1 << 6;
+    /// `RNIC_REG_CAPS` bit (minor 9): the Ethernet port's transmit offloads: frames over
+    /// several descriptors (`eth::TX_MORE`), checksum insertion (`eth::TX_CSUM`), TCP
+    /// segmentation (`eth::TX_TSO`).
+    pub const CAP_ETH_OFFLOAD: u64 = 1 << 7;
     /// Every capability bit this device sets (the reset value of `RNIC_REG_CAPS`).
-    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P | CAP_ETH;
+    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P | CAP_ETH | CAP_ETH_OFFLOAD;
     /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
     pub const STATUS_ERROR: u64 = 1 << 2;
     /// `RNIC_REG_STATUS` bit: the verbs engine failed internally (fatal error); commands
@@ -243,15 +248,31 @@ pub mod rnic {
         /// and counted in ETH_TX_ERRORS. Receive: the buffer is handed back empty (`len` 0):
         /// it was smaller than the frame (ETH_RX_NO_BUFFER) or not mapped memory (DMA_ERRORS).
         pub const DESC_ERR: u8 = 1 << 1;
+        /// `rnic_eth_desc.flags`, transmit, from the driver (minor 9): the frame goes on in
+        /// the next descriptor. Set on every descriptor of a frame but the last.
+        pub const TX_MORE: u8 = 1 << 4;
+        /// `rnic_eth_desc.flags`, transmit, first descriptor (minor 9): the device stores the
+        /// 16-bit ones'-complement checksum of the frame from `csum_start` to its end at
+        /// `csum_start + csum_offset` (the field's value, e.g. a pseudo-header sum, counts).
+        pub const TX_CSUM: u8 = 1 << 5;
+        /// `rnic_eth_desc.flags`, transmit, first descriptor (minor 9), with TX_CSUM: the
+        /// frame is one IPv4 or IPv6 TCP packet that the device cuts into segments of `mss`
+        /// payload bytes, each with the headers, lengths, IPv4 ID, sequence number, flags and
+        /// checksums fixed up.
+        pub const TX_TSO: u8 = 1 << 6;
+        /// Most descriptors one transmitted frame may span (minor 9).
+        pub const TX_MAX_DESCS: u64 = 32;
+        /// Most TCP payload bytes of a TX_TSO frame (minor 9); its headers come on top.
+        pub const TSO_MAX_PAYLOAD: u64 = 65536;
     }
 
     register_map!(REGS {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010008, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010009, writable 0x0;
         /// Capability bits (CAP_*).
-        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7f, writable 0x0;
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0xff, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
         /// RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from
         /// an internal engine failure until the next device reset.
@@ -388,7 +409,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010008, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010009, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.

@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x00010008   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010009   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -26,6 +26,7 @@
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
  *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
+ *   1.9: Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -46,8 +47,8 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10008: Register-contract version, major << 16 | minor. */
-#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7f: Capability bits (CAP_*). */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10009: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
 #define RNIC_REG_NUM_VECTORS         0x0014       /* RO 32-bit, reset 0x8: Number of MSI-X vectors the function offers. */
@@ -98,7 +99,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10008: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10009: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -150,6 +151,12 @@
 #define RNIC_ETH_MIN_FRAME           14           /* shortest frame the transmit ring takes */
 #define RNIC_ETH_DESC_DONE           0x1          /* rnic_eth_desc.flags: the device is done */
 #define RNIC_ETH_DESC_ERR            0x2          /* rnic_eth_desc.flags: refused (transmit) or returned empty (receive) */
+#define RNIC_CAP_ETH_OFFLOAD         0x80         /* RNIC_REG_CAPS bit: Ethernet transmit offloads (minor 9) */
+#define RNIC_ETH_TX_MORE             0x10         /* rnic_eth_desc.flags, transmit: the frame goes on in the next descriptor */
+#define RNIC_ETH_TX_CSUM             0x20         /* rnic_eth_desc.flags, transmit: insert the checksum (csum_start/csum_offset) */
+#define RNIC_ETH_TX_TSO              0x40         /* rnic_eth_desc.flags, transmit: cut the TCP frame into mss-byte segments */
+#define RNIC_ETH_TX_MAX_DESCS        32           /* most descriptors one transmitted frame spans */
+#define RNIC_ETH_TSO_MAX_PAYLOAD     65536        /* most TCP payload bytes of a TX_TSO frame */
 #define GPU_ENG_OP_FILL32            0x1          /* GPU_ENG_LAUNCH: fill with VALUE */
 #define GPU_ENG_OP_COPY              0x2          /* GPU_ENG_LAUNCH: copy SRC -> DST */
 #define GPU_ENG_OP_REDUCE_SUM_F32    0x3          /* GPU_ENG_LAUNCH: DST = SRC + SRC2 (f32) */
@@ -201,7 +208,10 @@
 #define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
 #define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */
 #define RNIC_STAT_RNR_NAKS_SENT      38           /* RNR NAKs sent (a SEND found no receive WQE) */
-#define RNIC_STAT_COUNT              39           /* number of counters */
+#define RNIC_STAT_ETH_TX_CSUM        39           /* transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted) */
+#define RNIC_STAT_ETH_TSO_FRAMES     40           /* TX_TSO frames the Ethernet port cut into segments */
+#define RNIC_STAT_ETH_TSO_SEGMENTS   41           /* segments sent for those frames (each counted in ETH_TX_FRAMES too) */
+#define RNIC_STAT_COUNT              42           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -243,6 +253,9 @@
 	[RNIC_STAT_OUT_OF_SEQUENCE] = "out_of_sequence", \
 	[RNIC_STAT_DUPLICATE_REQUESTS] = "duplicate_requests", \
 	[RNIC_STAT_RNR_NAKS_SENT] = "rnr_naks_sent", \
+	[RNIC_STAT_ETH_TX_CSUM] = "eth_tx_csum", \
+	[RNIC_STAT_ETH_TSO_FRAMES] = "eth_tso_frames", \
+	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
 }
 
 /* Descriptor constants */
@@ -518,19 +531,21 @@ _Static_assert(offsetof(struct rnic_mr_ctx, key) == 29, "rnic_mr_ctx.key");
 _Static_assert(offsetof(struct rnic_mr_ctx, page_shift) == 30, "rnic_mr_ctx.page_shift");
 _Static_assert(offsetof(struct rnic_mr_ctx, rsvd0) == 31, "rnic_mr_ctx.rsvd0");
 
-/* Ethernet descriptor (minor 7), an entry of the transmit or receive ring at ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` with `flags` 0, then moves the ring's producer index; the device writes `len` (receive) and then `flags`. */
+/* Ethernet descriptor (minor 7), an entry of the transmit or receive ring at ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` (and, transmit, the request bits of `flags` and the offload fields) then moves the ring's producer index; the device writes `len` (receive) and then `flags`. Minor 9 (CAP_ETH_OFFLOAD): a transmitted frame may span several descriptors (eth::TX_MORE on all but the last) and its first descriptor may ask for a checksum (eth::TX_CSUM) or TCP segmentation (eth::TX_TSO); with the request bits and offload fields 0 a frame is one descriptor sent as it is (minor 7). */
 struct rnic_eth_desc {
-	__u64 addr; /* 0x00: Bus address of the frame (transmit) or of the empty buffer (receive). */
-	__u16 len; /* 0x08: Transmit: the frame's length. Receive: the buffer's size from the driver, then the received frame's length from the device. */
-	__u8 flags; /* 0x0a: eth::DESC_DONE, eth::DESC_ERR; written by the device, last. */
-	__u8 rsvd0; /* 0x0b: Reserved, 0. */
-	__u32 rsvd1; /* 0x0c: Reserved, 0. */
+	__u64 addr; /* 0x00: Bus address of the frame or of this piece of it (transmit), or of the empty buffer (receive). */
+	__u16 len; /* 0x08: Transmit: the length of the frame or of this piece. Receive: the buffer's size from the driver, then the received frame's length from the device. */
+	__u8 flags; /* 0x0a: Transmit, from the driver (minor 9): eth::TX_MORE, eth::TX_CSUM, eth::TX_TSO, else 0. From the device, last: eth::DESC_DONE, eth::DESC_ERR. */
+	__u8 csum_offset; /* 0x0b: Transmit, first descriptor of a frame with TX_CSUM (minor 9): where the checksum goes, in bytes from csum_start. Else 0. */
+	__u16 csum_start; /* 0x0c: Transmit, first descriptor of a frame with TX_CSUM (minor 9): the offset in the frame the checksum starts at (with TX_TSO: the TCP header's). Else 0. */
+	__u16 mss; /* 0x0e: Transmit, first descriptor of a frame with TX_TSO (minor 9): the TCP payload bytes of each segment. Else 0. */
 };
 _Static_assert(sizeof(struct rnic_eth_desc) == 16, "rnic_eth_desc size");
 _Static_assert(offsetof(struct rnic_eth_desc, addr) == 0, "rnic_eth_desc.addr");
 _Static_assert(offsetof(struct rnic_eth_desc, len) == 8, "rnic_eth_desc.len");
 _Static_assert(offsetof(struct rnic_eth_desc, flags) == 10, "rnic_eth_desc.flags");
-_Static_assert(offsetof(struct rnic_eth_desc, rsvd0) == 11, "rnic_eth_desc.rsvd0");
-_Static_assert(offsetof(struct rnic_eth_desc, rsvd1) == 12, "rnic_eth_desc.rsvd1");
+_Static_assert(offsetof(struct rnic_eth_desc, csum_offset) == 11, "rnic_eth_desc.csum_offset");
+_Static_assert(offsetof(struct rnic_eth_desc, csum_start) == 12, "rnic_eth_desc.csum_start");
+_Static_assert(offsetof(struct rnic_eth_desc, mss) == 14, "rnic_eth_desc.mss");
 
 #endif /* _UAPI_RNIC_EMU_REGS_H */

@@ -57,6 +57,9 @@ counters! {
     OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
     DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";
     RnrNaksSent, "RNR NAKs sent (a SEND found no receive WQE)";
+    EthTxCsum, "transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted)";
+    EthTsoFrames, "TX_TSO frames the Ethernet port cut into segments";
+    EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -41,6 +41,9 @@ use std::sync::{Arc, RwLock};
 
 pub mod doorbell;
 pub mod eth;
+pub mod eth_offload;
+#[cfg(test)]
+mod eth_offload_tests;
 #[cfg(test)]
 mod eth_tests;
 pub mod fabric;
