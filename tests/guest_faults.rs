@@ -80,10 +80,7 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
         eprintln!("cycle {cycle}: streaming (0.5 s: {} MiB host, {} MiB P2P); kill -9 QEMU", both.0 >> 20, both.1 >> 20);
         qemu.0.kill().unwrap();
         qemu.0.wait().unwrap();
-        assert!(
-            wait_until(Duration::from_secs(30), || all_gone(clients)),
-            "cycle {cycle}: the server did not see QEMU go"
-        );
+        assert!(wait_until(Duration::from_secs(30), || all_gone(clients)), "cycle {cycle}: the server did not see QEMU go");
         footprints.push(footprint(server.pid()));
         eprintln!("cycle {cycle}: server fds, mappings {:?}", footprints.last().unwrap());
     }

@@ -157,7 +157,10 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     let again = |stdout: &str| stdout.lines().any(|l| hung(l) || pingpong_race(l));
     let mut out = run();
     if again(&String::from_utf8_lossy(&out.stdout)) {
-        eprintln!("=== a program hung or hit pingpong's end-of-run race (lines below); booting the topology once more ===\n{}", String::from_utf8_lossy(&out.stdout));
+        eprintln!(
+            "=== a program hung or hit pingpong's end-of-run race (lines below); booting the topology once more ===\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         out = run();
     }
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -312,7 +312,20 @@ impl EthPort {
     /// A port with both rings off, DMA enabled, interrupts disabled (the device's reset
     /// state).
     pub fn new(name: String, shared: Arc<EthShared>, irqs: Arc<Interrupts>, stats: Arc<Stats>) -> EthPort {
-        EthPort { name, shared, irqs, stats, tx: None, rx: None, enabled: true, int_enabled: false, armed: None, buf: Vec::new(), chain: Vec::new(), seg: Vec::new() }
+        EthPort {
+            name,
+            shared,
+            irqs,
+            stats,
+            tx: None,
+            rx: None,
+            enabled: true,
+            int_enabled: false,
+            armed: None,
+            buf: Vec::new(),
+            chain: Vec::new(),
+            seg: Vec::new(),
+        }
     }
 
     pub fn shared(&self) -> &Arc<EthShared> {
