@@ -10,9 +10,10 @@
  * one transmit and one receive descriptor ring (rnic_netdev_ring.c), IFF_PROMISC sets
  * ETH_CTRL_PROMISC, and the carrier follows ETH_LINK, read at open and every second after
  * (the device raises no link interrupt). With RNIC_CAP_ETH_OFFLOAD (minor 9) it offers
- * scatter/gather, checksum offload and TSO/TSO6, done by the device. That poll also starts the NAPI poll when a ring's
- * head entry is done but no interrupt came (a lost MSI-X message). ethtool:
- * rnic_netdev_ethtool.c.
+ * scatter/gather, checksum offload and TSO/TSO6, done by the device, and takes the
+ * device's word for received TCP/UDP checksums (ETH_CTRL_RX_CSUM, NETIF_F_RXCSUM). That
+ * poll also starts the NAPI poll when a ring's head entry is done but no interrupt came
+ * (a lost MSI-X message). ethtool: rnic_netdev_ethtool.c.
  *
  * The rings exist only while the netdev is up: ndo_open allocates and programs them and
  * enables the port, ndo_stop disables it and frees them once the device has stopped. A
@@ -155,7 +156,8 @@ static int rnic_eth_up(struct rnic_eth *eth)
 	iowrite32(eth->vector, bar0 + ETH_VECTOR);
 	netdev_reset_queue(ndev);
 	napi_enable(&eth->napi);
-	rnic_eth_write_ctrl(eth, RNIC_ETH_CTRL_RX_EN | RNIC_ETH_CTRL_TX_EN, 0, true);
+	rnic_eth_write_ctrl(eth, RNIC_ETH_CTRL_RX_EN | RNIC_ETH_CTRL_TX_EN |
+			    (eth->has_offload ? RNIC_ETH_CTRL_RX_CSUM : 0), 0, true);
 	/*
 	 * The enable starts both rings at index 0 with the producer indices written above;
 	 * the receive doorbell once more is a no-op then, and keeps the buffers usable for a
@@ -359,7 +361,7 @@ struct net_device *rnic_netdev_create(struct rnic_nic *nic)
 		ndev->watchdog_timeo = RNIC_ETH_TX_TIMEOUT;
 		if (eth->has_offload) {
 			ndev->hw_features = NETIF_F_SG | NETIF_F_HW_CSUM | NETIF_F_TSO |
-					    NETIF_F_TSO6;
+					    NETIF_F_TSO6 | NETIF_F_RXCSUM;
 			ndev->features |= ndev->hw_features;
 			netif_set_tso_max_size(ndev, RNIC_ETH_TSO_MAX_PAYLOAD);
 		}

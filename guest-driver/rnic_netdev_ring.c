@@ -25,8 +25,10 @@
  * last descriptor and freed when that one is done.
  *
  * Receive: one skb per entry, ETH_MTU + 14 bytes, mapped DMA_FROM_DEVICE and unmapped
- * when a frame is handed to GRO. When no new skb can be had the frame is dropped and its
- * buffer posted again, so every entry always holds a buffer.
+ * when a frame is handed to GRO; one the device marked RNIC_ETH_DESC_CSUM_OK (minor 9,
+ * ETH_CTRL_RX_CSUM) goes up CHECKSUM_UNNECESSARY while NETIF_F_RXCSUM is on. When no
+ * new skb can be had the frame is dropped and its buffer posted again, so every entry
+ * always holds a buffer.
  *
  * Interrupts: the NAPI poll re-arms with ETH_ARM (rx_ci << 16 | tx_clean) when it has
  * caught up; the device raises the vector once, at once if it has moved either ring past
@@ -499,6 +501,8 @@ static int rnic_eth_rx(struct rnic_eth *eth, int budget)
 			*b = nb;
 			skb_put(skb, len);
 			skb->protocol = eth_type_trans(skb, ndev);
+			if ((flags & RNIC_ETH_DESC_CSUM_OK) && (ndev->features & NETIF_F_RXCSUM))
+				skb->ip_summed = CHECKSUM_UNNECESSARY;
 			napi_gro_receive(&eth->napi, skb);
 			pkts++;
 			bytes += len;

@@ -82,7 +82,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
     (0x0001_0007, "The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT)."),
     (0x0001_0008, "QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address)."),
-    (0x0001_0009, "Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS."),
+    (0x0001_0009, "Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -229,6 +229,9 @@ pub mod rnic {
         /// `ETH_CTRL` bit: promiscuous: unicast frames for any MAC reach the receive ring
         /// (RoCE frames for this port's MAC still go to the verbs engine).
         pub const CTRL_PROMISC: u64 = 1 << 2;
+        /// `ETH_CTRL` bit (minor 9, CAP_ETH_OFFLOAD): check the TCP/UDP checksum of each
+        /// received IPv4/IPv6 frame and mark the good ones DESC_CSUM_OK.
+        pub const CTRL_RX_CSUM: u64 = 1 << 3;
         /// `ETH_LINK` bit: the port is attached to a segment and the link is up.
         pub const LINK_UP: u64 = 1 << 0;
         /// Smallest and largest `ETH_MTU` (bytes of an L3 packet, as the netdev's MTU).
@@ -248,6 +251,10 @@ pub mod rnic {
         /// and counted in ETH_TX_ERRORS. Receive: the buffer is handed back empty (`len` 0):
         /// it was smaller than the frame (ETH_RX_NO_BUFFER) or not mapped memory (DMA_ERRORS).
         pub const DESC_ERR: u8 = 1 << 1;
+        /// `rnic_eth_desc.flags`, receive (minor 9, with ETH_CTRL RX_CSUM): the frame is an
+        /// IPv4 or IPv6 TCP or UDP packet whose IPv4 header checksum and TCP/UDP checksum
+        /// (pseudo-header included) the device found right. Clear: not checked or wrong.
+        pub const DESC_CSUM_OK: u8 = 1 << 2;
         /// `rnic_eth_desc.flags`, transmit, from the driver (minor 9): the frame goes on in
         /// the next descriptor. Set on every descriptor of a frame but the last.
         pub const TX_MORE: u8 = 1 << 4;
@@ -360,7 +367,7 @@ pub mod rnic {
         /// CI keeps its value). Synchronous. Reads back the rings that run: an enable refused
         /// (base not 16-byte aligned, size outside the limits; a guest error) or a ring
         /// stopped because its descriptors are not mapped memory (DMA_ERRORS) reads 0.
-        ETH_CTRL = 0x3114, 4, Rw, reset 0x0, writable 0x7;
+        ETH_CTRL = 0x3114, 4, Rw, reset 0x0, writable 0xf;
         /// Link state (eth::LINK_*): up while the node is attached to a segment.
         ETH_LINK = 0x3118, 4, Ro, reset 0x0, writable 0x0;
         /// Link speed in Mb/s, as reported to ethtool.

@@ -26,7 +26,7 @@
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
  *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
- *   1.9: Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
+ *   1.9: Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -152,6 +152,8 @@
 #define RNIC_ETH_DESC_DONE           0x1          /* rnic_eth_desc.flags: the device is done */
 #define RNIC_ETH_DESC_ERR            0x2          /* rnic_eth_desc.flags: refused (transmit) or returned empty (receive) */
 #define RNIC_CAP_ETH_OFFLOAD         0x80         /* RNIC_REG_CAPS bit: Ethernet transmit offloads (minor 9) */
+#define RNIC_ETH_CTRL_RX_CSUM        0x8          /* ETH_CTRL: check received TCP/UDP checksums (minor 9) */
+#define RNIC_ETH_DESC_CSUM_OK        0x4          /* rnic_eth_desc.flags, receive: TCP/UDP checksum checked and right */
 #define RNIC_ETH_TX_MORE             0x10         /* rnic_eth_desc.flags, transmit: the frame goes on in the next descriptor */
 #define RNIC_ETH_TX_CSUM             0x20         /* rnic_eth_desc.flags, transmit: insert the checksum (csum_start/csum_offset) */
 #define RNIC_ETH_TX_TSO              0x40         /* rnic_eth_desc.flags, transmit: cut the TCP frame into mss-byte segments */

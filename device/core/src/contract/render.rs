@@ -132,6 +132,8 @@ pub fn c_header() -> String {
         ep("RNIC_ETH_DESC_DONE", format!("{:#x}", e::DESC_DONE), "rnic_eth_desc.flags: the device is done", &mut o);
         ep("RNIC_ETH_DESC_ERR", format!("{:#x}", e::DESC_ERR), "rnic_eth_desc.flags: refused (transmit) or returned empty (receive)", &mut o);
         ep("RNIC_CAP_ETH_OFFLOAD", format!("{:#x}", regs::rnic::CAP_ETH_OFFLOAD), "RNIC_REG_CAPS bit: Ethernet transmit offloads (minor 9)", &mut o);
+        ep("RNIC_ETH_CTRL_RX_CSUM", format!("{:#x}", e::CTRL_RX_CSUM), "ETH_CTRL: check received TCP/UDP checksums (minor 9)", &mut o);
+        ep("RNIC_ETH_DESC_CSUM_OK", format!("{:#x}", e::DESC_CSUM_OK), "rnic_eth_desc.flags, receive: TCP/UDP checksum checked and right", &mut o);
         ep("RNIC_ETH_TX_MORE", format!("{:#x}", e::TX_MORE), "rnic_eth_desc.flags, transmit: the frame goes on in the next descriptor", &mut o);
         ep("RNIC_ETH_TX_CSUM", format!("{:#x}", e::TX_CSUM), "rnic_eth_desc.flags, transmit: insert the checksum (csum_start/csum_offset)", &mut o);
         ep("RNIC_ETH_TX_TSO", format!("{:#x}", e::TX_TSO), "rnic_eth_desc.flags, transmit: cut the TCP frame into mss-byte segments", &mut o);

@@ -23,9 +23,10 @@
 //! descriptors (TX_MORE on all but the last), and its first descriptor may ask for a
 //! checksum (TX_CSUM) or TCP segmentation (TX_TSO), done by [`crate::rnic::eth_offload`];
 //! a malformed chain or request is dropped whole (DESC_ERR on each of its descriptors,
-//! ETH_TX_ERRORS once) and the ring goes on.
+//! ETH_TX_ERRORS once) and the ring goes on. With `ETH_CTRL_RX_CSUM` the receive side
+//! checks TCP/UDP checksums and marks good frames DESC_CSUM_OK.
 //!
-//! Not modelled: VLAN tags, receive offloads, multicast filters (every
+//! Not modelled: VLAN tags, receive segmentation or hashing, multicast filters (every
 //! multicast and broadcast frame is received), several queues, interrupt moderation, the
 //! FCS (frames carry none). MAC filtering and the checks of malformed frames belong to
 //! the port's receive path ([`crate::rnic::fabric::frame::sort`], which the server's
@@ -36,10 +37,10 @@ use crate::contract::counters::{Counter, Stats};
 use crate::platform::mem::access::{DmaTag, GuestMem};
 use crate::platform::msix::Interrupts;
 use crate::regs::rnic::eth::{
-    CTRL_PROMISC, CTRL_RX_EN, CTRL_TX_EN, DESC_DONE, DESC_ERR, HEADER_LEN, MAX_MTU, MAX_RING_LOG2, MIN_FRAME, MIN_MTU, MIN_RING_LOG2, TX_CSUM, TX_MAX_DESCS,
-    TX_MORE, TX_TSO,
+    CTRL_PROMISC, CTRL_RX_CSUM, CTRL_RX_EN, CTRL_TX_EN, DESC_CSUM_OK, DESC_DONE, DESC_ERR, HEADER_LEN, MAX_MTU, MAX_RING_LOG2, MIN_FRAME, MIN_MTU,
+    MIN_RING_LOG2, TX_CSUM, TX_MAX_DESCS, TX_MORE, TX_TSO,
 };
-use crate::rnic::eth_offload::{insert_csum, Tso, TSO_MAX_FRAME};
+use crate::rnic::eth_offload::{insert_csum, rx_csum_ok, Tso, TSO_MAX_FRAME};
 use crate::rnic::verbs::transport::Wire;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -95,6 +96,7 @@ pub struct EthShared {
     mac: AtomicU64,
     mtu: AtomicU32,
     promisc: AtomicBool,
+    rx_csum: AtomicBool,
     link: AtomicBool,
     tx_running: AtomicBool,
     rx_running: AtomicBool,
@@ -111,6 +113,7 @@ impl Default for EthShared {
             mac: AtomicU64::new(0),
             mtu: AtomicU32::new(DEFAULT_MTU),
             promisc: AtomicBool::new(false),
+            rx_csum: AtomicBool::new(false),
             link: AtomicBool::new(false),
             tx_running: AtomicBool::new(false),
             rx_running: AtomicBool::new(false),
@@ -179,7 +182,17 @@ impl EthShared {
         self.rx_ci.load(Ordering::SeqCst) as u16
     }
 
-    /// `ETH_CTRL` as it reads: the rings that run and the promiscuous bit.
+    /// Receive checksum check (`ETH_CTRL_RX_CSUM`, minor 9).
+    pub fn rx_csum(&self) -> bool {
+        self.rx_csum.load(Ordering::SeqCst)
+    }
+
+    /// Register side: the RX_CSUM bit of an `ETH_CTRL` write.
+    pub fn set_rx_csum(&self, on: bool) {
+        self.rx_csum.store(on, Ordering::SeqCst);
+    }
+
+    /// `ETH_CTRL` as it reads: the rings that run, the promiscuous and RX_CSUM bits.
     pub fn ctrl(&self) -> u64 {
         let mut v = 0;
         if self.rx_enabled() {
@@ -190,6 +203,9 @@ impl EthShared {
         }
         if self.promisc() {
             v |= CTRL_PROMISC;
+        }
+        if self.rx_csum() {
+            v |= CTRL_RX_CSUM;
         }
         v
     }
@@ -220,6 +236,7 @@ impl EthShared {
         self.set_mac(perm);
         self.mtu.store(DEFAULT_MTU, Ordering::SeqCst);
         self.set_promisc(false);
+        self.set_rx_csum(false);
         self.gids.clear();
     }
 }
@@ -604,7 +621,10 @@ impl EthPort {
         let placed = read_desc(mem, at).and_then(|d| {
             let placed = self.place(mem, &d, frame);
             let len = if placed { frame.len() as u16 } else { 0 };
-            let flags = if placed { DESC_DONE } else { DESC_DONE | DESC_ERR };
+            let mut flags = if placed { DESC_DONE } else { DESC_DONE | DESC_ERR };
+            if placed && self.shared.rx_csum() && rx_csum_ok(frame) {
+                flags |= DESC_CSUM_OK;
+            }
             mem.write(at + LEN_OFFSET, &len.to_le_bytes()).and_then(|_| mem.write(at + FLAGS_OFFSET, &[flags])).map_err(|_| RingFault)?;
             Ok(placed)
         });

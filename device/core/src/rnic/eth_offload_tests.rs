@@ -2,7 +2,7 @@
 //! against a separate word-by-word computation, segments' lengths, sequence numbers, IDs,
 //! flags and checksums, and the refusals, at and just past each limit.
 
-use super::eth_offload::{insert_csum, Tso, TSO_MAX_FRAME};
+use super::eth_offload::{insert_csum, rx_csum_ok, Tso, TSO_MAX_FRAME};
 use crate::regs::rnic::eth::TSO_MAX_PAYLOAD;
 
 /// The Internet checksum the plain way: 16-bit words added with the carry folded back at
@@ -94,6 +94,7 @@ fn check_segments(big: &[u8], v6: bool, mss: usize) {
         }
         assert_eq!(s[l4 + 13], flags, "TCP flags of segment {i}");
         assert_eq!(&s[l4 + 20..hdr], &big[l4 + 20..hdr], "TCP options copied");
+        assert!(rx_csum_ok(s), "a receiver's check passes segment {i}");
     }
     assert_eq!(joined, &big[hdr..], "the payload, in order, once");
 }
@@ -193,4 +194,54 @@ fn malformed_tso_requests_are_refused() {
     ver[14] = 0x40;
     bad("IPv6 ethertype, version 4", &ver, 54, 16, 1428);
     bad("too long", &vec![0u8; TSO_MAX_FRAME + 1], 34, 16, 1448);
+}
+
+#[test]
+fn rx_csum_passes_right_checksums_only() {
+    for v6 in [false, true] {
+        let t = Tso::parse(&tcp_frame(v6, 3000), if v6 { 54 } else { 34 }, 16, 1000, 1514).unwrap();
+        let mut segs = Vec::new();
+        t.segment(&tcp_frame(v6, 3000), &mut Vec::new(), |s| segs.push(s.to_vec()));
+        let good = segs.remove(0);
+        assert!(rx_csum_ok(&good));
+        let mut padded = good.clone();
+        padded.extend_from_slice(&[0xaa; 7]);
+        assert!(rx_csum_ok(&padded), "Ethernet padding past the IP length is not summed");
+        for at in [30, 60, 500, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            assert!(!rx_csum_ok(&bad), "v6 {v6}: byte {at} flipped");
+        }
+        assert!(!rx_csum_ok(&good[..good.len() - 1]), "shorter than the IP length says");
+        // UDP with its checksum made right the plain way.
+        let mut udp = good.clone();
+        let l4 = if v6 { 54 } else { 34 };
+        udp[if v6 { 20 } else { 23 }] = 17;
+        udp.truncate(l4 + 8 + 101);
+        let ulen = (udp.len() - l4) as u16;
+        if v6 {
+            udp[18..20].copy_from_slice(&ulen.to_be_bytes());
+        } else {
+            let tot = (udp.len() - 14) as u16;
+            udp[16..18].copy_from_slice(&tot.to_be_bytes());
+            udp[24..26].copy_from_slice(&[0, 0]);
+            let c = !plain_sum(&[&udp[14..34]]);
+            udp[24..26].copy_from_slice(&c.to_be_bytes());
+        }
+        udp[l4 + 4..l4 + 6].copy_from_slice(&ulen.to_be_bytes());
+        udp[l4 + 6..l4 + 8].copy_from_slice(&[0, 0]);
+        let pseudo: Vec<u8> = if v6 {
+            [&udp[22..54], &u32::from(ulen).to_be_bytes()[..], &[0, 0, 0, 17]].concat()
+        } else {
+            [&udp[26..34], &[0, 17], &ulen.to_be_bytes()[..]].concat()
+        };
+        let c = !plain_sum(&[&pseudo, &udp[l4..]]);
+        let mut no_csum = udp.clone();
+        udp[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+        assert!(rx_csum_ok(&udp), "v6 {v6}: UDP");
+        no_csum[l4 + 6..l4 + 8].copy_from_slice(&[0, 0]);
+        assert!(!rx_csum_ok(&no_csum), "UDP without a checksum is not vouched for");
+    }
+    assert!(!rx_csum_ok(&bytes(100, 1)), "not IP");
+    assert!(!rx_csum_ok(&[]));
 }

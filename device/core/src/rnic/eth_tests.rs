@@ -717,3 +717,29 @@ fn checksum_and_tso_requests_through_the_ring() {
     assert_eq!(p.sent().len(), 3, "1460 fits: 3 segments");
     assert_eq!(p.count(Counter::EthTxErrors), 1);
 }
+
+#[test]
+fn received_frames_with_right_checksums_are_marked_when_asked() {
+    let mut p = Port::new();
+    p.ctrl(BOTH, 4);
+    p.post_rx(4, 2048);
+    let mut good = tcp4(100);
+    let len = (good.len() - 14) as u16;
+    good[16..18].copy_from_slice(&len.to_be_bytes());
+    let ip = !crate::rnic::eth_offload::fold(crate::rnic::eth_offload::sum16(0, &good[14..34]));
+    good[24..26].copy_from_slice(&ip.to_be_bytes());
+    // The TCP checksum as the TSO path computes it: one segment.
+    let t = crate::rnic::eth_offload::Tso::parse(&good, 34, 16, 1460, 1514).unwrap();
+    let mut seg = Vec::new();
+    t.segment(&good.clone(), &mut Vec::new(), |s| seg = s.to_vec());
+    p.r.on_frame(&p.mem, &seg);
+    assert_eq!(p.desc(RXQ, 0).flags, DESC_DONE, "not asked: DONE only, as before");
+    p.r.eth_shared().set_rx_csum(true);
+    p.r.on_frame(&p.mem, &seg);
+    let mut bad = seg.clone();
+    bad[60] ^= 1;
+    p.r.on_frame(&p.mem, &bad);
+    p.r.on_frame(&p.mem, &frame(100, 1));
+    let flags: Vec<u8> = (1..4).map(|i| p.desc(RXQ, i).flags).collect();
+    assert_eq!(flags, [DESC_DONE | DESC_CSUM_OK, DESC_DONE, DESC_DONE]);
+}

@@ -331,6 +331,7 @@ impl Rnic {
             ETH_VECTOR => self.eth_vector = value,
             ETH_CTRL => {
                 self.eth.set_promisc(value & eth_bits::CTRL_PROMISC != 0);
+                self.eth.set_rx_csum(value & eth_bits::CTRL_RX_CSUM != 0);
                 // A ring that starts starts at index 0: its producer index too.
                 if value & eth_bits::CTRL_TX_EN != 0 && !self.eth.tx_enabled() {
                     self.regs.set(ETH_TXQ_PI, 0);
