@@ -389,6 +389,14 @@ netdev_tx_t rnic_eth_xmit(struct sk_buff *skb, struct net_device *ndev)
 	}
 	skb_tx_timestamp(skb);
 	/*
+	 * The socket's memory is given back now, not when the device is done (as virtio-net
+	 * does without its transmit NAPI): a completion goes through the device's event loop,
+	 * the MSI-X vector and the NAPI poll, milliseconds on a busy host, and with TCP small
+	 * queues (about two TSO frames per socket queued) that round trip, not the link,
+	 * paced a stream. BQL still bounds the bytes queued to the device.
+	 */
+	skb_orphan(skb);
+	/*
 	 * BQL accounting before the entries are published: once tx_pi moves, NAPI may complete
 	 * them (a device may mark them done before the doorbell), and completing more than was
 	 * queued is a BUG in the dql code. The skb is not touched after publication.
