@@ -361,7 +361,8 @@ pub mod rnic {
         /// refused and the register keeps its value). Frames longer than MTU + 14 are
         /// dropped both ways, and the RoCE path MTU of every QP is capped to fit it.
         ETH_MTU = 0x3110, 4, Rw, reset 0x5dc, writable 0xffff;
-        /// Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting
+        /// Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous, receive
+        /// checksum check (RX_CSUM, minor 9). Setting
         /// an enable bit takes the ring's base and size and starts it at index 0 (its PI
         /// register reads 0); clearing it stops the ring (descriptors not done stay not done,
         /// CI keeps its value). Synchronous. Reads back the rings that run: an enable refused
@@ -387,8 +388,11 @@ pub mod rnic {
         /// log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2).
         ETH_TXQ_LOG = 0x3130, 4, Rw, reset 0x0, writable 0xf;
         /// Transmit doorbell: the driver's producer index [15:0] (free-running; entry =
-        /// index mod ring size). Descriptors up to it hold frames to send; a frame outside
-        /// 14..=MTU + 14 bytes, or sent with the link down, completes with DESC_ERR. Ignored
+        /// index mod ring size). Descriptors up to it hold frames to send (minor 9: a frame
+        /// may span several, TX_MORE on all but its last, which it waits for); a frame
+        /// outside 14..=MTU + 14 bytes (a TX_TSO frame: up to 64 KiB of TCP payload beyond
+        /// its headers), a malformed offload request, or one sent with the link down,
+        /// completes with DESC_ERR on each of its descriptors. Ignored
         /// while the ring is off; an index more than the ring's size ahead of ETH_TXQ_CI is
         /// refused (a guest error). With DMA_CTRL ENABLE clear descriptors wait.
         ETH_TXQ_PI = 0x3134, 4, Rw, reset 0x0, writable 0xffff;
