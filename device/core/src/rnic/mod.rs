@@ -3,7 +3,8 @@
 //!
 //! - [`verbs`]: the verbs engine behind the doorbells and commands (docs/verbs.md);
 //! - [`doorbell`]: the doorbell page (BAR2) the driver stores indices in;
-//! - [`eth`]: the Ethernet port (`ETH_*` registers, the netdev's descriptor rings);
+//! - [`eth`]: the Ethernet port (`ETH_*` registers, the netdev's descriptor rings), with
+//!   [`eth_offload`] its checksum and TCP segmentation offloads;
 //! - [`fabric`]: the RoCEv2 wire format the engine's fabric transport speaks;
 //! - `pcie_faults`: the RNIC's side of PCIe fault injection (the `pcie ...` requests).
 //!
