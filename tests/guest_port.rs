@@ -67,6 +67,7 @@ c.sendall(open(\"/tmp/blob\",\"rb\").read());c.close()' || echo failed: tcp send
                       n=$((n + 1)); sleep 1
                   done
                   echo \"iperf-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
+                  echo \"iperf-sender-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"\\(max_snd_cwnd\\|max_rtt\\|min_rtt\\|mean_rtt\\|max_snd_wnd\\)\":[0-9]*' | tr '\\n' ' ')\"
                   echo \"iperf-retransmits-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_sent\":{[^}]*' | grep -o '\"retransmits\":[0-9]*' | cut -d: -f2)\"
               done
               rnic-kv get done 120000 >/dev/null\n"
@@ -141,6 +142,10 @@ fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
     eprintln!("iperf3: reth0 {:.1} Mbit/s, virtio-net {:.1} Mbit/s: {:.2}x", reth / 1e6, virtio / 1e6, reth / virtio);
     let rtx = |dev: &str| line_after(&node_lines(&stdout, 1), &format!("iperf-retransmits-{dev}: ")).unwrap_or("?").to_string();
     eprintln!("iperf3 retransmits: reth0 {}, virtio-net {}", rtx("reth0"), rtx("eth0"));
+    // The sender's view (largest congestion window, RTT in us): where a link's time goes.
+    for dev in ["reth0", "eth0"] {
+        eprintln!("iperf3 sender over {dev}: {}", line_after(&node_lines(&stdout, 1), &format!("iperf-sender-{dev}: ")).unwrap_or("?"));
+    }
     // The host's view of the same port: frames both ways on both nodes.
     let json: Value = serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
     let text = json.to_string();
