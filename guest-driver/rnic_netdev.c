@@ -9,9 +9,11 @@
  * source of its RoCE frames), ARP works, the MTU is 68..9000 (ETH_MTU), frames go through
  * one transmit and one receive descriptor ring (rnic_netdev_ring.c), IFF_PROMISC sets
  * ETH_CTRL_PROMISC, and the carrier follows ETH_LINK, read at open and every second after
- * (the device raises no link interrupt). That poll also starts the NAPI poll when a ring's
- * head entry is done but no interrupt came (a lost MSI-X message). ethtool:
- * rnic_netdev_ethtool.c.
+ * (the device raises no link interrupt). With RNIC_CAP_ETH_OFFLOAD (minor 9) it offers
+ * scatter/gather, checksum offload and TSO/TSO6, done by the device, and takes the
+ * device's word for received TCP/UDP checksums (ETH_CTRL_RX_CSUM, NETIF_F_RXCSUM). That
+ * poll also starts the NAPI poll when a ring's head entry is done but no interrupt came
+ * (a lost MSI-X message). ethtool: rnic_netdev_ethtool.c.
  *
  * The rings exist only while the netdev is up: ndo_open allocates and programs them and
  * enables the port, ndo_stop disables it and frees them once the device has stopped. A
@@ -154,7 +156,8 @@ static int rnic_eth_up(struct rnic_eth *eth)
 	iowrite32(eth->vector, bar0 + ETH_VECTOR);
 	netdev_reset_queue(ndev);
 	napi_enable(&eth->napi);
-	rnic_eth_write_ctrl(eth, RNIC_ETH_CTRL_RX_EN | RNIC_ETH_CTRL_TX_EN, 0, true);
+	rnic_eth_write_ctrl(eth, RNIC_ETH_CTRL_RX_EN | RNIC_ETH_CTRL_TX_EN |
+			    (eth->has_offload ? RNIC_ETH_CTRL_RX_CSUM : 0), 0, true);
 	/*
 	 * The enable starts both rings at index 0 with the producer indices written above;
 	 * the receive doorbell once more is a no-op then, and keeps the buffers usable for a
@@ -298,6 +301,7 @@ static const struct net_device_ops rnic_eth_ops = {
 	.ndo_set_rx_mode	= rnic_eth_set_rx_mode,
 	.ndo_get_stats64	= rnic_eth_get_stats64,
 	.ndo_tx_timeout		= rnic_eth_tx_timeout,
+	.ndo_features_check	= rnic_eth_features_check,
 };
 
 /* An older device (no RNIC_CAP_ETH): no datapath, every frame is counted and dropped. */
@@ -339,6 +343,8 @@ struct net_device *rnic_netdev_create(struct rnic_nic *nic)
 	eth->bar0 = bar0;
 	eth->dmadev = nic_dev(nic);
 	eth->has_eth = ioread32(bar0 + RNIC_REG_CAPS) & RNIC_CAP_ETH;
+	eth->has_offload = eth->has_eth &&
+			   (ioread32(bar0 + RNIC_REG_CAPS) & RNIC_CAP_ETH_OFFLOAD);
 	spin_lock_init(&eth->ctrl_lock);
 	u64_stats_init(&eth->nstats.syncp);
 	u64_stats_init(&eth->xstats.syncp);
@@ -353,6 +359,12 @@ struct net_device *rnic_netdev_create(struct rnic_nic *nic)
 		ndev->max_mtu = RNIC_ETH_MAX_MTU;
 		ndev->priv_flags |= IFF_LIVE_ADDR_CHANGE;
 		ndev->watchdog_timeo = RNIC_ETH_TX_TIMEOUT;
+		if (eth->has_offload) {
+			ndev->hw_features = NETIF_F_SG | NETIF_F_HW_CSUM | NETIF_F_TSO |
+					    NETIF_F_TSO6 | NETIF_F_RXCSUM;
+			ndev->features |= ndev->hw_features;
+			netif_set_tso_max_size(ndev, RNIC_ETH_TSO_MAX_PAYLOAD);
+		}
 		eth->vector = nic->rd.nvec > 1 ? nic->rd.nvec - 1 : 0;
 		eth->irq = nic->rd.vecs[eth->vector].irq;
 		netif_napi_add(ndev, &eth->napi, rnic_eth_poll);

@@ -5,7 +5,8 @@
  *   rnic_netdev.c          creation and removal, ndo_open/ndo_stop, MTU, MAC, receive mode,
  *                          carrier (ETH_LINK, polled), the pre-1.7 fallback (count and drop)
  *   rnic_netdev_ring.c     the transmit and receive rings of struct rnic_eth_desc: buffers,
- *                          ndo_start_xmit, the interrupt and NAPI
+ *                          ndo_start_xmit (scatter/gather, checksum and TSO requests of
+ *                          minor 9), ndo_features_check, the interrupt and NAPI
  *   rnic_netdev_ethtool.c  ethtool: driver info, link settings, rings, statistics
  * Includes nothing of the driver (the RNIC is a forward-declared struct rnic_nic).
  */
@@ -25,17 +26,28 @@
 #define RNIC_ETH_RX_LOG2		10
 /* The queue is woken when this many transmit descriptors are free again. */
 #define RNIC_ETH_TX_WAKE		32
+/*
+ * Most descriptors the driver gives one frame (its head and its page fragments; a frame
+ * with more is linearized first), within the contract's RNIC_ETH_TX_MAX_DESCS. The queue
+ * stops while fewer are free, so that the next frame always fits.
+ */
+#define RNIC_ETH_TX_DESCS_MAX		min_t(u32, MAX_SKB_FRAGS + 1, RNIC_ETH_TX_MAX_DESCS)
 /* How often ETH_LINK is read (the device raises no link interrupt). */
 #define RNIC_ETH_LINK_POLL_MS		1000
 #define RNIC_ETH_TX_TIMEOUT		(5 * HZ)
 
 struct rnic_nic;
 
-/* A transmit slot: the frame the descriptor of the same index points at. */
+/*
+ * A transmit slot: the piece of a frame the descriptor of the same index points at. The
+ * frame's skb and its length (BQL's bytes) are kept in the slot of its last piece.
+ */
 struct rnic_eth_tx_buf {
 	struct sk_buff *skb;
 	dma_addr_t dma;
+	u32 bytes;			/* last piece: skb->len as queued */
 	u16 len;
+	bool page;			/* mapped with skb_frag_dma_map(), else dma_map_single() */
 };
 
 /* A receive slot: the empty buffer the descriptor of the same index points at. */
@@ -61,6 +73,8 @@ struct rnic_eth_napi_stats {
 struct rnic_eth_xmit_stats {
 	u64 tx_dropped;			/* not sent: no Ethernet port, too long, no DMA mapping */
 	u64 tx_stops;			/* the ring was full */
+	u64 tx_linearized;		/* more fragments than descriptors: linearized */
+	u64 tx_csum_help;		/* checksum the device could not take: done here */
 	struct u64_stats_sync syncp;
 };
 
@@ -75,6 +89,7 @@ struct rnic_eth {
 	void __iomem *bar0;
 	struct device *dmadev;
 	bool has_eth;			/* RNIC_CAP_ETH: otherwise count and drop (pre-1.7) */
+	bool has_offload;		/* RNIC_CAP_ETH_OFFLOAD (1.9): SG, checksum, TSO */
 	unsigned int vector;		/* ETH_VECTOR: MSI-X vector of the rings */
 	int irq;			/* its Linux irq */
 
@@ -115,6 +130,8 @@ void rnic_eth_arm(struct rnic_eth *eth);
 bool rnic_eth_kick_stalled(struct rnic_eth *eth);
 void rnic_eth_count_drop(struct rnic_eth *eth);
 netdev_tx_t rnic_eth_xmit(struct sk_buff *skb, struct net_device *ndev);
+netdev_features_t rnic_eth_features_check(struct sk_buff *skb, struct net_device *ndev,
+					  netdev_features_t features);
 int rnic_eth_poll(struct napi_struct *napi, int budget);
 
 /* rnic_netdev_ethtool.c */

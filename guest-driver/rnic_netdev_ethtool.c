@@ -10,9 +10,10 @@
  * - statistics (ethtool -S): the port's device counters read from BAR0
  *   (RNIC_STATS_BASE + 8 * RNIC_STAT_*, named as the `stats` sysfs attribute names them:
  *   the Ethernet port's frames, bytes, errors, no-buffer and filtered drops, the RoCE
- *   packets and their ICRC, sequence, duplicate, retransmission and RNR events, and of
- *   those the ones over IPv6 on a device of contract 1.9), then the driver's own ring
- *   counters. Once the RNIC is gone the last values read are shown.
+ *   packets and their ICRC, sequence, duplicate, retransmission and RNR events, and on a
+ *   device of contract 1.9 the ones over IPv6, the responses the requester refused, and
+ *   (RNIC_CAP_ETH_OFFLOAD) the checksums and TSO frames and segments), then the driver's
+ *   own ring counters. Once the RNIC is gone the last values read are shown.
  *
  * An older device (no RNIC_CAP_ETH) has no Ethernet port: its netdev lists only the
  * frames it dropped.
@@ -46,11 +47,15 @@ static const u16 rnic_eth_hw_stats[] = {
 	RNIC_STAT_TIMEOUTS,
 	RNIC_STAT_RNR_NAKS_SENT,
 	RNIC_STAT_RNR_RETRIES,
-	/* contract 1.9: the last RNIC_ETH_HW_IPV6 entries */
+	/* contract 1.9: the last RNIC_ETH_HW_MINOR9 entries */
 	RNIC_STAT_PKTS_SENT_IPV6,
 	RNIC_STAT_PKTS_RECEIVED_IPV6,
+	RNIC_STAT_BAD_RESPONSES,
+	RNIC_STAT_ETH_TX_CSUM,
+	RNIC_STAT_ETH_TSO_FRAMES,
+	RNIC_STAT_ETH_TSO_SEGMENTS,
 };
-#define RNIC_ETH_HW_IPV6	2
+#define RNIC_ETH_HW_MINOR9	6
 
 static const char *const rnic_eth_hw_names[RNIC_STAT_COUNT] = RNIC_STAT_NAMES_INIT;
 
@@ -68,6 +73,8 @@ enum rnic_eth_sw_stat {
 	RNIC_SW_TX_STOPS,
 	RNIC_SW_TX_TIMEOUTS,
 	RNIC_SW_NAPI_KICKS,
+	RNIC_SW_TX_LINEARIZED,
+	RNIC_SW_TX_CSUM_HELP,
 	RNIC_SW_TX_DROPPED,		/* last: the only one an older device has */
 	RNIC_SW_COUNT
 };
@@ -86,6 +93,8 @@ static const char *const rnic_eth_sw_names[RNIC_SW_COUNT] = {
 	[RNIC_SW_TX_STOPS]		= "tx_queue_stops",
 	[RNIC_SW_TX_TIMEOUTS]		= "tx_timeouts",
 	[RNIC_SW_NAPI_KICKS]		= "napi_kicks",
+	[RNIC_SW_TX_LINEARIZED]		= "tx_linearized",
+	[RNIC_SW_TX_CSUM_HELP]		= "tx_csum_in_driver",
 	[RNIC_SW_TX_DROPPED]		= "tx_dropped",
 };
 
@@ -94,7 +103,7 @@ static unsigned int rnic_eth_n_hw(const struct rnic_eth *eth)
 	if (!eth->has_eth)
 		return 0;
 	if (rnic_version_minor(eth->nic->rd.version) < 9)
-		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_IPV6;
+		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR9;
 	return ARRAY_SIZE(rnic_eth_hw_stats);
 }
 
@@ -220,6 +229,8 @@ static void rnic_eth_get_ethtool_stats(struct net_device *ndev, struct ethtool_s
 	do {
 		start = u64_stats_fetch_begin(&x->syncp);
 		sw[RNIC_SW_TX_STOPS] = x->tx_stops;
+		sw[RNIC_SW_TX_LINEARIZED] = x->tx_linearized;
+		sw[RNIC_SW_TX_CSUM_HELP] = x->tx_csum_help;
 		sw[RNIC_SW_TX_DROPPED] = x->tx_dropped;
 	} while (u64_stats_fetch_retry(&x->syncp, start));
 	sw[RNIC_SW_TX_TIMEOUTS] = atomic64_read(&eth->tx_timeouts);

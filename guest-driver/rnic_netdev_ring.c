@@ -12,15 +12,23 @@
  * descriptor's own len field, which the device overwrote), so a device that writes what
  * it likes into the rings cannot make the driver read past a buffer or free a frame twice.
  *
- * Transmit: one descriptor per frame. The netdev offers no scatter/gather, so the stack
- * hands over linear frames (skb_linearize() is a no-op safety net), and the frame is
- * DMA-mapped where it lies: no copy into a bounce slot beyond what swiotlb does itself,
- * and no 2.3 MiB of bounce memory per netdev for 9000-byte frames. Frames shorter than 60
- * bytes are padded (the device pads nothing). BQL accounts bytes in flight.
+ * Transmit: a frame is DMA-mapped where it lies: no copy into a bounce slot beyond what
+ * swiotlb does itself. With RNIC_CAP_ETH_OFFLOAD (minor 9) the netdev offers
+ * scatter/gather, NETIF_F_HW_CSUM and TSO/TSO6: a frame takes one descriptor for its head
+ * and one per page fragment (RNIC_ETH_TX_MORE on all but the last; one with more
+ * fragments than RNIC_ETH_TX_DESCS_MAX is linearized), and its first descriptor carries
+ * the checksum request (csum_start, csum_offset) and for a GSO frame the MSS: the device
+ * computes the checksum and cuts the segments. ndo_features_check leaves to the stack what
+ * the device does not segment. Without the capability every frame is one linear
+ * descriptor with flags 0, as before. Frames shorter than 60 bytes are padded (the device
+ * pads nothing). BQL accounts bytes in flight; the skb is kept in the slot of its frame's
+ * last descriptor and freed when that one is done.
  *
  * Receive: one skb per entry, ETH_MTU + 14 bytes, mapped DMA_FROM_DEVICE and unmapped
- * when a frame is handed to GRO. When no new skb can be had the frame is dropped and its
- * buffer posted again, so every entry always holds a buffer.
+ * when a frame is handed to GRO; one the device marked RNIC_ETH_DESC_CSUM_OK (minor 9,
+ * ETH_CTRL_RX_CSUM) goes up CHECKSUM_UNNECESSARY while NETIF_F_RXCSUM is on. When no
+ * new skb can be had the frame is dropped and its buffer posted again, so every entry
+ * always holds a buffer.
  *
  * Interrupts: the NAPI poll re-arms with ETH_ARM (rx_ci << 16 | tx_clean) when it has
  * caught up; the device raises the vector once, at once if it has moved either ring past
@@ -29,6 +37,7 @@
  */
 #include <linux/etherdevice.h>
 #include <linux/io.h>
+#include <linux/ipv6.h>
 #include <linux/netdevice.h>
 #include <linux/skbuff.h>
 #include <linux/slab.h>
@@ -52,6 +61,16 @@ static u32 rnic_eth_tx_free(struct rnic_eth *eth)
 	u16 used = READ_ONCE(eth->tx_pi) - READ_ONCE(eth->tx_clean);
 
 	return rnic_eth_ring_size(RNIC_ETH_TX_LOG2) - used;
+}
+
+/* Unmaps the piece of a frame in transmit slot @b (len 0: the slot holds none). */
+static void rnic_eth_tx_unmap(struct rnic_eth *eth, struct rnic_eth_tx_buf *b)
+{
+	if (b->page)
+		dma_unmap_page(eth->dmadev, b->dma, b->len, DMA_TO_DEVICE);
+	else
+		dma_unmap_single(eth->dmadev, b->dma, b->len, DMA_TO_DEVICE);
+	b->len = 0;
 }
 
 static int rnic_eth_rx_buf_new(struct rnic_eth *eth, struct rnic_eth_rx_buf *b, bool in_napi)
@@ -82,8 +101,9 @@ static void rnic_eth_rx_post(struct rnic_eth *eth, u16 idx)
 
 	d->addr = eth->rx_buf[idx & rnic_eth_rx_mask()].dma;
 	d->len = eth->rx_buf_len;
-	d->rsvd0 = 0;
-	d->rsvd1 = 0;
+	d->csum_offset = 0;
+	d->csum_start = 0;
+	d->mss = 0;
 	WRITE_ONCE(d->flags, 0);
 }
 
@@ -134,10 +154,11 @@ void rnic_eth_rings_free(struct rnic_eth *eth)
 		for (i = 0; i < tx_n; i++) {
 			struct rnic_eth_tx_buf *b = &eth->tx_buf[i];
 
-			if (!b->skb)
+			if (!b->len)
 				continue;
-			dma_unmap_single(eth->dmadev, b->dma, b->len, DMA_TO_DEVICE);
-			dev_kfree_skb_any(b->skb);
+			rnic_eth_tx_unmap(eth, b);
+			if (b->skb)
+				dev_kfree_skb_any(b->skb);
 		}
 	}
 	if (eth->rx_buf) {
@@ -210,57 +231,180 @@ static void rnic_eth_xmit_drop(struct rnic_eth *eth, struct sk_buff *skb)
 	rnic_eth_count_drop(eth);
 }
 
+/*
+ * ndo_features_check: what the device segments is an IPv4 or IPv6 TCP packet right after
+ * a 14-byte Ethernet header, its TCP header where the checksum starts, no IPv6 extension
+ * headers; anything else is segmented by the stack. A checksum the descriptor cannot
+ * carry (csum_offset beyond 255) is computed by the stack.
+ */
+netdev_features_t rnic_eth_features_check(struct sk_buff *skb, struct net_device *ndev,
+					  netdev_features_t features)
+{
+	if (skb->ip_summed == CHECKSUM_PARTIAL && skb->csum_offset > U8_MAX)
+		features &= ~(NETIF_F_CSUM_MASK | NETIF_F_GSO_MASK);
+	if (!skb_is_gso(skb))
+		return features;
+	if (skb->encapsulation || skb_network_offset(skb) != ETH_HLEN ||
+	    skb->ip_summed != CHECKSUM_PARTIAL ||
+	    skb_checksum_start_offset(skb) != skb_transport_offset(skb))
+		return features & ~NETIF_F_GSO_MASK;
+	if ((skb_shinfo(skb)->gso_type & SKB_GSO_TCPV6) &&
+	    (ipv6_hdr(skb)->nexthdr != IPPROTO_TCP ||
+	     skb_transport_offset(skb) != ETH_HLEN + sizeof(struct ipv6hdr)))
+		return features & ~NETIF_F_GSO_MASK;
+	return features;
+}
+
+/* Maps piece @i of @skb (0: the head, else fragment i - 1) into slot @b. */
+static int rnic_eth_tx_map(struct rnic_eth *eth, struct sk_buff *skb, unsigned int i,
+			   struct rnic_eth_tx_buf *b)
+{
+	const skb_frag_t *frag;
+	u32 len;
+
+	if (!i) {
+		len = skb_headlen(skb);
+		b->page = false;
+		b->dma = dma_map_single(eth->dmadev, skb->data, len, DMA_TO_DEVICE);
+	} else {
+		frag = &skb_shinfo(skb)->frags[i - 1];
+		len = skb_frag_size(frag);
+		b->page = true;
+		b->dma = skb_frag_dma_map(eth->dmadev, frag, 0, len, DMA_TO_DEVICE);
+	}
+	if (dma_mapping_error(eth->dmadev, b->dma))
+		return -ENOMEM;
+	b->len = len;
+	return 0;
+}
+
+/*
+ * A frame as descriptors pi, pi + 1, ...: the head (when it holds bytes) and each page
+ * fragment, TX_MORE on all but the last; the first carries the checksum and TSO request.
+ * Return: the descriptors used, or 0 (nothing left mapped) when a piece cannot be mapped.
+ */
+static u32 rnic_eth_tx_fill(struct rnic_eth *eth, struct sk_buff *skb, u16 pi)
+{
+	u32 i, n = 0, pieces = 1 + skb_shinfo(skb)->nr_frags;
+	struct rnic_eth_tx_buf *b = NULL;
+	struct rnic_eth_desc *d = NULL;
+	u8 req = 0;
+
+	if (skb->ip_summed == CHECKSUM_PARTIAL)
+		req |= RNIC_ETH_TX_CSUM;
+	if (skb_is_gso(skb))
+		req |= RNIC_ETH_TX_TSO;
+	for (i = 0; i < pieces; i++) {
+		if (!(i ? skb_frag_size(&skb_shinfo(skb)->frags[i - 1]) : skb_headlen(skb)))
+			continue;	/* no bytes: no descriptor */
+		b = &eth->tx_buf[(u16)(pi + n) & rnic_eth_tx_mask()];
+		if (rnic_eth_tx_map(eth, skb, i, b))
+			goto err;
+		b->skb = NULL;
+		d = &eth->tx_ring[(u16)(pi + n) & rnic_eth_tx_mask()];
+		d->addr = b->dma;
+		d->len = b->len;
+		d->csum_offset = 0;
+		d->csum_start = 0;
+		d->mss = 0;
+		if (!n && req) {
+			d->csum_start = skb_checksum_start_offset(skb);
+			d->csum_offset = skb->csum_offset;
+			if (req & RNIC_ETH_TX_TSO)
+				d->mss = skb_shinfo(skb)->gso_size;
+		}
+		WRITE_ONCE(d->flags, (n ? 0 : req) | RNIC_ETH_TX_MORE);
+		n++;
+	}
+	if (!n)
+		return 0;
+	WRITE_ONCE(d->flags, d->flags & ~RNIC_ETH_TX_MORE);
+	b->skb = skb;
+	b->bytes = skb->len;
+	return n;
+
+err:
+	while (n--)
+		rnic_eth_tx_unmap(eth, &eth->tx_buf[(u16)(pi + n) & rnic_eth_tx_mask()]);
+	return 0;
+}
+
+/* A frame fit for the device's descriptors, or false (the caller drops it). */
+static bool rnic_eth_tx_prepare(struct rnic_eth *eth, struct sk_buff *skb)
+{
+	u32 i, mtu = READ_ONCE(eth->ndev->mtu);
+
+	if (!eth->has_offload)
+		return skb->len <= mtu + ETH_HLEN && !skb_linearize(skb);
+	if (!skb_is_gso(skb) && skb->len > mtu + ETH_HLEN)
+		return false;
+	if (1 + skb_shinfo(skb)->nr_frags > RNIC_ETH_TX_DESCS_MAX) {
+		if (skb_linearize(skb))
+			return false;
+		u64_stats_update_begin(&eth->xstats.syncp);
+		eth->xstats.tx_linearized++;
+		u64_stats_update_end(&eth->xstats.syncp);
+	}
+	if (skb_headlen(skb) > U16_MAX)
+		return false;
+	for (i = 0; i < skb_shinfo(skb)->nr_frags; i++)
+		if (skb_frag_size(&skb_shinfo(skb)->frags[i]) > U16_MAX)
+			return false;
+	if (skb->ip_summed == CHECKSUM_PARTIAL && !skb_is_gso(skb) &&
+	    skb_checksum_start_offset(skb) > U16_MAX) {
+		u64_stats_update_begin(&eth->xstats.syncp);
+		eth->xstats.tx_csum_help++;
+		u64_stats_update_end(&eth->xstats.syncp);
+		return !skb_checksum_help(skb);
+	}
+	return true;
+}
+
 netdev_tx_t rnic_eth_xmit(struct sk_buff *skb, struct net_device *ndev)
 {
 	struct rnic_eth *eth = netdev_priv(ndev);
-	struct rnic_eth_tx_buf *b;
-	struct rnic_eth_desc *d;
 	bool ring, stopped = false;
 	u16 pi = eth->tx_pi;
-	dma_addr_t dma;
-	u32 len;
+	u32 len, n;
 
 	/* On failure skb_put_padto() has freed the frame. */
 	if (skb_put_padto(skb, ETH_ZLEN)) {
 		rnic_eth_xmit_drop(eth, NULL);
 		return NETDEV_TX_OK;
 	}
-	len = skb->len;
-	if (len > READ_ONCE(ndev->mtu) + ETH_HLEN || skb_linearize(skb)) {
+	if (!rnic_eth_tx_prepare(eth, skb)) {
 		rnic_eth_xmit_drop(eth, skb);
 		return NETDEV_TX_OK;
 	}
-	if (unlikely(!rnic_eth_tx_free(eth))) {
-		/* Not reached: the queue stops when the last descriptor is used. */
+	if (unlikely(rnic_eth_tx_free(eth) < 1 + skb_shinfo(skb)->nr_frags)) {
+		/* Not reached: the queue stops while a frame might not fit. */
 		netif_stop_queue(ndev);
 		return NETDEV_TX_BUSY;
 	}
-	dma = dma_map_single(eth->dmadev, skb->data, len, DMA_TO_DEVICE);
-	if (dma_mapping_error(eth->dmadev, dma)) {
+	len = skb->len;
+	n = rnic_eth_tx_fill(eth, skb, pi);
+	if (!n) {
 		rnic_eth_xmit_drop(eth, skb);
 		return NETDEV_TX_OK;
 	}
-
-	b = &eth->tx_buf[pi & rnic_eth_tx_mask()];
-	b->skb = skb;
-	b->dma = dma;
-	b->len = len;
-	d = &eth->tx_ring[pi & rnic_eth_tx_mask()];
-	d->addr = dma;
-	d->len = len;
-	d->rsvd0 = 0;
-	d->rsvd1 = 0;
-	WRITE_ONCE(d->flags, 0);
 	skb_tx_timestamp(skb);
 	/*
-	 * BQL accounting before the entry is published: once tx_pi moves, NAPI may complete
-	 * it (a device may mark it done before the doorbell), and completing more than was
+	 * The socket's memory is given back now, not when the device is done (as virtio-net
+	 * does without its transmit NAPI): a completion goes through the device's event loop,
+	 * the MSI-X vector and the NAPI poll, milliseconds on a busy host, and with TCP small
+	 * queues (about two TSO frames per socket queued) that round trip, not the link,
+	 * paced a stream. BQL still bounds the bytes queued to the device.
+	 */
+	skb_orphan(skb);
+	/*
+	 * BQL accounting before the entries are published: once tx_pi moves, NAPI may complete
+	 * them (a device may mark them done before the doorbell), and completing more than was
 	 * queued is a BUG in the dql code. The skb is not touched after publication.
 	 */
 	ring = __netdev_sent_queue(ndev, len, netdev_xmit_more());
-	smp_store_release(&eth->tx_pi, (u16)(pi + 1));
+	smp_store_release(&eth->tx_pi, (u16)(pi + n));
 
-	if (!rnic_eth_tx_free(eth)) {
+	if (rnic_eth_tx_free(eth) < RNIC_ETH_TX_DESCS_MAX) {
 		netif_stop_queue(ndev);
 		stopped = true;
 		/* Pairs with the barrier after NAPI moves tx_clean: either sees the other. */
@@ -269,8 +413,8 @@ netdev_tx_t rnic_eth_xmit(struct sk_buff *skb, struct net_device *ndev)
 			netif_start_queue(ndev);
 	}
 	if (ring || stopped) {
-		dma_wmb();	/* the descriptor before the doorbell */
-		iowrite32((u16)(pi + 1), eth->bar0 + ETH_TXQ_PI);
+		dma_wmb();	/* the descriptors before the doorbell */
+		iowrite32((u16)(pi + n), eth->bar0 + ETH_TXQ_PI);
 	}
 	if (stopped) {
 		u64_stats_update_begin(&eth->xstats.syncp);
@@ -295,18 +439,21 @@ static void rnic_eth_tx_reclaim(struct rnic_eth *eth, int budget)
 
 		if (!(flags & RNIC_ETH_DESC_DONE))
 			break;
-		dma_unmap_single(eth->dmadev, b->dma, b->len, DMA_TO_DEVICE);
+		if (b->len)
+			rnic_eth_tx_unmap(eth, b);
+		clean++;
+		if (!b->skb)
+			continue;	/* not the frame's last piece */
 		if (flags & RNIC_ETH_DESC_ERR) {
 			errs++;
 		} else {
-			pkts++;
-			bytes += b->len;
+			pkts += skb_is_gso(b->skb) ? skb_shinfo(b->skb)->gso_segs : 1;
+			bytes += b->bytes;
 		}
 		done++;
-		done_bytes += b->len;
+		done_bytes += b->bytes;
 		napi_consume_skb(b->skb, budget);
 		b->skb = NULL;
-		clean++;
 	}
 	if (!done)
 		return;
@@ -362,6 +509,8 @@ static int rnic_eth_rx(struct rnic_eth *eth, int budget)
 			*b = nb;
 			skb_put(skb, len);
 			skb->protocol = eth_type_trans(skb, ndev);
+			if ((flags & RNIC_ETH_DESC_CSUM_OK) && (ndev->features & NETIF_F_RXCSUM))
+				skb->ip_summed = CHECKSUM_UNNECESSARY;
 			napi_gro_receive(&eth->napi, skb);
 			pkts++;
 			bytes += len;

@@ -3,8 +3,10 @@
 //! the peer, IPv4 and IPv6 ping it (1500-byte, then 9000-byte MTU: 9014-byte frames both
 //! ways), a TCP stream of 16 MiB of random bytes crosses it with the same SHA-256 at both
 //! ends, and iperf3 runs over it and, for comparison in the same guests, over their
-//! virtio-net link; `ethtool -i`, `-S` and the link state answer from the device. The host
-//! reads the port's counters back.
+//! virtio-net link; `ethtool -i`, `-S` and the link state answer from the device, `-k`
+//! shows the transmit offloads on (scatter/gather, checksum, TSO) and the sender's TSO
+//! counters show the device cut its frames into segments. The host reads the port's
+//! counters back.
 
 mod common;
 use common::*;
@@ -17,6 +19,7 @@ fn script(node: usize) -> String {
         "ip link set reth0 up; echo 0 > /proc/sys/net/ipv6/conf/reth0/accept_dad
          ip -6 addr add fd00::{me}/64 dev reth0 || echo failed: ipv6 address
          ethtool -i reth0 | sed 's/^/ethtool-i: /'
+         ethtool -k reth0 | grep -E '^(tx-checksumming|scatter-gather|tcp-segmentation-offload):' | sed 's/^/offload: /'
          ethtool reth0 | grep -E 'Speed|Link detected' | sed 's/^[[:space:]]*/ethtool: /'
          echo \"pci-rnic: $(rnic-bar find rnic)\"
          rnic-kv put up{node} 1; rnic-kv get up{} 120000 >/dev/null
@@ -64,6 +67,8 @@ c.sendall(open(\"/tmp/blob\",\"rb\").read());c.close()' || echo failed: tcp send
                       n=$((n + 1)); sleep 1
                   done
                   echo \"iperf-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
+                  echo \"iperf-sender-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"\\(max_snd_cwnd\\|max_rtt\\|min_rtt\\|mean_rtt\\|max_snd_wnd\\)\":[0-9]*' | tr '\\n' ' ')\"
+                  echo \"iperf-retransmits-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_sent\":{[^}]*' | grep -o '\"retransmits\":[0-9]*' | cut -d: -f2)\"
               done
               rnic-kv get done 120000 >/dev/null\n"
     };
@@ -115,7 +120,17 @@ fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
         assert!(echoed(&l, "jumbo", 3), "node{node}: 9000-byte packets (9014-byte frames) both ways");
         assert_eq!(line_after(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
         assert!(stat(&l, "eth_rx_frames") > 0 && stat(&l, "eth_tx_frames") > 0 && stat(&l, "eth_rx_errors") == 0, "node{node}: the device's port counters");
+        // The transmit offloads of minor 9 are on (the driver found CAP_ETH_OFFLOAD).
+        for feature in ["tx-checksumming", "scatter-gather", "tcp-segmentation-offload"] {
+            assert_eq!(line_after(&l, &format!("offload: {feature}: ")), Some("on"), "node{node}: ethtool -k {feature}");
+        }
+        assert_eq!(stat(&l, "eth_tx_errors"), 0, "node{node}: no transmitted frame refused");
     }
+    // The sender's TCP streams went out as TSO frames the device cut into segments.
+    let l = node_lines(&stdout, 1);
+    let (tso, segs) = (stat(&l, "eth_tso_frames"), stat(&l, "eth_tso_segments"));
+    eprintln!("node1: {tso} TSO frames in {segs} segments, {} frames checksummed by the device", stat(&l, "eth_tx_csum"));
+    assert!(tso > 0 && segs > tso, "node1: TSO frames segmented by the device ({tso} frames, {segs} segments)");
     // The TCP stream: the receiver got exactly the sender's 16 MiB.
     let sent = line_after(&node_lines(&stdout, 1), "sent-sha: ").expect("sender's hash").to_string();
     assert!(sent.ends_with(" 16777216"), "{sent}");
@@ -125,6 +140,12 @@ fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
     let (reth, virtio) = (bps("reth0"), bps("eth0"));
     assert!(reth > 0.0 && virtio > 0.0, "iperf3 ran over both: {reth} {virtio}");
     eprintln!("iperf3: reth0 {:.1} Mbit/s, virtio-net {:.1} Mbit/s: {:.2}x", reth / 1e6, virtio / 1e6, reth / virtio);
+    let rtx = |dev: &str| line_after(&node_lines(&stdout, 1), &format!("iperf-retransmits-{dev}: ")).unwrap_or("?").to_string();
+    eprintln!("iperf3 retransmits: reth0 {}, virtio-net {}", rtx("reth0"), rtx("eth0"));
+    // The sender's view (largest congestion window, RTT in us): where a link's time goes.
+    for dev in ["reth0", "eth0"] {
+        eprintln!("iperf3 sender over {dev}: {}", line_after(&node_lines(&stdout, 1), &format!("iperf-sender-{dev}: ")).unwrap_or("?"));
+    }
     // The host's view of the same port: frames both ways on both nodes.
     let json: Value = serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
     let text = json.to_string();

@@ -82,7 +82,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_0006, "PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset."),
     (0x0001_0007, "The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT)."),
     (0x0001_0008, "QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address)."),
-    (0x0001_0009, "RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6."),
+    (0x0001_0009, "RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6. Requester integrity: BAD_RESPONSES, WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE. Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -151,8 +151,12 @@ pub mod rnic {
     /// `RNIC_REG_CAPS` bit (minor 7): the Ethernet port (`ETH_*` registers, the netdev's
     /// descriptor rings; docs/programming.md "The Ethernet port").
     pub const CAP_ETH: u64 = 1 << 6;
+    /// `RNIC_REG_CAPS` bit (minor 9): the Ethernet port's transmit offloads: frames over
+    /// several descriptors (`eth::TX_MORE`), checksum insertion (`eth::TX_CSUM`), TCP
+    /// segmentation (`eth::TX_TSO`).
+    pub const CAP_ETH_OFFLOAD: u64 = 1 << 7;
     /// Every capability bit this device sets (the reset value of `RNIC_REG_CAPS`).
-    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P | CAP_ETH;
+    pub const CAPS_ALL: u64 = CAP_MSIX | CAP_INT_TEST | CAP_VERBS | CAP_DB_PAGE | CAP_FABRIC | CAP_P2P | CAP_ETH | CAP_ETH_OFFLOAD;
     /// `RNIC_REG_STATUS` bit: an asynchronous error was latched (see `RNIC_REG_LAST_ERROR`).
     pub const STATUS_ERROR: u64 = 1 << 2;
     /// `RNIC_REG_STATUS` bit: the verbs engine failed internally (fatal error); commands
@@ -225,6 +229,9 @@ pub mod rnic {
         /// `ETH_CTRL` bit: promiscuous: unicast frames for any MAC reach the receive ring
         /// (RoCE frames for this port's MAC still go to the verbs engine).
         pub const CTRL_PROMISC: u64 = 1 << 2;
+        /// `ETH_CTRL` bit (minor 9, CAP_ETH_OFFLOAD): check the TCP/UDP checksum of each
+        /// received IPv4/IPv6 frame and mark the good ones DESC_CSUM_OK.
+        pub const CTRL_RX_CSUM: u64 = 1 << 3;
         /// `ETH_LINK` bit: the port is attached to a segment and the link is up.
         pub const LINK_UP: u64 = 1 << 0;
         /// Smallest and largest `ETH_MTU` (bytes of an L3 packet, as the netdev's MTU).
@@ -244,6 +251,26 @@ pub mod rnic {
         /// and counted in ETH_TX_ERRORS. Receive: the buffer is handed back empty (`len` 0):
         /// it was smaller than the frame (ETH_RX_NO_BUFFER) or not mapped memory (DMA_ERRORS).
         pub const DESC_ERR: u8 = 1 << 1;
+        /// `rnic_eth_desc.flags`, receive (minor 9, with ETH_CTRL RX_CSUM): the frame is an
+        /// IPv4 or IPv6 TCP or UDP packet whose IPv4 header checksum and TCP/UDP checksum
+        /// (pseudo-header included) the device found right. Clear: not checked or wrong.
+        pub const DESC_CSUM_OK: u8 = 1 << 2;
+        /// `rnic_eth_desc.flags`, transmit, from the driver (minor 9): the frame goes on in
+        /// the next descriptor. Set on every descriptor of a frame but the last.
+        pub const TX_MORE: u8 = 1 << 4;
+        /// `rnic_eth_desc.flags`, transmit, first descriptor (minor 9): the device stores the
+        /// 16-bit ones'-complement checksum of the frame from `csum_start` to its end at
+        /// `csum_start + csum_offset` (the field's value, e.g. a pseudo-header sum, counts).
+        pub const TX_CSUM: u8 = 1 << 5;
+        /// `rnic_eth_desc.flags`, transmit, first descriptor (minor 9), with TX_CSUM: the
+        /// frame is one IPv4 or IPv6 TCP packet that the device cuts into segments of `mss`
+        /// payload bytes, each with the headers, lengths, IPv4 ID, sequence number, flags and
+        /// checksums fixed up.
+        pub const TX_TSO: u8 = 1 << 6;
+        /// Most descriptors one transmitted frame may span (minor 9).
+        pub const TX_MAX_DESCS: u64 = 32;
+        /// Most TCP payload bytes of a TX_TSO frame (minor 9); its headers come on top.
+        pub const TSO_MAX_PAYLOAD: u64 = 65536;
     }
 
     register_map!(REGS {
@@ -252,7 +279,7 @@ pub mod rnic {
         /// Register-contract version, major << 16 | minor.
         RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010009, writable 0x0;
         /// Capability bits (CAP_*).
-        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0x7f, writable 0x0;
+        RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0xff, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
         /// RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from
         /// an internal engine failure until the next device reset.
@@ -334,13 +361,14 @@ pub mod rnic {
         /// refused and the register keeps its value). Frames longer than MTU + 14 are
         /// dropped both ways, and the RoCE path MTU of every QP is capped to fit it.
         ETH_MTU = 0x3110, 4, Rw, reset 0x5dc, writable 0xffff;
-        /// Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting
+        /// Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous, receive
+        /// checksum check (RX_CSUM, minor 9). Setting
         /// an enable bit takes the ring's base and size and starts it at index 0 (its PI
         /// register reads 0); clearing it stops the ring (descriptors not done stay not done,
         /// CI keeps its value). Synchronous. Reads back the rings that run: an enable refused
         /// (base not 16-byte aligned, size outside the limits; a guest error) or a ring
         /// stopped because its descriptors are not mapped memory (DMA_ERRORS) reads 0.
-        ETH_CTRL = 0x3114, 4, Rw, reset 0x0, writable 0x7;
+        ETH_CTRL = 0x3114, 4, Rw, reset 0x0, writable 0xf;
         /// Link state (eth::LINK_*): up while the node is attached to a segment.
         ETH_LINK = 0x3118, 4, Ro, reset 0x0, writable 0x0;
         /// Link speed in Mb/s, as reported to ethtool.
@@ -360,8 +388,11 @@ pub mod rnic {
         /// log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2).
         ETH_TXQ_LOG = 0x3130, 4, Rw, reset 0x0, writable 0xf;
         /// Transmit doorbell: the driver's producer index [15:0] (free-running; entry =
-        /// index mod ring size). Descriptors up to it hold frames to send; a frame outside
-        /// 14..=MTU + 14 bytes, or sent with the link down, completes with DESC_ERR. Ignored
+        /// index mod ring size). Descriptors up to it hold frames to send (minor 9: a frame
+        /// may span several, TX_MORE on all but its last, which it waits for); a frame
+        /// outside 14..=MTU + 14 bytes (a TX_TSO frame: up to 64 KiB of TCP payload beyond
+        /// its headers), a malformed offload request, or one sent with the link down,
+        /// completes with DESC_ERR on each of its descriptors. Ignored
         /// while the ring is off; an index more than the ring's size ahead of ETH_TXQ_CI is
         /// refused (a guest error). With DMA_CTRL ENABLE clear descriptors wait.
         ETH_TXQ_PI = 0x3134, 4, Rw, reset 0x0, writable 0xffff;

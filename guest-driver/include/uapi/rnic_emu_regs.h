@@ -26,7 +26,7 @@
  *   1.6: PCIe-side faults (docs/faults.md): CMD_BUSY, STATUS_FLR_REQUIRED, ASYNC_ERR_INJECTED, ASYNC_ERR_AER, ASYNC_ERR_FLR_REQUIRED, QP_ERR_POISONED; the AER capability reports errors. GPU_ENG_ERR_FATAL: a contained copy-engine failure, cleared by a GPU reset.
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
  *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
- *   1.9: RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6.
+ *   1.9: RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6. Requester integrity: BAD_RESPONSES, WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE. Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -48,7 +48,7 @@
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
 #define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10009: Register-contract version, major << 16 | minor. */
-#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0x7f: Capability bits (CAP_*). */
+#define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
 #define RNIC_REG_NUM_VECTORS         0x0014       /* RO 32-bit, reset 0x8: Number of MSI-X vectors the function offers. */
@@ -83,14 +83,14 @@
 #define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a stable hash of the function's name. */
 #define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. Any value is taken (the driver keeps it a unicast address). */
 #define ETH_MTU                      0x3110       /* RW 32-bit, reset 0x5dc: MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is refused and the register keeps its value). Frames longer than MTU + 14 are dropped both ways, and the RoCE path MTU of every QP is capped to fit it. */
-#define ETH_CTRL                     0x3114       /* RW 32-bit, reset 0x0: Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous. Setting an enable bit takes the ring's base and size and starts it at index 0 (its PI register reads 0); clearing it stops the ring (descriptors not done stay not done, CI keeps its value). Synchronous. Reads back the rings that run: an enable refused (base not 16-byte aligned, size outside the limits; a guest error) or a ring stopped because its descriptors are not mapped memory (DMA_ERRORS) reads 0. */
+#define ETH_CTRL                     0x3114       /* RW 32-bit, reset 0x0: Port control (eth::CTRL_*): receive enable, transmit enable, promiscuous, receive checksum check (RX_CSUM, minor 9). Setting an enable bit takes the ring's base and size and starts it at index 0 (its PI register reads 0); clearing it stops the ring (descriptors not done stay not done, CI keeps its value). Synchronous. Reads back the rings that run: an enable refused (base not 16-byte aligned, size outside the limits; a guest error) or a ring stopped because its descriptors are not mapped memory (DMA_ERRORS) reads 0. */
 #define ETH_LINK                     0x3118       /* RO 32-bit, reset 0x0: Link state (eth::LINK_*): up while the node is attached to a segment. */
 #define ETH_SPEED                    0x311c       /* RO 32-bit, reset 0x186a0: Link speed in Mb/s, as reported to ethtool. */
 #define ETH_VECTOR                   0x3120       /* RW 32-bit, reset 0x0: MSI-X vector of the Ethernet rings; a vector the function does not have is refused (a guest error, the register keeps its value). */
 #define ETH_ARM                      0x3124       /* WO 32-bit, reset 0x0: Arm the Ethernet interrupt: write rx_ci << 16 | tx_ci, the ring indices the driver has processed up to. The vector is raised once: at once if either ring's device index already differs from the written one, else at the next completed descriptor. Takes ETH_VECTOR as it is at the arm. With DMA_CTRL_INT_ENABLE clear nothing is raised: an arm over unseen descriptors disarms, a completion leaves it armed. */
 #define ETH_TXQ_BASE                 0x3128       /* RW 64-bit, reset 0x0: Bus address of the transmit ring (2^ETH_TXQ_LOG x 16-byte rnic_eth_desc), taken when ETH_CTRL's TX enable is set. */
 #define ETH_TXQ_LOG                  0x3130       /* RW 32-bit, reset 0x0: log2 of the transmit ring's entries (eth::MIN_RING_LOG2..=eth::MAX_RING_LOG2). */
-#define ETH_TXQ_PI                   0x3134       /* RW 32-bit, reset 0x0: Transmit doorbell: the driver's producer index [15:0] (free-running; entry = index mod ring size). Descriptors up to it hold frames to send; a frame outside 14..=MTU + 14 bytes, or sent with the link down, completes with DESC_ERR. Ignored while the ring is off; an index more than the ring's size ahead of ETH_TXQ_CI is refused (a guest error). With DMA_CTRL ENABLE clear descriptors wait. */
+#define ETH_TXQ_PI                   0x3134       /* RW 32-bit, reset 0x0: Transmit doorbell: the driver's producer index [15:0] (free-running; entry = index mod ring size). Descriptors up to it hold frames to send (minor 9: a frame may span several, TX_MORE on all but its last, which it waits for); a frame outside 14..=MTU + 14 bytes (a TX_TSO frame: up to 64 KiB of TCP payload beyond its headers), a malformed offload request, or one sent with the link down, completes with DESC_ERR on each of its descriptors. Ignored while the ring is off; an index more than the ring's size ahead of ETH_TXQ_CI is refused (a guest error). With DMA_CTRL ENABLE clear descriptors wait. */
 #define ETH_TXQ_CI                   0x3138       /* RO 32-bit, reset 0x0: The device's transmit consumer index: descriptors before it are done. */
 #define ETH_RXQ_BASE                 0x3140       /* RW 64-bit, reset 0x0: Bus address of the receive ring, taken when ETH_CTRL's RX enable is set. */
 #define ETH_RXQ_LOG                  0x3148       /* RW 32-bit, reset 0x0: log2 of the receive ring's entries. */
@@ -151,6 +151,14 @@
 #define RNIC_ETH_MIN_FRAME           14           /* shortest frame the transmit ring takes */
 #define RNIC_ETH_DESC_DONE           0x1          /* rnic_eth_desc.flags: the device is done */
 #define RNIC_ETH_DESC_ERR            0x2          /* rnic_eth_desc.flags: refused (transmit) or returned empty (receive) */
+#define RNIC_CAP_ETH_OFFLOAD         0x80         /* RNIC_REG_CAPS bit: Ethernet transmit offloads (minor 9) */
+#define RNIC_ETH_CTRL_RX_CSUM        0x8          /* ETH_CTRL: check received TCP/UDP checksums (minor 9) */
+#define RNIC_ETH_DESC_CSUM_OK        0x4          /* rnic_eth_desc.flags, receive: TCP/UDP checksum checked and right */
+#define RNIC_ETH_TX_MORE             0x10         /* rnic_eth_desc.flags, transmit: the frame goes on in the next descriptor */
+#define RNIC_ETH_TX_CSUM             0x20         /* rnic_eth_desc.flags, transmit: insert the checksum (csum_start/csum_offset) */
+#define RNIC_ETH_TX_TSO              0x40         /* rnic_eth_desc.flags, transmit: cut the TCP frame into mss-byte segments */
+#define RNIC_ETH_TX_MAX_DESCS        32           /* most descriptors one transmitted frame spans */
+#define RNIC_ETH_TSO_MAX_PAYLOAD     65536        /* most TCP payload bytes of a TX_TSO frame */
 #define GPU_ENG_OP_FILL32            0x1          /* GPU_ENG_LAUNCH: fill with VALUE */
 #define GPU_ENG_OP_COPY              0x2          /* GPU_ENG_LAUNCH: copy SRC -> DST */
 #define GPU_ENG_OP_REDUCE_SUM_F32    0x3          /* GPU_ENG_LAUNCH: DST = SRC + SRC2 (f32) */
@@ -205,7 +213,10 @@
 #define RNIC_STAT_PKTS_SENT_IPV6     39           /* of PKTS_SENT, those sent over IPv6 (minor 9) */
 #define RNIC_STAT_PKTS_RECEIVED_IPV6 40           /* of PKTS_RECEIVED, those received over IPv6 (minor 9) */
 #define RNIC_STAT_BAD_RESPONSES      41           /* responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place (minor 9) */
-#define RNIC_STAT_COUNT              42           /* number of counters */
+#define RNIC_STAT_ETH_TX_CSUM        42           /* transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9) */
+#define RNIC_STAT_ETH_TSO_FRAMES     43           /* TX_TSO frames the Ethernet port cut into segments (minor 9) */
+#define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
+#define RNIC_STAT_COUNT              45           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -250,6 +261,9 @@
 	[RNIC_STAT_PKTS_SENT_IPV6] = "pkts_sent_ipv6", \
 	[RNIC_STAT_PKTS_RECEIVED_IPV6] = "pkts_received_ipv6", \
 	[RNIC_STAT_BAD_RESPONSES] = "bad_responses", \
+	[RNIC_STAT_ETH_TX_CSUM] = "eth_tx_csum", \
+	[RNIC_STAT_ETH_TSO_FRAMES] = "eth_tso_frames", \
+	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
 }
 
 /* Descriptor constants */
@@ -528,19 +542,21 @@ _Static_assert(offsetof(struct rnic_mr_ctx, key) == 29, "rnic_mr_ctx.key");
 _Static_assert(offsetof(struct rnic_mr_ctx, page_shift) == 30, "rnic_mr_ctx.page_shift");
 _Static_assert(offsetof(struct rnic_mr_ctx, rsvd0) == 31, "rnic_mr_ctx.rsvd0");
 
-/* Ethernet descriptor (minor 7), an entry of the transmit or receive ring at ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` with `flags` 0, then moves the ring's producer index; the device writes `len` (receive) and then `flags`. */
+/* Ethernet descriptor (minor 7), an entry of the transmit or receive ring at ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` (and, transmit, the request bits of `flags` and the offload fields) then moves the ring's producer index; the device writes `len` (receive) and then `flags`. Minor 9 (CAP_ETH_OFFLOAD): a transmitted frame may span several descriptors (eth::TX_MORE on all but the last) and its first descriptor may ask for a checksum (eth::TX_CSUM) or TCP segmentation (eth::TX_TSO); with the request bits and offload fields 0 a frame is one descriptor sent as it is (minor 7). */
 struct rnic_eth_desc {
-	__u64 addr; /* 0x00: Bus address of the frame (transmit) or of the empty buffer (receive). */
-	__u16 len; /* 0x08: Transmit: the frame's length. Receive: the buffer's size from the driver, then the received frame's length from the device. */
-	__u8 flags; /* 0x0a: eth::DESC_DONE, eth::DESC_ERR; written by the device, last. */
-	__u8 rsvd0; /* 0x0b: Reserved, 0. */
-	__u32 rsvd1; /* 0x0c: Reserved, 0. */
+	__u64 addr; /* 0x00: Bus address of the frame or of this piece of it (transmit), or of the empty buffer (receive). */
+	__u16 len; /* 0x08: Transmit: the length of the frame or of this piece. Receive: the buffer's size from the driver, then the received frame's length from the device. */
+	__u8 flags; /* 0x0a: Transmit, from the driver (minor 9): eth::TX_MORE, eth::TX_CSUM, eth::TX_TSO, else 0. From the device, last: eth::DESC_DONE, eth::DESC_ERR. */
+	__u8 csum_offset; /* 0x0b: Transmit, first descriptor of a frame with TX_CSUM (minor 9): where the checksum goes, in bytes from csum_start. Else 0. */
+	__u16 csum_start; /* 0x0c: Transmit, first descriptor of a frame with TX_CSUM (minor 9): the offset in the frame the checksum starts at (with TX_TSO: the TCP header's). Else 0. */
+	__u16 mss; /* 0x0e: Transmit, first descriptor of a frame with TX_TSO (minor 9): the TCP payload bytes of each segment. Else 0. */
 };
 _Static_assert(sizeof(struct rnic_eth_desc) == 16, "rnic_eth_desc size");
 _Static_assert(offsetof(struct rnic_eth_desc, addr) == 0, "rnic_eth_desc.addr");
 _Static_assert(offsetof(struct rnic_eth_desc, len) == 8, "rnic_eth_desc.len");
 _Static_assert(offsetof(struct rnic_eth_desc, flags) == 10, "rnic_eth_desc.flags");
-_Static_assert(offsetof(struct rnic_eth_desc, rsvd0) == 11, "rnic_eth_desc.rsvd0");
-_Static_assert(offsetof(struct rnic_eth_desc, rsvd1) == 12, "rnic_eth_desc.rsvd1");
+_Static_assert(offsetof(struct rnic_eth_desc, csum_offset) == 11, "rnic_eth_desc.csum_offset");
+_Static_assert(offsetof(struct rnic_eth_desc, csum_start) == 12, "rnic_eth_desc.csum_start");
+_Static_assert(offsetof(struct rnic_eth_desc, mss) == 14, "rnic_eth_desc.mss");
 
 #endif /* _UAPI_RNIC_EMU_REGS_H */

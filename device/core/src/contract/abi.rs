@@ -300,20 +300,32 @@ abi_struct!(
 
 abi_struct!(
     /// Ethernet descriptor (minor 7), an entry of the transmit or receive ring at
-    /// ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` with `flags` 0, then
-    /// moves the ring's producer index; the device writes `len` (receive) and then `flags`.
+    /// ETH_TXQ_BASE / ETH_RXQ_BASE. The driver writes `addr` and `len` (and, transmit, the
+    /// request bits of `flags` and the offload fields) then moves the ring's producer
+    /// index; the device writes `len` (receive) and then `flags`. Minor 9
+    /// (CAP_ETH_OFFLOAD): a transmitted frame may span several descriptors (eth::TX_MORE on
+    /// all but the last) and its first descriptor may ask for a checksum (eth::TX_CSUM) or
+    /// TCP segmentation (eth::TX_TSO); with the request bits and offload fields 0 a frame is
+    /// one descriptor sent as it is (minor 7).
     EthDesc, "rnic_eth_desc", 16 {
-        /// Bus address of the frame (transmit) or of the empty buffer (receive).
+        /// Bus address of the frame or of this piece of it (transmit), or of the empty
+        /// buffer (receive).
         addr: u64,
-        /// Transmit: the frame's length. Receive: the buffer's size from the driver, then
-        /// the received frame's length from the device.
+        /// Transmit: the length of the frame or of this piece. Receive: the buffer's size
+        /// from the driver, then the received frame's length from the device.
         len: u16,
-        /// eth::DESC_DONE, eth::DESC_ERR; written by the device, last.
+        /// Transmit, from the driver (minor 9): eth::TX_MORE, eth::TX_CSUM, eth::TX_TSO,
+        /// else 0. From the device, last: eth::DESC_DONE, eth::DESC_ERR.
         flags: u8,
-        /// Reserved, 0.
-        rsvd0: u8,
-        /// Reserved, 0.
-        rsvd1: u32,
+        /// Transmit, first descriptor of a frame with TX_CSUM (minor 9): where the checksum
+        /// goes, in bytes from csum_start. Else 0.
+        csum_offset: u8,
+        /// Transmit, first descriptor of a frame with TX_CSUM (minor 9): the offset in the
+        /// frame the checksum starts at (with TX_TSO: the TCP header's). Else 0.
+        csum_start: u16,
+        /// Transmit, first descriptor of a frame with TX_TSO (minor 9): the TCP payload bytes
+        /// of each segment. Else 0.
+        mss: u16,
     }
 );
 

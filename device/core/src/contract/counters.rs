@@ -60,6 +60,9 @@ counters! {
     PktsSentIpv6, "of PKTS_SENT, those sent over IPv6 (minor 9)";
     PktsReceivedIpv6, "of PKTS_RECEIVED, those received over IPv6 (minor 9)";
     BadResponses, "responses the requester refused: an ACK or NAK outside what was sent, a READ response whose opcode or length is out of place (minor 9)";
+    EthTxCsum, "transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9)";
+    EthTsoFrames, "TX_TSO frames the Ethernet port cut into segments (minor 9)";
+    EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

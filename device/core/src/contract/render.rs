@@ -131,6 +131,14 @@ pub fn c_header() -> String {
         ep("RNIC_ETH_MIN_FRAME", e::MIN_FRAME.to_string(), "shortest frame the transmit ring takes", &mut o);
         ep("RNIC_ETH_DESC_DONE", format!("{:#x}", e::DESC_DONE), "rnic_eth_desc.flags: the device is done", &mut o);
         ep("RNIC_ETH_DESC_ERR", format!("{:#x}", e::DESC_ERR), "rnic_eth_desc.flags: refused (transmit) or returned empty (receive)", &mut o);
+        ep("RNIC_CAP_ETH_OFFLOAD", format!("{:#x}", regs::rnic::CAP_ETH_OFFLOAD), "RNIC_REG_CAPS bit: Ethernet transmit offloads (minor 9)", &mut o);
+        ep("RNIC_ETH_CTRL_RX_CSUM", format!("{:#x}", e::CTRL_RX_CSUM), "ETH_CTRL: check received TCP/UDP checksums (minor 9)", &mut o);
+        ep("RNIC_ETH_DESC_CSUM_OK", format!("{:#x}", e::DESC_CSUM_OK), "rnic_eth_desc.flags, receive: TCP/UDP checksum checked and right", &mut o);
+        ep("RNIC_ETH_TX_MORE", format!("{:#x}", e::TX_MORE), "rnic_eth_desc.flags, transmit: the frame goes on in the next descriptor", &mut o);
+        ep("RNIC_ETH_TX_CSUM", format!("{:#x}", e::TX_CSUM), "rnic_eth_desc.flags, transmit: insert the checksum (csum_start/csum_offset)", &mut o);
+        ep("RNIC_ETH_TX_TSO", format!("{:#x}", e::TX_TSO), "rnic_eth_desc.flags, transmit: cut the TCP frame into mss-byte segments", &mut o);
+        ep("RNIC_ETH_TX_MAX_DESCS", e::TX_MAX_DESCS.to_string(), "most descriptors one transmitted frame spans", &mut o);
+        ep("RNIC_ETH_TSO_MAX_PAYLOAD", e::TSO_MAX_PAYLOAD.to_string(), "most TCP payload bytes of a TX_TSO frame", &mut o);
     }
     let g = |n: &str, v: u64, d: &str, o: &mut String| c_define(o, n, format!("{v:#x}"), d);
     g("GPU_ENG_OP_FILL32", regs::gpu::ENG_OP_FILL32, "GPU_ENG_LAUNCH: fill with VALUE", &mut o);

@@ -19,7 +19,14 @@
 //! descriptor ring the device cannot read or write stops that ring. Nothing panics on
 //! guest input.
 //!
-//! Not modelled: VLAN tags, checksum or segmentation offloads, multicast filters (every
+//! Minor 9 (`CAP_ETH_OFFLOAD`): a transmitted frame may span up to TX_MAX_DESCS
+//! descriptors (TX_MORE on all but the last), and its first descriptor may ask for a
+//! checksum (TX_CSUM) or TCP segmentation (TX_TSO), done by [`crate::rnic::eth_offload`];
+//! a malformed chain or request is dropped whole (DESC_ERR on each of its descriptors,
+//! ETH_TX_ERRORS once) and the ring goes on. With `ETH_CTRL_RX_CSUM` the receive side
+//! checks TCP/UDP checksums and marks good frames DESC_CSUM_OK.
+//!
+//! Not modelled: VLAN tags, receive segmentation or hashing, multicast filters (every
 //! multicast and broadcast frame is received), several queues, interrupt moderation, the
 //! FCS (frames carry none). MAC filtering and the checks of malformed frames belong to
 //! the port's receive path ([`crate::rnic::fabric::frame::sort`], which the server's
@@ -30,8 +37,10 @@ use crate::contract::counters::{Counter, Stats};
 use crate::platform::mem::access::{DmaTag, GuestMem};
 use crate::platform::msix::Interrupts;
 use crate::regs::rnic::eth::{
-    CTRL_PROMISC, CTRL_RX_EN, CTRL_TX_EN, DESC_DONE, DESC_ERR, HEADER_LEN, MAX_MTU, MAX_RING_LOG2, MIN_FRAME, MIN_MTU, MIN_RING_LOG2,
+    CTRL_PROMISC, CTRL_RX_CSUM, CTRL_RX_EN, CTRL_TX_EN, DESC_CSUM_OK, DESC_DONE, DESC_ERR, HEADER_LEN, MAX_MTU, MAX_RING_LOG2, MIN_FRAME, MIN_MTU,
+    MIN_RING_LOG2, TX_CSUM, TX_MAX_DESCS, TX_MORE, TX_TSO,
 };
+use crate::rnic::eth_offload::{insert_csum, rx_csum_ok, Tso, TSO_MAX_FRAME};
 use crate::rnic::verbs::transport::Wire;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -87,6 +96,7 @@ pub struct EthShared {
     mac: AtomicU64,
     mtu: AtomicU32,
     promisc: AtomicBool,
+    rx_csum: AtomicBool,
     link: AtomicBool,
     tx_running: AtomicBool,
     rx_running: AtomicBool,
@@ -103,6 +113,7 @@ impl Default for EthShared {
             mac: AtomicU64::new(0),
             mtu: AtomicU32::new(DEFAULT_MTU),
             promisc: AtomicBool::new(false),
+            rx_csum: AtomicBool::new(false),
             link: AtomicBool::new(false),
             tx_running: AtomicBool::new(false),
             rx_running: AtomicBool::new(false),
@@ -171,7 +182,17 @@ impl EthShared {
         self.rx_ci.load(Ordering::SeqCst) as u16
     }
 
-    /// `ETH_CTRL` as it reads: the rings that run and the promiscuous bit.
+    /// Receive checksum check (`ETH_CTRL_RX_CSUM`, minor 9).
+    pub fn rx_csum(&self) -> bool {
+        self.rx_csum.load(Ordering::SeqCst)
+    }
+
+    /// Register side: the RX_CSUM bit of an `ETH_CTRL` write.
+    pub fn set_rx_csum(&self, on: bool) {
+        self.rx_csum.store(on, Ordering::SeqCst);
+    }
+
+    /// `ETH_CTRL` as it reads: the rings that run, the promiscuous and RX_CSUM bits.
     pub fn ctrl(&self) -> u64 {
         let mut v = 0;
         if self.rx_enabled() {
@@ -182,6 +203,9 @@ impl EthShared {
         }
         if self.promisc() {
             v |= CTRL_PROMISC;
+        }
+        if self.rx_csum() {
+            v |= CTRL_RX_CSUM;
         }
         v
     }
@@ -212,6 +236,7 @@ impl EthShared {
         self.set_mac(perm);
         self.mtu.store(DEFAULT_MTU, Ordering::SeqCst);
         self.set_promisc(false);
+        self.set_rx_csum(false);
         self.gids.clear();
     }
 }
@@ -292,15 +317,32 @@ pub struct EthPort {
     int_enabled: bool,
     /// Armed with this vector: the next completed descriptor raises it.
     armed: Option<u16>,
-    /// The frame being sent (at most MAX_MTU + 14 bytes).
+    /// The frame being sent (at most MAX_MTU + 14 bytes, or TSO_MAX_FRAME for TX_TSO).
     buf: Vec<u8>,
+    /// The descriptors of that frame (at most TX_MAX_DESCS).
+    chain: Vec<EthDesc>,
+    /// The TSO segment being built (at most MAX_MTU + 14 bytes).
+    seg: Vec<u8>,
 }
 
 impl EthPort {
     /// A port with both rings off, DMA enabled, interrupts disabled (the device's reset
     /// state).
     pub fn new(name: String, shared: Arc<EthShared>, irqs: Arc<Interrupts>, stats: Arc<Stats>) -> EthPort {
-        EthPort { name, shared, irqs, stats, tx: None, rx: None, enabled: true, int_enabled: false, armed: None, buf: Vec::new() }
+        EthPort {
+            name,
+            shared,
+            irqs,
+            stats,
+            tx: None,
+            rx: None,
+            enabled: true,
+            int_enabled: false,
+            armed: None,
+            buf: Vec::new(),
+            chain: Vec::new(),
+            seg: Vec::new(),
+        }
     }
 
     pub fn shared(&self) -> &Arc<EthShared> {
@@ -409,9 +451,11 @@ impl EthPort {
         self.enabled && self.tx.is_some_and(|r| r.pending() > 0)
     }
 
-    /// Sends up to `budget` frames of the transmit ring through `wire`. With no wire, or
-    /// the link down, every frame is refused (DESC_ERR, ETH_TX_ERRORS): the ring keeps
-    /// moving as on a NIC whose carrier is off. True when a descriptor was completed.
+    /// Sends up to `budget` descriptors' worth of frames of the transmit ring through
+    /// `wire`. With no wire, or the link down, every frame is refused (DESC_ERR,
+    /// ETH_TX_ERRORS): the ring keeps moving as on a NIC whose carrier is off. A frame whose
+    /// last descriptor (no TX_MORE) is not posted yet waits for the next doorbell. True
+    /// when a descriptor was completed.
     pub fn transmit(&mut self, mem: &dyn GuestMem, wire: Option<&dyn Wire>, budget: usize) -> bool {
         if !self.enabled {
             return false;
@@ -419,22 +463,34 @@ impl EthPort {
         let mut done = 0;
         while done < budget {
             let Some(ring) = self.tx.filter(|r| r.pending() > 0) else { break };
-            let at = ring.slot(ring.ci);
             mem.tag(DmaTag::default());
-            let result = read_desc(mem, at).and_then(|d| {
-                let flags = if self.send_one(mem, &d, wire) { DESC_DONE } else { DESC_DONE | DESC_ERR };
-                mem.write(at + FLAGS_OFFSET, &[flags]).map(|_| ()).map_err(|_| RingFault)
-            });
-            if result.is_err() {
+            let n = match self.read_chain(mem, &ring) {
+                Ok(Some(n)) => n,
+                Ok(None) => break,
+                Err(at) => {
+                    self.stop_tx(at);
+                    break;
+                }
+            };
+            let flags = if self.send_chain(mem, wire) { DESC_DONE } else { DESC_DONE | DESC_ERR };
+            let mut fault = None;
+            for k in 0..n {
+                let at = ring.slot(ring.ci.wrapping_add(k));
+                if mem.write(at + FLAGS_OFFSET, &[flags]).is_err() {
+                    fault = Some(at);
+                    break;
+                }
+            }
+            if let Some(at) = fault {
                 self.stop_tx(at);
                 break;
             }
-            let ci = ring.ci.wrapping_add(1);
+            let ci = ring.ci.wrapping_add(n);
             if let Some(r) = self.tx.as_mut() {
                 r.ci = ci;
             }
             self.shared.tx_ci.store(u32::from(ci), Ordering::SeqCst);
-            done += 1;
+            done += usize::from(n);
         }
         if done > 0 {
             self.raise();
@@ -442,13 +498,46 @@ impl EthPort {
         done > 0
     }
 
-    /// One frame; true when it went to the wire.
-    fn send_one(&mut self, mem: &dyn GuestMem, d: &EthDesc, wire: Option<&dyn Wire>) -> bool {
-        let len = usize::from(d.len);
-        if len < MIN_FRAME as usize || len > self.shared.max_frame() {
-            self.stats.inc(Counter::EthTxErrors);
-            crate::guest_warn!("{}: Ethernet frame of {len} bytes refused (MIN_FRAME..=MTU + 14)", self.name);
-            return false;
+    /// Reads the descriptors of the frame at the ring's consumer index into `self.chain`:
+    /// up to the first without TX_MORE, at most TX_MAX_DESCS (or the ring's size). Ok(None):
+    /// the frame's last descriptor is not posted yet. Err: a descriptor that cannot be read.
+    fn read_chain(&mut self, mem: &dyn GuestMem, ring: &Ring) -> Result<Option<u16>, u64> {
+        let limit = (TX_MAX_DESCS as u32).min(ring.size());
+        self.chain.clear();
+        for k in 0..ring.pending().min(limit) {
+            let at = ring.slot(ring.ci.wrapping_add(k as u16));
+            let d = read_desc(mem, at).map_err(|_| at)?;
+            self.chain.push(d);
+            if d.flags & TX_MORE == 0 || k + 1 == limit {
+                return Ok(Some(self.chain.len() as u16));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Refuses the frame of `self.chain`: counted in ETH_TX_ERRORS, a rate-limited warning.
+    fn refuse(&self, why: std::fmt::Arguments) -> bool {
+        self.stats.inc(Counter::EthTxErrors);
+        crate::guest_warn!("{}: Ethernet frame refused: {why}", self.name);
+        false
+    }
+
+    /// The frame of `self.chain` (its first descriptor's request bits and offload fields),
+    /// gathered, offloads applied and sent; true when it went to the wire. Minor 7 frames
+    /// (one descriptor, flags 0) go out byte for byte as they are.
+    fn send_chain(&mut self, mem: &dyn GuestMem, wire: Option<&dyn Wire>) -> bool {
+        let (Some(first), Some(last)) = (self.chain.first().copied(), self.chain.last()) else { return false };
+        if last.flags & TX_MORE != 0 {
+            return self.refuse(format_args!("more than {} descriptors (TX_MAX_DESCS or the ring's size)", self.chain.len()));
+        }
+        let (csum, tso) = (first.flags & TX_CSUM != 0, first.flags & TX_TSO != 0);
+        if tso && !csum {
+            return self.refuse(format_args!("TX_TSO without TX_CSUM"));
+        }
+        let len: usize = self.chain.iter().map(|d| usize::from(d.len)).sum();
+        let max = if tso { TSO_MAX_FRAME } else { self.shared.max_frame() };
+        if len < MIN_FRAME as usize || len > max {
+            return self.refuse(format_args!("{len} bytes in {} descriptors (MIN_FRAME..={max})", self.chain.len()));
         }
         let Some(wire) = wire.filter(|_| self.shared.link_up()) else {
             self.stats.inc(Counter::EthTxErrors);
@@ -456,12 +545,38 @@ impl EthPort {
             return false;
         };
         self.buf.resize(len, 0);
-        let readable = d.addr.checked_add(len as u64).is_some() && mem.read(d.addr, &mut self.buf).is_ok();
-        if !readable {
-            self.stats.inc(Counter::DmaErrors);
-            self.stats.inc(Counter::EthTxErrors);
-            crate::guest_warn!("{}: Ethernet frame at {:#x} (+{len}) is not mapped guest memory", self.name, d.addr);
-            return false;
+        let mut at = 0;
+        for d in &self.chain {
+            let piece = usize::from(d.len);
+            let readable = d.addr.checked_add(piece as u64).is_some() && mem.read(d.addr, &mut self.buf[at..at + piece]).is_ok();
+            if !readable {
+                self.stats.inc(Counter::DmaErrors);
+                return self.refuse(format_args!("piece at {:#x} (+{piece}) is not mapped guest memory", d.addr));
+            }
+            at += piece;
+        }
+        let (start, offset) = (usize::from(first.csum_start), usize::from(first.csum_offset));
+        if tso {
+            let t = match Tso::parse(&self.buf, start, offset, usize::from(first.mss), self.shared.max_frame()) {
+                Ok(t) => t,
+                Err(why) => return self.refuse(format_args!("{why}")),
+            };
+            let (stats, mut seg) = (&self.stats, std::mem::take(&mut self.seg));
+            t.segment(&self.buf, &mut seg, |s| {
+                wire.send_frame(s);
+                stats.inc(Counter::EthTxFrames);
+                stats.inc(Counter::EthTsoSegments);
+                stats.add(Counter::EthTxBytes, s.len() as u64);
+            });
+            self.seg = seg;
+            self.stats.inc(Counter::EthTsoFrames);
+            return true;
+        }
+        if csum {
+            if let Err(why) = insert_csum(&mut self.buf, start, offset) {
+                return self.refuse(format_args!("{why}"));
+            }
+            self.stats.inc(Counter::EthTxCsum);
         }
         wire.send_frame(&self.buf);
         self.stats.inc(Counter::EthTxFrames);
@@ -506,7 +621,10 @@ impl EthPort {
         let placed = read_desc(mem, at).and_then(|d| {
             let placed = self.place(mem, &d, frame);
             let len = if placed { frame.len() as u16 } else { 0 };
-            let flags = if placed { DESC_DONE } else { DESC_DONE | DESC_ERR };
+            let mut flags = if placed { DESC_DONE } else { DESC_DONE | DESC_ERR };
+            if placed && self.shared.rx_csum() && rx_csum_ok(frame) {
+                flags |= DESC_CSUM_OK;
+            }
             mem.write(at + LEN_OFFSET, &len.to_le_bytes()).and_then(|_| mem.write(at + FLAGS_OFFSET, &[flags])).map_err(|_| RingFault)?;
             Ok(placed)
         });

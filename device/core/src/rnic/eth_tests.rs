@@ -587,3 +587,159 @@ fn rings_through_the_registers_inline() {
     wr(&mut r, RNIC_REG_RESET, RESET_MAGIC);
     assert_eq!((rd(&mut r, ETH_CTRL), rd(&mut r, ETH_TXQ_CI), rd(&mut r, ETH_RXQ_CI)), (0, 0, 0));
 }
+
+// Minor 9: frames over several descriptors, checksum and TSO requests through the ring.
+
+impl Port {
+    /// Writes one frame as consecutive descriptors, one per piece, TX_MORE on all but the
+    /// last; `first` gives the first's request bits and offload fields. No doorbell.
+    fn queue_chain(&mut self, pieces: &[&[u8]], first: EthDesc) {
+        for (i, piece) in pieces.iter().enumerate() {
+            let entry = u64::from(self.tx_pi) & ((1u64 << self.ring_log2) - 1);
+            let addr = TX_BUFS + entry * 0x4000;
+            self.ram.write(addr, piece).unwrap();
+            let mut d = if i == 0 { first } else { EthDesc::default() };
+            (d.addr, d.len) = (addr, piece.len() as u16);
+            if i + 1 < pieces.len() {
+                d.flags |= TX_MORE;
+            }
+            self.put_desc(TXQ, self.tx_pi, d);
+            self.tx_pi = self.tx_pi.wrapping_add(1);
+        }
+    }
+
+    fn doorbell(&mut self) {
+        self.ev(Event::EthTxDoorbell { pi: self.tx_pi });
+    }
+
+    fn tx_flags(&self, from: u16, n: u16) -> Vec<u8> {
+        (from..from + n).map(|i| self.desc(TXQ, i).flags).collect()
+    }
+}
+
+/// An IPv4 TCP frame with `payload` bytes (the checksum field holds junk).
+fn tcp4(payload: usize) -> Vec<u8> {
+    let mut f = vec![2, 0xe1, 10, 0, 0, 12, 2, 0xe1, 10, 0, 0, 11, 0x08, 0x00];
+    f.extend_from_slice(&[0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 11, 10, 0, 0, 12]);
+    f.extend_from_slice(&[0x13, 0x89, 0x13, 0x8a, 0, 0, 0, 100, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0xab, 0xcd, 0, 0]);
+    f.extend_from_slice(&frame(payload, 77));
+    f
+}
+
+#[test]
+fn a_frame_over_several_descriptors_goes_out_whole_and_completes_each() {
+    let mut p = Port::new();
+    p.ctrl(BOTH, 4);
+    let f = frame(1514, 5);
+    p.queue_chain(&[&f[..100], &f[100..101], &f[101..]], EthDesc::default());
+    p.send(std::slice::from_ref(&f));
+    assert_eq!(p.sent(), vec![f.clone(), f], "one frame gathered from three pieces, then a plain one");
+    assert_eq!(p.tx_flags(0, 4), [DESC_DONE; 4]);
+    assert_eq!(p.r.eth_shared().tx_ci(), 4);
+    assert_eq!((p.count(Counter::EthTxFrames), p.count(Counter::EthTxBytes)), (2, 2 * 1514));
+    // A frame whose last descriptor is not posted yet waits for it.
+    let g = frame(300, 6);
+    p.queue_chain(&[&g[..10], &g[10..20], &g[20..]], EthDesc::default());
+    p.ev(Event::EthTxDoorbell { pi: p.tx_pi - 1 });
+    assert!(p.sent().is_empty() && p.r.eth_shared().tx_ci() == 4, "waits for its last piece");
+    p.doorbell();
+    assert_eq!(p.sent(), vec![g]);
+    assert_eq!(p.r.eth_shared().tx_ci(), 7);
+}
+
+#[test]
+fn malformed_chains_are_dropped_whole_and_counted_and_the_ring_goes_on() {
+    let mut p = Port::new();
+    p.ctrl(BOTH, 6);
+    let ok = frame(60, 1);
+    // TX_MAX_DESCS descriptors that all say more follows: refused, each marked.
+    let f = frame(TX_MAX_DESCS as usize * 2, 2);
+    let pieces: Vec<&[u8]> = f.chunks(2).collect();
+    p.queue_chain(&pieces, EthDesc::default());
+    let last = p.tx_pi - 1;
+    let mut d = p.desc(TXQ, last);
+    d.flags |= TX_MORE;
+    p.put_desc(TXQ, last, d);
+    p.send(std::slice::from_ref(&ok));
+    assert_eq!(p.tx_flags(0, TX_MAX_DESCS as u16), vec![DESC_DONE | DESC_ERR; TX_MAX_DESCS as usize]);
+    assert_eq!(p.sent(), vec![ok.clone()], "the next frame goes out");
+    assert_eq!(p.count(Counter::EthTxErrors), 1, "one frame refused");
+    // Exactly TX_MAX_DESCS pieces is a frame.
+    p.queue_chain(&pieces, EthDesc::default());
+    p.doorbell();
+    assert_eq!(p.sent(), vec![f.clone()]);
+    // Too long in total, a piece outside guest memory, TSO without a checksum request.
+    let big = frame(1515, 3);
+    p.queue_chain(&[&big[..1000], &big[1000..]], EthDesc::default());
+    let start = p.tx_pi;
+    p.queue_chain(&[&ok[..30], &ok[30..]], EthDesc::default());
+    let mut d = p.desc(TXQ, start + 1);
+    d.addr = RAM - 10;
+    p.put_desc(TXQ, start + 1, d);
+    p.queue_chain(&[&tcp4(3000)], EthDesc { flags: TX_TSO, csum_start: 34, csum_offset: 16, mss: 1000, ..Default::default() });
+    p.queue_chain(&[&ok[..14]], EthDesc { flags: TX_CSUM, csum_start: 13, csum_offset: 0, ..Default::default() });
+    p.send(std::slice::from_ref(&ok));
+    assert_eq!(p.tx_flags(start - 2, 6), [vec![DESC_DONE | DESC_ERR; 6]].concat());
+    assert_eq!(p.sent(), vec![ok], "only the good frame");
+    assert_eq!(p.count(Counter::EthTxErrors), 1 + 4);
+    assert_eq!(p.count(Counter::DmaErrors), 1);
+}
+
+#[test]
+fn checksum_and_tso_requests_through_the_ring() {
+    let mut p = Port::new();
+    p.ctrl(BOTH, 4);
+    // TX_CSUM: the sum from byte 34 stored at 34 + 16; a frame without it is unchanged.
+    let f = tcp4(500);
+    p.queue_chain(&[&f[..54], &f[54..]], EthDesc { flags: TX_CSUM, csum_start: 34, csum_offset: 16, ..Default::default() });
+    p.doorbell();
+    let sent = p.sent().remove(0);
+    let mut want = f.clone();
+    crate::rnic::eth_offload::insert_csum(&mut want, 34, 16).unwrap();
+    assert_eq!(sent, want);
+    assert_ne!(sent[50..52], f[50..52]);
+    assert_eq!(p.count(Counter::EthTxCsum), 1);
+    // TX_TSO: 3000 payload bytes, mss 1000: three 1054-byte segments.
+    let f = tcp4(3000);
+    let tso = EthDesc { flags: TX_CSUM | TX_TSO, csum_start: 34, csum_offset: 16, mss: 1000, ..Default::default() };
+    p.queue_chain(&[&f[..54], &f[54..2000], &f[2000..]], tso);
+    p.doorbell();
+    let segs = p.sent();
+    assert_eq!(segs.iter().map(Vec::len).collect::<Vec<_>>(), [1054; 3]);
+    assert_eq!(segs.iter().flat_map(|s| s[54..].to_vec()).collect::<Vec<_>>(), f[54..]);
+    assert_eq!((p.count(Counter::EthTsoFrames), p.count(Counter::EthTsoSegments)), (1, 3));
+    assert_eq!(p.count(Counter::EthTxFrames), 1 + 3);
+    assert_eq!(p.count(Counter::EthTxBytes), 554 + 3 * 1054);
+    // Segments must fit the MTU: mss 1461 with 54 bytes of headers is one byte over.
+    p.queue_chain(&[&f], EthDesc { mss: 1461, ..tso });
+    p.queue_chain(&[&f], EthDesc { mss: 1460, ..tso });
+    p.doorbell();
+    assert_eq!(p.sent().len(), 3, "1460 fits: 3 segments");
+    assert_eq!(p.count(Counter::EthTxErrors), 1);
+}
+
+#[test]
+fn received_frames_with_right_checksums_are_marked_when_asked() {
+    let mut p = Port::new();
+    p.ctrl(BOTH, 4);
+    p.post_rx(4, 2048);
+    let mut good = tcp4(100);
+    let len = (good.len() - 14) as u16;
+    good[16..18].copy_from_slice(&len.to_be_bytes());
+    let ip = !crate::rnic::eth_offload::fold(crate::rnic::eth_offload::sum16(0, &good[14..34]));
+    good[24..26].copy_from_slice(&ip.to_be_bytes());
+    // The TCP checksum as the TSO path computes it: one segment.
+    let t = crate::rnic::eth_offload::Tso::parse(&good, 34, 16, 1460, 1514).unwrap();
+    let mut seg = Vec::new();
+    t.segment(&good.clone(), &mut Vec::new(), |s| seg = s.to_vec());
+    p.r.on_frame(&p.mem, &seg);
+    assert_eq!(p.desc(RXQ, 0).flags, DESC_DONE, "not asked: DONE only, as before");
+    p.r.eth_shared().set_rx_csum(true);
+    p.r.on_frame(&p.mem, &seg);
+    let mut bad = seg.clone();
+    bad[60] ^= 1;
+    p.r.on_frame(&p.mem, &bad);
+    p.r.on_frame(&p.mem, &frame(100, 1));
+    let flags: Vec<u8> = (1..4).map(|i| p.desc(RXQ, i).flags).collect();
+    assert_eq!(flags, [DESC_DONE | DESC_CSUM_OK, DESC_DONE, DESC_DONE]);
+}

@@ -3,7 +3,8 @@
 //!
 //! - [`verbs`]: the verbs engine behind the doorbells and commands (docs/verbs.md);
 //! - [`doorbell`]: the doorbell page (BAR2) the driver stores indices in;
-//! - [`eth`]: the Ethernet port (`ETH_*` registers, the netdev's descriptor rings);
+//! - [`eth`]: the Ethernet port (`ETH_*` registers, the netdev's descriptor rings), with
+//!   [`eth_offload`] its checksum and TCP segmentation offloads;
 //! - [`fabric`]: the RoCEv2 wire format the engine's fabric transport speaks;
 //! - `pcie_faults`: the RNIC's side of PCIe fault injection (the `pcie ...` requests).
 //!
@@ -41,6 +42,9 @@ use std::sync::{Arc, RwLock};
 
 pub mod doorbell;
 pub mod eth;
+pub mod eth_offload;
+#[cfg(test)]
+mod eth_offload_tests;
 #[cfg(test)]
 mod eth_tests;
 pub mod fabric;
@@ -328,6 +332,7 @@ impl Rnic {
             ETH_VECTOR => self.eth_vector = value,
             ETH_CTRL => {
                 self.eth.set_promisc(value & eth_bits::CTRL_PROMISC != 0);
+                self.eth.set_rx_csum(value & eth_bits::CTRL_RX_CSUM != 0);
                 // A ring that starts starts at index 0: its producer index too.
                 if value & eth_bits::CTRL_TX_EN != 0 && !self.eth.tx_enabled() {
                     self.regs.set(ETH_TXQ_PI, 0);
