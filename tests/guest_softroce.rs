@@ -41,6 +41,13 @@ const V6_WRITE: &str = "ib_write_bw -F -s 65536 -n 100 --report_gbits";
 /// 124 from GNU's) and `diag` prints the state of both ends (each node's script defines
 /// `diag`).
 const PRELUDE: &str = r#"
+# A step KEY of a server on one node and its client on another starts when both are there,
+# so that a server's timeout never runs while its client's node is still busy with an
+# earlier step (one that had to be ended would otherwise take the next ones with it).
+# go_server KEY: waits for the client (ready-KEY), then lets it connect (go-KEY).
+go_server() { rnic-kv get ready-$1 300000 >/dev/null; rnic-kv put go-$1 1; }
+# go_client KEY: says the client is there, then waits for its server.
+go_client() { rnic-kv put ready-$1 1; rnic-kv get go-$1 300000 >/dev/null; }
 # client TAG CMD...: runs a client until it reached its server (which starts after the
 # key is published), at most 60 tries; prints its output and "rc TAG CODE".
 client() {
@@ -90,8 +97,8 @@ fn rnic_script(me: u8) -> String {
         let flag = if cmd.starts_with("ibv_rc_pingpong") { "-g" } else { "-x" };
         // rnic0 serves first; then rxe0 serves and rnic0 connects.
         s += &format!(
-            "rnic-kv put go-{me}-{tag}-a 1; server {tag}-a {cmd} -d rnic0 {flag} $G
-             rnic-kv get go-{me}-{tag}-b 300000 >/dev/null
+            "go_server {me}-{tag}-a; server {tag}-a {cmd} -d rnic0 {flag} $G
+             go_client {me}-{tag}-b
              client {tag}-b {cmd} -d rnic0 {flag} $G 10.0.0.13
              rnic-kv put done-{me}-{tag} 1\n"
         );
@@ -102,27 +109,29 @@ fn rnic_script(me: u8) -> String {
         // packet's source against the QP's destination GID) and is reached at it.
         s += "ip addr add 10.0.0.21/24 dev reth0 || echo failed: second address
               G2=$(rnic-gid rnic0 10.0.0.21 || echo none); echo \"gid2: $G2\"
-              rnic-kv put go-alias 1; server alias ibv_rc_pingpong --chk -s 4096 -n 200 -d rnic0 -g $G2\n";
+              go_server alias; server alias ibv_rc_pingpong --chk -s 4096 -n 200 -d rnic0 -g $G2\n";
     }
     // RoCEv2 over IPv6 (contract 1.9): the GID of an IPv6 address of reth0.
     s += &format!(
         "echo 0 > /proc/sys/net/ipv6/conf/reth0/accept_dad
          ip -6 addr add fd00::{me}/64 dev reth0 || echo failed: IPv6 address
-         G6=$(rnic-gid rnic0 fd00::{me} || echo none); echo \"gid6: $G6\"\n"
+         G6=$(rnic-gid rnic0 fd00::{me} || echo none); echo \"gid6: $G6\"
+         rnic-kv put up6-{me} 1; rnic-kv get up6-11 300000 >/dev/null; rnic-kv get up6-12 300000 >/dev/null; rnic-kv get up6-13 300000 >/dev/null
+         for peer in fd00::11 fd00::12 fd00::13; do [ $peer = fd00::{me} ] || ping6 -c 3 -W 5 $peer > /dev/null; done\n"
     );
     if me == 11 {
         s += &format!(
-            "rnic-kv put go-v6-pp 1; server v6-pp {V6_PINGPONG} -d rnic0 -g $G6
-             rnic-kv put go-v6-rd 1; server v6-rd {V6_READ} -d rnic0 -x $G6
-             rnic-kv get go-v6-wr 300000 >/dev/null; client v6-wr {V6_WRITE} -d rnic0 -x $G6 10.0.0.13
-             rnic-kv put go-v6-mp 1; server v6-mp {V6_PINGPONG} -d rnic0 -g $G6
-             rnic-kv get go-v6-mw 300000 >/dev/null; client v6-mw {V6_WRITE} -d rnic0 -x $G6 10.0.0.12
+            "go_server v6-pp; server v6-pp {V6_PINGPONG} -d rnic0 -g $G6
+             go_server v6-rd; server v6-rd {V6_READ} -d rnic0 -x $G6
+             go_client v6-wr; client v6-wr {V6_WRITE} -d rnic0 -x $G6 10.0.0.13
+             go_server v6-mp; server v6-mp {V6_PINGPONG} -d rnic0 -g $G6
+             go_client v6-mw; client v6-mw {V6_WRITE} -d rnic0 -x $G6 10.0.0.12
              rnic-kv put done-v6 1\n"
         );
     } else {
         s += &format!(
-            "rnic-kv get go-v6-mp 300000 >/dev/null; client v6-mp {V6_PINGPONG} -d rnic0 -g $G6 10.0.0.11
-             rnic-kv put go-v6-mw 1; server v6-mw {V6_WRITE} -d rnic0 -x $G6
+            "go_client v6-mp; client v6-mp {V6_PINGPONG} -d rnic0 -g $G6 10.0.0.11
+             go_server v6-mw; server v6-mw {V6_WRITE} -d rnic0 -x $G6
              rnic-kv get done-v6 300000 >/dev/null\n"
         );
     }
@@ -146,26 +155,51 @@ fn rxe_script() -> String {
         for (tag, cmd) in PROGRAMS {
             let flag = if cmd.starts_with("ibv_rc_pingpong") { "-g" } else { "-x" };
             s += &format!(
-                "rnic-kv get go-{me}-{tag}-a 300000 >/dev/null
+                "go_client {me}-{tag}-a
                  client {tag}-a-{me} {cmd} -d rxe0 {flag} $G 10.0.0.{me}
-                 rnic-kv put go-{me}-{tag}-b 1; server {tag}-b-{me} {cmd} -d rxe0 {flag} $G
+                 go_server {me}-{tag}-b; server {tag}-b-{me} {cmd} -d rxe0 {flag} $G
                  rnic-kv get done-{me}-{tag} 300000 >/dev/null\n"
             );
         }
         s += &format!("for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo \"rxe-{me}: ${{f##*/}} $(cat $f)\"; done\n");
     }
-    s += "rnic-kv get go-alias 300000 >/dev/null; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
+    s += "go_client alias; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
     s += &format!(
         "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad
          ip -6 addr add fd00::13/64 dev eth0 || echo failed: IPv6 address
          G6=$(rnic-gid rxe0 fd00::13 || echo none); echo \"gid6: $G6\"
-         rnic-kv get go-v6-pp 300000 >/dev/null; client v6-pp {V6_PINGPONG} -d rxe0 -g $G6 10.0.0.11
-         rnic-kv get go-v6-rd 300000 >/dev/null; client v6-rd {V6_READ} -d rxe0 -x $G6 10.0.0.11
-         rnic-kv put go-v6-wr 1; server v6-wr {V6_WRITE} -d rxe0 -x $G6
+         rnic-kv put up6-13 1; rnic-kv get up6-11 300000 >/dev/null; rnic-kv get up6-12 300000 >/dev/null
+         for peer in fd00::11 fd00::12; do ping6 -c 3 -W 5 $peer > /dev/null; done
+         go_client v6-pp; client v6-pp {V6_PINGPONG} -d rxe0 -g $G6 10.0.0.11
+         go_client v6-rd; client v6-rd {V6_READ} -d rxe0 -x $G6 10.0.0.11
+         go_server v6-wr; server v6-wr {V6_WRITE} -d rxe0 -x $G6
          ip -6 neigh show dev eth0 | sed 's/^/neigh6: /'\n"
     );
     s + "ip neigh show dev eth0 | sed 's/^/neigh: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
+}
+
+/// Whether an `ibv_rc_pingpong --chk` pair ran: one side reports `iters` iterations (every
+/// buffer it received checked) and status 0, and so does the other, unless that one met
+/// the tool's end-of-run race: a side exits once its last send is acknowledged and the
+/// other's last message has arrived, with no final handshake, so when its ACK of that
+/// message is lost the other side resends to a QP that is gone. Ours then fails with
+/// "transport retry counter exceeded"; rxe retries forever and `timeout` ends it (124/143).
+fn pingpong_ran(server: &[String], stag: &str, client: &[String], ctag: &str, iters: u32) -> Result<(), String> {
+    let rc = |lines: &[String], t: &str| line_after(lines, &format!("rc {t} ")).map(str::to_string);
+    let done = |lines: &[String], t: &str| rc(lines, t).as_deref() == Some("0") && lines.iter().any(|x| x.starts_with(&format!("{t}: {iters} iters in ")));
+    let raced = |lines: &[String], t: &str| match rc(lines, t).as_deref() {
+        Some("1") => lines.iter().any(|x| x.starts_with(&format!("{t}: Failed status transport retry counter exceeded"))),
+        Some("124" | "143") => true,
+        _ => false,
+    };
+    let (s, c) = (done(server, stag), done(client, ctag));
+    let server_ok = s || (c && raced(server, stag));
+    let client_ok = c || (s && raced(client, ctag));
+    if server_ok && client_ok {
+        return Ok(());
+    }
+    Err(format!("{stag} / {ctag}: not {iters} checked buffers both ways (status {:?} / {:?})", rc(server, stag), rc(client, ctag)))
 }
 
 /// The numeric value after `prefix` (an `ethtool -S` or hw_counters line).
@@ -207,7 +241,8 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "the three guests ran their scripts");
-    assert!(!stdout.contains("failed:"), "a set-up step failed");
+    let setup_failures: Vec<&str> = stdout.lines().filter(|l| l.split_once("] ").is_some_and(|(_, t)| t.starts_with("failed:"))).collect();
+    assert!(setup_failures.is_empty(), "a set-up step failed: {setup_failures:?}");
     let rxe = node_lines(&stdout, 2);
     assert_ne!(line_after(&rxe, "gid: "), Some("none"), "rxe0 has a RoCE v2 GID for 10.0.0.13");
     assert_eq!(line_after(&rxe, "mac: "), Some("52:54:00:00:00:0d"), "the plain node's NIC");
@@ -218,8 +253,14 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
         let l = node_lines(&stdout, node);
         assert_ne!(line_after(&l, "gid: "), Some("none"), "node{node}: rnic0's RoCE v2 GID");
         for (tag, _) in PROGRAMS {
+            if tag == "pingpong" {
+                pingpong_ran(&l, &format!("{tag}-a"), &rxe, &format!("{tag}-a-{me}"), 200).unwrap_or_else(|e| panic!("node{node}: {e}"));
+                pingpong_ran(&rxe, &format!("{tag}-b-{me}"), &l, &format!("{tag}-b"), 200).unwrap_or_else(|e| panic!("node{node}: {e}"));
+            }
             for (lines, t) in [(&l, format!("{tag}-a")), (&l, format!("{tag}-b")), (&rxe, format!("{tag}-a-{me}")), (&rxe, format!("{tag}-b-{me}"))] {
-                assert_eq!(line_after(lines, &format!("rc {t} ")), Some("0"), "node{node} {t}: exit status");
+                if tag != "pingpong" {
+                    assert_eq!(line_after(lines, &format!("rc {t} ")), Some("0"), "node{node} {t}: exit status");
+                }
             }
             let (size, clients) = match tag {
                 "pingpong" => (None, [format!("{tag}-b"), format!("{tag}-a-{me}")]),
@@ -230,10 +271,13 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
                 match size {
                     // ibv_rc_pingpong --chk: every buffer was checked; it reports the iterations.
                     None => assert!(lines.iter().any(|x| x.starts_with(&format!("{t}: 200 iters in "))), "node{node} {t}: 200 x 4096 bytes ponged"),
+                    // The row says every iteration completed; its figures rest on perftest's
+                    // clock calibration, which a loaded TCG guest can fail ("Correlation
+                    // coefficient ... < 0.9": figures 0), so they are not checked.
                     Some(s) => {
                         let r = perftest_row(lines, t, s).unwrap_or_else(|| panic!("node{node} {t}: no perftest result row"));
-                        let v: f64 = r[3].parse().unwrap_or(0.0);
-                        assert!(v > 0.0, "node{node} {t}: {r:?}");
+                        let n = if tag.ends_with("_lat") { "300" } else { "200" };
+                        assert_eq!(r[1], n, "node{node} {t}: {r:?}");
                     }
                 }
             }
@@ -244,9 +288,7 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     // The GIDs follow reth0's addresses: a QP on the second address's GID ran both ways.
     let l0 = node_lines(&stdout, 0);
     assert!(!matches!(line_after(&l0, "gid2: "), None | Some("none")), "rnic0 has a GID for 10.0.0.21");
-    assert_eq!(line_after(&l0, "rc alias "), Some("0"), "ibv_rc_pingpong on the second address (rnic0 side)");
-    assert_eq!(line_after(&rxe, "rc alias-21 "), Some("0"), "ibv_rc_pingpong to 10.0.0.21 (rxe0 side)");
-    assert!(rxe.iter().any(|x| x.starts_with("alias-21: 200 iters in ")), "200 x 4096 bytes ponged with 10.0.0.21");
+    pingpong_ran(&l0, "alias", &rxe, "alias-21", 200).unwrap_or_else(|e| panic!("ibv_rc_pingpong on the second address: {e}"));
     // With 2% dropped each way both sides repaired losses: ours retransmitted and NAKed, rxe
     // retransmitted and saw sequence errors. (node0's segment injects no loss, but a host
     // whose UDP receive buffers overflow under a READ burst drops frames there too, more
@@ -273,13 +315,13 @@ fn check_ipv6(stdout: &str) {
     assert!(rxe.iter().any(|l| l.starts_with("neigh6: fd00::11 ") && l.contains("02:e1:0a:00:00:0b")), "NDP entry for reth0");
     let pairs = [("v6-pp", &l0, &rxe), ("v6-rd", &l0, &rxe), ("v6-wr", &rxe, &l0), ("v6-mp", &l0, &l1), ("v6-mw", &l1, &l0)];
     for (tag, server, client) in pairs {
-        assert_eq!(line_after(server, &format!("rc {tag} ")), Some("0"), "{tag}: server exit status");
-        assert_eq!(line_after(client, &format!("rc {tag} ")), Some("0"), "{tag}: client exit status");
         if tag.ends_with('p') {
-            assert!(client.iter().any(|x| x.starts_with(&format!("{tag}: 100 iters in "))), "{tag}: 100 x 4096 bytes ponged and checked");
+            pingpong_ran(server, tag, client, tag, 100).unwrap_or_else(|e| panic!("{e}"));
         } else {
+            assert_eq!(line_after(server, &format!("rc {tag} ")), Some("0"), "{tag}: server exit status");
+            assert_eq!(line_after(client, &format!("rc {tag} ")), Some("0"), "{tag}: client exit status");
             let r = perftest_row(client, tag, "65536").unwrap_or_else(|| panic!("{tag}: no perftest result row"));
-            assert!(r[3].parse::<f64>().unwrap_or(0.0) > 0.0, "{tag}: {r:?}");
+            assert_eq!(r[1], "100", "{tag}: every iteration completed: {r:?}");
         }
     }
     for (node, lines) in [(0, &l0), (1, &l1)] {
