@@ -940,15 +940,10 @@ fn responder_not_ready_loopback() {
 /// node's address goes through the fabric port like any remote QP.
 #[test]
 fn fabric_conformance() {
-    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
-    use std::net::Ipv4Addr;
+    use rnic_emu_testkit::hostdrv::NodePair;
     let _turn = serialized();
-    let dir = tempfile::tempdir().unwrap();
-    let sub = (std::process::id() % 200) as u8;
-    let ips = [Ipv4Addr::new(127, 110, sub, 1), Ipv4Addr::new(127, 110, sub, 2)];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
-    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
-    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
+    let (mut p, _dir) = node_pair(110, "", 2, 10);
+    let ips = p.ips;
     let write = |p: &mut NodePair, qpn: u32, from: usize, off: u64, len: u32, wr_id: u64| {
         let to = 1 - from;
         let hdr = rdma_wqe(WQE_OP_RDMA_WRITE, wr_id, VA + p.buf[to] + off, p.key[to]);
@@ -1034,16 +1029,11 @@ fn fabric_conformance() {
 #[test]
 fn qp_paths_and_gids() {
     use rnic_emu_core::rnic::eth::{mac_from_reg, mac_to_reg};
-    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
     use std::net::Ipv4Addr;
     let _turn = serialized();
-    let dir = tempfile::tempdir().unwrap();
-    let sub = (std::process::id() % 200) as u8;
-    let ips = [Ipv4Addr::new(127, 112, sub, 1), Ipv4Addr::new(127, 112, sub, 2)];
-    let alias = Ipv4Addr::new(127, 113, sub, 2);
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
-    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
-    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
+    let (mut p, _dir) = node_pair(112, "", 2, 10);
+    let ips = p.ips;
+    let alias = Ipv4Addr::new(127, 113, ips[1].octets()[2], 2);
     let mapped = |ip: Ipv4Addr| ip.to_ipv6_mapped().octets();
     for h in &mut p.h {
         h.use_paths().unwrap();
@@ -1108,16 +1098,11 @@ fn qp_paths_and_gids() {
 /// device must refuse are refused at RTR.
 #[test]
 fn roce_over_ipv6_paths() {
-    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::Ipv6Addr;
     let _turn = serialized();
-    let dir = tempfile::tempdir().unwrap();
-    let sub = (std::process::id() % 200) as u8;
-    let ips = [Ipv4Addr::new(127, 114, sub, 1), Ipv4Addr::new(127, 114, sub, 2)];
+    let (mut p, _dir) = node_pair(114, "", 2, 10);
+    let ips = p.ips;
     let gids: [Ipv6Addr; 2] = ["fd00::a".parse().unwrap(), "fd00::b".parse().unwrap()];
-    let o = PairOptions { ips, node_toml: "", retry_cnt: 2, timeout: 10, capture: false, rnr_retry: 7, eth_mtu: 0 };
-    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
-    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
     let macs: Vec<u64> = p.h.iter_mut().map(|h| h.r64(ETH_MAC).unwrap()).collect();
     let half = |g: &Ipv6Addr, i: usize| u64::from_le_bytes(g.octets()[i * 8..i * 8 + 8].try_into().unwrap());
     let path = |to: usize| QpPath {
@@ -1181,15 +1166,10 @@ fn roce_over_ipv6_paths() {
 /// lands in either.
 #[test]
 fn fabric_dereg_in_flight() {
-    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
-    use std::net::Ipv4Addr;
+    use rnic_emu_testkit::hostdrv::NodePair;
     let _turn = serialized();
-    let dir = tempfile::tempdir().unwrap();
-    let sub = (std::process::id() % 200) as u8;
-    let ips = [Ipv4Addr::new(127, 111, sub, 1), Ipv4Addr::new(127, 111, sub, 2)];
-    let o = PairOptions { ips, node_toml: "faults = { tx = { delay_us = 20000 } }", retry_cnt: 7, timeout: 16, capture: false, rnr_retry: 7, eth_mtu: 0 };
-    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
-    let stat = |h: &mut HostDriver, c: Counter| h.r64(STATS_BASE + 8 * c as u64).unwrap();
+    let (mut p, _dir) = node_pair(111, "faults = { tx = { delay_us = 20000 } }", 7, 16);
+    let ips = p.ips;
     let acc = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
     let region = 8u64 << 20;
     let untouched = |p: &NodePair, i: usize, len: u64| {
@@ -1288,4 +1268,22 @@ fn every_rule_has_a_scenario() {
         rules.push(id);
     }
     assert!(rules.len() >= 40, "only {} rules found", rules.len());
+}
+
+/// Two node servers on the loopback addresses 127.`net`.x.1 and 127.`net`.x.2 (x from the
+/// process id, so concurrent runs do not collide), each `[[node]]` with `node_toml`, the
+/// QPs' retry count and ACK timeout exponent; the directory holds their sockets and logs.
+fn node_pair(net: u8, node_toml: &str, retry_cnt: u8, timeout: u8) -> (rnic_emu_testkit::hostdrv::NodePair, tempfile::TempDir) {
+    use rnic_emu_testkit::hostdrv::{NodePair, PairOptions};
+    use std::net::Ipv4Addr;
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, net, sub, 1), Ipv4Addr::new(127, net, sub, 2)];
+    let o = PairOptions { ips, node_toml, retry_cnt, timeout, capture: false, rnr_retry: 7, eth_mtu: 0 };
+    (NodePair::start(Path::new(bin()), dir.path(), &o).unwrap(), dir)
+}
+
+/// Device counter `c` of a node server.
+fn stat(h: &mut HostDriver, c: Counter) -> u64 {
+    h.r64(STATS_BASE + 8 * c as u64).unwrap()
 }
