@@ -20,21 +20,15 @@ fn a_resent_message_is_acknowledged_packet_by_packet_up_to_each_ones_psn() {
     let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
     let data = p.req().fill(SRC, 4096, 4);
     p.req().send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 4096, lk)], VA + DST, rk);
-    let d = p.req();
-    while d.e.run(&d.mem, 64) {}
-    let net = p.net.clone().unwrap();
-    let requests: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
+    let requests = requests_of(&mut p);
     assert_eq!(requests.len(), 4, "1 KiB path MTU");
     assert_eq!(requests.iter().map(|r| r.bth.ack_req).collect::<Vec<_>>(), [false, false, false, true]);
     let psns: Vec<u32> = requests.iter().map(|r| r.bth.psn).collect();
     let ack = Some(crate::rnic::fabric::packet::syndrome::ACK);
     for (round, want) in [vec![None, None, None, Some(psns[3])], psns.iter().map(|p| Some(*p)).collect()].into_iter().enumerate() {
-        let d = p.resp();
         let mut acks = Vec::new();
         for r in &requests {
-            d.e.on_packet(&d.mem, A.into(), r);
-            while d.e.run(&d.mem, 64) {}
-            let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
+            let sent = to_responder(&mut p, r);
             assert!(sent.len() <= 1 && sent.iter().all(|s| s.aeth.map(|a| a.syndrome) == ack), "round {round}: {sent:?}");
             acks.push(sent.first().map(|s| s.bth.psn));
         }
@@ -48,23 +42,17 @@ fn a_resent_message_is_acknowledged_packet_by_packet_up_to_each_ones_psn() {
 #[test]
 fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded() {
     use super::responder::MAX_READ_RESPONSES;
-    use crate::rnic::fabric::packet::{op, syndrome, Bth, Reth};
+    use crate::rnic::fabric::packet::{op, syndrome};
     // A peer that ignores the responder resources it was told of: READ requests of 64
     // packets each, faster than the responses go out (the engine does not run in between).
     let mut p = Pair::new(true, 7, WireFaults::default());
     let rk = p.resp().reg_mr(2, 7, RW, DST, 4 << 20);
-    let net = p.net.clone().unwrap();
-    let first = PSN_AB;
-    let read = |k: u32| {
-        let psn = (first + 64 * k) & 0xff_ffff;
-        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn, ack_req: true, ..Default::default() };
-        Packet { bth, reth: Some(Reth { va: VA + DST, rkey: rk, len: 64 << 10 }), ..Default::default() }
-    };
+    let read = |k: u32| read_request(PSN_AB + 64 * k, VA + DST, rk, 64 << 10);
     let d = p.resp();
     for k in 0..=MAX_READ_RESPONSES as u32 {
         d.e.on_packet(&d.mem, A.into(), &read(k));
     }
-    let sent: Vec<Packet> = net.queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect();
+    let sent = wire(&p);
     let naks: Vec<&Packet> = sent.iter().filter(|s| s.bth.opcode == op::ACK).collect();
     assert_eq!(naks.len(), 1, "one refusal: {:?}", naks);
     let nak = naks[0];
@@ -72,15 +60,35 @@ fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded(
     // The sixteen accepted READs are answered in full, and nothing more.
     let d = p.resp();
     while d.e.run(&d.mem, 64) {}
-    let responses = sent.len() - 1 + net.queue.lock().unwrap().drain(..).filter(|(_, _, s)| s.bth.opcode != op::ACK).count();
+    let responses = sent.len() - 1 + wire(&p).iter().filter(|s| s.bth.opcode != op::ACK).count();
     assert_eq!(responses, MAX_READ_RESPONSES * 64, "1 KiB path MTU: 64 responses per READ");
+}
+
+/// The packets on the pair's wire, taken off it.
+fn wire(p: &Pair) -> Vec<Packet> {
+    p.net.as_ref().unwrap().queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect()
 }
 
 /// The requester's packets of what QP 1 was just given (run, taken off the wire).
 fn requests_of(p: &mut Pair) -> Vec<Packet> {
     let d = p.req();
     while d.e.run(&d.mem, 64) {}
-    p.net.as_ref().unwrap().queue.lock().unwrap().drain(..).map(|(_, _, pkt)| pkt).collect()
+    wire(p)
+}
+
+/// `pkt` to the responder's QP 2, as from its peer: what the responder sent in answer.
+fn to_responder(p: &mut Pair, pkt: &Packet) -> Vec<Packet> {
+    let d = p.resp();
+    d.e.on_packet(&d.mem, A.into(), pkt);
+    while d.e.run(&d.mem, 64) {}
+    wire(p)
+}
+
+/// An RDMA READ request (AckReq) for the responder's QP 2.
+fn read_request(psn: u32, va: u64, rkey: u32, len: u32) -> Packet {
+    use crate::rnic::fabric::packet::{op, Bth, Reth};
+    let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn: psn & 0xff_ffff, ack_req: true, ..Default::default() };
+    Packet { bth, reth: Some(Reth { va, rkey, len }), ..Default::default() }
 }
 
 /// An ACK or NAK to the requester's QP 1, as from its peer.
@@ -160,32 +168,22 @@ fn a_read_response_out_of_place_fails_the_read_and_places_nothing_more() {
 
 #[test]
 fn a_duplicate_read_is_answered_only_as_the_read_it_repeats() {
-    use crate::rnic::fabric::packet::{op, Bth, Reth};
+    use crate::rnic::fabric::packet::op;
     // One 4 KiB READ executed; then "duplicates" of it: from its third PSN for what is
     // left (answered: two responses from there), and three that ask for something else
     // (another address, a longer length, another rkey): dropped and counted.
     let mut p = Pair::new(true, 7, WireFaults::default());
     let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
     let rk2 = p.resp().reg_mr(3, 7, RW, DST + (1 << 20), 1 << 20);
-    let net = p.net.clone().unwrap();
-    let read = |psn: u32, va: u64, rkey: u32, len: u32| {
-        let bth = Bth { opcode: op::READ_REQUEST, pkey: 0xffff, dest_qp: 2, psn: psn & 0xff_ffff, ack_req: true, ..Default::default() };
-        Packet { bth, reth: Some(Reth { va, rkey, len }), ..Default::default() }
-    };
-    let answer = |p: &mut Pair, pkt: Packet| {
-        let d = p.resp();
-        d.e.on_packet(&d.mem, A.into(), &pkt);
-        while d.e.run(&d.mem, 64) {}
-        net.queue.lock().unwrap().drain(..).map(|(_, _, s)| (s.bth.opcode, s.bth.psn, s.payload.len())).collect::<Vec<_>>()
-    };
+    let answer = |p: &mut Pair, pkt: Packet| to_responder(p, &pkt).iter().map(|s| (s.bth.opcode, s.bth.psn, s.payload.len())).collect::<Vec<_>>();
     let first = PSN_AB;
-    assert_eq!(answer(&mut p, read(first, VA + DST, rk, 4096)).len(), 4, "the READ: four responses");
-    let again = answer(&mut p, read(first + 2, VA + DST + 2048, rk, 2048));
+    assert_eq!(answer(&mut p, read_request(first, VA + DST, rk, 4096)).len(), 4, "the READ: four responses");
+    let again = answer(&mut p, read_request(first + 2, VA + DST + 2048, rk, 2048));
     let (f, l) = ((first + 2) & 0xff_ffff, (first + 3) & 0xff_ffff);
     assert_eq!(again, [(op::READ_RESPONSE_FIRST, f, 1024), (op::READ_RESPONSE_LAST, l, 1024)], "resent from its third PSN");
     let dropped = p.resp().stats.get(Counter::PktsDropped);
     for (va, rkey, len) in [(VA + DST + 4096, rk, 2048), (VA + DST + 2048, rk, 1 << 19), (VA + DST + (1 << 20) + 2048, rk2, 2048)] {
-        assert!(answer(&mut p, read(first + 2, va, rkey, len)).is_empty(), "{va:#x} {rkey:#x} {len}: not what was read");
+        assert!(answer(&mut p, read_request(first + 2, va, rkey, len)).is_empty(), "{va:#x} {rkey:#x} {len}: not what was read");
     }
     assert_eq!(p.resp().stats.get(Counter::PktsDropped), dropped + 3);
     assert_eq!(p.resp().stats.get(Counter::DuplicateRequests), 4);
