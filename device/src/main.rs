@@ -209,9 +209,7 @@ fn real_main() -> anyhow::Result<ExitCode> {
         Cmd::QemuArgs { at, segment } => {
             let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
             let segment = segment.unwrap_or_else(|| serve::default_segment(&topo));
-            let nic = qemu::nic_args(&topo, i, &segment)
-                .ok_or_else(|| anyhow::anyhow!("{}: QEMU has no VXLAN backend for the node's nic: give it a TAP segment (docs/fabric.md)", topo.nodes[i].name))
-                .config()?;
+            let nic = qemu::nic_args(&topo, i, &segment).map_err(anyhow::Error::msg).config()?;
             for a in qemu::device_args(&topo.nodes[i], &at.socket_dir).into_iter().chain(nic) {
                 println!("{a}");
             }

@@ -25,10 +25,10 @@ pub struct GuestFiles<'a> {
 
 /// The `-netdev`/`-device` pair of a node's QEMU NIC on the segment, with QEMU's own
 /// backends: `-netdev dgram` on a multicast segment (its framing), `-netdev tap` on a TAP
-/// segment (the TAP device, which the host bridges or routes). None for a VXLAN segment:
-/// QEMU has no VXLAN backend (put the guest on a TAP in a bridge with Linux's vxlan).
-pub fn nic_args(topo: &Topology, index: usize, segment: &SegmentAddr) -> Option<Vec<String>> {
-    let Some(GuestNic::VirtioNet) = topo.nodes[index].nic else { return Some(Vec::new()) };
+/// segment (the TAP device, which the host bridges or routes). Err for a VXLAN segment,
+/// saying what to do instead: QEMU has no VXLAN backend.
+pub fn nic_args(topo: &Topology, index: usize, segment: &SegmentAddr) -> Result<Vec<String>, String> {
+    let Some(GuestNic::VirtioNet) = topo.nodes[index].nic else { return Ok(Vec::new()) };
     let m = Node::nic_mac(topo.address(index));
     let mac = m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
     // On a TAP the guest computes its own checksums (csum=off; TSO goes with it): a frame
@@ -37,9 +37,14 @@ pub fn nic_args(topo: &Topology, index: usize, segment: &SegmentAddr) -> Option<
     let (netdev, offload) = match segment {
         SegmentAddr::Multicast(m) => (m.qemu_netdev("fabric"), ""),
         SegmentAddr::Tap(name) => (format!("tap,id=fabric,ifname={name},script=no,downscript=no"), ",csum=off"),
-        SegmentAddr::Vxlan(_) => return None,
+        SegmentAddr::Vxlan(_) => {
+            return Err(format!(
+                "{}: QEMU has no VXLAN backend for the node's nic: give it a TAP segment (a TAP in a bridge with Linux's vxlan device; docs/fabric.md)",
+                topo.nodes[index].name
+            ))
+        }
     };
-    Some(vec!["-netdev".into(), netdev, "-device".into(), format!("virtio-net-pci,netdev=fabric,romfile=,mac={mac}{offload}")])
+    Ok(vec!["-netdev".into(), netdev, "-device".into(), format!("virtio-net-pci,netdev=fabric,romfile=,mac={mac}{offload}")])
 }
 
 /// The `-device` arguments of a node's PCIe tree and functions. Users who bring their own

@@ -391,11 +391,8 @@ fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, com
     let console_log = wd.join(format!("console-{}.log", node.name));
     let output_log = wd.join(format!("output-{}.log", node.name));
     let segment = opts.segment.clone().unwrap_or_else(|| rnic_emu_server::serve::default_segment(topo));
-    if qemu::nic_args(topo, index, &segment).is_none() {
-        bail!(
-            "{}: QEMU has no VXLAN backend for the node's nic: give it a TAP segment (a TAP in a bridge with Linux's vxlan device; docs/fabric.md)",
-            node.name
-        );
+    if let Err(e) = qemu::nic_args(topo, index, &segment) {
+        bail!(e);
     }
     let files = GuestFiles {
         kernel: &img.kernel,
