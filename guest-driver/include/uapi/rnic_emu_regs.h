@@ -216,7 +216,8 @@
 #define RNIC_STAT_ETH_TX_CSUM        42           /* transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9) */
 #define RNIC_STAT_ETH_TSO_FRAMES     43           /* TX_TSO frames the Ethernet port cut into segments (minor 9) */
 #define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
-#define RNIC_STAT_COUNT              45           /* number of counters */
+#define RNIC_STAT_PKEY_VIOLATIONS    45           /* RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10) */
+#define RNIC_STAT_COUNT              46           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -264,6 +265,7 @@
 	[RNIC_STAT_ETH_TX_CSUM] = "eth_tx_csum", \
 	[RNIC_STAT_ETH_TSO_FRAMES] = "eth_tso_frames", \
 	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
+	[RNIC_STAT_PKEY_VIOLATIONS] = "pkey_violations", \
 }
 
 /* Descriptor constants */

@@ -63,6 +63,7 @@ counters! {
     EthTxCsum, "transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9)";
     EthTsoFrames, "TX_TSO frames the Ethernet port cut into segments (minor 9)";
     EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
+    PkeyViolations, "RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -125,7 +125,7 @@ pub enum PacketError {
     UnknownOpcode(u8),
     #[error("transport header version {0} is not 0")]
     Version(u8),
-    #[error("pad count {pad} exceeds the {len}-byte payload, or pads a packet without payload")]
+    #[error("pad count {pad} exceeds the {len}-byte payload, pads a packet without payload, or leaves it off a 4-byte boundary")]
     Pad { pad: u8, len: usize },
     #[error("ICRC mismatch: carried {carried:#010x}, computed {computed:#010x}")]
     Icrc { carried: u32, computed: u32 },
@@ -335,7 +335,9 @@ impl Packet {
         }
         let rest = &body[at..];
         let pad = usize::from(bth.pad);
-        if pad > rest.len() || (!l.payload && !rest.is_empty()) {
+        // Headers are whole 4-byte words, so payload plus pad must be one too (IBA 9.3,
+        // "Pad Count"): a packet whose length is not is malformed.
+        if pad > rest.len() || (!l.payload && !rest.is_empty()) || rest.len() % 4 != 0 {
             return Err(PacketError::Pad { pad: bth.pad, len: rest.len() });
         }
         self.payload.clear();
@@ -450,6 +452,13 @@ mod tests {
         let crc = icrc(&e, &body);
         body.extend_from_slice(&crc.to_le_bytes());
         assert!(matches!(Packet::decode(&body, &e), Err(PacketError::Pad { .. })));
+        // Payload and pad that end off a 4-byte boundary (5 bytes, pad count 0), with a
+        // valid ICRC: rxe and every IBA sender pad to whole words.
+        let mut odd = Packet { bth: Bth { opcode: op::SEND_ONLY, ..Default::default() }, payload: vec![9; 8], ..Default::default() }.encode(&e);
+        odd.truncate(odd.len() - 4 - 3);
+        let crc = icrc(&e, &odd);
+        odd.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(Packet::decode(&odd, &e), Err(PacketError::Pad { pad: 0, len: 5 }));
     }
 
     #[test]

@@ -294,21 +294,32 @@ impl Ctx<'_> {
         Ok((segs, total))
     }
 
-    /// Resolves [addr, +len) under `rkey` for responder QP `qp`, which must grant
-    /// `access` (REM_ACCESS otherwise). Nothing is read or written here.
-    pub fn remote_range(&self, qpn: u32, qp: &Qp, rkey: u32, addr: u64, len: u64, access: u8) -> Result<Vec<Segment>, Failure> {
+    /// Checks [addr, +len) under `rkey` for responder QP `qp`, which must grant `access`
+    /// (REM_ACCESS otherwise). Nothing is translated, read or written here: the responder
+    /// translates one packet's share at a time ([`Ctx::remote_part`]), so a request
+    /// naming 2 GiB costs the host no more than one naming a page.
+    pub fn remote_check(&self, qpn: u32, qp: &Qp, rkey: u32, addr: u64, len: u64, access: u8) -> Result<(), Failure> {
+        if len == 0 {
+            return Ok(());
+        }
+        if qp.access & access != access {
+            return Err(fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS));
+        }
+        self.mrs.check(rkey, qp.pd, access, addr, len).map(|_| ()).map_err(|e| {
+            crate::guest_info!("{}: rkey {rkey:#x} refused at QP {qpn}: {e:?}", self.name);
+            fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS)
+        })
+    }
+
+    /// The bus segments of [addr, +len) under `rkey` in protection domain `pd`, checked
+    /// again (the MR may have changed since [`Ctx::remote_check`]).
+    pub fn remote_part(&self, rkey: u32, pd: u32, access: u8, addr: u64, len: u64) -> Result<Vec<Segment>, Failure> {
         let mut segs = Vec::new();
         if len == 0 {
             return Ok(segs);
         }
         let remote_access = || fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS);
-        if qp.access & access != access {
-            return Err(remote_access());
-        }
-        let mr = self.mrs.check(rkey, qp.pd, access, addr, len).map_err(|e| {
-            log::info!("{}: rkey {rkey:#x} refused at QP {qpn}: {e:?}", self.name);
-            remote_access()
-        })?;
+        let mr = self.mrs.check(rkey, pd, access, addr, len).map_err(|_| remote_access())?;
         mr.segments(addr, len, &mut segs).map_err(|_| remote_access())?;
         Ok(segs)
     }

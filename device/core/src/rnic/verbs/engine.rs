@@ -736,6 +736,19 @@ impl Engine {
             log::debug!("{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP)", self.name, pkt.bth.opcode, pkt.bth.psn);
             return;
         }
+        // Every QP is in the default partition (the P_Key table has one entry, 0xffff, as
+        // rxe's): a packet of another partition is dropped silently (IBA 9.6.1.1, 10.9.3).
+        if pkt.bth.pkey & PKEY_MASK != DEFAULT_PKEY & PKEY_MASK {
+            self.shared.stats.inc(Counter::PkeyViolations);
+            crate::guest_info!(
+                "{}: packet {:#x} psn {} for QP {qpn} from {from} with P_Key {:#06x} dropped (not the default partition)",
+                self.name,
+                pkt.bth.opcode,
+                pkt.bth.psn,
+                pkt.bth.pkey
+            );
+            return;
+        }
         self.shared.stats.inc(Counter::PktsReceived);
         if from.is_ipv6() {
             self.shared.stats.inc(Counter::PktsReceivedIpv6);
@@ -769,6 +782,11 @@ pub fn roce_mtu(eth_mtu: u32) -> u32 {
     let room = eth_mtu.saturating_sub(88);
     (8..=12u32).rev().map(|l| 1 << l).find(|m| *m <= room).unwrap_or(256)
 }
+
+/// The P_Key of the default partition, the one entry of the port's P_Key table; bit 15 is
+/// the membership (full), the rest the partition.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+const PKEY_MASK: u16 = 0x7fff;
 
 /// Bytes of one QP context in the table.
 const QP_CTX_SIZE: u64 = QpCtx::ABI.size as u64;

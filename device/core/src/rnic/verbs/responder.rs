@@ -9,7 +9,12 @@
 //! - Checks before placing any byte: opcode sequence, payload against the MTU, rkey,
 //!   range and access (REM_ACCESS NAK), a RECV for SEND and WRITE WITH IMMEDIATE (RNR NAK
 //!   when none is posted, the PSN not consumed), the SEND's length against the RECV
-//!   (REM_INV_REQ NAK; the RECV completes with LOC_LEN and this QP goes to ERROR).
+//!   (REM_INV_REQ NAK; the RECV completes with LOC_LEN and this QP goes to ERROR), a
+//!   WRITE's packets against its RETH length (the last must end exactly there) and READ
+//!   and WRITE lengths against IBA's 2^31 (REM_INV_REQ NAK).
+//! - WRITE and READ ranges are checked whole when the request comes and translated one
+//!   packet's share at a time, so what the host holds per request does not grow with the
+//!   length a peer names.
 //! - Placement (one copy from the request's payload), RECV completion, ACK coalescing
 //!   (when the requester asks, or every [`ACK_EVERY`] requests), READ responses.
 //!
@@ -18,7 +23,7 @@
 //! are answered at a time; a new one beyond them gets an invalid-request NAK. Not
 //! implemented: atomics, credits.
 
-use super::ctx::{dma_fault, fail, Ctx, Failure};
+use super::ctx::{dma_fault, fail, Ctx, Failure, MAX_MSG};
 use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
 use super::qp::Qp;
@@ -41,16 +46,33 @@ pub const MAX_READ_RESPONSES: usize = 16;
 /// What the responder is in the middle of (multi-packet messages).
 #[derive(Clone, Debug)]
 enum Incoming {
-    Send { wr_id: u64, segs: Vec<Segment>, capacity: u64, offset: u64, mrs: Vec<u32> },
-    Write { segs: Vec<Segment>, len: u64, offset: u64, mr: u32 },
+    Send {
+        wr_id: u64,
+        segs: Vec<Segment>,
+        capacity: u64,
+        offset: u64,
+        mrs: Vec<u32>,
+    },
+    /// Checked whole at the first packet, translated one packet's share at a time.
+    Write {
+        rkey: u32,
+        va: u64,
+        len: u64,
+        offset: u64,
+        mr: u32,
+    },
 }
 
-/// An RDMA READ being answered: data from `segs`, packets `next..npkts` still to send.
+/// An RDMA READ being answered: `len` bytes at `va` under `rkey` (checked whole when the
+/// request came, translated one packet at a time), packets `next..npkts` still to send.
 #[derive(Clone, Debug)]
 struct ReadResponse {
     /// The MR index of the rkey (CMD_DEREG_MR of it drops the response).
     mr: u32,
-    segs: Vec<Segment>,
+    rkey: u32,
+    va: u64,
+    pd: u32,
+    access: u8,
     len: u64,
     first_psn: u32,
     npkts: u32,
@@ -246,8 +268,13 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             }
         } else {
             let reth = m.reth.ok_or_else(inv)?;
-            let segs = ctx.remote_range(qpn, qp, reth.rkey, reth.va, u64::from(reth.len), op.access)?;
-            Incoming::Write { segs, len: u64::from(reth.len), offset: 0, mr: reth.rkey >> 8 }
+            let len = u64::from(reth.len);
+            if len > MAX_MSG {
+                crate::guest_warn!("{}: QP {qpn}: an RDMA WRITE of {len} bytes (more than 2^31); invalid request", ctx.name);
+                return Err(inv());
+            }
+            ctx.remote_check(qpn, qp, reth.rkey, reth.va, len, op.access)?;
+            Incoming::Write { rkey: reth.rkey, va: reth.va, len, offset: 0, mr: reth.rkey >> 8 }
         };
         rs.incoming = Some(incoming);
     }
@@ -287,8 +314,17 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
                 return Ok(true);
             }
         }
-        Incoming::Write { segs, len, offset, .. } => {
-            if op.kind != Kind::Write || offset.checked_add(n).is_none_or(|end| end > *len) {
+        Incoming::Write { rkey, va, len, offset, .. } => {
+            // Every packet inside RETH.len, and the last one ending exactly there: a WRITE
+            // shorter than it announced is an invalid request (IBA 9.7.5.1.3 length error),
+            // not a success with bytes the requester never sent.
+            let end = offset.checked_add(n).filter(|&e| e <= *len && (!op.last || e == *len));
+            if op.kind != Kind::Write || end.is_none() {
+                crate::guest_info!(
+                    "{}: QP {qpn}: WRITE packet of {n} bytes at offset {offset} of a {len}-byte RETH (last: {}); invalid request",
+                    ctx.name,
+                    op.last
+                );
                 return Err(inv());
             }
             // WRITE WITH IMMEDIATE consumes a RECV: take it before placing the data.
@@ -303,11 +339,13 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             } else {
                 None
             };
-            placed(ctx, segs, *offset)?;
+            let at = va.checked_add(*offset).ok_or_else(inv)?;
+            let segs = ctx.remote_part(*rkey, qp.pd, op.access, at, n)?;
+            placed(ctx, &segs, 0)?;
             ctx.stats().add(Counter::BytesWritten, n);
             *offset += n;
             if op.last {
-                log_placed(ctx, qpn, "write", segs, *offset, t);
+                log_placed(ctx, qpn, "write", &segs, *offset, t);
                 if let Some(r) = recv {
                     let imm = m.imm.unwrap_or_default();
                     let cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, imm_data: imm, flags: CQE_FLAG_IMM, ..Default::default() };
@@ -338,15 +376,18 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     let Some(reth) = m.reth else { return };
     let len = u64::from(reth.len);
     let access = info(m.bth.opcode).map_or(ACCESS_REMOTE_READ, |o| o.access);
-    let segs = match ctx.remote_range(qpn, qp, reth.rkey, reth.va, len, access) {
-        Ok(s) => s,
-        Err(f) => {
-            if fresh {
-                send_ack(ctx, rs, t, src_qpn, m.bth.psn, nak_for(f.status), Some((f.status, f.reason)));
-            }
-            return;
-        }
+    let checked = if len > MAX_MSG {
+        crate::guest_warn!("{}: QP {qpn}: an RDMA READ of {len} bytes (more than 2^31); invalid request", ctx.name);
+        Err(fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID))
+    } else {
+        ctx.remote_check(qpn, qp, reth.rkey, reth.va, len, access)
     };
+    if let Err(f) = checked {
+        if fresh {
+            send_ack(ctx, rs, t, src_qpn, m.bth.psn, nak_for(f.status), Some((f.status, f.reason)));
+        }
+        return;
+    }
     let n = packets_for(len, t.mtu());
     let first_psn = m.bth.psn;
     // A duplicate must ask again for a READ executed (from one of its PSNs, for what is
@@ -369,10 +410,12 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         return;
     }
     if fresh && ctx.wqe_log.enabled() {
-        let path = segs.first().map(|s| ctx.mem.path_of(s.addr));
+        let first = ctx.remote_part(reth.rkey, qp.pd, access, reth.va, len.min(1)).unwrap_or_default();
+        let path = first.first().map(|s| ctx.mem.path_of(s.addr));
         ctx.wqe_log.responder(qpn, "read", len, path, t.mtu() != super::transport::LOOPBACK_MTU, Side::Sourced);
     }
-    rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, segs, len, first_psn, npkts: n, next: 0, msn: rs.msn });
+    let response = ReadResponse { mr: reth.rkey >> 8, rkey: reth.rkey, va: reth.va, pd: qp.pd, access, len, first_psn, npkts: n, next: 0, msn: rs.msn };
+    rs.responses.push_back(response);
     if fresh {
         if rs.reads.len() >= MAX_READ_RESPONSES {
             rs.reads.pop_front();
@@ -395,9 +438,17 @@ pub fn send_responses(ctx: &mut Ctx, rs: &mut Responder, to_qp: u32, t: &mut dyn
         let opcode = opcode_for(Kind::ReadResponse, false, i, rr.npkts);
         let aeth = info(opcode).is_some_and(|o| o.aeth).then_some(Aeth { syndrome: syndrome::ACK, msn: rr.msn });
         let bth = Bth { opcode, pkey: 0xffff, dest_qp: to_qp, psn: psn_add(rr.first_psn, i), ..Default::default() };
-        let msg = Msg { aeth, payload: Payload::Segs { segs: &rr.segs, off, len: size }, ..Msg::new(bth) };
-        ctx.mem.tag(DmaTag { mr: Some(rr.mr), ..DmaTag::qp(DmaKind::Payload, to_qp) });
-        let result = t.send(ctx.mem, &msg);
+        // This packet's share, translated now (checked whole when the READ came; an MR
+        // deregistered since has dropped the response).
+        let segs = rr.va.checked_add(off).ok_or(()).and_then(|va| ctx.remote_part(rr.rkey, rr.pd, rr.access, va, size).map_err(|_| ()));
+        let result = match &segs {
+            Ok(segs) => {
+                let msg = Msg { aeth, payload: Payload::Segs { segs, off: 0, len: size }, ..Msg::new(bth) };
+                ctx.mem.tag(DmaTag { mr: Some(rr.mr), ..DmaTag::qp(DmaKind::Payload, to_qp) });
+                t.send(ctx.mem, &msg).map_err(|e| e.to_string())
+            }
+            Err(()) => Err(format!("rkey {:#x} no longer covers {size} bytes at offset {off}", rr.rkey)),
+        };
         rr.next += 1;
         if rr.next >= rr.npkts {
             rs.responses.pop_front();

@@ -188,3 +188,72 @@ fn a_duplicate_read_is_answered_only_as_the_read_it_repeats() {
     assert_eq!(p.resp().stats.get(Counter::PktsDropped), dropped + 3);
     assert_eq!(p.resp().stats.get(Counter::DuplicateRequests), 4);
 }
+
+/// A WRITE packet for the responder's QP 2: `len` bytes of 0x5a, with a RETH when given; the
+/// last packet of a message asks for an ACK.
+fn write_packet(opcode: u8, psn: u32, pkey: u16, reth: Option<crate::rnic::fabric::packet::Reth>, len: usize) -> Packet {
+    use crate::rnic::fabric::packet::{op, Bth};
+    let ack_req = opcode != op::WRITE_FIRST && opcode != op::WRITE_MIDDLE;
+    let bth = Bth { opcode, pkey, dest_qp: 2, psn: psn & 0xff_ffff, ack_req, ..Default::default() };
+    Packet { bth, reth, payload: vec![0x5a; len], ..Default::default() }
+}
+
+/// The syndromes of the ACK/NAKs among `sent`, with their PSNs.
+fn acks(sent: &[Packet]) -> Vec<(u32, u8)> {
+    sent.iter().filter_map(|s| s.aeth.map(|a| (s.bth.psn, a.syndrome))).collect()
+}
+
+#[test]
+fn a_write_shorter_than_its_reth_length_is_an_invalid_request() {
+    use crate::rnic::fabric::packet::{op, syndrome, Reth};
+    // A WRITE ONLY that announces 2 KiB and carries 1 KiB; and a FIRST + LAST that announce
+    // 4 KiB and end after 2 KiB. Neither may be acknowledged as done: the requester would
+    // complete a WRITE whose bytes were never placed.
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let reth = |len| Some(Reth { va: VA + DST, rkey: rk, len });
+    let sent = to_responder(&mut p, &write_packet(op::WRITE_ONLY, PSN_AB, 0xffff, reth(2048), 1024));
+    assert_eq!(acks(&sent), [(PSN_AB, syndrome::NAK_INV_REQ)]);
+    assert!(p.resp().read(DST, 1024).iter().all(|b| *b != 0x5a), "nothing placed");
+    assert_eq!(p.resp().stats.get(Counter::BytesWritten), 0);
+
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let reth = |len| Some(Reth { va: VA + DST, rkey: rk, len });
+    assert!(acks(&to_responder(&mut p, &write_packet(op::WRITE_FIRST, PSN_AB, 0xffff, reth(4096), 1024))).is_empty());
+    let sent = to_responder(&mut p, &write_packet(op::WRITE_LAST, PSN_AB + 1, 0xffff, None, 1024));
+    assert_eq!(acks(&sent), [((PSN_AB + 1) & 0xff_ffff, syndrome::NAK_INV_REQ)], "the short LAST refused");
+    assert_eq!(p.resp().stats.get(Counter::BytesWritten), 1024, "the LAST not placed");
+}
+
+#[test]
+fn reads_and_writes_of_more_than_2_31_bytes_are_invalid_requests() {
+    use crate::rnic::fabric::packet::{op, syndrome, Reth};
+    // IBA's largest message is 2^31 bytes: one byte more is an invalid request (not a
+    // remote access error, whatever the MR covers).
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let over = (1u32 << 31) + 1;
+    let sent = to_responder(&mut p, &read_request(PSN_AB, VA + DST, rk, over));
+    assert_eq!(acks(&sent), [(PSN_AB, syndrome::NAK_INV_REQ)], "READ");
+    let reth = Some(Reth { va: VA + DST, rkey: rk, len: over });
+    let sent = to_responder(&mut p, &write_packet(op::WRITE_FIRST, PSN_AB, 0xffff, reth, 1024));
+    assert_eq!(acks(&sent), [(PSN_AB, syndrome::NAK_INV_REQ)], "WRITE");
+}
+
+#[test]
+fn packets_outside_the_default_partition_are_dropped_and_counted() {
+    use crate::rnic::fabric::packet::{op, Reth};
+    // P_Key 0x8001 is another partition: dropped without an answer. 0x7fff is a limited
+    // member of the default one, which a full member (the QP, 0xffff) talks to.
+    let mut p = Pair::new(true, 7, WireFaults::default());
+    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    let reth = Some(Reth { va: VA + DST, rkey: rk, len: 1024 });
+    let sent = to_responder(&mut p, &write_packet(op::WRITE_ONLY, PSN_AB, 0x8001, reth, 1024));
+    assert!(sent.is_empty(), "no answer: {sent:?}");
+    assert_eq!(p.resp().stats.get(Counter::PkeyViolations), 1);
+    assert!(p.resp().read(DST, 1024).iter().all(|b| *b != 0x5a), "nothing placed");
+    let sent = to_responder(&mut p, &write_packet(op::WRITE_ONLY, PSN_AB, 0x7fff, reth, 1024));
+    assert_eq!(acks(&sent).len(), 1, "accepted and acknowledged");
+    assert!(p.resp().read(DST, 1024).iter().all(|b| *b == 0x5a));
+}
