@@ -41,6 +41,8 @@ static const char *const rnic_cmd_err_names[] = {
 	[RNIC_CMD_ERR_NOT_FOUND]	= "NOT_FOUND",
 	[RNIC_CMD_ERR_DISABLED]		= "DISABLED",
 	[RNIC_CMD_ERR_FATAL]		= "FATAL",
+	[RNIC_CMD_BUSY]			= "BUSY (not completed)",
+	[RNIC_CMD_ERR_NO_RESOURCES]	= "NO_RESOURCES",
 };
 
 static int rnic_cmd_errno(u32 status)
@@ -56,6 +58,8 @@ static int rnic_cmd_errno(u32 status)
 		return -ENOENT;
 	case RNIC_CMD_ERR_BAD_OP:
 		return -EOPNOTSUPP;
+	case RNIC_CMD_ERR_NO_RESOURCES:
+		return -ENOMEM;
 	case RNIC_CMD_ERR_DMA:
 	case RNIC_CMD_ERR_DISABLED:
 	default:

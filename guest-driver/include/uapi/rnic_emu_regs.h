@@ -316,6 +316,7 @@
 #define RNIC_GID_FLAG_VALID          0x1          /* rnic_gid_entry: the entry holds an address */
 #define RNIC_PATH_FLAG_SGID          0x1          /* rnic_qp_path: sgid_index names the source address */
 #define RNIC_PATH_FLAG_IPV6          0x2          /* rnic_qp_path (minor 9): RoCEv2 over IPv6 to dest_gid, from the IPv6 GID at sgid_index (with PATH_FLAG_SGID; dest_ip 0) */
+#define RNIC_MAX_MR_PAGES            0x400000     /* MTT entries (pages) the registered MRs of one RNIC hold in all (minor 10): each is copied to the host at REG_MR */
 #define RNIC_CMD_OK                  0x0          /* command status */
 #define RNIC_CMD_ERR_BAD_OP          0x1          /* unknown command */
 #define RNIC_CMD_ERR_BAD_INDEX       0x2          /* object index out of range */
@@ -327,6 +328,7 @@
 #define RNIC_CMD_ERR_DISABLED        0x8          /* the engine is not running */
 #define RNIC_CMD_ERR_FATAL           0x9          /* the engine failed internally (STATUS_FATAL): reset the device */
 #define RNIC_CMD_BUSY                0xa          /* the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset */
+#define RNIC_CMD_ERR_NO_RESOURCES    0xb          /* the device holds as much as it may (minor 10: REG_MR beyond MAX_MR_PAGES page-list entries in all) */
 #define RNIC_QP_ERR_NONE             0x0          /* QP error reason */
 #define RNIC_QP_ERR_MODIFY           0x1          /* moved to ERROR by the driver */
 #define RNIC_QP_ERR_BAD_WQE          0x2          /* malformed WQE (opcode, SGE count, inline length) */

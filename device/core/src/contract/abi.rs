@@ -425,6 +425,11 @@ abi_consts!(CMD_STATUS: u32 {
     CMD_ERR_DISABLED = 8, "the engine is not running";
     CMD_ERR_FATAL = 9, "the engine failed internally (STATUS_FATAL): reset the device";
     CMD_BUSY = 10, "the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset";
+    CMD_ERR_NO_RESOURCES = 11, "the device holds as much as it may (minor 10: REG_MR beyond MAX_MR_PAGES page-list entries in all)";
+});
+
+abi_consts!(LIMITS: u64 {
+    MAX_MR_PAGES = 1 << 22, "MTT entries (pages) the registered MRs of one RNIC hold in all (minor 10): each is copied to the host at REG_MR";
 });
 
 abi_consts!(QP_ERRORS: u8 {
@@ -457,4 +462,4 @@ abi_consts!(ASYNC_ERRORS: u32 {
 
 /// Every constant group, in header order.
 pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
-    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];
+    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, LIMITS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];

@@ -487,6 +487,10 @@ impl Engine {
         if self.tables.mtt == 0 {
             return Err(CMD_ERR_DMA);
         }
+        if !self.mrs.has_room(u64::from(ctx.npages)) {
+            crate::guest_warn!("{}: MR {index} refused: {} more pages would pass the {MAX_MR_PAGES} the device holds", self.name, ctx.npages);
+            return Err(CMD_ERR_NO_RESOURCES);
+        }
         const CHUNK: u64 = 4096;
         // Grown as entries are read, not sized by the guest's count up front.
         let mut pages = Vec::with_capacity((ctx.npages as usize).min(CHUNK as usize));
@@ -504,9 +508,7 @@ impl Engine {
             crate::guest_warn!("{}: MR {index} refused: {why}", self.name);
             CMD_ERR_INVALID
         })?;
-        if let Some(slot) = self.mrs.slot(index as usize) {
-            *slot = Some(mr);
-        }
+        self.mrs.insert(index as usize, mr);
         Ok(())
     }
 
@@ -516,8 +518,10 @@ impl Engine {
     /// dropped), a responder forgets the message or READ responses that use it. After the
     /// command no byte of the MR's pages moves.
     fn dereg_mr(&mut self, mem: &dyn GuestMem, index: u32) -> Result<(), u32> {
-        let slot = self.mrs.slot(index as usize).ok_or(CMD_ERR_BAD_INDEX)?;
-        slot.take().ok_or(CMD_ERR_NOT_FOUND)?;
+        if u64::from(index) >= MAX_MR {
+            return Err(CMD_ERR_BAD_INDEX);
+        }
+        self.mrs.remove(index as usize).ok_or(CMD_ERR_NOT_FOUND)?;
         let Engine { qps, roles, cqs, mrs, name, wqe_log, .. } = self;
         for (qpn, (qp, r)) in qps.iter_mut().zip(roles.iter_mut()).enumerate() {
             r.resp.drop_mr(index);

@@ -28,6 +28,8 @@ mod tests_faults;
 #[cfg(test)]
 mod tests_integrity;
 #[cfg(test)]
+mod tests_limits;
+#[cfg(test)]
 mod tests_roles;
 pub mod transport;
 pub mod wqe;

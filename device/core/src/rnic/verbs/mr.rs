@@ -1,8 +1,9 @@
 //! Memory regions: the table CMD_REG_MR fills, key lookup with PD, access and range checks
 //! (as rxe's `lookup_mr`/`mr_check_range`), and translation of a virtual range into bus
-//! address segments through the MR's page list (copied once from the MTT at registration).
+//! address segments through the MR's page list (copied once from the MTT at registration;
+//! at most `MAX_MR_PAGES` entries in all, so what a guest makes the host hold is bounded).
 
-use crate::contract::abi::{MrCtx, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE};
+use crate::contract::abi::{MrCtx, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, MAX_MR_PAGES};
 
 pub const ACCESS_ALL: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ;
 /// Page sizes an MR may use: 4 KiB .. 1 GiB.
@@ -109,6 +110,8 @@ impl Mr {
 
 pub struct MrTable {
     mrs: Vec<Option<Mr>>,
+    /// Page-list entries the registered MRs hold in all (at most `MAX_MR_PAGES`).
+    pages_held: u64,
 }
 
 /// The MR indices the non-empty SGEs of a list name (what a message in flight uses, so
@@ -119,19 +122,37 @@ pub fn mr_indices(sges: &[crate::contract::abi::Sge]) -> Vec<u32> {
 
 impl MrTable {
     pub fn new(max: usize) -> Self {
-        MrTable { mrs: vec![None; max] }
+        MrTable { mrs: vec![None; max], pages_held: 0 }
     }
 
     pub fn clear(&mut self) {
         self.mrs.iter_mut().for_each(|m| *m = None);
+        self.pages_held = 0;
+    }
+
+    /// Whether `npages` more page-list entries fit under [`MAX_MR_PAGES`] (asked before
+    /// they are read from the MTT).
+    pub fn has_room(&self, npages: u64) -> bool {
+        self.pages_held.checked_add(npages).is_some_and(|n| n <= MAX_MR_PAGES)
+    }
+
+    /// Registers `mr` at a free `index` (the caller checked both, and the room).
+    pub fn insert(&mut self, index: usize, mr: Mr) {
+        if let Some(slot @ None) = self.mrs.get_mut(index) {
+            self.pages_held += mr.pages.len() as u64;
+            *slot = Some(mr);
+        }
+    }
+
+    /// Deregisters MR `index`, returning it.
+    pub fn remove(&mut self, index: usize) -> Option<Mr> {
+        let mr = self.mrs.get_mut(index)?.take()?;
+        self.pages_held -= mr.pages.len() as u64;
+        Some(mr)
     }
 
     pub fn get(&self, index: usize) -> Option<&Mr> {
         self.mrs.get(index).and_then(Option::as_ref)
-    }
-
-    pub fn slot(&mut self, index: usize) -> Option<&mut Option<Mr>> {
-        self.mrs.get_mut(index)
     }
 
     /// Looks up `key` for an access of `len` bytes at `va` needing `access` bits, from
@@ -186,7 +207,7 @@ mod tests {
     #[test]
     fn key_lookup_checks_key_pd_access_range() {
         let mut t = MrTable::new(16);
-        *t.slot(2).unwrap() = Some(Mr::from_ctx(&ctx(), vec![0x10_0000, 0x10_1000, 0x30_0000]).unwrap());
+        t.insert(2, Mr::from_ctx(&ctx(), vec![0x10_0000, 0x10_1000, 0x30_0000]).unwrap());
         let key = 2 << 8 | 0x5a;
         assert!(t.check(key, 3, ACCESS_REMOTE_WRITE, 0x7000_0800, 0x2000).is_ok());
         assert_eq!(t.check(2 << 8 | 0x5b, 3, 0, 0x7000_0800, 1).err(), Some(KeyError::NoSuchKey));
@@ -229,7 +250,7 @@ mod tests {
         assert_eq!(mr.segments(0x6000_0000, 1, &mut Vec::new()), Err(KeyError::Range), "below the MR's first page");
         // `iova + length` of a corrupted MR does not wrap in the range check.
         let mut t = MrTable::new(4);
-        *t.slot(1).unwrap() = Some(Mr { iova: u64::MAX - 4, length: 100, ..mr });
+        t.insert(1, Mr { iova: u64::MAX - 4, length: 100, ..mr });
         assert_eq!(t.check(1 << 8 | 1, 3, 0, u64::MAX - 2, 1).err(), Some(KeyError::Range));
     }
 }
