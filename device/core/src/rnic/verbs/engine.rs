@@ -642,6 +642,7 @@ impl Engine {
             // A fabric QP gets one step (a burst of packets) per pass, so that incoming
             // ACKs are handled between bursts; a loopback QP's peer answers in the pass.
             let steps = if matches!(self.roles[qpn as usize].path, Path::Fabric { .. }) { 1 } else { budget };
+            let start = self.payload_bytes();
             for _ in 0..steps {
                 let stepped = self.step(mem, qpn);
                 let delivered = self.drain(mem);
@@ -649,10 +650,23 @@ impl Engine {
                     break;
                 }
                 progress = true;
+                // A byte budget besides the WQE budget: 64 large loopback WRITEs would
+                // otherwise copy gigabytes before the next QP, the fabric port or the
+                // GPU engines get a turn.
+                if self.payload_bytes().wrapping_sub(start) >= PASS_BYTES {
+                    break;
+                }
             }
         }
         self.next_qp = (self.next_qp + 1) % n;
         progress
+    }
+
+    /// Payload bytes placed so far (SEND, WRITE and READ data): what a pass's byte budget
+    /// counts.
+    fn payload_bytes(&self) -> u64 {
+        let s = &self.shared.stats;
+        [Counter::BytesSent, Counter::BytesWritten, Counter::BytesRead].iter().fold(0u64, |t, c| t.wrapping_add(s.get(*c)))
     }
 
     /// One unit of work on a QP: a flush in ERROR; READ responses to send, a timer, a
@@ -786,6 +800,11 @@ pub fn roce_mtu(eth_mtu: u32) -> u32 {
     let room = eth_mtu.saturating_sub(88);
     (8..=12u32).rev().map(|l| 1 << l).find(|m| *m <= room).unwrap_or(256)
 }
+
+/// Payload bytes one QP may move in one pass before the next QP's turn (with the WQE
+/// budget the caller gives); a loopback step moves at most a burst of `LOOPBACK_MTU`
+/// requests, so a pass of one QP stays within a few of these.
+pub const PASS_BYTES: u64 = 8 << 20;
 
 /// The P_Key of the default partition, the one entry of the port's P_Key table; bit 15 is
 /// the membership (full), the rest the partition.

@@ -352,7 +352,8 @@ mod tests {
     fn a_message_is_cut_at_the_mtu() {
         assert_eq!(packets_for(0, 4096), 1);
         assert_eq!(packets_for(4097, 4096), 2);
-        assert_eq!(packets_for(1 << 31, super::super::transport::LOOPBACK_MTU), 1, "loopback: one request per message");
+        assert_eq!(packets_for(1 << 20, super::super::transport::LOOPBACK_MTU), 1, "loopback: one request up to 1 MiB");
+        assert_eq!(packets_for(1 << 31, super::super::transport::LOOPBACK_MTU), 2048);
         let w = InFlight {
             hdr: WqeHeader { opcode: WQE_OP_SEND_IMM, imm_data: 9, ..Default::default() },
             kind: Kind::Send,

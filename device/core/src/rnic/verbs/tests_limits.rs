@@ -28,3 +28,39 @@ fn mr_page_lists_are_bounded_in_all_and_the_bound_is_given_back() {
     d.e.set_dma_ctrl(true, true);
     assert_eq!(d.cmd(CMD_REG_MR, 0), CMD_OK, "a reset forgets every MR");
 }
+
+#[test]
+fn one_pass_moves_a_bounded_number_of_bytes_per_qp() {
+    use super::engine::PASS_BYTES;
+    use super::tests::{sge, DATA, VA};
+    // QP 1 has 32 loopback WRITEs of 1 MiB queued, QP 2 one of 4 KiB: one pass (64 WQEs
+    // per QP) gives QP 1 about PASS_BYTES of them, not all 32 MiB, and QP 2 its turn.
+    let mut d = Dev::pair(RW);
+    let (src, dst) = (DATA, DATA + (2 << 20));
+    let lk = d.reg_mr(1, 7, RW, src, 1 << 20);
+    let rk = d.reg_mr(2, 7, RW, dst, 1 << 20);
+    for i in 0..32 {
+        d.send(1, WQE_OP_RDMA_WRITE, i, &[sge(src, 1 << 20, lk)], VA + dst, rk);
+    }
+    d.send(2, WQE_OP_RDMA_WRITE, 99, &[sge(dst, 4096, rk)], VA + src, lk);
+    d.e.run(&d.mem, 64);
+    let (one, two) = (d.poll(1).len(), d.poll(2).len());
+    assert_eq!(two, 1, "QP 2 had its turn in the pass");
+    assert!(one >= 1 && (one as u64) < 32 && (one as u64) <= PASS_BYTES / (1 << 20) + 1, "QP 1 completed {one} WRITEs of 1 MiB in one pass");
+    let rest = d.run_until(1, 32 - one);
+    assert_eq!(rest.len(), 32 - one, "the rest in later passes");
+    assert!(rest.iter().all(|c| c.status == WC_SUCCESS));
+
+    // One WRITE of 16 MiB: no single pass copies all of it.
+    let mut d = Dev::pair(RW);
+    let (src, dst) = (DATA, DATA + (16 << 20));
+    let lk = d.reg_mr(1, 7, RW, src, 16 << 20);
+    let rk = d.reg_mr(2, 7, RW, dst, 16 << 20);
+    let data = d.fill(src, 16 << 20, 3);
+    d.send(1, WQE_OP_RDMA_WRITE, 7, &[sge(src, 16 << 20, lk)], VA + dst, rk);
+    d.e.run(&d.mem, 64);
+    assert!(d.poll(1).is_empty(), "16 MiB is more than one pass moves");
+    let c = d.run_until(1, 1);
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), [(7, WC_SUCCESS)]);
+    assert!(d.read(dst, 16 << 20) == data, "every byte placed");
+}

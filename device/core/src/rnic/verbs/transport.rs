@@ -57,8 +57,11 @@ pub trait Wire: Send + Sync {
     }
 }
 
-/// The loopback MTU: every message fits one (IBA 9.4.1 caps a message at 2^31 bytes).
-pub const LOOPBACK_MTU: u32 = 1 << 31;
+/// The loopback MTU: a message of up to 1 MiB is one request (one memory-to-memory
+/// copy); a longer one is cut like a fabric message, so that one step of a loopback QP
+/// moves at most a burst of them and a 2 GiB WRITE does not hold the engine for a whole
+/// copy (docs/verbs.md §8).
+pub const LOOPBACK_MTU: u32 = 1 << 20;
 
 pub fn psn_add(psn: u32, n: u32) -> u32 {
     psn.wrapping_add(n) & PSN_MASK
