@@ -249,7 +249,7 @@ impl Rnic {
                 crate::guest_warn!("{}: RNIC_REG_RESET ignored: the function needs a Function Level Reset", self.name);
             }
             RNIC_REG_RESET if value == RESET_MAGIC => {
-                log::info!("{}: reset through RNIC_REG_RESET", self.name);
+                crate::guest_info!("{}: reset through RNIC_REG_RESET", self.name);
                 self.reset();
             }
             RNIC_REG_RESET => {

@@ -61,7 +61,7 @@ pub fn on_timeout(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: 
     }
     ctx.stats().inc(Counter::Timeouts);
     if cs.retries_left == 0 {
-        log::info!("{}: QP {qpn}: retries exhausted", ctx.name);
+        crate::guest_info!("{}: QP {qpn}: retries exhausted", ctx.name);
         fail_front(ctx, qpn, qp, rq, fail(WC_RETRY_EXC_ERR, QP_ERR_RETRY));
         return;
     }

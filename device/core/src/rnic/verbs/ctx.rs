@@ -191,7 +191,7 @@ impl Cqs {
         qp.state = QpState::Err;
         qp.err_reason = reason;
         self.shared.stats.inc(Counter::QpErrors);
-        log::info!("{name}: QP {qpn} -> ERROR (reason {reason})");
+        crate::guest_info!("{name}: QP {qpn} -> ERROR (reason {reason})");
         self.shared.last_error.store(u64::from(ASYNC_ERR_QP) << 24 | u64::from(qpn), Ordering::SeqCst);
         self.raise_async();
     }
@@ -237,7 +237,7 @@ impl Ctx<'_> {
             Err(f) => {
                 cqe.status = f.status;
                 cqe.syndrome = u32::from(f.reason);
-                log::info!("{}: QP {qpn} WQE {:#x} failed: status {} reason {}", self.name, hdr.wr_id, f.status, f.reason);
+                crate::guest_info!("{}: QP {qpn} WQE {:#x} failed: status {} reason {}", self.name, hdr.wr_id, f.status, f.reason);
                 self.cqs.complete(self.name, self.mem, qp.send_cqn, cqe);
                 self.qp_error(qpn, qp, f.reason);
             }
