@@ -418,19 +418,30 @@ fn cq_overflow() {
     d.h.post(8, true, &ws).unwrap();
     assert!(wait_until(SECOND, || d.stat(Counter::QpErrors) == 1), "the overflow moves the QP to ERROR");
     assert!(fired(&mut efd, SECOND), "async error on vector 0");
-    assert_eq!(d.h.r32(RNIC_REG_LAST_ERROR).unwrap(), ASYNC_ERR_QP << 24 | 8, "the most recent error: the QP's");
+    assert_eq!(d.h.r32(RNIC_REG_LAST_ERROR).unwrap(), ASYNC_ERR_CQ_OVERFLOW << 24 | 8, "latched last: the CQ's, after its QPs'");
     let q = d.query(8);
     assert_eq!((q.state, q.err_reason), (QPS_ERR, QP_ERR_CQ));
     let (c0, c1) = (d.h.wait(8, SECOND).unwrap(), d.h.wait(8, SECOND).unwrap());
     assert_eq!((c0.wr_id, c1.wr_id, c0.status, c1.status), (0, 1, WC_SUCCESS, WC_SUCCESS), "never overwritten");
     assert!(d.no_cqe(8), "the third completion was dropped");
-    // The CQ is usable again once consumed.
+    // The CQ is in error (IBA's CQ overrun): consumed or not, it takes no CQE; a QP put on
+    // it meets that at its first completion.
     d.h.create_qp(9, 1, 8, 4, QP_ACC).unwrap();
     d.h.connect_qp(9, 2).unwrap();
     let w = d.write_wqe(42, 64);
     d.h.post(9, true, &[w]).unwrap();
+    assert!(wait_until(SECOND, || d.stat(Counter::QpErrors) == 2), "QP 9 to ERROR");
+    assert!(d.no_cqe(8), "nothing written to the CQ in error");
+    // Recovery: its QPs destroyed, the CQ destroyed and created again.
+    for qpn in [8, 9] {
+        assert_eq!(d.h.cmd(CMD_DESTROY_QP, qpn).unwrap(), CMD_OK);
+    }
+    assert_eq!(d.h.cmd(CMD_DESTROY_CQ, 8).unwrap(), CMD_OK);
+    d.qp_to_2(8, 8, 1);
+    let w = d.write_wqe(43, 64);
+    d.h.post(8, true, &[w]).unwrap();
     let c = d.h.wait(8, SECOND).unwrap();
-    assert_eq!((c.wr_id, c.status, c.qpn), (42, WC_SUCCESS, 9));
+    assert_eq!((c.wr_id, c.status, c.qpn), (43, WC_SUCCESS, 8));
 }
 
 #[test]

@@ -217,7 +217,8 @@
 #define RNIC_STAT_ETH_TSO_FRAMES     43           /* TX_TSO frames the Ethernet port cut into segments (minor 9) */
 #define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
 #define RNIC_STAT_PKEY_VIOLATIONS    45           /* RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10) */
-#define RNIC_STAT_COUNT              46           /* number of counters */
+#define RNIC_STAT_STALE_DOORBELLS    46           /* SQ/RQ doorbells ignored because their index was behind the producer index already taken (minor 10) */
+#define RNIC_STAT_COUNT              47           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -266,6 +267,7 @@
 	[RNIC_STAT_ETH_TSO_FRAMES] = "eth_tso_frames", \
 	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
 	[RNIC_STAT_PKEY_VIOLATIONS] = "pkey_violations", \
+	[RNIC_STAT_STALE_DOORBELLS] = "stale_doorbells", \
 }
 
 /* Descriptor constants */

@@ -64,6 +64,7 @@ counters! {
     EthTsoFrames, "TX_TSO frames the Ethernet port cut into segments (minor 9)";
     EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
     PkeyViolations, "RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10)";
+    StaleDoorbells, "SQ/RQ doorbells ignored because their index was behind the producer index already taken (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -1,5 +1,7 @@
 //! Completion queues as the device sees them: ring placement, producer and consumer
-//! indices, the owner (pass) bit, overflow detection and one-shot arming.
+//! indices, the owner (pass) bit, overflow detection and one-shot arming. A CQ that
+//! overflowed is in error (IBA 11.4.2.1, "CQ overrun"): it takes no more CQEs until it
+//! is destroyed.
 
 use crate::contract::abi::Cqe;
 use vm_memory::ByteValued;
@@ -14,6 +16,8 @@ pub struct Cq {
     /// Consumer index software reported (16-bit, free-running).
     pub ci: u16,
     pub armed: bool,
+    /// Overflowed: a completion was lost, so none is written any more.
+    pub error: bool,
 }
 
 /// Where and what to write for one CQE.
@@ -28,7 +32,7 @@ pub const OWNER_OFFSET: usize = 27;
 
 impl Cq {
     pub fn new(ring_addr: u64, log_size: u8, vector: u16) -> Cq {
-        Cq { ring_addr, log_size, vector, pi: 0, ci: 0, armed: false }
+        Cq { ring_addr, log_size, vector, pi: 0, ci: 0, armed: false, error: false }
     }
 
     pub fn size(&self) -> u32 {
@@ -50,9 +54,11 @@ impl Cq {
         true
     }
 
-    /// Prepares the next CQE, or None when the CQ is full (overflow).
+    /// Prepares the next CQE, or None when the CQ is full (overflow: the CQ is in error
+    /// from then on) or already in error.
     pub fn push(&mut self, mut cqe: Cqe) -> Option<CqeSlot> {
-        if self.used() >= self.size() {
+        if self.error || self.used() >= self.size() {
+            self.error = true;
             return None;
         }
         let idx = u64::from(self.pi & (self.size() - 1));
@@ -75,12 +81,15 @@ mod tests {
         let b = cq.push(Cqe::default()).unwrap();
         assert_eq!((a.addr, a.bytes[OWNER_OFFSET]), (0x1000, 1));
         assert_eq!((b.addr, b.bytes[OWNER_OFFSET]), (0x1020, 1));
-        assert!(cq.push(Cqe::default()).is_none(), "full: the unconsumed entries are not overwritten");
         assert!(cq.consume(1));
         let c = cq.push(Cqe::default()).unwrap();
         assert_eq!((c.addr, c.bytes[OWNER_OFFSET]), (0x1000, 0), "second pass");
         assert!(!cq.consume(5), "cannot consume what was not written");
+        assert!(!cq.error);
+        assert!(cq.push(Cqe::default()).is_none(), "full: the unconsumed entries are not overwritten");
+        assert!(cq.error, "an overflow puts the CQ in error");
         assert!(cq.consume(3));
         assert_eq!(cq.used(), 0);
+        assert!(cq.push(Cqe::default()).is_none(), "in error: not even a free slot takes a CQE");
     }
 }

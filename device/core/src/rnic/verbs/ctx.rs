@@ -77,6 +77,8 @@ pub struct Cqs {
     /// CQEs a completion delay holds back, in order, until `hold_until`.
     pub held: VecDeque<(u32, Cqe)>,
     pub hold_until: Option<Instant>,
+    /// CQs that overflowed since the engine last moved their QPs to ERROR.
+    pub overflowed: Vec<u32>,
 }
 
 impl Cqs {
@@ -93,7 +95,7 @@ impl Cqs {
     }
 
     pub fn new(count: usize, shared: Shared) -> Cqs {
-        Cqs { cqs: vec![None; count], shared, int_enabled: false, faults: Arc::default(), held: VecDeque::new(), hold_until: None }
+        Cqs { cqs: vec![None; count], shared, int_enabled: false, faults: Arc::default(), held: VecDeque::new(), hold_until: None, overflowed: Vec::new() }
     }
 
     /// Writes a CQE to `cqn` (owner byte last) and raises the CQ's vector if armed.
@@ -113,7 +115,9 @@ impl Cqs {
         }
         let ok = self.write_cqe(name, mem, cqn, cqe);
         match self.faults.cqe_duplicate() {
-            Some(true) if ok => {
+            // Only into a free slot: a duplicate the ring has no room for is not an overflow
+            // (which would put the CQ in error), it is skipped.
+            Some(true) if ok && self.get(cqn).is_some_and(|cq| cq.used() < cq.size()) => {
                 crate::guest_warn!("{name}: CQ {cqn}: duplicate CQE for QP {} wr_id {:#x} written (fault, no duplicate check)", cqe.qpn, cqe.wr_id);
                 self.write_cqe(name, mem, cqn, cqe);
             }
@@ -146,8 +150,13 @@ impl Cqs {
             crate::guest_warn!("{name}: completion for missing CQ {cqn} dropped");
             return false;
         };
+        let was_error = cq.error;
         let Some(slot) = cq.push(cqe) else {
-            crate::guest_warn!("{name}: CQ {cqn} overflow: completion dropped");
+            if was_error {
+                return false; // reported when it overflowed
+            }
+            crate::guest_warn!("{name}: CQ {cqn} overflow: completion dropped; the CQ is in error until destroyed, its QPs go to ERROR");
+            self.overflowed.push(cqn);
             self.shared.last_error.store(u64::from(ASYNC_ERR_CQ_OVERFLOW) << 24 | u64::from(cqn), Ordering::SeqCst);
             self.raise_async();
             return false;

@@ -597,6 +597,13 @@ impl Engine {
             }
         }
         let ring = if send { &mut qp.sq } else { &mut qp.rq };
+        // An index behind the one already taken is a doorbell overtaken by a later one
+        // (two CPUs, or reordered writes): ignored, never a step back.
+        if (pi.wrapping_sub(ring.pi) as i16) < 0 {
+            self.shared.stats.inc(Counter::StaleDoorbells);
+            crate::guest_info!("{}: QP {qpn} doorbell {pi} behind the producer index {} already taken: ignored", self.name, ring.pi);
+            return;
+        }
         if !ring.ring(pi) {
             crate::guest_warn!("{}: QP {qpn} doorbell {pi} overruns its ring (ci {})", self.name, ring.ci);
             self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_BAD_WQE);
@@ -635,6 +642,7 @@ impl Engine {
 
     /// Runs every runnable QP for a while; returns whether anything happened.
     pub fn run(&mut self, mem: &dyn GuestMem, budget: usize) -> bool {
+        self.fail_overflowed_cq_users();
         let mut progress = self.cqs.release_held(&self.name, mem, false);
         let n = self.qps.len();
         for k in 0..n {
@@ -659,7 +667,30 @@ impl Engine {
             }
         }
         self.next_qp = (self.next_qp + 1) % n;
+        self.fail_overflowed_cq_users();
         progress
+    }
+
+    /// Moves every QP of a CQ that overflowed to ERROR (QP_ERR_CQ): the CQ lost a
+    /// completion and takes no more, so its QPs' work cannot be reported (IBA 11.4.2.1;
+    /// rxe and mlx5 raise the CQ error event the same way). The driver destroys the QPs and
+    /// the CQ; their flush completions are not written.
+    fn fail_overflowed_cq_users(&mut self) {
+        if self.cqs.overflowed.is_empty() {
+            return;
+        }
+        let cqns = std::mem::take(&mut self.cqs.overflowed);
+        for (qpn, qp) in self.qps.iter_mut().enumerate() {
+            if cqns.contains(&qp.send_cqn) || cqns.contains(&qp.recv_cqn) {
+                self.cqs.qp_error(&self.name, qpn as u32, qp, QP_ERR_CQ);
+            }
+        }
+        // The QP errors overwrote RNIC_REG_LAST_ERROR: latch the overflow again, last, so
+        // that the driver's next read names the CQ (whose QPs are all in ERROR by now).
+        for cqn in cqns {
+            self.shared.last_error.store(u64::from(ASYNC_ERR_CQ_OVERFLOW) << 24 | u64::from(cqn), Ordering::SeqCst);
+            self.cqs.raise_async();
+        }
     }
 
     /// Payload bytes placed so far (SEND, WRITE and READ data): what a pass's byte budget

@@ -22,6 +22,8 @@ pub mod runner;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_broken;
+#[cfg(test)]
 mod tests_fatal;
 #[cfg(test)]
 mod tests_faults;
