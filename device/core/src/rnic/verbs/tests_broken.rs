@@ -93,3 +93,23 @@ fn a_doorbell_behind_the_producer_index_is_ignored_not_a_step_back() {
     assert_eq!(d.stats.get(Counter::StaleDoorbells), 2);
     assert_eq!(d.e.qp(1).unwrap().state, QpState::Rts);
 }
+
+#[test]
+fn with_timeout_0_an_unanswered_wqe_waits_until_the_driver_moves_the_qp_to_error() {
+    use super::tests_roles::{Pair, WireFaults};
+    use std::time::Duration;
+    // IBA timeout 0 is "wait forever": a WRITE to a peer that never answers (every packet
+    // lost) is neither retransmitted nor completed, however long it waits; moving the QP to
+    // ERROR completes it once (flushed). R-FAB-1's "exactly once" holds with that step.
+    let mut p = Pair::with_timeout(WireFaults { drop: 1, ..Default::default() }, 0);
+    let lk = p.req().reg_mr(1, 7, RW, SRC, 4096);
+    p.req().send(1, WQE_OP_RDMA_WRITE, 3, &[sge(SRC, 64, lk)], VA + DST, 0x100);
+    // 100 ms: 50 retransmission periods of the shortest timer (2 ms).
+    p.settle(Duration::from_millis(100));
+    assert!(p.req().poll(1).is_empty(), "no completion");
+    assert_eq!((p.req().stats.get(Counter::Timeouts), p.req().stats.get(Counter::Retransmits)), (0, 0));
+    assert_eq!(p.req().modify(1, |c| c.state = QPS_ERR), CMD_OK);
+    p.settle(Duration::from_millis(10));
+    let c = p.req().poll(1);
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), [(3, WC_WR_FLUSH_ERR)], "flushed, once");
+}

@@ -55,10 +55,10 @@ impl Wire for Port {
 /// with go-back-N and drop the same retransmission every time).
 #[derive(Clone, Copy, Default)]
 pub(super) struct WireFaults {
-    drop: u64,
-    delay: u64,
-    dup: u64,
-    reorder: u64,
+    pub(super) drop: u64,
+    pub(super) delay: u64,
+    pub(super) dup: u64,
+    pub(super) reorder: u64,
 }
 
 /// How the two QPs of a [`Pair`] reach each other.
@@ -120,6 +120,15 @@ impl Pair {
 
     /// As [`Pair::new_with`], over `link`.
     fn new_on(link: Link, rnr_retry: u8, faults: WireFaults, setup: impl Fn(usize, &mut Dev)) -> Pair {
+        Pair::new_timeout(link, rnr_retry, faults, 1, setup)
+    }
+
+    /// A fabric pair whose QPs have the IBA `timeout` given (0: no retransmission timer).
+    pub(super) fn with_timeout(faults: WireFaults, timeout: u8) -> Pair {
+        Pair::new_timeout(Link::V4, 7, faults, timeout, |_, _| {})
+    }
+
+    fn new_timeout(link: Link, rnr_retry: u8, faults: WireFaults, timeout: u8, setup: impl Fn(usize, &mut Dev)) -> Pair {
         let fabric = link != Link::Loopback;
         let net = fabric.then(|| Arc::new(Net::default()));
         let mut devs: Vec<Dev> = (0..if fabric { 2 } else { 1 }).map(|_| Dev::new()).collect();
@@ -152,7 +161,7 @@ impl Pair {
             let rts = d.modify(qpn, |c| {
                 c.state = QPS_RTS;
                 c.sq_psn = sq_psn;
-                c.timeout = 1;
+                c.timeout = timeout;
                 c.retry_cnt = 7;
                 c.rnr_retry = rnr_retry;
                 c.rnr_timer_us = 20;
@@ -237,7 +246,7 @@ impl Pair {
     }
 
     /// Pumps for a while (RNR waits, timers).
-    fn settle(&mut self, d: Duration) {
+    pub(super) fn settle(&mut self, d: Duration) {
         let until = Instant::now() + d;
         while Instant::now() < until {
             if !self.pump() {
