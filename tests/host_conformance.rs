@@ -1243,17 +1243,32 @@ fn fabric_dereg_in_flight() {
 
 // ---- the rule index ----
 
+/// The Rust sources under `dir`, concatenated.
+fn sources_under(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            all += &sources_under(&p);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            all += &std::fs::read_to_string(&p).unwrap();
+        }
+    }
+    all
+}
+
 /// Every numbered rule of docs/programming.md names at least one check, and every check
 /// exists: `host:NAME` a test of this file, `guest:NAME` a rnic-verbs-check scenario that
 /// tests/guest_verbs.rs runs and judges, `test:FILE::NAME` a test function of
-/// tests/FILE.rs; `driver` marks an obligation of the driver that no device behaviour can
-/// break.
+/// tests/FILE.rs, `unit:NAME` a unit test under device/core/src; `driver` marks an
+/// obligation of the driver that no device behaviour can break.
 #[test]
 fn every_rule_has_a_scenario() {
     let doc = std::fs::read_to_string(repo().join("docs/programming.md")).unwrap();
     let here = include_str!("host_conformance.rs");
     let tool = std::fs::read_to_string(repo().join("guest-driver/tools/rnic-verbs-check.c")).unwrap();
     let guest = std::fs::read_to_string(repo().join("tests/guest_verbs.rs")).unwrap();
+    let unit_tests = sources_under(&repo().join("device/core/src"));
     let mut rules = Vec::new();
     for block in doc.split("\n- **R-").skip(1) {
         let id = format!("R-{}", block.split("**").next().unwrap());
@@ -1267,6 +1282,8 @@ fn every_rule_has_a_scenario() {
             } else if let Some(s) = n.strip_prefix("guest:") {
                 assert!(tool.contains(&format!("{{ \"{s}\", sc_")), "{id}: no rnic-verbs-check scenario {s}");
                 assert!(guest.contains(&format!("\"{s}\"")), "{id}: tests/guest_verbs.rs does not judge {s}");
+            } else if let Some(u) = n.strip_prefix("unit:") {
+                assert!(unit_tests.contains(&format!("fn {u}()")), "{id}: no unit test {u} under device/core/src");
             } else if let Some(ft) = n.strip_prefix("test:") {
                 let (file, f) = ft.split_once("::").unwrap_or_else(|| panic!("{id}: bad test check {ft}"));
                 let src = std::fs::read_to_string(repo().join(format!("tests/{file}.rs"))).unwrap();

@@ -534,9 +534,13 @@ fn mr_with_an_absurd_page_count_is_refused_cleanly() {
     let server = single_switch(dir.path());
     let mut h = HostDriver::connect(&server.socket("rnic0"), 16 * MIB).unwrap();
     h.w32(MTT_ENTRIES, u32::MAX).unwrap();
-    let npages = u32::MAX - 15;
-    let mr = MrCtx { iova: VA, length: u64::from(npages) * 4096, pd: 1, mtt_offset: 0, npages, access: ACCESS, key: 1, page_shift: 12, rsvd0: 0 };
-    assert_eq!(cmd_with(&mut h, 2, 32, CMD_REG_MR, 1, &mr), CMD_ERR_DMA);
+    // 2^32 - 16 pages: beyond what the device holds (MAX_MR_PAGES), refused before any
+    // entry is read.
+    let mr = |npages: u32| MrCtx { iova: VA, length: u64::from(npages) * 4096, pd: 1, mtt_offset: 0, npages, access: ACCESS, key: 1, page_shift: 12, rsvd0: 0 };
+    assert_eq!(cmd_with(&mut h, 2, 32, CMD_REG_MR, 1, &mr(u32::MAX - 15)), CMD_ERR_NO_RESOURCES);
+    // MAX_MR_PAGES pages: within the bound, but 32 MiB of MTT behind 16 MiB of guest RAM:
+    // the first unreadable chunk ends it.
+    assert_eq!(cmd_with(&mut h, 2, 32, CMD_REG_MR, 1, &mr(MAX_MR_PAGES as u32)), CMD_ERR_DMA);
     assert_eq!(h.r32(RNIC_REG_ID).unwrap(), ID_MAGIC, "the server is still there");
 }
 

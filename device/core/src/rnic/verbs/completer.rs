@@ -193,9 +193,13 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         return;
     }
     ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
-    if let Err(e) = m.payload.place(ctx.mem, &w.local, off) {
-        crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
-        let f = dma_fault(ctx.stats(), &e);
+    let placed = ctx.local_part(&w.local, off, n).and_then(|segs| {
+        m.payload.place(ctx.mem, &segs, 0).map_err(|e| {
+            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+            dma_fault(ctx.stats(), &e)
+        })
+    });
+    if let Err(f) = placed {
         fail_front(ctx, qpn, qp, rq, f);
         return;
     }

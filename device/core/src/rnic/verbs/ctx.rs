@@ -10,6 +10,7 @@ use super::cq::{Cq, OWNER_OFFSET};
 use super::mr::{MrTable, Segment};
 use super::opcode::send_cqe_opcode;
 use super::qp::{Qp, QpState, Ring};
+use super::sgl::Sgl;
 use super::wqe::read_header;
 use crate::contract::abi::*;
 use crate::contract::counters::{Counter, Stats};
@@ -50,6 +51,10 @@ pub struct Failure {
 
 pub fn fail(status: u8, reason: u8) -> Failure {
     Failure { status, reason }
+}
+
+fn local_protection() -> Failure {
+    fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS)
 }
 
 /// The failure a DMA fault gives (the router counts aperture faults itself).
@@ -288,19 +293,20 @@ impl Ctx<'_> {
         true
     }
 
-    /// Resolves a local SGE list in protection domain `pd` needing `access`.
-    pub fn local_segments(&self, sges: &[Sge], pd: u32, access: u8) -> Result<(Vec<Segment>, u64), Failure> {
+    /// Checks a local SGE list in protection domain `pd` needing `access` (at most 2^31
+    /// bytes in all); it is translated later, one packet's share at a time
+    /// ([`Ctx::local_part`]).
+    pub fn local_sgl(&self, sges: &[Sge], pd: u32, access: u8) -> Result<Sgl, Failure> {
         let total = sges.iter().fold(0u64, |t, s| t.saturating_add(u64::from(s.length)));
         if total > MAX_MSG {
             return Err(fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
         }
-        let mut segs = Vec::with_capacity(sges.len());
-        let prot = || fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS);
-        for s in sges.iter().filter(|s| s.length != 0) {
-            let mr = self.mrs.check(s.lkey, pd, access, s.addr, u64::from(s.length)).map_err(|_| prot())?;
-            mr.segments(s.addr, u64::from(s.length), &mut segs).map_err(|_| prot())?;
-        }
-        Ok((segs, total))
+        Sgl::check(self.mrs, sges, pd, access).map_err(|_| local_protection())
+    }
+
+    /// The bus segments of bytes `[off, off + len)` of a checked SGE list.
+    pub fn local_part(&self, sgl: &Sgl, off: u64, len: u64) -> Result<Vec<Segment>, Failure> {
+        sgl.segments(self.mrs, off, len).map_err(|_| local_protection())
     }
 
     /// Checks [addr, +len) under `rkey` for responder QP `qp`, which must grant `access`

@@ -5,7 +5,7 @@
 //! this engine, or RoCEv2 on the fabric). Driven by the doorbells and commands of BAR0.
 //!
 //! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
-//! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` ->
+//! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `sgl` -> `mr` ->
 //! `crate::platform::mem`, `crate::contract` (the descriptor ABI and the counters).
 pub mod clock;
 pub mod completer;
@@ -19,6 +19,7 @@ pub mod qp;
 pub mod requester;
 pub mod responder;
 pub mod runner;
+pub mod sgl;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! The requester (as rxe's `rxe_req.c`): per-QP send-side state (PSNs, the window, the
 //! WQEs in flight, the next SQ index to start) and the work of turning send WQEs into
-//! request messages: fetch the WQE once, validate it, resolve its local SGEs through the
+//! request messages: fetch the WQE once, validate it, check its local SGEs against the
 //! MR table, cut the message into requests of at most the transport's MTU with
 //! consecutive 24-bit PSNs, and hand them to the transport. Go-back-N: the completer
 //! rewinds `send_psn` and the requester sends again from there (payload is re-read from
-//! memory, in-flight WQEs are kept as resolved segment lists).
+//! memory; an in-flight WQE keeps its checked SGE list, translated per request).
 //!
 //! Local errors (malformed WQE, bad lkey, message too long) complete in order: once
 //! everything before the faulty WQE has completed.
@@ -13,6 +13,7 @@ use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
 use super::opcode::{opcode_for, wqe_op, Kind};
 use super::qp::Qp;
+use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_wqe, SlotError, Wqe};
 use crate::contract::abi::*;
@@ -41,8 +42,9 @@ pub struct InFlight {
     pub kind: Kind,
     pub imm: bool,
     pub inline: Vec<u8>,
-    /// Local buffers (source for WRITE/SEND, destination for READ).
-    pub local: Vec<Segment>,
+    /// Local buffers (source for WRITE/SEND, destination for READ), checked when the WQE
+    /// started and translated per packet.
+    pub local: Sgl,
     pub len: u64,
     pub first_psn: u32,
     pub npkts: u32,
@@ -157,7 +159,8 @@ impl Requester {
 
 /// Request `i` of in-flight WQE `w` to QP `dest` (a READ: one request for what is still
 /// missing).
-fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32) -> Msg<'a> {
+/// `segs`: the bus segments of that request's payload (from [`payload_of`]).
+fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]) -> Msg<'a> {
     let h = &w.hdr;
     let off = u64::from(i) * u64::from(mtu);
     let psn = psn_add(w.first_psn, i);
@@ -171,7 +174,7 @@ fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32) -> Msg<'a> {
         // off + n <= len == inline.len(), both below 2^31.
         Payload::Bytes(w.inline.get(off as usize..(off + n) as usize).unwrap_or_default())
     } else {
-        Payload::Segs { segs: &w.local, off, len: n }
+        Payload::Segs { segs, off: 0, len: n }
     };
     let last = i + 1 == w.npkts;
     let bth = Bth {
@@ -188,13 +191,25 @@ fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32) -> Msg<'a> {
     Msg { reth, imm, payload, ..Msg::new(bth) }
 }
 
-/// Resolves a parsed WQE: (its local segments, its length).
-fn resolve(ctx: &Ctx, qp: &Qp, w: &Wqe) -> Result<(Vec<Segment>, u64), Failure> {
+/// The bus segments of request `i`'s payload of `w` (none for inline data and READs).
+fn payload_of(ctx: &Ctx, mtu: u32, w: &InFlight, i: u32) -> Result<Vec<Segment>, Failure> {
+    if w.is_read() || w.hdr.flags & WQE_FLAG_INLINE != 0 {
+        return Ok(Vec::new());
+    }
+    let off = u64::from(i) * u64::from(mtu);
+    let n = (w.len - off.min(w.len)).min(u64::from(mtu));
+    ctx.local_part(&w.local, off, n)
+}
+
+/// Checks a parsed WQE: (its local buffers, its length).
+fn resolve(ctx: &Ctx, qp: &Qp, w: &Wqe) -> Result<(Sgl, u64), Failure> {
     if w.hdr.flags & WQE_FLAG_INLINE != 0 {
-        return Ok((Vec::new(), w.inline.len() as u64));
+        return Ok((Sgl::default(), w.inline.len() as u64));
     }
     let access = wqe_op(w.hdr.opcode).map_or(0, |o| o.local_access);
-    ctx.local_segments(&w.sges, qp.pd, access)
+    let sgl = ctx.local_sgl(&w.sges, qp.pd, access)?;
+    let len = sgl.len();
+    Ok((sgl, len))
 }
 
 /// Starts the next WQE if the window allows; true if anything happened.
@@ -210,7 +225,7 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     let on = ctx.wqe_log.enabled();
     let mut stamps = Pending::start(rq.rang.unwrap_or_else(Instant::now), on);
     ctx.mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
-    let started: Result<(Wqe, Vec<Segment>, u64), (Failure, WqeHeader)> = match read_wqe(ctx.mem, &qp.sq, rq.started, true) {
+    let started: Result<(Wqe, Sgl, u64), (Failure, WqeHeader)> = match read_wqe(ctx.mem, &qp.sq, rq.started, true) {
         Ok(w) => {
             stamps.stamp(Stage::WqeData);
             match resolve(ctx, qp, &w) {
@@ -245,7 +260,8 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     };
     stamps.stamp(Stage::SglParsed);
     // The path of the local buffer (source of WRITE/SEND, destination of a READ).
-    let path = local.first().filter(|_| on).map(|s| ctx.mem.path_of(s.addr));
+    let first = if on { ctx.local_part(&local, 0, local.len().min(1)).unwrap_or_default() } else { Vec::new() };
+    let path = first.first().map(|s| ctx.mem.path_of(s.addr));
     if wqe_op(w.hdr.opcode).is_some_and(|o| o.kind == Kind::ReadRequest) {
         stamps.dst = path;
     } else {
@@ -282,7 +298,13 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         let i = psn_diff(psn, w.first_psn) as u32;
         let (i, next) = if w.is_read() { (i.max(w.received), psn_add(w.first_psn, w.npkts)) } else { (i, psn_add(psn, 1)) };
         ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
-        let result = t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i));
+        let result = match payload_of(ctx, rq.mtu, w, i) {
+            Ok(segs) => t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i, &segs)).map_err(|e| {
+                crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+                dma_fault(ctx.stats(), &e)
+            }),
+            Err(f) => Err(f),
+        };
         let last = w.is_read() || i + 1 == w.npkts;
         if let Some(tr) = rq.inflight[pos].stamps.as_mut() {
             tr.stamp(Stage::Packetized);
@@ -302,9 +324,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         if again {
             ctx.stats().inc(Counter::Retransmits);
         }
-        if let Err(e) = result {
-            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
-            let f = dma_fault(ctx.stats(), &e);
+        if let Err(f) = result {
             fail_front(ctx, qpn, qp, rq, f);
             break;
         }
@@ -335,7 +355,7 @@ mod tests {
             kind: Kind::Write,
             imm: false,
             inline: Vec::new(),
-            local: vec![Segment { addr: 0x1000, len: 64 << 10 }],
+            local: Sgl::default(),
             len: 64 << 10,
             first_psn: 5,
             npkts: 64,
@@ -343,7 +363,7 @@ mod tests {
             stamps: None,
             mrs: Vec::new(),
         };
-        let asks: Vec<u32> = (0..64).filter(|&i| request(4, 1024, &w, i).bth.ack_req).map(|i| 5 + i).collect();
+        let asks: Vec<u32> = (0..64).filter(|&i| request(4, 1024, &w, i, &[]).bth.ack_req).map(|i| 5 + i).collect();
         assert_eq!(asks, [15, 31, 47, 63, 68], "every 16th PSN and the last");
         assert!(asks.windows(2).all(|p| (p[1] - p[0]) as i32 <= WINDOW_PKTS / 2));
     }
@@ -359,7 +379,7 @@ mod tests {
             kind: Kind::Send,
             imm: true,
             inline: Vec::new(),
-            local: vec![Segment { addr: 0x1000, len: 5000 }],
+            local: Sgl::default(),
             len: 5000,
             first_psn: PSN_MASK,
             npkts: 2,
@@ -367,8 +387,8 @@ mod tests {
             stamps: None,
             mrs: Vec::new(),
         };
-        let a = request(4, 4096, &w, 0);
-        let b = request(4, 4096, &w, 1);
+        let a = request(4, 4096, &w, 0, &[]);
+        let b = request(4, 4096, &w, 1, &[]);
         assert_eq!(
             (a.bth.opcode, a.bth.psn, a.payload.len(), a.imm, a.bth.ack_req),
             (op::SEND_FIRST, PSN_MASK, 4096, None, true),

@@ -27,6 +27,7 @@ use super::ctx::{dma_fault, fail, Ctx, Failure, MAX_MSG};
 use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
 use super::qp::Qp;
+use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_header, read_wqe, SlotError};
 use crate::contract::abi::*;
@@ -46,21 +47,10 @@ pub const MAX_READ_RESPONSES: usize = 16;
 /// What the responder is in the middle of (multi-packet messages).
 #[derive(Clone, Debug)]
 enum Incoming {
-    Send {
-        wr_id: u64,
-        segs: Vec<Segment>,
-        capacity: u64,
-        offset: u64,
-        mrs: Vec<u32>,
-    },
+    /// The RECV's buffers, checked when it was taken, translated one packet at a time.
+    Send { wr_id: u64, sgl: Sgl, offset: u64, mrs: Vec<u32> },
     /// Checked whole at the first packet, translated one packet's share at a time.
-    Write {
-        rkey: u32,
-        va: u64,
-        len: u64,
-        offset: u64,
-        mr: u32,
-    },
+    Write { rkey: u32, va: u64, len: u64, offset: u64, mr: u32 },
 }
 
 /// An RDMA READ being answered: `len` bytes at `va` under `rkey` (checked whole when the
@@ -221,9 +211,7 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
 /// A RECV at the head of the receive queue, resolved to its buffers.
 struct Recv {
     wr_id: u64,
-    segs: Vec<Segment>,
-    capacity: u64,
-    mrs: Vec<u32>,
+    sgl: Sgl,
 }
 
 /// The head RECV: None if there is none (RNR). A malformed RECV, or one whose buffers
@@ -234,8 +222,8 @@ fn next_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Optio
     }
     ctx.mem.tag(DmaTag::qp(DmaKind::RqWqeFetch, qpn));
     let (wr_id, status, reason) = match read_wqe(ctx.mem, &qp.rq, qp.rq.ci, false) {
-        Ok(w) => match ctx.local_segments(&w.sges, qp.pd, ACCESS_LOCAL_WRITE) {
-            Ok((segs, capacity)) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, segs, capacity, mrs: super::mr::mr_indices(&w.sges) })),
+        Ok(w) => match ctx.local_sgl(&w.sges, qp.pd, ACCESS_LOCAL_WRITE) {
+            Ok(sgl) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, sgl })),
             Err(f) => (w.hdr.wr_id, f.status, f.reason),
         },
         Err(SlotError::Dma) => (read_header(ctx.mem, &qp.rq, qp.rq.ci).wr_id, WC_FATAL_ERR, QP_ERR_DMA),
@@ -263,7 +251,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     if op.first {
         let incoming = if op.kind == Kind::Send {
             match next_recv(ctx, qpn, qp, src_qpn)? {
-                Some(r) => Incoming::Send { wr_id: r.wr_id, segs: r.segs, capacity: r.capacity, offset: 0, mrs: r.mrs },
+                Some(r) => Incoming::Send { wr_id: r.wr_id, mrs: r.sgl.mr_indices(), sgl: r.sgl, offset: 0 },
                 None => return Ok(false),
             }
         } else {
@@ -283,27 +271,28 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
         Incoming::Write { mr, .. } => Some(*mr),
         Incoming::Send { mrs, .. } => mrs.first().copied(),
     };
-    let placed = |ctx: &Ctx, segs: &[Segment], offset: u64| {
+    let placed = |ctx: &Ctx, segs: &[Segment]| {
         ctx.mem.tag(DmaTag { mr, ..DmaTag::qp(DmaKind::Payload, qpn) });
-        m.payload.place(ctx.mem, segs, offset).map_err(|e| {
+        m.payload.place(ctx.mem, segs, 0).map_err(|e| {
             crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
             dma_fault(ctx.stats(), &e)
         })
     };
     match &mut incoming {
-        Incoming::Send { wr_id, segs, capacity, offset, .. } => {
+        Incoming::Send { wr_id, sgl, offset, .. } => {
             if op.kind != Kind::Send {
                 return Err(inv());
             }
-            if offset.checked_add(n).is_none_or(|end| end > *capacity) {
+            if offset.checked_add(n).is_none_or(|end| end > sgl.len()) {
                 fail_recv(ctx, qpn, qp, src_qpn, *wr_id, WC_LOC_LEN_ERR, QP_ERR_LENGTH);
                 return Err(inv());
             }
-            placed(ctx, segs, *offset)?;
+            let segs = ctx.local_part(sgl, *offset, n)?;
+            placed(ctx, &segs)?;
             ctx.stats().add(Counter::BytesSent, n);
             *offset += n;
             if op.last {
-                log_placed(ctx, qpn, "send", segs, *offset, t);
+                log_placed(ctx, qpn, "send", &segs, *offset, t);
                 let mut cqe = Cqe { opcode: recv_cqe_opcode(op.kind), byte_len: *offset as u32, ..Default::default() };
                 if let Some(imm) = m.imm {
                     cqe.imm_data = imm;
@@ -341,7 +330,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
             };
             let at = va.checked_add(*offset).ok_or_else(inv)?;
             let segs = ctx.remote_part(*rkey, qp.pd, op.access, at, n)?;
-            placed(ctx, &segs, 0)?;
+            placed(ctx, &segs)?;
             ctx.stats().add(Counter::BytesWritten, n);
             *offset += n;
             if op.last {
