@@ -549,7 +549,11 @@ mod corpus_tests {
                 files.extend(more.filter_map(|f| f.ok()).map(|f| f.path()));
             }
             for path in files {
-                entry(&std::fs::read(&path).unwrap());
+                let data = std::fs::read(&path).unwrap();
+                // Name the input that failed (the panic's own message is printed above it).
+                if std::panic::catch_unwind(|| entry(&data)).is_err() {
+                    panic!("{target}: the input {} failed", path.display());
+                }
             }
         }
     }

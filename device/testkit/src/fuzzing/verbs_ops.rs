@@ -26,7 +26,7 @@ use super::layout::{self, CQ_TABLE, MR_TABLE, MTT, QP_TABLE, RAM_BASE};
 use super::wire::RecordingWire;
 use arbitrary::Unstructured;
 use rnic_emu_core::contract::abi::*;
-use rnic_emu_core::contract::counters::Stats;
+use rnic_emu_core::contract::counters::{Counter, Stats};
 use rnic_emu_core::platform::mem::dma::{test_ram, DmaMaps};
 use rnic_emu_core::platform::mem::router::{P2pPath, Peer, PeerWindow, Router};
 use rnic_emu_core::platform::msix::Interrupts;
@@ -402,7 +402,11 @@ impl Harness {
             }
             Op::DmaCtrl { bits } => self.dma_ctrl(bits & 1 == 1, bits & 2 == 2),
             Op::Packet { qpn, opcode, psn, va, rkey, len, syndrome, payload } => {
-                let bth = Bth { opcode, dest_qp: u32::from(qpn) % (QPS as u32 + 1), psn: psn & 0xff_ffff, ack_req: psn >> 24 & 1 == 1, ..Default::default() };
+                // The default partition, unless bit 4 of the syndrome byte asks for a P_Key
+                // made of the PSN's high bytes (most of them another partition).
+                let pkey = if syndrome & 0x10 == 0 { 0xffff } else { (psn >> 8) as u16 };
+                let bth =
+                    Bth { opcode, pkey, dest_qp: u32::from(qpn) % (QPS as u32 + 1), psn: psn & 0xff_ffff, ack_req: psn >> 24 & 1 == 1, ..Default::default() };
                 let reth = (syndrome & 0x80 == 0).then_some(Reth { va, rkey, len });
                 let aeth = (syndrome & 0x40 == 0).then_some(Aeth { syndrome: syndrome & 0x7f, msn: psn >> 8 });
                 let pkt = Packet { bth, reth, aeth, imm: (syndrome & 0x20 == 0).then_some(rkey), payload: vec![payload; usize::from(payload)] };
@@ -616,15 +620,26 @@ fn run_ops(data: &[u8], use_page: bool) {
 /// picks the node; [`Op::Reflect`] on a node moves one of its sent packets to the other
 /// node (lost, corrupted, duplicated or out of order as the operation says).
 pub fn verbs_pair(data: &[u8]) {
+    run_pair(data);
+}
+
+/// [`verbs_pair`], returning its oracle (for the tests: that the seeds are checked).
+fn run_pair(data: &[u8]) -> RcOracle {
     let mut u = Unstructured::new(data);
-    let (Some(a), Some(b)) = (Harness::new(LOCAL, PEER, false), Harness::new(PEER, LOCAL, false)) else { return };
+    let (Some(a), Some(b)) = (Harness::new(LOCAL, PEER, false), Harness::new(PEER, LOCAL, false)) else { return RcOracle::default() };
     let mut nodes = [a, b];
+    let mut oracle = RcOracle::default();
+    for n in &nodes {
+        let _ = n.d.engine.wqe_log().control("on");
+    }
     for _ in 0..MAX_OPS {
         if u.is_empty() {
             break;
         }
         let (Ok(sel), Ok(op)) = (u.arbitrary::<u8>(), u.arbitrary::<Op>()) else { break };
+        oracle.note_op(sel, &op);
         pair_step(&mut nodes, sel, &op);
+        oracle.collect(&nodes);
     }
     // Let both sides finish: run and exchange until nothing moves.
     for _ in 0..MAX_PASSES {
@@ -638,6 +653,84 @@ pub fn verbs_pair(data: &[u8]) {
         }
         if !moved {
             break;
+        }
+    }
+    oracle.collect(&nodes);
+    oracle.check(&nodes);
+    oracle
+}
+
+/// The RC oracle of `verbs_pair`: a requester's success completion means its peer took the
+/// bytes. Over both nodes, the bytes of WRITEs and SENDs completed with success (the WQE
+/// log's requester records) cannot exceed the bytes responders placed, nor those of READs
+/// the bytes READ responses placed. It holds whatever the wire loses, duplicates or
+/// reorders; it is not checked after a forged packet (a PSN or opcode changed, a packet
+/// built from the input: a forger inside the window is trusted, as on a real wire; the
+/// unit tests of `rnic/verbs/tests_integrity.rs` cover what such packets may do), a reset
+/// (which zeroes the counters), or once the input has made a requester and its responder
+/// disagree on PSNs (a QP modified by hand or destroyed, two requesters connected to one
+/// responder QP), where a new request can be acknowledged as a duplicate (R-FAB-4). The WQE log keeps the newest records, so a run that
+/// completes more than it holds between two operations is undercounted: never a false
+/// alarm.
+#[derive(Default)]
+struct RcOracle {
+    /// Bytes claimed: WRITE, SEND, READ.
+    claimed: [u64; 3],
+    /// Per node, the newest WQE-log record seen.
+    seen: [u64; 2],
+    /// Which (node, QP) a connection made sends to each (node, QP).
+    senders: std::collections::HashMap<(usize, usize), (usize, usize)>,
+    unchecked: bool,
+}
+
+impl RcOracle {
+    fn note_op(&mut self, sel: u8, op: &Op) {
+        self.unchecked |= match *op {
+            Op::Reflect { how, .. } => matches!(how % 8, 1 | 2),
+            // PSNs a requester and its responder no longer agree on (R-FAB-4: a request
+            // behind the expected PSN is acknowledged as a duplicate, not executed).
+            Op::Packet { .. } | Op::Reset | Op::DestroyQp { .. } => true,
+            // To INIT with PSN 0 (what Connect then keeps) or to ERROR keeps the contract.
+            Op::ModifyQp { state, psn, .. } => !(state % 6 == 0 && psn == 0 || state % 6 == 3),
+            Op::Connect { a, b, fabric } => {
+                // Two requesters sending to one responder QP share its PSN space: the same.
+                let node = usize::from(sel & 1);
+                let (a, b) = (usize::from(a) % QPS, usize::from(b) % QPS);
+                let peer = if fabric & 1 == 1 { 1 - node } else { node };
+                let mut clash = false;
+                for (x, y) in [(a, b), (b, a)] {
+                    let from = (node, x);
+                    clash |= self.senders.insert((peer, y), from).is_some_and(|other| other != from);
+                }
+                clash
+            }
+            _ => false,
+        };
+    }
+
+    fn collect(&mut self, nodes: &[Harness; 2]) {
+        for (i, n) in nodes.iter().enumerate() {
+            for r in n.d.engine.wqe_log().since(self.seen[i], None) {
+                self.seen[i] = r.seq;
+                let k = match r.op {
+                    "write" => 0,
+                    "send" => 1,
+                    _ => 2,
+                };
+                if r.role == "requester" && r.status == WC_SUCCESS {
+                    self.claimed[k] += r.len;
+                }
+            }
+        }
+    }
+
+    fn check(&self, nodes: &[Harness; 2]) {
+        if self.unchecked {
+            return;
+        }
+        for (k, c) in [Counter::BytesWritten, Counter::BytesSent, Counter::BytesRead].into_iter().enumerate() {
+            let placed: u64 = nodes.iter().map(|n| n.stats.get(c)).sum();
+            assert!(self.claimed[k] <= placed, "RC integrity: {} bytes completed with success, {placed} placed ({c:?})", self.claimed[k]);
         }
     }
 }
@@ -1048,5 +1141,18 @@ mod tests {
             );
         }
         verbs_pair(seed);
+    }
+
+    /// The RC oracle is not vacuous: it checks the pair seed, which completes WRITEs,
+    /// SENDs and READs with success; a claim it cannot back fails it.
+    #[test]
+    fn the_rc_oracle_checks_the_pair_seed_and_refuses_an_unbacked_claim() {
+        let o = run_pair(&pair_seeds()[0]);
+        assert!(!o.unchecked, "the seed keeps the PSN contract and forges nothing");
+        assert!(o.claimed.iter().all(|&c| c > 0), "claimed {:?}", o.claimed);
+        let nodes = [Harness::new(LOCAL, PEER, false).unwrap(), Harness::new(PEER, LOCAL, false).unwrap()];
+        let ghost = RcOracle { claimed: [64, 0, 0], ..RcOracle::default() };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ghost.check(&nodes)));
+        assert!(r.is_err(), "64 bytes completed, none placed: flagged");
     }
 }

@@ -98,7 +98,9 @@ pub enum Op {
     DmaCtrl {
         bits: u8,
     },
-    /// A packet from [`super::PEER`] built from the input.
+    /// A packet from [`super::PEER`] built from the input (`syndrome`: the AETH's low 7
+    /// bits; bit 7 no RETH, bit 6 no AETH, bit 5 no immediate, bit 4 a P_Key from `psn`'s
+    /// high bytes instead of the default partition's).
     Packet {
         qpn: u8,
         opcode: u8,
