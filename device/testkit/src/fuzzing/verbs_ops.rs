@@ -60,6 +60,8 @@ const CQS: usize = 8;
 const MRS: usize = 16;
 /// MTT entries per MR slot (MR i uses entries i * MTT_SLOT ..).
 const MTT_SLOT: u32 = 32;
+/// The engine's bound on MR page lists here: four MRs of a full slot fit, a fifth not.
+const MR_PAGES_LIMIT: u64 = 4 * MTT_SLOT as u64 + 8;
 /// Virtual addresses MRs of the harness use (VA + data offset).
 const VA: u64 = 0x7f00_0000_0000;
 /// The engine's fabric address and its one peer's ([`verbs_ops`]: its packets are the
@@ -164,6 +166,8 @@ impl Harness {
         let mut e = Engine::new("fuzz".into(), shared);
         let wire = Arc::new(RecordingWire::new(own, WIRE_KEEP));
         e.set_wire(wire.clone());
+        // Room for a few full MRs only, so that inputs reach CMD_ERR_NO_RESOURCES.
+        e.limit_mr_pages(MR_PAGES_LIMIT);
         let page = DoorbellPage::new(Arc::new(SharedMemory::memfd("fuzz-dbpage", rnic_emu_core::regs::pci_ids::RNIC_DB_BAR_SIZE).ok()?));
         let mut d = EngineRunner::new(e, Some(page.clone()));
         d.set_test_hooks(false);

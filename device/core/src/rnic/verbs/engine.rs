@@ -174,6 +174,12 @@ impl Engine {
     }
 
     /// Attaches the node's fabric port.
+    /// Lowers the bound on MR page lists below `MAX_MR_PAGES` (a harness with a small MTT
+    /// that must reach it; docs/verbs.md §8).
+    pub fn limit_mr_pages(&mut self, limit: u64) {
+        self.mrs.limit_pages(limit);
+    }
+
     pub fn set_wire(&mut self, wire: Arc<dyn Wire>) {
         self.wire = Some(wire);
     }

@@ -110,8 +110,10 @@ impl Mr {
 
 pub struct MrTable {
     mrs: Vec<Option<Mr>>,
-    /// Page-list entries the registered MRs hold in all (at most `MAX_MR_PAGES`).
+    /// Page-list entries the registered MRs hold in all (at most `pages_limit`).
     pages_held: u64,
+    /// `MAX_MR_PAGES`, or less for a harness that wants to reach the bound.
+    pages_limit: u64,
 }
 
 /// The MR indices the non-empty SGEs of a list name (what a message in flight uses, so
@@ -122,7 +124,7 @@ pub fn mr_indices(sges: &[crate::contract::abi::Sge]) -> Vec<u32> {
 
 impl MrTable {
     pub fn new(max: usize) -> Self {
-        MrTable { mrs: vec![None; max], pages_held: 0 }
+        MrTable { mrs: vec![None; max], pages_held: 0, pages_limit: MAX_MR_PAGES }
     }
 
     pub fn clear(&mut self) {
@@ -133,7 +135,12 @@ impl MrTable {
     /// Whether `npages` more page-list entries fit under [`MAX_MR_PAGES`] (asked before
     /// they are read from the MTT).
     pub fn has_room(&self, npages: u64) -> bool {
-        self.pages_held.checked_add(npages).is_some_and(|n| n <= MAX_MR_PAGES)
+        self.pages_held.checked_add(npages).is_some_and(|n| n <= self.pages_limit)
+    }
+
+    /// Lowers the page-list bound (fuzz harnesses, whose MTT is small, reach it this way).
+    pub fn limit_pages(&mut self, limit: u64) {
+        self.pages_limit = limit.min(MAX_MR_PAGES);
     }
 
     /// Registers `mr` at a free `index` (the caller checked both, and the room).
