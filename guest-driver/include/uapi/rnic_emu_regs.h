@@ -191,7 +191,7 @@
 #define RNIC_STAT_APERTURE_ERRORS    17           /* DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot */
 #define RNIC_STAT_PKTS_SENT          18           /* RoCEv2 packets sent on the fabric */
 #define RNIC_STAT_PKTS_RECEIVED      19           /* RoCEv2 packets received and accepted */
-#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source */
+#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source, P_Key (minor 10) */
 #define RNIC_STAT_RETRANSMITS        21           /* packets sent again after a timeout or a sequence NAK */
 #define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
@@ -205,7 +205,7 @@
 #define RNIC_STAT_ETH_RX_BYTES       31           /* bytes of those frames */
 #define RNIC_STAT_ETH_RX_NO_BUFFER   32           /* frames for the netdev dropped: no receive buffer posted, or one too small */
 #define RNIC_STAT_ETH_RX_FILTERED    33           /* frames dropped by the MAC filter (unicast for another MAC) */
-#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, length or checksum, RoCE fragment, RoCE from an impossible source */
+#define RNIC_STAT_ETH_RX_ERRORS      34           /* frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, length or checksum, RoCE fragment (RoCE from an impossible source: ROCE_BAD_SOURCE from minor 10) */
 #define RNIC_STAT_ICRC_ERRORS        35           /* RoCE packets dropped for a bad ICRC */
 #define RNIC_STAT_OUT_OF_SEQUENCE    36           /* RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop) */
 #define RNIC_STAT_DUPLICATE_REQUESTS 37           /* RoCE requests that arrived again (PSN already acknowledged) */
@@ -218,7 +218,8 @@
 #define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
 #define RNIC_STAT_PKEY_VIOLATIONS    45           /* RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10) */
 #define RNIC_STAT_STALE_DOORBELLS    46           /* SQ/RQ doorbells ignored because their index was behind the producer index already taken (minor 10) */
-#define RNIC_STAT_COUNT              47           /* number of counters */
+#define RNIC_STAT_ROCE_BAD_SOURCE    47           /* RoCE packets dropped for an impossible source: a group or, from the segment, the port's own MAC; a multicast, broadcast, unspecified, loopback or own source address; UDP source port 0 (minor 10; counted in ETH_RX_ERRORS before) */
+#define RNIC_STAT_COUNT              48           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -268,6 +269,7 @@
 	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
 	[RNIC_STAT_PKEY_VIOLATIONS] = "pkey_violations", \
 	[RNIC_STAT_STALE_DOORBELLS] = "stale_doorbells", \
+	[RNIC_STAT_ROCE_BAD_SOURCE] = "roce_bad_source", \
 }
 
 /* Descriptor constants */

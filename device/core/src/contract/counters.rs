@@ -38,7 +38,7 @@ counters! {
     ApertureErrors, "DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot";
     PktsSent, "RoCEv2 packets sent on the fabric";
     PktsReceived, "RoCEv2 packets received and accepted";
-    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source";
+    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source, P_Key (minor 10)";
     Retransmits, "packets sent again after a timeout or a sequence NAK";
     Timeouts, "retransmission timer expiries";
     AcksSent, "ACK packets sent";
@@ -52,7 +52,7 @@ counters! {
     EthRxBytes, "bytes of those frames";
     EthRxNoBuffer, "frames for the netdev dropped: no receive buffer posted, or one too small";
     EthRxFiltered, "frames dropped by the MAC filter (unicast for another MAC)";
-    EthRxErrors, "frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, length or checksum, RoCE fragment, RoCE from an impossible source";
+    EthRxErrors, "frames dropped as malformed: runt, oversized (beyond the MTU), bad IP or UDP header, length or checksum, RoCE fragment (RoCE from an impossible source: ROCE_BAD_SOURCE from minor 10)";
     IcrcErrors, "RoCE packets dropped for a bad ICRC";
     OutOfSequence, "RoCE requests that arrived ahead of the expected PSN (sequence NAK or silent drop)";
     DuplicateRequests, "RoCE requests that arrived again (PSN already acknowledged)";
@@ -65,6 +65,7 @@ counters! {
     EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
     PkeyViolations, "RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10)";
     StaleDoorbells, "SQ/RQ doorbells ignored because their index was behind the producer index already taken (minor 10)";
+    RoceBadSource, "RoCE packets dropped for an impossible source: a group or, from the segment, the port's own MAC; a multicast, broadcast, unspecified, loopback or own source address; UDP source port 0 (minor 10; counted in ETH_RX_ERRORS before)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -368,7 +368,8 @@ impl Dropped {
     pub fn counters(&self) -> &'static [Counter] {
         use Counter::*;
         match self {
-            Dropped::Malformed(FrameError::Fragment) | Dropped::BadSource(_) => &[EthRxErrors, PktsDropped],
+            Dropped::Malformed(FrameError::Fragment) => &[EthRxErrors, PktsDropped],
+            Dropped::BadSource(_) => &[RoceBadSource, PktsDropped],
             Dropped::Malformed(_) | Dropped::Oversized { .. } => &[EthRxErrors],
             Dropped::Filtered => &[EthRxFiltered],
             Dropped::Packet(PacketError::Icrc { .. }) => &[PktsDropped, IcrcErrors],
@@ -821,7 +822,7 @@ mod tests {
                 v => panic!("{a:?}: {v:?}"),
             };
             assert_eq!(d, Dropped::BadSource(why));
-            assert_eq!(d.counters(), &[Counter::EthRxErrors, Counter::PktsDropped]);
+            assert_eq!(d.counters(), &[Counter::RoceBadSource, Counter::PktsDropped], "its own counter, not a malformed frame's");
         }
         let s = sort(&frame_of(&RoceAddr { src_mac: BROADCAST, ..v4() }), &port(), true, &mut Packet::default());
         assert_eq!(s.learn, None, "a group source is not learned");

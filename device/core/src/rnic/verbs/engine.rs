@@ -795,6 +795,7 @@ impl Engine {
         // rxe's): a packet of another partition is dropped silently (IBA 9.6.1.1, 10.9.3).
         if pkt.bth.pkey & PKEY_MASK != DEFAULT_PKEY & PKEY_MASK {
             self.shared.stats.inc(Counter::PkeyViolations);
+            self.shared.stats.inc(Counter::PktsDropped);
             crate::guest_info!(
                 "{}: packet {:#x} psn {} for QP {qpn} from {from} with P_Key {:#06x} dropped (not the default partition)",
                 self.name,

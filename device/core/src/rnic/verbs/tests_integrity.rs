@@ -251,7 +251,7 @@ fn packets_outside_the_default_partition_are_dropped_and_counted() {
     let reth = Some(Reth { va: VA + DST, rkey: rk, len: 1024 });
     let sent = to_responder(&mut p, &write_packet(op::WRITE_ONLY, PSN_AB, 0x8001, reth, 1024));
     assert!(sent.is_empty(), "no answer: {sent:?}");
-    assert_eq!(p.resp().stats.get(Counter::PkeyViolations), 1);
+    assert_eq!((p.resp().stats.get(Counter::PkeyViolations), p.resp().stats.get(Counter::PktsDropped)), (1, 1));
     assert!(p.resp().read(DST, 1024).iter().all(|b| *b != 0x5a), "nothing placed");
     let sent = to_responder(&mut p, &write_packet(op::WRITE_ONLY, PSN_AB, 0x7fff, reth, 1024));
     assert_eq!(acks(&sent).len(), 1, "accepted and acknowledged");
