@@ -221,3 +221,29 @@ fn garbage_on_the_socket_does_not_kill_the_server() {
     let mut g = node.client("gpu0");
     assert_eq!(rd32(&mut g, 0, gpu::GPU_REG_ID), gpu::ID_MAGIC);
 }
+
+#[test]
+fn set_irqs_with_a_pipe_is_refused_and_a_later_eventfd_works() {
+    let node = Node::start();
+    let mut raw = Raw::connect(&node.sock("rnic0"));
+    let trigger = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    // A pipe nobody reads: writing the vector's 8 bytes would block once its buffer fills.
+    let (_rd, wr) = std::io::pipe().unwrap();
+    let before = guest_errors(&node);
+    assert!(raw.set_irqs_fds(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 3, 1, &[wr.as_raw_fd()]).is_err(), "a pipe is not an eventfd");
+    assert_eq!(guest_errors(&node), before + 1, "the refusal is counted");
+    // Raising vector 3 many times (more than a pipe buffer's worth) does not hang the
+    // server: the vector has no fd.
+    for _ in 0..10_000 {
+        raw.region_write(0, rnic::RNIC_REG_INT_TRIGGER, &3u32.to_le_bytes()).unwrap();
+    }
+    let mut efd = eventfd();
+    raw.set_irqs_fds(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 3, 1, &[efd.as_raw_fd()]).unwrap();
+    raw.region_write(0, rnic::RNIC_REG_INT_TRIGGER, &3u32.to_le_bytes()).unwrap();
+    assert_eq!(eventfd_count(&mut efd), 1);
+}
+
+fn guest_errors(node: &Node) -> u64 {
+    let all = rnic_emu_server::serve::query_stats(node.dir.path(), "node0").unwrap();
+    all["node0-rnic0"]["guest_errors"].as_u64().unwrap_or_else(|| panic!("no guest_errors in {all}"))
+}
