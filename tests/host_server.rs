@@ -247,3 +247,29 @@ fn guest_errors(node: &Node) -> u64 {
     let all = rnic_emu_server::serve::query_stats(node.dir.path(), "node0").unwrap();
     all["node0-rnic0"]["guest_errors"].as_u64().unwrap_or_else(|| panic!("no guest_errors in {all}"))
 }
+
+#[test]
+fn shared_memory_is_sealed_and_unsealed_guest_ram_is_refused() {
+    let node = Node::start();
+    let c = node.client("rnic0");
+    let bar2 = c.region(2).unwrap();
+    let fd = bar2.file_offset.as_ref().expect("BAR2's memfd").file().as_raw_fd();
+    // SAFETY: ftruncate on the fd the server handed us.
+    assert!(unsafe { libc::ftruncate(fd, 0) } < 0, "truncating BAR2's memfd fails (sealed)");
+    drop(c);
+    let mut raw = Raw::connect(&node.sock("rnic0"));
+    let before = guest_errors(&node);
+    // Guest RAM the client could truncate under the server's mapping: refused.
+    // SAFETY: memfd_create with a valid name; the result is checked.
+    let unsealed = unsafe { libc::memfd_create(c"ram".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(unsealed >= 0);
+    // SAFETY: unsealed is a fresh fd we own.
+    let unsealed = unsafe { File::from_raw_fd(unsealed) };
+    unsealed.set_len(1 << 20).unwrap();
+    assert!(raw.dma_map_fds(0x1000_0000, 1 << 20, &[unsealed.as_raw_fd()]).is_err(), "an unsealed memfd");
+    assert_eq!(guest_errors(&node), before + 1);
+    unsealed.set_len(0).unwrap(); // what a hostile client does next: nothing of ours maps it
+    assert_eq!(raw.region_read(0, rnic::RNIC_REG_ID, 4).unwrap(), rnic::ID_MAGIC.to_le_bytes(), "still serving");
+    let (_ram, sealed) = rnic_emu_core::platform::mem::dma::test_ram(1 << 20).unwrap();
+    raw.dma_map_fds(0x1000_0000, 1 << 20, &[sealed.as_raw_fd()]).expect("a sealed memfd is taken");
+}

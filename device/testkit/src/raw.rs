@@ -82,12 +82,17 @@ impl Raw {
 
     /// A DMA_MAP without an fd (as QEMU sends for peer BAR ranges).
     pub fn dma_map(&mut self, iova: u64, size: u64) -> Result<(), u32> {
+        self.dma_map_fds(iova, size, &[])
+    }
+
+    /// A DMA_MAP of `fds` (guest RAM at file offset 0; any kind of fd).
+    pub fn dma_map_fds(&mut self, iova: u64, size: u64, fds: &[RawFd]) -> Result<(), u32> {
         let mut p = 32u32.to_le_bytes().to_vec();
         p.extend_from_slice(&3u32.to_le_bytes()); // read | write
         p.extend_from_slice(&0u64.to_le_bytes());
         p.extend_from_slice(&iova.to_le_bytes());
         p.extend_from_slice(&size.to_le_bytes());
-        self.call(DMA_MAP, &p).map(|_| ())
+        self.call_with_fds(DMA_MAP, &p, fds).map(|_| ())
     }
 
     /// SET_IRQS without fds.

@@ -1,6 +1,13 @@
 //! Shared memory the server and QEMU both map: memfd-backed (or a named file, for
 //! inspection from the host), accessed by the server only through bounds-checked volatile
 //! copies, since the guest may write it at any time.
+//!
+//! The client gets the memory's fd (BAR2's doorbell page, a GPU's BAR1) and could
+//! truncate it, which would make the server's next access raise SIGBUS: a memfd is
+//! therefore sealed at its size (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`). For the same
+//! reason an fd-backed DMA map (guest RAM the client gives us) must be a memfd sealed
+//! against shrinking ([`check_dma_fd`]; QEMU's `memory-backend-memfd` seals by default).
+//! A named file (`--gpu-mem-dir`, for host inspection) cannot be sealed.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
@@ -19,6 +26,23 @@ pub enum ShmError {
     OutOfRange { offset: u64, len: usize, size: u64 },
 }
 
+/// Whether `fd` may back a DMA map: a memfd sealed against shrinking, so that the client
+/// cannot truncate it under the server's mapping (an access would raise SIGBUS).
+pub fn check_dma_fd(fd: &File) -> Result<(), String> {
+    // SAFETY: F_GET_SEALS on an open descriptor; the result is checked.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 {
+        return Err(format!(
+            "the DMA fd cannot be sealed ({}): guest RAM must be a memfd sealed against shrinking (QEMU: memory-backend-memfd, seal=on)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if seals & libc::F_SEAL_SHRINK == 0 {
+        return Err("the DMA fd is a memfd not sealed against shrinking (F_SEAL_SHRINK; QEMU: memory-backend-memfd, seal=on)".into());
+    }
+    Ok(())
+}
+
 pub struct SharedMemory {
     file: File,
     map: MmapRegion,
@@ -29,13 +53,18 @@ impl SharedMemory {
     pub fn memfd(name: &str, size: u64) -> Result<Self, ShmError> {
         let cname = std::ffi::CString::new(name).map_err(|e| ShmError::Create { name: name.into(), source: e.into() })?;
         // SAFETY: memfd_create takes a valid C string and flags; the result is checked.
-        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if fd < 0 {
             return Err(ShmError::Create { name: name.into(), source: std::io::Error::last_os_error() });
         }
         // SAFETY: fd is a fresh descriptor owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
-        Self::from_file(file, name, size)
+        let shm = Self::from_file(file, name, size)?;
+        // SAFETY: F_ADD_SEALS on a memfd we own; the result is checked.
+        if unsafe { libc::fcntl(shm.raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) } < 0 {
+            return Err(ShmError::Create { name: name.into(), source: std::io::Error::last_os_error() });
+        }
+        Ok(shm)
     }
 
     /// A named file (created sparse if missing, contents kept), for host-side inspection.
@@ -120,6 +149,23 @@ mod tests {
         assert_eq!(&b, b"hello");
         assert!(m.read((1 << 20) - 2, &mut b).is_err());
         assert!(m.write(u64::MAX - 1, b"xx").is_err());
+    }
+
+    #[test]
+    fn memfds_are_sealed_and_dma_fds_must_be() {
+        let m = SharedMemory::memfd("sealed", 1 << 16).unwrap();
+        // SAFETY: ftruncate on the memfd we own.
+        assert!(unsafe { libc::ftruncate(m.raw_fd(), 4096) } < 0, "shrinking is sealed");
+        // SAFETY: as above.
+        assert!(unsafe { libc::ftruncate(m.raw_fd(), 1 << 20) } < 0, "growing is sealed");
+        assert_eq!(m.size(), 1 << 16);
+        let dup = m.file.try_clone().unwrap();
+        check_dma_fd(&dup).unwrap();
+        // SAFETY: a fresh memfd without seals, owned by the File.
+        let unsealed = unsafe { File::from_raw_fd(libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC)) };
+        assert!(check_dma_fd(&unsealed).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_dma_fd(&File::create(dir.path().join("f")).unwrap()).is_err(), "a regular file cannot be sealed");
     }
 
     #[test]
