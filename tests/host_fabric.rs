@@ -376,3 +376,30 @@ fn malformed_wqes_on_connected_qps() {
     assert_eq!((c.wr_id, c.status), (22, WC_REM_OP_ERR), "{}", stats(&p, 1));
     assert!(stats(&p, 1)["naks_sent"].as_u64().unwrap() >= 1);
 }
+
+/// A wire that delays every frame by a second (`delay_us = 1000000`) holds the frame in
+/// the port's timer queue, not the event loop: a command node 0's loop serves after the
+/// WRITE's packet was held completes while that packet is still held, and the WRITE
+/// completes once the delays have passed.
+#[test]
+fn a_delayed_wire_does_not_stall_the_event_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, 130, sub, 1), Ipv4Addr::new(127, 130, sub, 2)];
+    // Local ACK timeout 4.096 us x 2^20 (4.3 s): no retransmission before the delays pass.
+    let node_toml = "faults = { tx = { delay_us = 1000000 } }";
+    let o = PairOptions { ips, node_toml, retry_cnt: 7, timeout: 20, capture: false, rnr_retry: 7, eth_mtu: 0 };
+    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
+    p.h[0].ram.write(p.buf[0], b"delayed, not stalled").unwrap();
+    p.write(0, 0, 20, 7, true).unwrap();
+    let held = |p: &NodePair| stats(p, 0)["wire_delayed"].as_u64().unwrap_or(0);
+    assert!(wait_until(Duration::from_secs(20), || held(&p) >= 1), "node 0 holds the WRITE's packet: {}", stats(&p, 0));
+    // Served by node 0's event loop (RNIC_REG_CMD) while the packet waits.
+    assert_eq!(p.h[0].cmd(CMD_QUERY_QP, 1).unwrap(), CMD_OK);
+    assert_eq!(stats(&p, 0)["pkts_sent"].as_u64(), Some(0), "the command was served before the delayed packet left");
+    let c = p.h[0].wait(1, Duration::from_secs(30)).unwrap();
+    assert_eq!((c.wr_id, c.status), (7, WC_SUCCESS));
+    let mut got = [0u8; 20];
+    p.h[1].ram.read(p.buf[1], &mut got).unwrap();
+    assert_eq!(&got, b"delayed, not stalled");
+}

@@ -216,7 +216,9 @@
 #define RNIC_STAT_ETH_TX_CSUM        42           /* transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9) */
 #define RNIC_STAT_ETH_TSO_FRAMES     43           /* TX_TSO frames the Ethernet port cut into segments (minor 9) */
 #define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
-#define RNIC_STAT_COUNT              45           /* number of counters */
+#define RNIC_STAT_WIRE_DELAYED       45           /* frames the wire's delay_us fault held back before sending (minor 10) */
+#define RNIC_STAT_WIRE_DELAY_DROPS   46           /* frames dropped because the wire already held its bound of delayed frames (minor 10) */
+#define RNIC_STAT_COUNT              47           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -264,6 +266,8 @@
 	[RNIC_STAT_ETH_TX_CSUM] = "eth_tx_csum", \
 	[RNIC_STAT_ETH_TSO_FRAMES] = "eth_tso_frames", \
 	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
+	[RNIC_STAT_WIRE_DELAYED] = "wire_delayed", \
+	[RNIC_STAT_WIRE_DELAY_DROPS] = "wire_delay_drops", \
 }
 
 /* Descriptor constants */

@@ -63,6 +63,8 @@ counters! {
     EthTxCsum, "transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9)";
     EthTsoFrames, "TX_TSO frames the Ethernet port cut into segments (minor 9)";
     EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
+    WireDelayed, "frames the wire's delay_us fault held back before sending (minor 10)";
+    WireDelayDrops, "frames dropped because the wire already held its bound of delayed frames (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the
