@@ -40,6 +40,8 @@ pub struct ServeOptions {
     pub gpu_mem_dir: Option<PathBuf>,
     /// Capture the node's fabric traffic to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// The capture file's size bound (None: `fabric::pcap::DEFAULT_MAX_BYTES`).
+    pub pcap_max_bytes: Option<u64>,
     /// The L2 segment the node's port joins (None: [`default_segment`] of the topology).
     pub segment: Option<SegmentAddr>,
 }
@@ -79,6 +81,12 @@ impl NodeDevices {
         let mut gpus = Vec::new();
         let (mut ports, mut engines, mut gpu_engines) = (Vec::new(), Vec::new(), Vec::new());
         let io = Arc::new(IoTrace::default());
+        if let Some(dir) = &opts.gpu_mem_dir {
+            // The files are opened without following a symlink; the directory must not be one either.
+            let meta = std::fs::symlink_metadata(dir).with_context(|| format!("--gpu-mem-dir {}", dir.display()))?;
+            anyhow::ensure!(meta.is_dir(), "--gpu-mem-dir {}: not a directory (a symlink is refused)", dir.display());
+        }
+        let pcap = opts.pcap.as_deref().map(|p| (p, opts.pcap_max_bytes.unwrap_or(crate::fabric::pcap::DEFAULT_MAX_BYTES)));
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
             let name = format!("{}-{}", node.name, dev.id);
             let mem = match &opts.gpu_mem_dir {
@@ -102,7 +110,7 @@ impl NodeDevices {
             rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
-                    FabricPort::bind(a, segment.clone(), rnic.eth_shared(), &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                    FabricPort::bind(a, segment.clone(), rnic.eth_shared(), &node.faults, pcap, rnic.stats_block())
                         .map_err(|e| anyhow::anyhow!("joining the fabric segment {segment}: {e}"))?,
                 )),
                 None => None,

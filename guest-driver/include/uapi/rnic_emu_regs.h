@@ -218,7 +218,8 @@
 #define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
 #define RNIC_STAT_WIRE_DELAYED       45           /* frames the wire's delay_us fault held back before sending (minor 10) */
 #define RNIC_STAT_WIRE_DELAY_DROPS   46           /* frames dropped because the wire already held its bound of delayed frames (minor 10) */
-#define RNIC_STAT_COUNT              47           /* number of counters */
+#define RNIC_STAT_PCAP_DROPPED       47           /* frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10) */
+#define RNIC_STAT_COUNT              48           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -268,6 +269,7 @@
 	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
 	[RNIC_STAT_WIRE_DELAYED] = "wire_delayed", \
 	[RNIC_STAT_WIRE_DELAY_DROPS] = "wire_delay_drops", \
+	[RNIC_STAT_PCAP_DROPPED] = "pcap_dropped", \
 }
 
 /* Descriptor constants */

@@ -65,6 +65,7 @@ counters! {
     EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
     WireDelayed, "frames the wire's delay_us fault held back before sending (minor 10)";
     WireDelayDrops, "frames dropped because the wire already held its bound of delayed frames (minor 10)";
+    PcapDropped, "frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

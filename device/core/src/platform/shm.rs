@@ -68,15 +68,24 @@ impl SharedMemory {
     }
 
     /// A named file (created sparse if missing, contents kept), for host-side inspection.
+    /// A symlink at `path` or anything but a regular file there is refused (the size would
+    /// truncate or extend what it names).
     pub fn file(path: &Path, size: u64) -> Result<Self, ShmError> {
+        use std::os::unix::fs::OpenOptionsExt;
         let name = path.display().to_string();
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(|source| ShmError::Create { name: name.clone(), source })?;
+        if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+            let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+            return Err(ShmError::Create { name, source });
+        }
         Self::from_file(file, &name, size)
     }
 
@@ -179,5 +188,9 @@ mod tests {
         assert_eq!(&b, b"abc");
         m.write(8189, b"xyz").unwrap();
         assert_eq!(&std::fs::read(&path).unwrap()[8189..], b"xyz");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(SharedMemory::file(&link, 4096).is_err(), "a symlink is refused");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8192, "its target is untouched");
     }
 }

@@ -147,11 +147,11 @@ impl FabricPort {
         segment: SegmentAddr,
         eth: Arc<EthShared>,
         faults: &NodeFaults,
-        pcap: Option<&Path>,
+        pcap: Option<(&Path, u64)>,
         stats: Arc<Stats>,
     ) -> std::io::Result<FabricPort> {
         let segment = Segment::join(&segment)?;
-        let pcap = pcap.map(PcapWriter::create).transpose()?.map(Mutex::new);
+        let pcap = pcap.map(|(p, max)| PcapWriter::create(p, max)).transpose()?.map(Mutex::new);
         let tx =
             TxState { faults: FaultState::new(faults.tx, faults.seed), queue: Vec::new(), pool: Pool::default(), out: Vec::new(), delayed: VecDeque::new() };
         let rx = RxState {
@@ -198,14 +198,19 @@ impl FabricPort {
 
     fn capture(&self, frame: &[u8]) {
         if let Some(p) = &self.pcap {
-            if let Err(e) = lock(p).frame(frame) {
-                log::warn!("pcap: {e}");
+            match lock(p).frame(frame) {
+                Ok(true) => {}
+                Ok(false) => self.stats.inc(Counter::PcapDropped),
+                Err(e) => {
+                    self.stats.inc(Counter::PcapDropped);
+                    rnic_emu_core::guest_warn!("pcap: {e}");
+                }
             }
         }
     }
 
     /// Queues a RoCE packet for `dst` (through the transmit faults); it leaves with the
-    /// next [`FabricPort::flush`]. A configured delay is waited here, as a slow link. An
+    /// next [`FabricPort::flush`] (a configured delay holds it longer, as a slow link). An
     /// IPv4 destination is sent from `dst.src` or the port's address; an IPv6 one from its
     /// `dst.src` (the engine always gives one; a destination without it is dropped).
     pub fn send(&self, dst: &Dest, pkt: &Packet) {
