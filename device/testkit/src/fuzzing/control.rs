@@ -28,7 +28,7 @@ pub fn control(data: &[u8]) {
     let Some(ctl) = target() else { return };
     let mut lines = Lines::default();
     lines.push(data);
-    let mut answer = |line: &[u8]| {
+    let answer = |line: &[u8]| {
         let reply = ctl.respond(line);
         assert!(serde_json::from_str::<serde_json::Value>(&reply).is_ok_and(|v| v.is_object()), "reply {reply:?} to {line:?}");
     };
