@@ -244,8 +244,12 @@ fn set_irqs_with_a_pipe_is_refused_and_a_later_eventfd_works() {
 }
 
 fn guest_errors(node: &Node) -> u64 {
+    function_errors(node, "rnic0")
+}
+
+fn function_errors(node: &Node, function: &str) -> u64 {
     let all = rnic_emu_server::serve::query_stats(node.dir.path(), "node0").unwrap();
-    all["node0-rnic0"]["guest_errors"].as_u64().unwrap_or_else(|| panic!("no guest_errors in {all}"))
+    all[&format!("node0-{function}")]["guest_errors"].as_u64().unwrap_or_else(|| panic!("no guest_errors in {all}"))
 }
 
 #[test]
@@ -272,4 +276,23 @@ fn shared_memory_is_sealed_and_unsealed_guest_ram_is_refused() {
     assert_eq!(raw.region_read(0, rnic::RNIC_REG_ID, 4).unwrap(), rnic::ID_MAGIC.to_le_bytes(), "still serving");
     let (_ram, sealed) = rnic_emu_core::platform::mem::dma::test_ram(1 << 20).unwrap();
     raw.dma_map_fds(0x1000_0000, 1 << 20, &[sealed.as_raw_fd()]).expect("a sealed memfd is taken");
+}
+
+#[test]
+fn a_truncated_gpu_mem_file_fails_accesses_and_the_server_lives() {
+    let node = Node::start();
+    let mut raw = Raw::connect(&node.sock("gpu0"));
+    raw.region_write(1, 0x10_0000, b"kept").unwrap();
+    // --gpu-mem-dir files are regular files (they cannot be sealed); a client holding the
+    // fd truncates it under the server's mapping.
+    std::fs::OpenOptions::new().write(true).open(node.gpu_mem()).unwrap().set_len(0).unwrap();
+    let before = function_errors(&node, "gpu0");
+    // A BAR access the device cannot serve: all-ones (as a PCIe read of a failed target),
+    // counted in guest_errors; not SIGBUS.
+    assert_eq!(raw.region_read(1, 0x10_0000, 4).unwrap(), [0xff; 4], "an access past the new end reads all-ones");
+    raw.region_write(1, 0x20_0000, b"gone").unwrap();
+    assert_eq!(function_errors(&node, "gpu0"), before + 2, "both accesses are counted");
+    assert_eq!(raw.region_read(0, gpu::GPU_REG_ID, 4).unwrap(), gpu::ID_MAGIC.to_le_bytes(), "the server keeps serving");
+    let mut r = Raw::connect(&node.sock("rnic0"));
+    assert_eq!(r.region_read(0, rnic::RNIC_REG_ID, 4).unwrap(), rnic::ID_MAGIC.to_le_bytes(), "and so does the node");
 }

@@ -7,7 +7,9 @@
 //! therefore sealed at its size (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`). For the same
 //! reason an fd-backed DMA map (guest RAM the client gives us) must be a memfd sealed
 //! against shrinking ([`check_dma_fd`]; QEMU's `memory-backend-memfd` seals by default).
-//! A named file (`--gpu-mem-dir`, for host inspection) cannot be sealed.
+//! A named file (`--gpu-mem-dir`, for host inspection) cannot be sealed: its mapping is
+//! registered with [`super::sigbus`], so a truncation makes accesses fail
+//! ([`ShmError::Truncated`]) instead of ending the server.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
@@ -24,6 +26,8 @@ pub enum ShmError {
     Map(String),
     #[error("access of {len} bytes at {offset:#x} is outside the {size:#x}-byte region")]
     OutOfRange { offset: u64, len: usize, size: u64 },
+    #[error("access at {offset:#x}: the shared memory's file was truncated under its mapping")]
+    Truncated { offset: u64 },
 }
 
 /// Whether `fd` may back a DMA map: a memfd sealed against shrinking, so that the client
@@ -45,6 +49,8 @@ pub fn check_dma_fd(fd: &File) -> Result<(), String> {
 
 pub struct SharedMemory {
     file: File,
+    /// A named file's mapping, registered against SIGBUS (dropped before the mapping).
+    guard: Option<super::sigbus::Guard>,
     map: MmapRegion,
 }
 
@@ -86,7 +92,9 @@ impl SharedMemory {
             let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
             return Err(ShmError::Create { name, source });
         }
-        Self::from_file(file, &name, size)
+        let mut shm = Self::from_file(file, &name, size)?;
+        shm.guard = super::sigbus::register(shm.map.as_ptr(), shm.map.size());
+        Ok(shm)
     }
 
     fn from_file(file: File, name: &str, size: u64) -> Result<Self, ShmError> {
@@ -94,7 +102,7 @@ impl SharedMemory {
         let len = usize::try_from(size).map_err(|e| ShmError::Map(e.to_string()))?;
         let fo = FileOffset::new(file.try_clone().map_err(|source| ShmError::Create { name: name.into(), source })?, 0);
         let map = MmapRegion::from_file(fo, len).map_err(|e| ShmError::Map(e.to_string()))?;
-        Ok(SharedMemory { file, map })
+        Ok(SharedMemory { file, guard: None, map })
     }
 
     pub fn size(&self) -> u64 {
@@ -103,6 +111,15 @@ impl SharedMemory {
 
     pub fn raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
+    }
+
+    /// Err once the file behind a named mapping was found truncated (every access after
+    /// the first fault: what it read were zeros, what it wrote went nowhere).
+    fn intact(&self, offset: u64) -> Result<(), ShmError> {
+        match &self.guard {
+            Some(g) if g.poisoned() => Err(ShmError::Truncated { offset }),
+            _ => Ok(()),
+        }
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<usize, ShmError> {
@@ -124,7 +141,7 @@ impl SharedMemory {
         let off = self.check(offset, buf.len())?;
         let slice = self.map.get_slice(off, buf.len()).map_err(|e| ShmError::Map(e.to_string()))?;
         slice.copy_to(buf);
-        Ok(())
+        self.intact(offset)
     }
 
     /// Copies `len` bytes from `src` to `dst` inside the region with one memcpy
@@ -134,14 +151,14 @@ impl SharedMemory {
         let map_err = |e: vm_memory::volatile_memory::Error| ShmError::Map(e.to_string());
         let from = self.map.get_slice(s, len).map_err(map_err)?;
         from.copy_to_volatile_slice(self.map.get_slice(d, len).map_err(map_err)?);
-        Ok(())
+        self.intact(src)
     }
 
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ShmError> {
         let off = self.check(offset, buf.len())?;
         let slice = self.map.get_slice(off, buf.len()).map_err(|e| ShmError::Map(e.to_string()))?;
         slice.copy_from(buf);
-        Ok(())
+        self.intact(offset)
     }
 }
 
@@ -192,5 +209,20 @@ mod tests {
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert!(SharedMemory::file(&link, 4096).is_err(), "a symlink is refused");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 8192, "its target is untouched");
+    }
+
+    #[test]
+    fn a_truncated_named_file_fails_accesses_instead_of_sigbus() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bar1");
+        let m = SharedMemory::file(&path, 1 << 20).unwrap();
+        m.write(0x8000, b"before").unwrap();
+        // What a client holding the fd may do.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(4096).unwrap();
+        m.read(0, &mut [0u8; 4]).unwrap();
+        let mut b = [0u8; 6];
+        assert!(matches!(m.read(0x8000, &mut b), Err(ShmError::Truncated { .. })), "past the new end");
+        assert!(matches!(m.write(0x9000, b"lost"), Err(ShmError::Truncated { .. })));
+        assert!(matches!(m.read(0, &mut b), Err(ShmError::Truncated { .. })), "the mapping stays broken");
     }
 }
