@@ -296,3 +296,31 @@ fn a_truncated_gpu_mem_file_fails_accesses_and_the_server_lives() {
     let mut r = Raw::connect(&node.sock("rnic0"));
     assert_eq!(r.region_read(0, rnic::RNIC_REG_ID, 4).unwrap(), rnic::ID_MAGIC.to_le_bytes(), "and so does the node");
 }
+
+#[test]
+fn a_symlinked_gpu_mem_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("mem");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let child = Command::new(bin())
+        .args(["serve", "--topology"])
+        .arg(topology("single-switch"))
+        .arg("--socket-dir")
+        .arg(dir.path())
+        .arg("--gpu-mem-dir")
+        .arg(&link)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Proc(child);
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = server.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.is_some_and(|s| !s.success()), "the server refuses a symlinked --gpu-mem-dir (and exits): {status:?}");
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "nothing was created through the symlink");
+}
