@@ -8,8 +8,8 @@
 //! accepts the next one (QEMU restarts, a test client comes and goes). A panic inside the
 //! vfio-user library while handling a hostile message ends that connection only. The
 //! control socket (`control`) has its own threads too (its requests lock functions; the
-//! loop never takes a function lock). The node's MMIO/DMA trace (`iotrace` control requests) is
-//! shared by every function's vfio-user adapter and every RNIC's DMA router.
+//! loop never takes a function lock). The node's MMIO/DMA trace (`iotrace` control
+//! requests) is shared by every function's vfio-user adapter and every RNIC's DMA router.
 
 use crate::control::{self, Control};
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};

@@ -255,7 +255,9 @@ impl FabricPort {
                 return;
             }
             self.stats.inc(Counter::WireDelayed);
-            tx.delayed.push_back((Instant::now() + Duration::from_micros(delay), data, roce));
+            let now = Instant::now();
+            // delay_us is at most a second (WireFaults::validate); checked all the same.
+            tx.delayed.push_back((now.checked_add(Duration::from_micros(delay)).unwrap_or(now), data, roce));
             return;
         }
         self.queue_now(&mut tx, data, roce);
