@@ -376,3 +376,87 @@ fn malformed_wqes_on_connected_qps() {
     assert_eq!((c.wr_id, c.status), (22, WC_REM_OP_ERR), "{}", stats(&p, 1));
     assert!(stats(&p, 1)["naks_sent"].as_u64().unwrap() >= 1);
 }
+
+/// A wire that delays every frame by a second (`delay_us = 1000000`) holds the frame in
+/// the port's timer queue, not the event loop: a command node 0's loop serves after the
+/// WRITE's packet was held completes while that packet is still held, and the WRITE
+/// completes once the delays have passed.
+#[test]
+fn a_delayed_wire_does_not_stall_the_event_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, 130, sub, 1), Ipv4Addr::new(127, 130, sub, 2)];
+    // Local ACK timeout 4.096 us x 2^20 (4.3 s): no retransmission before the delays pass.
+    let node_toml = "faults = { tx = { delay_us = 1000000 } }";
+    let o = PairOptions { ips, node_toml, retry_cnt: 7, timeout: 20, capture: false, rnr_retry: 7, eth_mtu: 0 };
+    let mut p = NodePair::start(Path::new(bin()), dir.path(), &o).unwrap();
+    p.h[0].ram.write(p.buf[0], b"delayed, not stalled").unwrap();
+    p.write(0, 0, 20, 7, true).unwrap();
+    let held = |p: &NodePair| stats(p, 0)["wire_delayed"].as_u64().unwrap_or(0);
+    assert!(wait_until(Duration::from_secs(20), || held(&p) >= 1), "node 0 holds the WRITE's packet: {}", stats(&p, 0));
+    // Served by node 0's event loop (RNIC_REG_CMD) while the packet waits.
+    assert_eq!(p.h[0].cmd(CMD_QUERY_QP, 1).unwrap(), CMD_OK);
+    assert_eq!(stats(&p, 0)["pkts_sent"].as_u64(), Some(0), "the command was served before the delayed packet left");
+    let c = p.h[0].wait(1, Duration::from_secs(30)).unwrap();
+    assert_eq!((c.wr_id, c.status), (7, WC_SUCCESS));
+    let mut got = [0u8; 20];
+    p.h[1].ram.read(p.buf[1], &mut got).unwrap();
+    assert_eq!(&got, b"delayed, not stalled");
+}
+
+/// `--pcap` at a symlink: the server refuses to start and the symlink's target is left as
+/// it was (not truncated, not written).
+#[test]
+fn a_symlink_at_the_pcap_path_is_refused() {
+    use rnic_emu_testkit::hostdrv::ServerProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let ips = [Ipv4Addr::new(127, 131, 0, 1), Ipv4Addr::new(127, 131, 0, 2)];
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 12, capture: false, rnr_retry: 7, eth_mtu: 0 };
+    let topo = NodePair::write_topology(dir.path(), &o).unwrap();
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"not a capture").unwrap();
+    let link = dir.path().join("node0.pcap");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let started = ServerProcess::start_node(Path::new(bin()), &topo, "node0", dir.path(), None, Some(&link), None);
+    let err = started.err().expect("the server refuses a symlinked --pcap");
+    assert!(format!("{err:#}").contains("symlink"), "{err:#}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"not a capture");
+}
+
+/// `--pcap-max-mib 1`: a 4 MiB WRITE leaves a capture of at most 1 MiB, and the frames
+/// not recorded are counted.
+#[test]
+fn the_pcap_bound_stops_its_growth() {
+    use rnic_emu_testkit::hostdrv::ServerProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let sub = (std::process::id() % 200) as u8;
+    let ips = [Ipv4Addr::new(127, 132, sub, 1), Ipv4Addr::new(127, 132, sub, 2)];
+    let o = PairOptions { ips, node_toml: "", retry_cnt: 7, timeout: 12, capture: false, rnr_retry: 7, eth_mtu: 0 };
+    let topo = NodePair::write_topology(dir.path(), &o).unwrap();
+    let (seg, hold) = rnic_emu_server::fabric::segment::reserve(Ipv4Addr::LOCALHOST).unwrap();
+    let segment = seg.to_string();
+    let pcap = dir.path().join("node0.pcap");
+    let servers: Vec<ServerProcess> = (0..2)
+        .map(|i| {
+            let sock = dir.path().join(format!("n{i}"));
+            std::fs::create_dir_all(&sock).unwrap();
+            let node = format!("node{i}");
+            let capture = (i == 0).then_some(pcap.as_path());
+            let mut cmd = ServerProcess::node_command(Path::new(bin()), &topo, &node, &sock, None, capture, Some(&segment));
+            if i == 0 {
+                cmd.args(["--pcap-max-mib", "1"]);
+            }
+            ServerProcess::spawn(cmd, &topo, &node, &sock).unwrap()
+        })
+        .collect();
+    let mut p = NodePair::connect(servers.try_into().unwrap_or_else(|_| unreachable!()), &o, segment, Some(hold)).unwrap();
+    let len = 4 * MIB;
+    p.h[0].ram.write(p.buf[0], &pattern(3, 0, len as usize)).unwrap();
+    write(&mut p, 0, 0, len, 9, true);
+    let c = p.h[0].wait(1, Duration::from_secs(60)).unwrap();
+    assert_eq!((c.wr_id, c.status), (9, WC_SUCCESS));
+    let size = std::fs::metadata(&pcap).unwrap().len();
+    assert!(size <= MIB, "the capture grew to {size} bytes");
+    assert!(size > MIB / 2, "it recorded until its bound ({size} bytes)");
+    assert!(stats(&p, 0)["pcap_dropped"].as_u64().unwrap_or(0) > 0, "the frames not recorded are counted: {}", stats(&p, 0));
+}

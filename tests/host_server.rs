@@ -221,3 +221,106 @@ fn garbage_on_the_socket_does_not_kill_the_server() {
     let mut g = node.client("gpu0");
     assert_eq!(rd32(&mut g, 0, gpu::GPU_REG_ID), gpu::ID_MAGIC);
 }
+
+#[test]
+fn set_irqs_with_a_pipe_is_refused_and_a_later_eventfd_works() {
+    let node = Node::start();
+    let mut raw = Raw::connect(&node.sock("rnic0"));
+    let trigger = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    // A pipe nobody reads: writing the vector's 8 bytes would block once its buffer fills.
+    let (_rd, wr) = std::io::pipe().unwrap();
+    let before = guest_errors(&node);
+    assert!(raw.set_irqs_fds(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 3, 1, &[wr.as_raw_fd()]).is_err(), "a pipe is not an eventfd");
+    assert_eq!(guest_errors(&node), before + 1, "the refusal is counted");
+    // Raising vector 3 many times (more than a pipe buffer's worth) does not hang the
+    // server: the vector has no fd.
+    for _ in 0..10_000 {
+        raw.region_write(0, rnic::RNIC_REG_INT_TRIGGER, &3u32.to_le_bytes()).unwrap();
+    }
+    let mut efd = eventfd();
+    raw.set_irqs_fds(VFIO_PCI_MSIX_IRQ_INDEX, trigger, 3, 1, &[efd.as_raw_fd()]).unwrap();
+    raw.region_write(0, rnic::RNIC_REG_INT_TRIGGER, &3u32.to_le_bytes()).unwrap();
+    assert_eq!(eventfd_count(&mut efd), 1);
+}
+
+fn guest_errors(node: &Node) -> u64 {
+    function_errors(node, "rnic0")
+}
+
+fn function_errors(node: &Node, function: &str) -> u64 {
+    let all = rnic_emu_server::serve::query_stats(node.dir.path(), "node0").unwrap();
+    all[&format!("node0-{function}")]["guest_errors"].as_u64().unwrap_or_else(|| panic!("no guest_errors in {all}"))
+}
+
+#[test]
+fn shared_memory_is_sealed_and_unsealed_guest_ram_is_refused() {
+    let node = Node::start();
+    let c = node.client("rnic0");
+    let bar2 = c.region(2).unwrap();
+    let fd = bar2.file_offset.as_ref().expect("BAR2's memfd").file().as_raw_fd();
+    // SAFETY: ftruncate on the fd the server handed us.
+    assert!(unsafe { libc::ftruncate(fd, 0) } < 0, "truncating BAR2's memfd fails (sealed)");
+    drop(c);
+    let mut raw = Raw::connect(&node.sock("rnic0"));
+    let before = guest_errors(&node);
+    // Guest RAM the client could truncate under the server's mapping: refused.
+    // SAFETY: memfd_create with a valid name; the result is checked.
+    let unsealed = unsafe { libc::memfd_create(c"ram".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(unsealed >= 0);
+    // SAFETY: unsealed is a fresh fd we own.
+    let unsealed = unsafe { File::from_raw_fd(unsealed) };
+    unsealed.set_len(1 << 20).unwrap();
+    assert!(raw.dma_map_fds(0x1000_0000, 1 << 20, &[unsealed.as_raw_fd()]).is_err(), "an unsealed memfd");
+    assert_eq!(guest_errors(&node), before + 1);
+    unsealed.set_len(0).unwrap(); // what a hostile client does next: nothing of ours maps it
+    assert_eq!(raw.region_read(0, rnic::RNIC_REG_ID, 4).unwrap(), rnic::ID_MAGIC.to_le_bytes(), "still serving");
+    let (_ram, sealed) = rnic_emu_core::platform::mem::dma::test_ram(1 << 20).unwrap();
+    raw.dma_map_fds(0x1000_0000, 1 << 20, &[sealed.as_raw_fd()]).expect("a sealed memfd is taken");
+}
+
+#[test]
+fn a_truncated_gpu_mem_file_fails_accesses_and_the_server_lives() {
+    let node = Node::start();
+    let mut raw = Raw::connect(&node.sock("gpu0"));
+    raw.region_write(1, 0x10_0000, b"kept").unwrap();
+    // --gpu-mem-dir files are regular files (they cannot be sealed); a client holding the
+    // fd truncates it under the server's mapping.
+    std::fs::OpenOptions::new().write(true).open(node.gpu_mem()).unwrap().set_len(0).unwrap();
+    let before = function_errors(&node, "gpu0");
+    // A BAR access the device cannot serve: all-ones (as a PCIe read of a failed target),
+    // counted in guest_errors; not SIGBUS.
+    assert_eq!(raw.region_read(1, 0x10_0000, 4).unwrap(), [0xff; 4], "an access past the new end reads all-ones");
+    raw.region_write(1, 0x20_0000, b"gone").unwrap();
+    assert_eq!(function_errors(&node, "gpu0"), before + 2, "both accesses are counted");
+    assert_eq!(raw.region_read(0, gpu::GPU_REG_ID, 4).unwrap(), gpu::ID_MAGIC.to_le_bytes(), "the server keeps serving");
+    let mut r = Raw::connect(&node.sock("rnic0"));
+    assert_eq!(r.region_read(0, rnic::RNIC_REG_ID, 4).unwrap(), rnic::ID_MAGIC.to_le_bytes(), "and so does the node");
+}
+
+#[test]
+fn a_symlinked_gpu_mem_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("mem");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let child = Command::new(bin())
+        .args(["serve", "--topology"])
+        .arg(topology("single-switch"))
+        .arg("--socket-dir")
+        .arg(dir.path())
+        .arg("--gpu-mem-dir")
+        .arg(&link)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Proc(child);
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = server.0.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.is_some_and(|s| !s.success()), "the server refuses a symlinked --gpu-mem-dir (and exits): {status:?}");
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "nothing was created through the symlink");
+}

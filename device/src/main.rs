@@ -53,6 +53,9 @@ enum Cmd {
         /// Write every frame the node's port sends and receives to this pcap file.
         #[arg(long, value_name = "FILE")]
         pcap: Option<PathBuf>,
+        /// Stop recording once the pcap file would pass this size (MiB; default 256).
+        #[arg(long, value_name = "MIB", requires = "pcap")]
+        pcap_max_mib: Option<u64>,
         /// The L2 segment to join: GROUP:PORT[@INTERFACE-ADDRESS], an IPv4 multicast group
         /// (default: one derived from the topology's name, on 127.0.0.1);
         /// vxlan:VNI@LOCAL-IP[:PORT],remote=IP[:PORT],... (VXLAN to remote VTEPs, UDP port
@@ -194,7 +197,7 @@ fn main() -> ExitCode {
 
 fn real_main() -> anyhow::Result<ExitCode> {
     match Cli::parse().cmd {
-        Cmd::Serve { at, gpu_mem_dir, pcap, segment } => {
+        Cmd::Serve { at, gpu_mem_dir, pcap, pcap_max_mib, segment } => {
             let (topo, i) = checks::topology_node(&at.topology, &at.node)?;
             checks::socket_dir(&at.socket_dir)?;
             if let Some(dir) = &gpu_mem_dir {
@@ -203,7 +206,8 @@ fn real_main() -> anyhow::Result<ExitCode> {
             if let Some(f) = &pcap {
                 checks::output_file("--pcap", f)?;
             }
-            serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap, segment })?;
+            let pcap_max_bytes = pcap_max_mib.map(|m| m.saturating_mul(1 << 20));
+            serve::run_node(&topo, i, &serve::ServeOptions { socket_dir: at.socket_dir, gpu_mem_dir, pcap, pcap_max_bytes, segment })?;
         }
         Cmd::Run(args) => return run_cli::run(args),
         Cmd::QemuArgs { at, segment } => {

@@ -62,6 +62,8 @@ pub struct RunOptions {
     /// Write every fabric packet of every node to `<prefix>` (one node) or
     /// `<prefix>.<node>` (several).
     pub pcap: Option<PathBuf>,
+    /// The size bound of each pcap file, MiB (None: the server's default).
+    pub pcap_max_mib: Option<u64>,
     /// The fabric segment the nodes join (None: one of the run's own, on loopback).
     pub segment: Option<rnic_emu_server::fabric::segment::SegmentAddr>,
     /// Record every node's MMIO/DMA trace to this file (JSON lines).
@@ -363,6 +365,9 @@ fn start_node(opts: &RunOptions, img: &Image, topo: &Topology, index: usize, com
     if let Some(prefix) = &opts.pcap {
         let file = if opts.commands.len() > 1 { PathBuf::from(format!("{}.{}", prefix.display(), node.name)) } else { prefix.clone() };
         server_cmd.arg("--pcap").arg(file);
+        if let Some(mib) = opts.pcap_max_mib {
+            server_cmd.arg("--pcap-max-mib").arg(mib.to_string());
+        }
     }
     if std::env::var_os("RUST_LOG").is_none() {
         server_cmd.env("RUST_LOG", "info");

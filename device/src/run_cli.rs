@@ -48,6 +48,9 @@ pub struct RunArgs {
     /// Capture every frame of the nodes' ports (pcap; with several nodes: FILE.<node> each).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Stop recording once a node's pcap file would pass this size (MiB; default 256).
+    #[arg(long, value_name = "MIB", requires = "pcap")]
+    pcap_max_mib: Option<u64>,
     /// Join this L2 segment instead of one of the run's own: GROUP:PORT[@INTERFACE-ADDRESS]
     /// (multicast: to put plain QEMU guests or another run on the same segment), or, for a
     /// run of one node, vxlan:VNI@LOCAL-IP[:PORT],remote=IP[:PORT],... or tap:NAME
@@ -91,6 +94,7 @@ impl RunArgs {
             keep,
             stats,
             pcap,
+            pcap_max_mib,
             segment,
             trace,
             on,
@@ -140,6 +144,7 @@ impl RunArgs {
             keep_workdir: keep,
             stats_file: stats,
             pcap,
+            pcap_max_mib,
             segment,
             trace_file: trace,
         };

@@ -7,12 +7,13 @@
 //! a socket thread that serves a client until it disconnects, resets the function and
 //! accepts the next one (QEMU restarts, a test client comes and goes). A panic inside the
 //! vfio-user library while handling a hostile message ends that connection only. The
-//! control socket has its own thread too (its requests lock functions; the loop never
-//! takes a function lock). The node's MMIO/DMA trace (`iotrace` control requests) is
-//! shared by every function's vfio-user adapter and every RNIC's DMA router.
+//! control socket (`control`) has its own threads too (its requests lock functions; the
+//! loop never takes a function lock). The node's MMIO/DMA trace (`iotrace` control
+//! requests) is shared by every function's vfio-user adapter and every RNIC's DMA router.
 
+use crate::control::{self, Control};
 use crate::evloop::{self, LoopHandle, NodeEngine, NodeEngines, NodeGpu};
-use crate::fabric::port::{self, FabricPort};
+use crate::fabric::port::FabricPort;
 use crate::fabric::segment::{self, MulticastAddr, SegmentAddr};
 use crate::vfio::{self, Backend, SharedFunction};
 use anyhow::Context;
@@ -39,6 +40,8 @@ pub struct ServeOptions {
     pub gpu_mem_dir: Option<PathBuf>,
     /// Capture the node's fabric traffic to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// The capture file's size bound (None: `fabric::pcap::DEFAULT_MAX_BYTES`).
+    pub pcap_max_bytes: Option<u64>,
     /// The L2 segment the node's port joins (None: [`default_segment`] of the topology).
     pub segment: Option<SegmentAddr>,
 }
@@ -78,6 +81,12 @@ impl NodeDevices {
         let mut gpus = Vec::new();
         let (mut ports, mut engines, mut gpu_engines) = (Vec::new(), Vec::new(), Vec::new());
         let io = Arc::new(IoTrace::default());
+        if let Some(dir) = &opts.gpu_mem_dir {
+            // The files are opened without following a symlink; the directory must not be one either.
+            let meta = std::fs::symlink_metadata(dir).with_context(|| format!("--gpu-mem-dir {}", dir.display()))?;
+            anyhow::ensure!(meta.is_dir(), "--gpu-mem-dir {}: not a directory (a symlink is refused)", dir.display());
+        }
+        let pcap = opts.pcap.as_deref().map(|p| (p, opts.pcap_max_bytes.unwrap_or(crate::fabric::pcap::DEFAULT_MAX_BYTES)));
         for dev in node.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
             let name = format!("{}-{}", node.name, dev.id);
             let mem = match &opts.gpu_mem_dir {
@@ -101,7 +110,7 @@ impl NodeDevices {
             rnic.arm_faults(&node.faults).map_err(|e| anyhow::anyhow!("node {}: faults.pcie: {e}", node.name))?;
             let port = match address {
                 Some(a) => Some(Arc::new(
-                    FabricPort::bind(a, segment.clone(), rnic.eth_shared(), &node.faults, opts.pcap.as_deref(), rnic.stats_block())
+                    FabricPort::bind(a, segment.clone(), rnic.eth_shared(), &node.faults, pcap, rnic.stats_block())
                         .map_err(|e| anyhow::anyhow!("joining the fabric segment {segment}: {e}"))?,
                 )),
                 None => None,
@@ -191,7 +200,8 @@ pub fn segment_stats_key(node: &str) -> String {
 }
 
 /// Every function's counters as JSON, and the process's own under `<node>-server`:
-/// {"<function>": {"<counter>": value, ...}, ..., "<node>-server": {"log_lines_suppressed": n}},
+/// {"<function>": {"<counter>": value, ...}, ..., "<node>-server": {"log_lines_suppressed": n,
+/// "control_...": n (`control::counters`)}},
 /// with the fabric segment's under `<node>-segment` when the node has a port
 /// (`fabric::segment::SegmentStats`).
 pub fn stats_json_with_ports(node: &str, functions: &[(PathBuf, SharedFunction)], ports: &[Arc<FabricPort>]) -> serde_json::Value {
@@ -207,8 +217,10 @@ pub fn stats_json_with_ports(node: &str, functions: &[(PathBuf, SharedFunction)]
 /// the segment.
 pub fn stats_json(node: &str, functions: &[(PathBuf, SharedFunction)]) -> serde_json::Value {
     let mut all = serde_json::Map::new();
-    let server = serde_json::json!({ "log_lines_suppressed": rnic_emu_core::ratelimit::suppressed_total() });
-    all.insert(server_stats_key(node), server);
+    let mut server = serde_json::Map::new();
+    server.insert("log_lines_suppressed".into(), rnic_emu_core::ratelimit::suppressed_total().into());
+    server.extend(control::counters().into_iter().map(|(k, v)| (k.to_string(), v.into())));
+    all.insert(server_stats_key(node), server.into());
     for (_, f) in functions {
         let f = vfio::lock(f);
         let counters: serde_json::Map<String, serde_json::Value> =
@@ -216,39 +228,6 @@ pub fn stats_json(node: &str, functions: &[(PathBuf, SharedFunction)]) -> serde_
         all.insert(f.name().to_string(), counters.into());
     }
     all.into()
-}
-
-/// `faults tx|rx key=value ...` changes the fault injection of the node's fabric port.
-fn control_faults(ports: &[Arc<FabricPort>], request: &str) -> Result<String, String> {
-    let mut words = request.split_whitespace().skip(1);
-    let dir = words.next();
-    let Some(port) = ports.first() else { return Err("this node has no fabric".into()) };
-    let f = port::parse_faults(words)?;
-    match dir {
-        Some("tx") => port.set_faults(Some(f), None),
-        Some("rx") => port.set_faults(None, Some(f)),
-        _ => return Err("expected 'faults tx|rx key=value ...'".into()),
-    }
-    Ok(format!("{} faults set", dir.unwrap_or("")))
-}
-
-/// Hands a control request to the node (fabric faults) or the first function that takes it.
-fn control(functions: &[(PathBuf, SharedFunction)], ports: &[Arc<FabricPort>], request: &str) -> String {
-    if request.split_whitespace().next() == Some("faults") {
-        return match control_faults(ports, request) {
-            Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
-            Err(e) => serde_json::json!({ "error": e }).to_string(),
-        };
-    }
-    for (_, f) in functions {
-        match vfio::lock(f).control(request) {
-            Some(Ok(msg)) => return serde_json::json!({ "ok": msg }).to_string(),
-            Some(Err(e)) => return serde_json::json!({ "error": e }).to_string(),
-            None => {}
-        }
-    }
-    let shown: String = request.chars().take(64).collect();
-    serde_json::json!({ "error": format!("unknown request '{shown}'") }).to_string()
 }
 
 /// Sends one control request to a running node server; returns its JSON reply.
@@ -261,36 +240,6 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line)?;
     Ok(serde_json::from_str(&line)?)
-}
-
-/// Answers `stats` requests on the control socket (one JSON line per request line).
-fn serve_control(
-    node: String,
-    listener: std::os::unix::net::UnixListener,
-    functions: Vec<(PathBuf, SharedFunction)>,
-    ports: Vec<Arc<FabricPort>>,
-    io: Arc<IoTrace>,
-) {
-    use std::io::{BufRead, BufReader, Write};
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-        let Ok(mut out) = conn.try_clone() else { continue };
-        for line in BufReader::new(conn).lines().take(64) {
-            let Ok(line) = line else { break };
-            let reply = match line.trim() {
-                "stats" => stats_json_with_ports(&node, &functions, &ports).to_string(),
-                other if other.split_whitespace().next() == Some("iotrace") => match io.control(&other["iotrace".len()..]) {
-                    Ok(msg) => serde_json::json!({ "ok": msg }).to_string(),
-                    Err(e) => serde_json::json!({ "error": e }).to_string(),
-                },
-                other => control(&functions, &ports, other),
-            };
-            if writeln!(out, "{reply}").is_err() {
-                break;
-            }
-        }
-    }
 }
 
 /// Serves a node until SIGINT/SIGTERM, then removes its sockets.
@@ -311,8 +260,9 @@ pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::R
     let ctl = control_path(&opts.socket_dir, &node.name);
     let _ = std::fs::remove_file(&ctl);
     let listener = std::os::unix::net::UnixListener::bind(&ctl).with_context(|| format!("binding {}", ctl.display()))?;
-    let name = node.name.clone();
-    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || serve_control(name, listener, functions, ports, io))?;
+    let ctx = Control { node: node.name.clone(), functions, ports, io };
+    let ctl_path = ctl.clone();
+    std::thread::Builder::new().name(format!("{}-control", node.name)).spawn(move || control::serve(ctx, listener, &ctl_path))?;
     paths.push(ctl);
     log::info!("node {} ready ({} functions)", node.name, paths.len());
     // Until the signal: once a second, report what the log limiters suppressed in an

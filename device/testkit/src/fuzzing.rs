@@ -16,10 +16,12 @@ use std::sync::Arc;
 
 const RAM: u64 = 1 << 20;
 
+mod control;
 pub mod frame;
 mod layout;
 mod verbs_ops;
 mod wire;
+pub use control::control;
 pub use frame::frame;
 pub use verbs_ops::{dbpage, verbs_ops, verbs_pair};
 
@@ -342,6 +344,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("verbs_pair", verbs_pair),
     ("dbpage", dbpage),
     ("frame", frame),
+    ("control", control),
 ];
 
 /// The pseudo-random bytes the smoke tests use: `n` bytes of the seeded generator.
@@ -493,6 +496,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "verbs_pair" => verbs_ops::pair_seeds(),
         "dbpage" => verbs_ops::page_seeds(),
         "frame" => frame::seeds(),
+        "control" => control::seeds(),
         "bar0" => {
             // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
             // a narrow read, config reads and a command write, as the unit tests do.

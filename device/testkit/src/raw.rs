@@ -4,9 +4,11 @@
 //! error), then the command's payload (vfio-user spec §"Message format").
 
 use std::io::{Read, Write};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
+use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 pub const DMA_MAP: u16 = 2;
 pub const SET_IRQS: u16 = 8;
@@ -28,6 +30,11 @@ impl Raw {
 
     /// Sends one command; returns the reply payload or the reply's error number.
     pub fn call(&mut self, command: u16, payload: &[u8]) -> Result<Vec<u8>, u32> {
+        self.call_with_fds(command, payload, &[])
+    }
+
+    /// Sends one command with `fds` attached (SCM_RIGHTS); returns as [`Raw::call`].
+    pub fn call_with_fds(&mut self, command: u16, payload: &[u8], fds: &[RawFd]) -> Result<Vec<u8>, u32> {
         self.id = self.id.wrapping_add(1);
         let mut msg = Vec::with_capacity(16 + payload.len());
         msg.extend_from_slice(&self.id.to_le_bytes());
@@ -36,7 +43,12 @@ impl Raw {
         msg.extend_from_slice(&0u32.to_le_bytes()); // command
         msg.extend_from_slice(&0u32.to_le_bytes());
         msg.extend_from_slice(payload);
-        self.s.write_all(&msg).expect("send");
+        if fds.is_empty() {
+            self.s.write_all(&msg).expect("send");
+        } else {
+            let sent = self.s.send_with_fds(&[&msg[..]], fds).expect("send with fds");
+            assert_eq!(sent, msg.len(), "short send");
+        }
         let mut hdr = [0u8; 16];
         self.s.read_exact(&mut hdr).expect("reply header (server hung or died?)");
         let size = u32::from_le_bytes(hdr[4..8].try_into().unwrap()) as usize;
@@ -70,20 +82,30 @@ impl Raw {
 
     /// A DMA_MAP without an fd (as QEMU sends for peer BAR ranges).
     pub fn dma_map(&mut self, iova: u64, size: u64) -> Result<(), u32> {
+        self.dma_map_fds(iova, size, &[])
+    }
+
+    /// A DMA_MAP of `fds` (guest RAM at file offset 0; any kind of fd).
+    pub fn dma_map_fds(&mut self, iova: u64, size: u64, fds: &[RawFd]) -> Result<(), u32> {
         let mut p = 32u32.to_le_bytes().to_vec();
         p.extend_from_slice(&3u32.to_le_bytes()); // read | write
         p.extend_from_slice(&0u64.to_le_bytes());
         p.extend_from_slice(&iova.to_le_bytes());
         p.extend_from_slice(&size.to_le_bytes());
-        self.call(DMA_MAP, &p).map(|_| ())
+        self.call_with_fds(DMA_MAP, &p, fds).map(|_| ())
     }
 
     /// SET_IRQS without fds.
     pub fn set_irqs(&mut self, index: u32, flags: u32, start: u32, count: u32) -> Result<(), u32> {
+        self.set_irqs_fds(index, flags, start, count, &[])
+    }
+
+    /// SET_IRQS with `fds` attached (any kind of fd: a hostile client's choice).
+    pub fn set_irqs_fds(&mut self, index: u32, flags: u32, start: u32, count: u32, fds: &[RawFd]) -> Result<(), u32> {
         let mut p = 20u32.to_le_bytes().to_vec();
         for v in [flags, index, start, count] {
             p.extend_from_slice(&v.to_le_bytes());
         }
-        self.call(SET_IRQS, &p).map(|_| ())
+        self.call_with_fds(SET_IRQS, &p, fds).map(|_| ())
     }
 }

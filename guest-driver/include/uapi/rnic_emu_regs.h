@@ -219,7 +219,10 @@
 #define RNIC_STAT_PKEY_VIOLATIONS    45           /* RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10) */
 #define RNIC_STAT_STALE_DOORBELLS    46           /* SQ/RQ doorbells ignored because their index was behind the producer index already taken (minor 10) */
 #define RNIC_STAT_ROCE_BAD_SOURCE    47           /* RoCE packets dropped for an impossible source: a group or, from the segment, the port's own MAC; a multicast, broadcast, unspecified, loopback or own source address; UDP source port 0 (minor 10; counted in ETH_RX_ERRORS before) */
-#define RNIC_STAT_COUNT              48           /* number of counters */
+#define RNIC_STAT_WIRE_DELAYED       48           /* frames the wire's delay_us fault held back before sending (minor 10) */
+#define RNIC_STAT_WIRE_DELAY_DROPS   49           /* frames dropped because the wire already held its bound of delayed frames (minor 10) */
+#define RNIC_STAT_PCAP_DROPPED       50           /* frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10) */
+#define RNIC_STAT_COUNT              51           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -270,6 +273,9 @@
 	[RNIC_STAT_PKEY_VIOLATIONS] = "pkey_violations", \
 	[RNIC_STAT_STALE_DOORBELLS] = "stale_doorbells", \
 	[RNIC_STAT_ROCE_BAD_SOURCE] = "roce_bad_source", \
+	[RNIC_STAT_WIRE_DELAYED] = "wire_delayed", \
+	[RNIC_STAT_WIRE_DELAY_DROPS] = "wire_delay_drops", \
+	[RNIC_STAT_PCAP_DROPPED] = "pcap_dropped", \
 }
 
 /* Descriptor constants */

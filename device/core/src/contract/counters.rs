@@ -66,6 +66,9 @@ counters! {
     PkeyViolations, "RoCE packets for a connected QP dropped for a P_Key outside the default partition 0xffff (minor 10)";
     StaleDoorbells, "SQ/RQ doorbells ignored because their index was behind the producer index already taken (minor 10)";
     RoceBadSource, "RoCE packets dropped for an impossible source: a group or, from the segment, the port's own MAC; a multicast, broadcast, unspecified, loopback or own source address; UDP source port 0 (minor 10; counted in ETH_RX_ERRORS before)";
+    WireDelayed, "frames the wire's delay_us fault held back before sending (minor 10)";
+    WireDelayDrops, "frames dropped because the wire already held its bound of delayed frames (minor 10)";
+    PcapDropped, "frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -2,7 +2,8 @@
 //!
 //! - [`pci`]: configuration space and capabilities; [`msix`]: interrupts; [`regfile`]: a
 //!   BAR register block driven by a table of [`crate::regs`]; [`shm`]: shared memory
-//!   (BARs QEMU maps directly, guest RAM);
+//!   (BARs QEMU maps directly, guest RAM); [`sigbus`]: surviving a truncated named file
+//!   under a mapping;
 //! - [`mem`]: the client's DMA maps, the DMA router (guest RAM or a GPU's BAR1, through a
 //!   switch or the root complex) and the segment accesses the engine moves payload with;
 //! - [`pcie_fault`]: PCIe-side fault injection (docs/faults.md); the fabric's wire faults
@@ -19,4 +20,5 @@ pub mod pci;
 pub mod pcie_fault;
 pub mod regfile;
 pub mod shm;
+pub mod sigbus;
 pub mod topology;

@@ -7,6 +7,10 @@
 //! A DATA_EVENTFD request that carries no fds de-assigns its vectors: QEMU cannot pass the
 //! fd -1 it uses for "no eventfd" over the socket, so it sends such runs without fds
 //! (it does this on MSI-X enable, for vector 0, before the guest requests any vector).
+//! Only eventfds are taken (a pipe or socket whose reader never reads would block the
+//! writer), each is made non-blocking, and a vector is raised outside the vectors' lock:
+//! a full eventfd (a client wrote it to its limit) loses that message, it never stalls
+//! the raiser (the node's event loop).
 
 use crate::platform::pcie_fault::PcieFaults;
 use std::fs::File;
@@ -27,13 +31,33 @@ pub enum IrqError {
     FdCount { fds: usize, count: u32 },
     #[error("unsupported SET_IRQS flags {0:#x}")]
     Flags(u32),
+    #[error("SET_IRQS fd for vector {vector} is not an eventfd ({what})")]
+    NotEventfd { vector: u32, what: String },
+}
+
+/// Checks that `fd` is an eventfd and makes it non-blocking (QEMU's own are already).
+/// An eventfd is an anonymous inode whose `/proc/self/fd` link reads `anon_inode:[eventfd]`.
+pub fn checked_eventfd(fd: &File) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let raw = fd.as_raw_fd();
+    let link = std::fs::read_link(format!("/proc/self/fd/{raw}")).map_err(|e| format!("reading its /proc link: {e}"))?;
+    if link.as_os_str() != "anon_inode:[eventfd]" {
+        return Err(link.display().to_string());
+    }
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own; results checked.
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(format!("making it non-blocking: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// The eventfds of a function's MSI-X vectors; shared by the socket thread (SET_IRQS) and
 /// whoever raises interrupts (register self-test, the verbs engine), behind a narrow lock.
 pub struct Interrupts {
     count: usize,
-    vectors: Mutex<Vec<Option<File>>>,
+    vectors: Mutex<Vec<Option<Arc<File>>>>,
     raised: AtomicU64,
     /// PCIe-side faults: a message may be lost on the way (docs/faults.md).
     faults: Arc<PcieFaults>,
@@ -58,7 +82,7 @@ impl Interrupts {
         self.raised.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<File>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Arc<File>>>> {
         self.vectors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -104,8 +128,11 @@ impl Interrupts {
                 if fds.len() != slots.len() {
                     return Err(IrqError::FdCount { fds: fds.len(), count });
                 }
+                for (vector, fd) in (start..).zip(&fds) {
+                    checked_eventfd(fd).map_err(|what| IrqError::NotEventfd { vector, what })?;
+                }
                 for (slot, fd) in slots.iter_mut().zip(fds) {
-                    *slot = Some(fd);
+                    *slot = Some(Arc::new(fd));
                 }
                 Ok(())
             }
@@ -125,14 +152,18 @@ impl Interrupts {
 
     /// Raises `vector` past the fault hook (a spurious message is injected this way).
     pub fn inject(&self, vector: usize) -> bool {
-        let mut vectors = self.lock();
-        let Some(Some(fd)) = vectors.get_mut(vector) else {
+        let Some(Some(fd)) = self.lock().get(vector).cloned() else {
             return false;
         };
-        match fd.write_all(&1u64.to_ne_bytes()) {
-            Ok(()) => {
+        // Non-blocking (see checked_eventfd): a full eventfd fails with EAGAIN.
+        match (&*fd).write(&1u64.to_ne_bytes()) {
+            Ok(8) => {
                 self.raised.fetch_add(1, Ordering::Relaxed);
                 true
+            }
+            Ok(n) => {
+                crate::guest_warn!("raising MSI-X vector {vector}: short eventfd write ({n} bytes)");
+                false
             }
             Err(e) => {
                 crate::guest_warn!("raising MSI-X vector {vector}: {e}");
@@ -185,5 +216,24 @@ mod tests {
         assert!(!irqs.trigger(1), "a fd-less DATA_EVENTFD request de-assigns the vector");
         assert!(matches!(irqs.set(0x7f, 0, 1, vec![]), Err(IrqError::Flags(_))));
         assert!(!irqs.trigger(usize::MAX));
+    }
+
+    #[test]
+    fn only_eventfds_are_taken_and_a_full_one_never_blocks() {
+        let irqs = Interrupts::new(4);
+        let (rd, wr) = std::io::pipe().unwrap();
+        let pipe = File::from(std::os::fd::OwnedFd::from(wr));
+        assert!(matches!(irqs.set(TRIGGER_FD, 0, 1, vec![pipe]), Err(IrqError::NotEventfd { vector: 0, .. })));
+        assert!(!irqs.trigger(0), "the refused fd was not installed");
+        let fd = eventfd();
+        let mut peer = fd.try_clone().unwrap();
+        irqs.set(TRIGGER_FD, 0, 1, vec![fd]).unwrap();
+        // The client fills its eventfd to the limit: the raise fails instead of blocking.
+        peer.write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
+        assert!(!irqs.trigger(0));
+        let mut b = [0u8; 8];
+        peer.read_exact(&mut b).unwrap();
+        assert!(irqs.trigger(0), "delivered again once drained");
+        drop(rd);
     }
 }

@@ -5,7 +5,8 @@
 //!   engine's [`Mailbox`] kicks its `EventFd` when the loop sleeps);
 //! - a fabric segment socket (or TAP device) becoming readable (datagrams, or frames, are
 //!   then taken in batches);
-//! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait);
+//! - the `TimerFd`, armed to the earliest engine deadline (retransmission, RNR wait) or
+//!   fabric port deadline (a frame the wire's `delay_us` fault holds);
 //! - a GPU copy-engine launch (the GPU's mailbox kicks the same way); a launch runs in
 //!   steps of `gpu::engine::STEP` bytes per pass and completes with its interrupt here;
 //! - the stop `EventFd` ([`LoopHandle`] dropped).
@@ -208,7 +209,8 @@ impl LoopWork for NodeEngines {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.engines.iter().filter_map(|e| e.runner.next_deadline()).min()
+        let ports = self.engines.iter().filter_map(|e| e.port.as_ref().and_then(|p| p.next_deadline()));
+        self.engines.iter().filter_map(|e| e.runner.next_deadline()).chain(ports).min()
     }
 
     fn prepare_sleep(&mut self) -> bool {

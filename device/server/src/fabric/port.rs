@@ -10,6 +10,9 @@
 //! sorts every frame as a NIC's receive path does: malformed (dropped, counted), for
 //! another MAC (filtered), RoCE for this port (decoded and checked into one reused packet
 //! for the engine), or anything else for the netdev. The port owns no thread.
+//! A `delay_us` fault never sleeps: a delayed frame waits in a bounded queue
+//! ([`MAX_DELAYED`]) until its time, which the event loop's timer serves
+//! ([`FabricPort::next_deadline`]; released by [`FabricPort::flush`]).
 
 use super::batch::{Pool, RecvBatch, BATCH};
 use super::pcap::PcapWriter;
@@ -22,11 +25,12 @@ use rnic_emu_core::rnic::eth::EthShared;
 use rnic_emu_core::rnic::fabric::frame::{encode_roce, Mac, RoceAddr, ETHERTYPE_IPV6, ETH_HLEN};
 use rnic_emu_core::rnic::fabric::packet::Packet;
 use rnic_emu_core::rnic::verbs::transport::{Dest, Wire};
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Applies one direction's faults to a datagram: what to deliver, in order. The decisions
 /// come from a generator seeded by the node's `seed` ([`rnic_emu_core::prng`]), so they
@@ -78,6 +82,8 @@ struct TxState {
     pool: Pool,
     /// Scratch for the fault decisions of one frame.
     out: Vec<Vec<u8>>,
+    /// Frames the delay fault holds: (when to send, frame, is RoCE), in order.
+    delayed: VecDeque<(Instant, Vec<u8>, bool)>,
 }
 
 /// Receive side: faults, the batch buffers and the packet every RoCE frame decodes into.
@@ -92,6 +98,9 @@ struct RxState {
 /// Frames queued before `send` flushes by itself (the event loop flushes after every
 /// engine pass; this bounds what one long pass holds back).
 const MAX_QUEUED: usize = 4 * BATCH;
+
+/// Frames the `delay_us` fault holds at once; one more is dropped (`WIRE_DELAY_DROPS`).
+pub const MAX_DELAYED: usize = 4096;
 
 /// The largest frame the port takes from the segment: the largest MTU plus the Ethernet
 /// header.
@@ -138,12 +147,13 @@ impl FabricPort {
         segment: SegmentAddr,
         eth: Arc<EthShared>,
         faults: &NodeFaults,
-        pcap: Option<&Path>,
+        pcap: Option<(&Path, u64)>,
         stats: Arc<Stats>,
     ) -> std::io::Result<FabricPort> {
         let segment = Segment::join(&segment)?;
-        let pcap = pcap.map(PcapWriter::create).transpose()?.map(Mutex::new);
-        let tx = TxState { faults: FaultState::new(faults.tx, faults.seed), queue: Vec::new(), pool: Pool::default(), out: Vec::new() };
+        let pcap = pcap.map(|(p, max)| PcapWriter::create(p, max)).transpose()?.map(Mutex::new);
+        let tx =
+            TxState { faults: FaultState::new(faults.tx, faults.seed), queue: Vec::new(), pool: Pool::default(), out: Vec::new(), delayed: VecDeque::new() };
         let rx = RxState {
             faults: FaultState::new(faults.rx, faults.seed ^ 0x5eed),
             batch: RecvBatch::default(),
@@ -188,14 +198,19 @@ impl FabricPort {
 
     fn capture(&self, frame: &[u8]) {
         if let Some(p) = &self.pcap {
-            if let Err(e) = lock(p).frame(frame) {
-                log::warn!("pcap: {e}");
+            match lock(p).frame(frame) {
+                Ok(true) => {}
+                Ok(false) => self.stats.inc(Counter::PcapDropped),
+                Err(e) => {
+                    self.stats.inc(Counter::PcapDropped);
+                    rnic_emu_core::guest_warn!("pcap: {e}");
+                }
             }
         }
     }
 
     /// Queues a RoCE packet for `dst` (through the transmit faults); it leaves with the
-    /// next [`FabricPort::flush`]. A configured delay is waited here, as a slow link. An
+    /// next [`FabricPort::flush`] (a configured delay holds it longer, as a slow link). An
     /// IPv4 destination is sent from `dst.src` or the port's address; an IPv6 one from its
     /// `dst.src` (the engine always gives one; a destination without it is dropped).
     pub fn send(&self, dst: &Dest, pkt: &Packet) {
@@ -229,12 +244,42 @@ impl FabricPort {
     }
 
     fn queue_frame(&self, data: Vec<u8>, roce: bool) {
-        let delay = lock(&self.tx).faults.cfg.delay_us;
-        if delay > 0 {
-            std::thread::sleep(Duration::from_micros(delay));
-        }
         let mut tx = lock(&self.tx);
-        let TxState { faults, queue, out, .. } = &mut *tx;
+        let delay = tx.faults.cfg.delay_us;
+        if delay > 0 || !tx.delayed.is_empty() {
+            // Behind the frames already held (a wire keeps its order), never sleeping.
+            if tx.delayed.len() >= MAX_DELAYED {
+                self.stats.inc(Counter::WireDelayDrops);
+                rnic_emu_core::guest_warn!("fabric port {}: {MAX_DELAYED} delayed frames held; frame dropped", self.address);
+                tx.pool.put(data);
+                return;
+            }
+            self.stats.inc(Counter::WireDelayed);
+            let now = Instant::now();
+            // delay_us is at most a second (WireFaults::validate); checked all the same.
+            tx.delayed.push_back((now.checked_add(Duration::from_micros(delay)).unwrap_or(now), data, roce));
+            return;
+        }
+        self.queue_now(&mut tx, data, roce);
+    }
+
+    /// When the earliest delayed frame is due (the event loop's timer wakes it then).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        lock(&self.tx).delayed.front().map(|d| d.0)
+    }
+
+    /// Queues the delayed frames whose time has come.
+    fn release_due(&self, tx: &mut TxState) {
+        let now = Instant::now();
+        while tx.delayed.front().is_some_and(|d| d.0 <= now) {
+            if let Some((_, data, roce)) = tx.delayed.pop_front() {
+                self.queue_now(tx, data, roce);
+            }
+        }
+    }
+
+    fn queue_now(&self, tx: &mut TxState, data: Vec<u8>, roce: bool) {
+        let TxState { faults, queue, out, .. } = tx;
         if faults.passes_all() {
             out.push(data);
         } else {
@@ -257,13 +302,15 @@ impl FabricPort {
             queue.push((self.segment.destination(&dst), d));
         }
         if queue.len() >= MAX_QUEUED {
-            self.flush_locked(&mut tx);
+            self.flush_locked(tx);
         }
     }
 
-    /// Sends everything queued (`sendmmsg`, up to [`BATCH`] frames a call).
+    /// Sends everything queued (`sendmmsg`, up to [`BATCH`] frames a call), delayed
+    /// frames whose time has come included.
     pub fn flush(&self) {
         let mut tx = lock(&self.tx);
+        self.release_due(&mut tx);
         if !tx.queue.is_empty() {
             self.flush_locked(&mut tx);
         }

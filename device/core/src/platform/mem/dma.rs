@@ -83,6 +83,7 @@ impl DmaMaps {
         }
         let map = match fd {
             Some(file) => {
+                crate::platform::shm::check_dma_fd(&file).map_err(DmaError::Mmap)?;
                 let len = usize::try_from(size).map_err(|_| bad)?;
                 let region = MmapRegion::from_file(FileOffset::new(file, fd_offset), len).map_err(|e| DmaError::Mmap(e.to_string()))?;
                 Some(Arc::new(region))
