@@ -12,7 +12,8 @@
  *   the Ethernet port's frames, bytes, errors, no-buffer and filtered drops, the RoCE
  *   packets and their ICRC, sequence, duplicate, retransmission and RNR events, and on a
  *   device of contract 1.9 the ones over IPv6, the responses the requester refused, and
- *   (RNIC_CAP_ETH_OFFLOAD) the checksums and TSO frames and segments), then the driver's
+ *   (RNIC_CAP_ETH_OFFLOAD) the checksums and TSO frames and segments; of 1.10 the RoCE
+ *   packets dropped for their P_Key or an impossible source), then the driver's
  *   own ring counters. Once the RNIC is gone the last values read are shown.
  *
  * An older device (no RNIC_CAP_ETH) has no Ethernet port: its netdev lists only the
@@ -54,8 +55,12 @@ static const u16 rnic_eth_hw_stats[] = {
 	RNIC_STAT_ETH_TX_CSUM,
 	RNIC_STAT_ETH_TSO_FRAMES,
 	RNIC_STAT_ETH_TSO_SEGMENTS,
+	/* contract 1.10: the last RNIC_ETH_HW_MINOR10 entries */
+	RNIC_STAT_PKEY_VIOLATIONS,
+	RNIC_STAT_ROCE_BAD_SOURCE,
 };
-#define RNIC_ETH_HW_MINOR9	6
+#define RNIC_ETH_HW_MINOR10	2
+#define RNIC_ETH_HW_MINOR9	(6 + RNIC_ETH_HW_MINOR10)
 
 static const char *const rnic_eth_hw_names[RNIC_STAT_COUNT] = RNIC_STAT_NAMES_INIT;
 
@@ -104,6 +109,8 @@ static unsigned int rnic_eth_n_hw(const struct rnic_eth *eth)
 		return 0;
 	if (rnic_version_minor(eth->nic->rd.version) < 9)
 		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR9;
+	if (rnic_version_minor(eth->nic->rd.version) < 10)
+		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR10;
 	return ARRAY_SIZE(rnic_eth_hw_stats);
 }
 
