@@ -24,21 +24,19 @@ struct Node {
     dir: tempfile::TempDir,
 }
 
+/// `rnic-emu serve` of single-switch with its sockets in `dir` and GPU memory in `mem`.
+fn serve(dir: &std::path::Path, mem: &std::path::Path) -> Command {
+    let mut c = Command::new(bin());
+    c.args(["serve", "--topology"]).arg(topology("single-switch")).arg("--socket-dir").arg(dir).arg("--gpu-mem-dir").arg(mem).stdin(Stdio::null());
+    c
+}
+
 impl Node {
     fn start() -> Node {
         let dir = tempfile::tempdir().unwrap();
         let mem = dir.path().join("mem");
         std::fs::create_dir(&mem).unwrap();
-        let child = Command::new(bin())
-            .args(["serve", "--topology"])
-            .arg(topology("single-switch"))
-            .arg("--socket-dir")
-            .arg(dir.path())
-            .arg("--gpu-mem-dir")
-            .arg(&mem)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = serve(dir.path(), &mem).spawn().unwrap();
         let node = Node { _proc: Proc(child), dir };
         let (r, g) = (node.sock("rnic0"), node.sock("gpu0"));
         assert!(wait_until(Duration::from_secs(10), || r.exists() && g.exists()), "server did not come up");
@@ -304,17 +302,7 @@ fn a_symlinked_gpu_mem_dir_is_refused() {
     std::fs::create_dir(&real).unwrap();
     let link = dir.path().join("mem");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let child = Command::new(bin())
-        .args(["serve", "--topology"])
-        .arg(topology("single-switch"))
-        .arg("--socket-dir")
-        .arg(dir.path())
-        .arg("--gpu-mem-dir")
-        .arg(&link)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = serve(dir.path(), &link).stderr(Stdio::null()).spawn().unwrap();
     let mut server = Proc(child);
     let mut status = None;
     wait_until(Duration::from_secs(20), || {
