@@ -242,8 +242,27 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
     Ok(serde_json::from_str(&line)?)
 }
 
+/// glibc's malloc arenas the server process may have. Clients come and go on threads (a
+/// vfio-user connection's, a control client's), and glibc gives an allocating thread an
+/// arena of its own, up to 8 per CPU, that stays mapped for the life of the process: a
+/// client that connects often grows the server's mappings until that bound. Two (the main
+/// one and one shared by every thread) keep the footprint fixed after the first client;
+/// the loop's packet path does not allocate, so the shared arena is not contended.
+const MALLOC_ARENAS: i32 = 2;
+
+/// Bounds glibc's malloc arenas to [`MALLOC_ARENAS`] (other C libraries: nothing to do).
+fn bound_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a tuning parameter of the allocator; it is called before
+    // the node's threads start.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+    }
+}
+
 /// Serves a node until SIGINT/SIGTERM, then removes its sockets.
 pub fn run_node(topo: &Topology, index: usize, opts: &ServeOptions) -> anyhow::Result<()> {
+    bound_malloc_arenas();
     let node = &topo.nodes[index];
     std::fs::create_dir_all(&opts.socket_dir).with_context(|| format!("creating the socket directory {}", opts.socket_dir.display()))?;
     let devices = NodeDevices::build(topo, index, opts)?;
