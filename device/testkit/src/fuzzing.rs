@@ -114,6 +114,9 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
         return Vec::new();
     };
     let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new(), None) else { return Vec::new() };
+    // As a driver's probe does (memory decoding, bus mastering); the input may turn them off.
+    let _ = rnic.config_mut().write(0x04, &0x6u16.to_le_bytes());
+    rnic.config_written();
     let Ok((ram, fd)) = test_ram(BAR0_RAM) else { return Vec::new() };
     let map =
         |rnic: &Rnic, iova: u64, size: u64, fd: Option<std::fs::File>, off: u64| rnic.dma().write().unwrap_or_else(|p| p.into_inner()).map(iova, size, fd, off);
@@ -133,6 +136,7 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
             }
             3 => {
                 let _ = rnic.config_mut().write(offset as usize, &buf[..len]);
+                rnic.config_written();
             }
             4 => {
                 let (iova, size, fd_offset) = bar0_map(&r);

@@ -216,7 +216,9 @@
 #define RNIC_STAT_ETH_TX_CSUM        42           /* transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9) */
 #define RNIC_STAT_ETH_TSO_FRAMES     43           /* TX_TSO frames the Ethernet port cut into segments (minor 9) */
 #define RNIC_STAT_ETH_TSO_SEGMENTS   44           /* segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9) */
-#define RNIC_STAT_COUNT              45           /* number of counters */
+#define RNIC_STAT_ENGINE_TIMEOUTS    45           /* calls into the verbs engine (command, RESET, DMA_CTRL, ETH_CTRL) abandoned after the command timeout: never run, the device FATAL until a reset (minor 10) */
+#define RNIC_STAT_BUS_MASTER_ERRORS  46           /* DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10) */
+#define RNIC_STAT_COUNT              47           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -264,6 +266,8 @@
 	[RNIC_STAT_ETH_TX_CSUM] = "eth_tx_csum", \
 	[RNIC_STAT_ETH_TSO_FRAMES] = "eth_tso_frames", \
 	[RNIC_STAT_ETH_TSO_SEGMENTS] = "eth_tso_segments", \
+	[RNIC_STAT_ENGINE_TIMEOUTS] = "engine_timeouts", \
+	[RNIC_STAT_BUS_MASTER_ERRORS] = "bus_master_errors", \
 }
 
 /* Descriptor constants */
@@ -325,6 +329,7 @@
 #define RNIC_CMD_ERR_DISABLED        0x8          /* the engine is not running */
 #define RNIC_CMD_ERR_FATAL           0x9          /* the engine failed internally (STATUS_FATAL): reset the device */
 #define RNIC_CMD_BUSY                0xa          /* the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset */
+#define RNIC_CMD_ERR_TIMEOUT         0xb          /* (minor 10) the engine did not take the command within the command timeout: it did not run and never will; the device is FATAL and does no DMA until a reset */
 #define RNIC_QP_ERR_NONE             0x0          /* QP error reason */
 #define RNIC_QP_ERR_MODIFY           0x1          /* moved to ERROR by the driver */
 #define RNIC_QP_ERR_BAD_WQE          0x2          /* malformed WQE (opcode, SGE count, inline length) */

@@ -425,6 +425,7 @@ abi_consts!(CMD_STATUS: u32 {
     CMD_ERR_DISABLED = 8, "the engine is not running";
     CMD_ERR_FATAL = 9, "the engine failed internally (STATUS_FATAL): reset the device";
     CMD_BUSY = 10, "the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset";
+    CMD_ERR_TIMEOUT = 11, "(minor 10) the engine did not take the command within the command timeout: it did not run and never will; the device is FATAL and does no DMA until a reset";
 });
 
 abi_consts!(QP_ERRORS: u8 {

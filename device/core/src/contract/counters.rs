@@ -63,6 +63,8 @@ counters! {
     EthTxCsum, "transmitted frames whose checksum the Ethernet port computed (TX_CSUM, TSO segments not counted; minor 9)";
     EthTsoFrames, "TX_TSO frames the Ethernet port cut into segments (minor 9)";
     EthTsoSegments, "segments sent for those frames (each counted in ETH_TX_FRAMES too; minor 9)";
+    EngineTimeouts, "calls into the verbs engine (command, RESET, DMA_CTRL, ETH_CTRL) abandoned after the command timeout: never run, the device FATAL until a reset (minor 10)";
+    BusMasterErrors, "DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -202,7 +202,11 @@ mod tests {
     fn rnic() -> Rnic {
         let t = crate::platform::topology::Topology::parse(crate::platform::topology::samples::SWITCH, "t").unwrap();
         let dev = t.nodes[0].devices.iter().find(|d| d.kind == crate::platform::topology::DeviceKind::Rnic).unwrap();
-        Rnic::new("n-r".into(), dev, Vec::new(), None).unwrap()
+        let mut r = Rnic::new("n-r".into(), dev, Vec::new(), None).unwrap();
+        let on = crate::platform::pci::config::COMMAND_MEMORY | crate::platform::pci::config::COMMAND_BUS_MASTER;
+        r.config_mut().write(crate::platform::pci::config::COMMAND, &on.to_le_bytes());
+        r.config_written();
+        r
     }
 
     fn rd(r: &mut Rnic, off: u64) -> u32 {

@@ -42,6 +42,10 @@ pub enum DmaError {
     Injected { addr: u64, len: usize },
     #[error("DMA read at {addr:#x} returned poisoned data (injected fault)")]
     Poisoned { addr: u64 },
+    #[error("DMA at {addr:#x} refused: PCI bus mastering is off")]
+    BusMaster { addr: u64 },
+    #[error("DMA at {addr:#x} refused: the device is quarantined (a call into its engine was abandoned)")]
+    Quarantined { addr: u64 },
 }
 
 #[derive(Clone)]

@@ -13,6 +13,7 @@
 
 use super::access::{DmaTag, GuestMem, PciePath};
 use super::dma::{DmaError, DmaMaps, MapSet};
+use super::gate::{Closed, DmaGate, Passage};
 use crate::contract::counters::{Counter, Stats};
 use crate::platform::pcie_fault::{Dir, DmaAction, PcieFaults};
 use crate::platform::shm::SharedMemory;
@@ -128,6 +129,8 @@ pub struct Router {
     pub observed_as: Arc<str>,
     /// The function's PCIe-side faults, asked before every access (docs/faults.md).
     pub faults: Arc<PcieFaults>,
+    /// Bus mastering and quarantine, asked before every access ([`super::gate`]).
+    pub gate: Arc<DmaGate>,
 }
 
 /// Where an access lands.
@@ -140,7 +143,16 @@ enum Target<'a> {
 impl Router {
     pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
         let observer = Arc::new(Unobserved);
-        Router { dma, peers, apertures: Arc::new(Default::default()), stats, observer, observed_as: Arc::from(""), faults: Arc::default() }
+        Router {
+            dma,
+            peers,
+            apertures: Arc::new(Default::default()),
+            stats,
+            observer,
+            observed_as: Arc::from(""),
+            faults: Arc::default(),
+            gate: Arc::default(),
+        }
     }
 
     /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
@@ -200,6 +212,19 @@ impl RouterView<'_> {
         }
     }
 
+    /// Passes the function's DMA gate for one access (bus mastering off: counted and
+    /// logged, rate-limited).
+    fn pass_gate(&self, addr: u64) -> Result<Passage<'_>, DmaError> {
+        self.router.gate.enter().map_err(|closed| match closed {
+            Closed::BusMaster => {
+                self.router.stats.inc(Counter::BusMasterErrors);
+                crate::guest_warn!("{}: DMA at {addr:#x} refused: bus mastering is off (PCI COMMAND bit 2)", self.router.observed_as);
+                DmaError::BusMaster { addr }
+            }
+            Closed::Quarantine => DmaError::Quarantined { addr },
+        })
+    }
+
     /// Reports an access to the router's observer (when it records).
     #[inline]
     fn observed<T>(&self, addr: u64, len: usize, write: bool, r: Result<T, DmaError>, path: impl Fn(&T) -> PciePath) -> Result<T, DmaError> {
@@ -231,6 +256,7 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
+        let _gate = self.pass_gate(addr)?;
         let poisoned = fault_hook(&self.router.faults, Dir::Read, addr, buf.len())?;
         let (slices, path, _busy) = self.observed(addr, buf.len(), false, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
@@ -246,6 +272,7 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
+        let _gate = self.pass_gate(addr)?;
         fault_hook(&self.router.faults, Dir::Write, addr, buf.len())?;
         let (slices, path, _busy) = self.observed(addr, buf.len(), true, self.slices(addr, buf.len()), |s| s.1)?;
         let mut done = 0;
@@ -257,6 +284,7 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
+        let _gate = self.pass_gate(src)?;
         let poisoned = fault_hook(&self.router.faults, Dir::Read, src, len)?;
         fault_hook(&self.router.faults, Dir::Write, dst, len)?;
         let (from, sp, _src_busy) = self.observed(src, len, false, self.slices(src, len), |s| s.1)?;

@@ -7,6 +7,7 @@
 //! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
 //! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `mr` ->
 //! `crate::platform::mem`, `crate::contract` (the descriptor ABI and the counters).
+pub mod call;
 pub mod clock;
 pub mod completer;
 pub mod cq;
@@ -21,6 +22,8 @@ pub mod responder;
 pub mod runner;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_calls;
 #[cfg(test)]
 mod tests_fatal;
 #[cfg(test)]
