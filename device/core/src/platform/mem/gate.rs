@@ -112,7 +112,9 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let g = gate.clone();
         let closer = std::thread::spawn(move || tx.send(g.quarantine()).unwrap());
+        let guard = Instant::now() + Duration::from_secs(10); // a failure guard, not a timing
         while !gate.quarantined() {
+            assert!(Instant::now() < guard, "the closer never closed the gate");
             std::thread::yield_now();
         }
         assert_eq!(gate.enter().err(), Some(Closed::Quarantine), "no new chunk once closing");
