@@ -145,7 +145,7 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
             }
             5 => {
                 let (iova, size, _) = bar0_map(&r);
-                rnic.dma().write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
+                let _ = rnic.dma().write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
             }
             6 => {
                 let _ = ram.write((offset << 3 | u64::from(r[1] >> 2 & 1) << 19) & (BAR0_RAM - 8), &buf);

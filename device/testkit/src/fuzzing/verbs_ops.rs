@@ -390,7 +390,7 @@ impl Harness {
                     Some(&m) => m,
                     None => (RAM_BASE, RAM),
                 };
-                self.router.dma.write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
+                let _ = self.router.dma.write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
                 self.maps.retain(|m| m.0 != iova);
             }
             Op::Reset => {

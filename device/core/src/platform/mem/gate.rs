@@ -65,7 +65,7 @@ impl DmaGate {
     /// once no access is under way (false: one still was after [`GATE_WAIT`]).
     pub fn set_bus_master(&self, on: bool) -> bool {
         let was = self.bus_master.swap(on, Ordering::SeqCst);
-        !was || on || self.drain()
+        !was || on || self.drain(GATE_WAIT)
     }
 
     pub fn bus_master(&self) -> bool {
@@ -75,8 +75,12 @@ impl DmaGate {
     /// Closes the gate until [`DmaGate::release`]; returns once no access is under way
     /// (false: one still was after [`GATE_WAIT`]).
     pub fn quarantine(&self) -> bool {
+        self.quarantine_within(GATE_WAIT)
+    }
+
+    fn quarantine_within(&self, wait: Duration) -> bool {
         self.quarantined.store(true, Ordering::SeqCst);
-        self.drain()
+        self.drain(wait)
     }
 
     pub fn quarantined(&self) -> bool {
@@ -88,9 +92,9 @@ impl DmaGate {
         self.quarantined.store(false, Ordering::SeqCst);
     }
 
-    /// Waits until no chunk is under way, at most [`GATE_WAIT`]; false when one still is.
-    fn drain(&self) -> bool {
-        let deadline = Instant::now() + GATE_WAIT;
+    /// Waits until no chunk is under way, at most `wait`; false when one still is.
+    fn drain(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
         while self.busy.load(Ordering::SeqCst) > 0 {
             if Instant::now() >= deadline {
                 return false;
@@ -111,7 +115,8 @@ mod tests {
         let chunk = gate.enter().expect("open");
         let (tx, rx) = std::sync::mpsc::channel();
         let g = gate.clone();
-        let closer = std::thread::spawn(move || tx.send(g.quarantine()).unwrap());
+        // A long wait: a failure guard only, so a loaded host cannot end it early.
+        let closer = std::thread::spawn(move || tx.send(g.quarantine_within(Duration::from_secs(60))).unwrap());
         let guard = Instant::now() + Duration::from_secs(10); // a failure guard, not a timing
         while !gate.quarantined() {
             assert!(Instant::now() < guard, "the closer never closed the gate");
@@ -119,7 +124,7 @@ mod tests {
         }
         assert_eq!(gate.enter().err(), Some(Closed::Quarantine), "no new chunk once closing");
         drop(chunk);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true), "drained once the chunk ended");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(120)), Ok(true), "drained once the chunk ended");
         closer.join().unwrap();
         gate.release();
         assert!(gate.set_bus_master(false));

@@ -6,4 +6,5 @@
 pub mod access;
 pub mod dma;
 pub mod gate;
+pub mod revoke;
 pub mod router;
