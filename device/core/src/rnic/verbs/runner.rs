@@ -2,8 +2,11 @@
 //! path: a vCPU's register access waits for the socket thread's reply, so that thread
 //! only records a doorbell and posts it as an [`Event`] to the engine's [`Mailbox`]
 //! (`crate::mailbox`), which wakes the node's event loop (`evloop` in `rnic-emu-server`);
-//! the loop owns the engine inside an [`EngineRunner`]. Commands wait for the engine's
-//! answer (with a timeout), so a register read after RNIC_REG_CMD sees its status.
+//! the loop owns the engine inside an [`EngineRunner`]. Commands, RESET, DMA_CTRL and
+//! ETH_CTRL wait for the engine's answer ([`Remote`]), so a register read after
+//! RNIC_REG_CMD sees its status; one the engine does not take within [`COMMAND_TIMEOUT`]
+//! is abandoned and never runs (`super::call`), and the device is quarantined
+//! (docs/programming.md R-CMD-6).
 //!
 //! With the doorbell page on (docs/verbs.md §3.1) the runner also takes indices from the
 //! page: the loop polls it within [`POLL_WINDOW`] after activity (on hosts with enough
