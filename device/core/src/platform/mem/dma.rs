@@ -244,6 +244,7 @@ pub fn stopped(s: Stopped, addr: u64, len: usize) -> DmaError {
         Stopped::Revoked => DmaError::Unmapped { addr, len },
         Stopped::Gate(super::gate::Closed::BusMaster) => DmaError::BusMaster { addr },
         Stopped::Gate(super::gate::Closed::Quarantine) => DmaError::Quarantined { addr },
+        Stopped::Gate(super::gate::Closed::LinkDown) => DmaError::Injected { addr, len },
     }
 }
 

@@ -1,6 +1,7 @@
 //! A function's DMA gate: whether its DMA may reach memory right now, asked before every
-//! chunk of every access (`super::router`). Two things close it: PCI bus mastering off
-//! (COMMAND bit 2, mirrored here on every configuration change) and a quarantine (a call
+//! chunk of every access (`super::router`). Three things close it: PCI bus mastering off
+//! (COMMAND bit 2, mirrored here on every configuration change), the link down (PCIe
+//! fault injection, docs/faults.md) and a quarantine (a call
 //! into the verbs engine was abandoned, `crate::rnic::verbs::runner::Remote`: the engine
 //! may resume at any time and must reach nothing). Accesses register while they copy, so
 //! whoever closes the gate can wait (bounded by [`GATE_WAIT`]) until none is under way:
@@ -20,10 +21,13 @@ pub enum Closed {
     BusMaster,
     /// A call into the engine was abandoned; a device reset reopens the gate.
     Quarantine,
+    /// The link is down (fault injection).
+    LinkDown,
 }
 
 pub struct DmaGate {
     bus_master: AtomicBool,
+    link_up: AtomicBool,
     quarantined: AtomicBool,
     busy: AtomicU64,
 }
@@ -32,7 +36,7 @@ impl Default for DmaGate {
     /// Open: a function whose configuration space is not modelled (unit tests) masters
     /// the bus; an RNIC mirrors its COMMAND register from reset on.
     fn default() -> Self {
-        DmaGate { bus_master: AtomicBool::new(true), quarantined: AtomicBool::new(false), busy: AtomicU64::new(0) }
+        DmaGate { bus_master: AtomicBool::new(true), link_up: AtomicBool::new(true), quarantined: AtomicBool::new(false), busy: AtomicU64::new(0) }
     }
 }
 
@@ -55,6 +59,9 @@ impl DmaGate {
         if self.quarantined.load(Ordering::SeqCst) {
             return Err(Closed::Quarantine);
         }
+        if !self.link_up.load(Ordering::SeqCst) {
+            return Err(Closed::LinkDown);
+        }
         if !self.bus_master.load(Ordering::SeqCst) {
             return Err(Closed::BusMaster);
         }
@@ -66,6 +73,13 @@ impl DmaGate {
     pub fn set_bus_master(&self, on: bool) -> bool {
         let was = self.bus_master.swap(on, Ordering::SeqCst);
         !was || on || self.drain(GATE_WAIT)
+    }
+
+    /// Whether the link is up. Going down, this returns once no access is under way
+    /// (false: one still was after [`GATE_WAIT`]).
+    pub fn set_link(&self, up: bool) -> bool {
+        let was = self.link_up.swap(up, Ordering::SeqCst);
+        !was || up || self.drain(GATE_WAIT)
     }
 
     pub fn bus_master(&self) -> bool {

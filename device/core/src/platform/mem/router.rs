@@ -231,6 +231,7 @@ impl RouterView<'_> {
                 DmaError::BusMaster { addr }
             }
             Closed::Quarantine => DmaError::Quarantined { addr },
+            Closed::LinkDown => DmaError::Injected { addr, len: 0 },
         })
     }
 
