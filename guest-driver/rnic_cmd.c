@@ -43,6 +43,7 @@ static const char *const rnic_cmd_err_names[] = {
 	[RNIC_CMD_ERR_FATAL]		= "FATAL",
 	[RNIC_CMD_BUSY]			= "BUSY (not completed)",
 	[RNIC_CMD_ERR_NO_RESOURCES]	= "NO_RESOURCES",
+	[RNIC_CMD_ERR_TIMEOUT]		= "TIMEOUT (never ran; device fatal)",
 };
 
 static int rnic_cmd_errno(u32 status)
@@ -60,6 +61,8 @@ static int rnic_cmd_errno(u32 status)
 		return -EOPNOTSUPP;
 	case RNIC_CMD_ERR_NO_RESOURCES:
 		return -ENOMEM;
+	case RNIC_CMD_ERR_TIMEOUT:
+		return -ETIMEDOUT;
 	case RNIC_CMD_ERR_DMA:
 	case RNIC_CMD_ERR_DISABLED:
 	default:

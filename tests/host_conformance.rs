@@ -1260,8 +1260,10 @@ fn sources_under(dir: &std::path::Path) -> String {
 /// Every numbered rule of docs/programming.md names at least one check, and every check
 /// exists: `host:NAME` a test of this file, `guest:NAME` a rnic-verbs-check scenario that
 /// tests/guest_verbs.rs runs and judges, `test:FILE::NAME` a test function of
-/// tests/FILE.rs, `unit:NAME` a unit test under device/core/src; `driver` marks an
-/// obligation of the driver that no device behaviour can break.
+/// tests/FILE.rs, `unit:NAME` a unit test under device/core/src or `unit:PATH::NAME` one in
+/// the source file PATH.rs of the repository (for device behaviour only a unit test can
+/// reach, such as an engine held busy); `driver` marks an obligation of the driver that no
+/// device behaviour can break.
 #[test]
 fn every_rule_has_a_scenario() {
     let doc = std::fs::read_to_string(repo().join("docs/programming.md")).unwrap();
@@ -1282,12 +1284,16 @@ fn every_rule_has_a_scenario() {
             } else if let Some(s) = n.strip_prefix("guest:") {
                 assert!(tool.contains(&format!("{{ \"{s}\", sc_")), "{id}: no rnic-verbs-check scenario {s}");
                 assert!(guest.contains(&format!("\"{s}\"")), "{id}: tests/guest_verbs.rs does not judge {s}");
-            } else if let Some(u) = n.strip_prefix("unit:") {
+            } else if let Some(u) = n.strip_prefix("unit:").filter(|u| !u.contains("::")) {
                 assert!(unit_tests.contains(&format!("fn {u}()")), "{id}: no unit test {u} under device/core/src");
             } else if let Some(ft) = n.strip_prefix("test:") {
                 let (file, f) = ft.split_once("::").unwrap_or_else(|| panic!("{id}: bad test check {ft}"));
                 let src = std::fs::read_to_string(repo().join(format!("tests/{file}.rs"))).unwrap();
                 assert!(src.contains(&format!("fn {f}(")), "{id}: no test {f} in tests/{file}.rs");
+            } else if let Some(pt) = n.strip_prefix("unit:") {
+                let (path, f) = pt.rsplit_once("::").unwrap_or_else(|| panic!("{id}: bad unit check {pt}"));
+                let src = std::fs::read_to_string(repo().join(format!("{path}.rs"))).unwrap_or_else(|e| panic!("{id}: {path}.rs: {e}"));
+                assert!(src.contains(&format!("fn {f}(")), "{id}: no unit test {f} in {path}");
             } else {
                 assert_eq!(n, "driver", "{id}: unknown check '{n}'");
             }

@@ -1,8 +1,8 @@
 //! Host-level fault tests, no QEMU: a hostile vfio-user client flooding the server with
 //! bad BAR accesses (the log stays small, the statistics count every one), resource bounds
 //! at their limit plus one, DMA_UNMAP while a WRITE into the unmapped memory is in flight,
-//! device reset and FLR with WQEs queued and in flight, and a GPU's BAR1 moved while the
-//! RNIC DMAs into it.
+//! device reset and FLR with WQEs queued and in flight, a GPU's BAR1 moved while the
+//! RNIC DMAs into it, DMA with bus mastering off and a partial DMA_UNMAP.
 
 mod common;
 use common::*;
@@ -235,6 +235,43 @@ fn dma_unmap_during_a_write_stream() {
 
     let ram2 = r.h.map_more_ram(RAM2, len).unwrap();
     r.verified_write(2, key, |buf| ram2.read(0, buf).unwrap());
+}
+
+/// PCI bus mastering off (docs/programming.md R-DEV-9): a command that reads its context
+/// fails with CMD_ERR_DMA and BUS_MASTER_ERRORS counts the refused access; a WRITE rung
+/// meanwhile leaves its destination untouched; bus mastering on again, the same command
+/// works.
+#[test]
+fn no_dma_while_bus_mastering_is_off() {
+    let mut r = rig(false);
+    let ram2 = r.h.map_more_ram(RAM2, PIECE).unwrap();
+    let key = r.reg_bus(2, RAM2, PIECE);
+    r.h.client.region_write(CFG, 0x04, &0x2u16.to_le_bytes()).unwrap(); // memory on, bus master off
+    assert!(r.h.create_cq(5, 4, 1).is_err(), "the CQ context is not readable");
+    assert_eq!(r.h.cmd(CMD_CREATE_CQ, 5).unwrap(), CMD_ERR_DMA);
+    assert!(r.counter("bus_master_errors") >= 2);
+    r.stream(1, key, 1);
+    assert_eq!(r.h.cmd(CMD_CREATE_CQ, 5).unwrap(), CMD_ERR_DMA, "still off (the doorbell was handled before this command)");
+    assert_eq!(landed(&read_all(&ram2, PIECE)), 0, "the WRITE reached nothing");
+    r.h.client.region_write(CFG, 0x04, &0x6u16.to_le_bytes()).unwrap();
+    assert_eq!(r.h.cmd(CMD_CREATE_CQ, 5).unwrap(), CMD_OK, "bus mastering on: DMA works again");
+}
+
+/// DMA_UNMAP of a range that cuts a mapping removes nothing and gets an error reply,
+/// counted in guest_errors; the whole mapping unmaps (docs/architecture.md "Memory").
+#[test]
+fn a_partial_dma_unmap_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = single_switch(dir.path());
+    let mut raw = Raw::connect(&server.socket("rnic0"));
+    raw.dma_map(0x1_0000_0000, 0x2000).unwrap();
+    assert!(raw.dma_unmap(0x1_0000_0000, 0x1000, 0).is_err(), "cuts the map");
+    assert!(raw.dma_unmap(0x1_0000_1000, 0x2000, 0).is_err(), "straddles its end");
+    assert_eq!(counter(&server, "rnic0", "guest_errors"), 2);
+    assert!(raw.dma_map(0x1_0000_1000, 0x1000).is_err(), "the map is still there (overlap)");
+    raw.dma_unmap(0x1_0000_0000, 0x2000, 0).unwrap();
+    raw.dma_map(0x1_0000_1000, 0x1000).unwrap();
+    assert_eq!(raw.region_read(0, RNIC_REG_ID, 4).unwrap(), ID_MAGIC.to_le_bytes());
 }
 
 /// The PCI Express capability's offset, by walking the capability list over the socket.

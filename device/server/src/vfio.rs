@@ -10,6 +10,7 @@
 
 use rnic_emu_core::function::PciFunction;
 use rnic_emu_core::observe::iotrace::{FunctionKind, IoTrace};
+use rnic_emu_core::platform::mem::dma::Prot;
 use rnic_emu_core::platform::pci::config::CONFIG_SPACE_SIZE;
 use std::fs::File;
 use std::io::{Error, ErrorKind};
@@ -141,7 +142,10 @@ impl Backend {
         f.config_mut().reset();
         f.config_written();
         f.interrupts().reset();
-        f.dma().write().unwrap_or_else(|p| p.into_inner()).clear();
+        let cleared = f.dma().write().unwrap_or_else(|p| p.into_inner()).clear();
+        if let Err(e) = cleared {
+            log::error!("{}: after the client left: {e}", f.name());
+        }
     }
 }
 
@@ -193,19 +197,20 @@ impl ServerBackend for Backend {
         if fd.as_ref().is_some_and(|fd| !inside_file(fd, offset, size)) {
             return Err(invalid(&*f, format_args!("DMA_MAP of {size:#x} bytes at fd offset {offset:#x} refused: past the end of the file")));
         }
-        maps.map(address, size, fd, offset).map_err(|e| invalid(&*f, format_args!("{e}")))
+        // QEMU maps guest RAM READ|WRITE and read-only sections (ROM) READ only.
+        let prot = Prot { read: flags.contains(DmaMapFlags::READ), write: flags.contains(DmaMapFlags::WRITE) };
+        maps.map_with(address, size, fd, offset, prot).map_err(|e| invalid(&*f, format_args!("{e}")))
     }
 
     fn dma_unmap(&mut self, flags: DmaUnmapFlags, address: u64, size: u64) -> Result<(), Error> {
         let f = lock(&self.f);
         log::debug!("{}: DMA_UNMAP iova {address:#x} size {size:#x} flags {flags:?}", f.name());
         let mut maps = f.dma().write().unwrap_or_else(|p| p.into_inner());
-        if flags.contains(DmaUnmapFlags::UNMAP_ALL) {
-            maps.clear();
-        } else {
-            maps.unmap(address, size);
-        }
-        Ok(())
+        // Success only once no further byte of the range is read or written (module
+        // header of rnic_emu_core::platform::mem::dma); a range that cuts a mapping is
+        // refused and removes nothing.
+        let done = if flags.contains(DmaUnmapFlags::UNMAP_ALL) { maps.clear() } else { maps.unmap(address, size).map(|_| ()) };
+        done.map_err(|e| invalid(&*f, format_args!("{e}")))
     }
 
     fn reset(&mut self) -> Result<(), Error> {
@@ -276,5 +281,28 @@ mod tests {
         assert_eq!(guest_errors(&f), 3);
         b.dma_unmap(DmaUnmapFlags::empty(), 0x2000_1000, 0x1000).unwrap();
         b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x9000_0000, 0x1000, None).unwrap();
+    }
+
+    #[test]
+    fn a_partial_unmap_is_refused_and_counted_and_map_flags_hold() {
+        let (mut b, f) = backend();
+        let (ram, fd) = rnic_emu_core::platform::mem::dma::test_ram(1 << 20).unwrap();
+        b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x1000_0000, 1 << 19, Some(fd.try_clone().unwrap())).unwrap();
+        assert!(b.dma_unmap(DmaUnmapFlags::empty(), 0x1000_0000, 0x1000).is_err(), "cuts the map");
+        assert_eq!(guest_errors(&f), 1);
+        assert_eq!(lock(&f).dma().read().unwrap().len(), 1, "nothing removed");
+        // What QEMU sends for a read-only section: READ only. The device may read, not write.
+        b.dma_map(DmaMapFlags::READ, 1 << 19, 0x2000_0000, 1 << 19, Some(fd)).unwrap();
+        ram.write(1 << 19, b"rom!").unwrap();
+        let mut got = [0u8; 4];
+        let g = lock(&f);
+        let maps = g.dma().read().unwrap();
+        maps.read(0x2000_0000, &mut got).unwrap();
+        assert_eq!(&got, b"rom!");
+        assert!(maps.write(0x2000_0000, b"xxxx").is_err(), "no device write into a READ-only map");
+        drop(maps);
+        drop(g);
+        b.dma_unmap(DmaUnmapFlags::empty(), 0x1000_0000, 1 << 19).unwrap();
+        assert!(b.dma_map(DmaMapFlags::empty(), 0, 0x3000_0000, 0x1000, None).is_err(), "a map allowing nothing");
     }
 }

@@ -19,6 +19,7 @@ const RAM: u64 = 1 << 20;
 mod control;
 pub mod frame;
 mod layout;
+mod stream_fds;
 mod verbs_ops;
 mod wire;
 pub use control::control;
@@ -116,6 +117,9 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
         return Vec::new();
     };
     let Ok(mut rnic) = Rnic::new("fuzz".into(), &topo.nodes[0].devices[0], Vec::new(), None) else { return Vec::new() };
+    // As a driver's probe does (memory decoding, bus mastering); the input may turn them off.
+    let _ = rnic.config_mut().write(0x04, &0x6u16.to_le_bytes());
+    rnic.config_written();
     let Ok((ram, fd)) = test_ram(BAR0_RAM) else { return Vec::new() };
     let map =
         |rnic: &Rnic, iova: u64, size: u64, fd: Option<std::fs::File>, off: u64| rnic.dma().write().unwrap_or_else(|p| p.into_inner()).map(iova, size, fd, off);
@@ -135,6 +139,7 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
             }
             3 => {
                 let _ = rnic.config_mut().write(offset as usize, &buf[..len]);
+                rnic.config_written();
             }
             4 => {
                 let (iova, size, fd_offset) = bar0_map(&r);
@@ -143,7 +148,7 @@ fn bar0_counters(data: &[u8]) -> Vec<(&'static str, u64)> {
             }
             5 => {
                 let (iova, size, _) = bar0_map(&r);
-                rnic.dma().write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
+                let _ = rnic.dma().write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
             }
             6 => {
                 let _ = ram.write((offset << 3 | u64::from(r[1] >> 2 & 1) << 19) & (BAR0_RAM - 8), &buf);
@@ -233,6 +238,9 @@ pub static LIBRARY_PANICS: AtomicU64 = AtomicU64::new(0);
 struct StreamTarget {
     server: vfio_user::Server,
     backend: Backend,
+    /// The served function (what the backend drives).
+    #[cfg_attr(not(test), allow(dead_code))]
+    function: rnic_emu_server::vfio::SharedFunction,
     socket: std::path::PathBuf,
     vendor_id: u16,
     _dir: tempfile::TempDir,
@@ -261,7 +269,7 @@ fn stream_target(gpu: bool) -> Option<StreamTarget> {
     let dir = tempfile::tempdir().ok()?;
     let socket = dir.path().join("fuzz.sock");
     let server = vfio_user::Server::new(&socket, true, irqs, regions).ok()?;
-    Some(StreamTarget { server, backend: Backend::new(f), socket, vendor_id, _dir: dir })
+    Some(StreamTarget { server, backend: Backend::new(f.clone()), function: f, socket, vendor_id, _dir: dir })
 }
 
 fn survive_library_panics() {
@@ -299,7 +307,9 @@ fn client(mut s: UnixStream, data: &[u8]) {
     while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
 }
 
-/// First byte: which function (bit 0: GPU, else RNIC); the rest: the client's byte stream.
+/// First byte: which function (bit 0: GPU, else RNIC) and how the rest is sent (bit 1:
+/// framed, messages that may carry DMA_MAP memfds, `fuzzing::stream_fds`; else the
+/// client's raw byte stream).
 /// After the connection ends the function is reset as for a departing client and must
 /// still answer a config-space read with its vendor ID.
 pub fn vfio_stream(data: &[u8]) {
@@ -316,7 +326,8 @@ pub fn vfio_stream(data: &[u8]) {
     // when the thread has exited, so no thread of this input outlives it (LeakSanitizer
     // would count its thread-local destructor record as a leak).
     let bytes = stream.to_vec();
-    let Ok(sender) = std::thread::Builder::new().spawn(move || client(s, &bytes)) else { return };
+    let framed = select & 2 == 2;
+    let Ok(sender) = std::thread::Builder::new().spawn(move || if framed { stream_fds::client(s, &bytes) } else { client(s, &bytes) }) else { return };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.server.run(&mut t.backend)));
     let _ = sender.join();
     t.backend.disconnected();
@@ -525,7 +536,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             ];
             pkts.iter().map(|p| p.encode(&ep)).collect()
         }
-        "vfio_stream" => vec![vfio_session(false), vfio_session(true), [&[0u8][..], &smoke_bytes(3, 512)].concat()],
+        "vfio_stream" => vec![vfio_session(false), vfio_session(true), [&[0u8][..], &smoke_bytes(3, 512)].concat(), stream_fds::seed()],
         _ => Vec::new(),
     }
 }
@@ -591,6 +602,39 @@ mod corpus_tests {
             }
             vfio_stream(&s);
             vfio_stream(&smoke_bytes(seed, 300));
+        }
+    }
+
+    #[test]
+    fn a_framed_stream_maps_memfds_truncates_one_and_the_server_lives_on() {
+        let s = stream_fds::seed();
+        // Up to the UNMAP_ALL: the memfd maps arrived (the server holds them), the
+        // truncated one is still mapped because the partial unmap of it was refused.
+        let mut t = stream_target(false).unwrap();
+        let c = UnixStream::connect(&t.socket).unwrap();
+        let upto = s.len() - (1 + 16 + 24);
+        let bytes = s[1..upto].to_vec();
+        let sender = std::thread::spawn(move || stream_fds::client(c, &bytes));
+        let _ = t.server.run(&mut t.backend);
+        sender.join().unwrap();
+        {
+            let f = rnic_emu_server::vfio::lock(&t.function);
+            let maps = f.dma().read().unwrap();
+            assert_eq!(maps.len(), 2, "the truncated map and the read-only one remain");
+            let mut b = [0u8; 4];
+            assert!(maps.read(0x6000_0000, &mut b).is_ok(), "the read-only memfd map is readable");
+            assert!(maps.write(0x6000_0000, &b).is_err(), "and not writable");
+            assert!(f.stats().contains(&("GuestErrors", 1)), "the partial unmap was refused and counted");
+        }
+        t.backend.disconnected();
+        vfio_stream(&s);
+        for seed in 0..20u64 {
+            let mut m = s.clone();
+            for pair in smoke_bytes(seed, 6).chunks(2) {
+                let i = 1 + usize::from(pair[0]) * m.len() / 256 % (m.len() - 1);
+                m[i] ^= pair[1] | 1;
+            }
+            vfio_stream(&m);
         }
     }
 }

@@ -165,8 +165,12 @@ impl HostDriver {
         Ok(d)
     }
 
-    /// What a driver load does: program the context tables and enable DMA and interrupts.
+    /// What a driver load does: enable memory decoding and bus mastering (Linux's
+    /// pci_enable_device and pci_set_master), program the context tables and enable DMA
+    /// and interrupts.
     fn load(&mut self) -> anyhow::Result<()> {
+        let cfg = vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
+        self.client.region_write(cfg, 0x04, &0x6u16.to_le_bytes())?;
         let t = self.tables;
         for (reg, off) in [(QP_CTX_BASE, t[0]), (CQ_CTX_BASE, t[1]), (MR_CTX_BASE, t[2]), (MTT_BASE, t[3])] {
             self.w64(reg, IOVA + off)?;

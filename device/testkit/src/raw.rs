@@ -11,6 +11,7 @@ use std::time::Duration;
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
 pub const DMA_MAP: u16 = 2;
+pub const DMA_UNMAP: u16 = 3;
 pub const SET_IRQS: u16 = 8;
 pub const REGION_READ: u16 = 9;
 pub const REGION_WRITE: u16 = 10;
@@ -93,6 +94,15 @@ impl Raw {
         p.extend_from_slice(&iova.to_le_bytes());
         p.extend_from_slice(&size.to_le_bytes());
         self.call_with_fds(DMA_MAP, &p, fds).map(|_| ())
+    }
+
+    /// A DMA_UNMAP of `[iova, iova + size)` (`flags` 0: that range; 2: everything).
+    pub fn dma_unmap(&mut self, iova: u64, size: u64, flags: u32) -> Result<(), u32> {
+        let mut p = 24u32.to_le_bytes().to_vec();
+        p.extend_from_slice(&flags.to_le_bytes());
+        p.extend_from_slice(&iova.to_le_bytes());
+        p.extend_from_slice(&size.to_le_bytes());
+        self.call(DMA_UNMAP, &p).map(|_| ())
     }
 
     /// SET_IRQS without fds.

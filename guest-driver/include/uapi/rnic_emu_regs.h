@@ -27,7 +27,7 @@
  *   1.7: The Ethernet port (CAP_ETH): ETH_* registers, one transmit and one receive descriptor ring of rnic_eth_desc for the netdev's frames, MAC filter and MTU, link state; port counters ETH_* and the RoCE ones (ICRC_ERRORS, OUT_OF_SEQUENCE, DUPLICATE_REQUESTS, RNR_NAKS_SENT).
  *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
  *   1.9: RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6. Requester integrity: BAD_RESPONSES, WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE. Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
- *   1.10: Failure paths. Responder: a WRITE that ends short of RETH.len and a READ or WRITE over 2^31 bytes are invalid requests; ranges checked whole at the first packet, translated per packet. Packets outside the default P_Key partition dropped (PKEY_VIOLATIONS); payload and pad must end on a 4-byte boundary; RoCE from an impossible source counted in ROCE_BAD_SOURCE (was ETH_RX_ERRORS). REG_MR page lists bounded in all: MAX_MR_PAGES, CMD_ERR_NO_RESOURCES. A CQ overflow (a driver error) puts the CQ in error until destroyed and its QPs in ERROR, ASYNC_ERR_CQ_OVERFLOW latched last; a doorbell behind the producer index already taken is ignored (STALE_DOORBELLS). A QP moves at most 8 MiB of payload per pass; loopback requests carry at most 1 MiB. Server: SET_IRQS takes eventfds only; BAR2 and GPU BAR1 memfds sealed, DMA_MAP fds must be memfds sealed against shrinking; wire delay faults queued (WIRE_DELAYED, WIRE_DELAY_DROPS); the capture bounded (PCAP_DROPPED). Stated: commands and failure states of docs/programming.md (R-CQ-6, R-DB-5, R-FAB-1, R-RST-6, R-RST-7); the GPU's reset is an FLR.
+ *   1.10: Failure paths. Responder: a WRITE that ends short of RETH.len and a READ or WRITE over 2^31 bytes are invalid requests; ranges checked whole at the first packet, translated per packet. Packets outside the default P_Key partition dropped (PKEY_VIOLATIONS); payload and pad must end on a 4-byte boundary; RoCE from an impossible source counted in ROCE_BAD_SOURCE (was ETH_RX_ERRORS). REG_MR page lists bounded in all: MAX_MR_PAGES, CMD_ERR_NO_RESOURCES. A CQ overflow (a driver error) puts the CQ in error until destroyed and its QPs in ERROR, ASYNC_ERR_CQ_OVERFLOW latched last; a doorbell behind the producer index already taken is ignored (STALE_DOORBELLS). A QP moves at most 8 MiB of payload per pass; loopback requests carry at most 1 MiB. Server: SET_IRQS takes eventfds only; BAR2 and GPU BAR1 memfds sealed, DMA_MAP fds must be memfds sealed against shrinking; wire delay faults queued (WIRE_DELAYED, WIRE_DELAY_DROPS); the capture bounded (PCAP_DROPPED). Commands: CMD_ERR_TIMEOUT, a command (or RESET, DMA_CTRL, ETH_CTRL write) the engine did not take in time never runs, the device is FATAL with no DMA until a reset the engine takes (ENGINE_TIMEOUTS); CMD_ERR_DISABLED only means the engine is gone; CMD_BUSY never turns into a result. DMA needs PCI bus mastering (BUS_MASTER_ERRORS); DMA_UNMAP success means no further byte of the range moves, a partial unmap is refused, DMA_MAP READ/WRITE flags are enforced. Stated: commands and failure states of docs/programming.md (R-CMD-5..7, R-CQ-6, R-DB-5, R-FAB-1, R-RST-6..8); the GPU's reset is an FLR.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -223,7 +223,9 @@
 #define RNIC_STAT_WIRE_DELAYED       48           /* frames the wire's delay_us fault held back before sending (minor 10) */
 #define RNIC_STAT_WIRE_DELAY_DROPS   49           /* frames dropped because the wire already held its bound of delayed frames (minor 10) */
 #define RNIC_STAT_PCAP_DROPPED       50           /* frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10) */
-#define RNIC_STAT_COUNT              51           /* number of counters */
+#define RNIC_STAT_ENGINE_TIMEOUTS    51           /* calls into the verbs engine (command, RESET, DMA_CTRL, ETH_CTRL) abandoned after the command timeout: never run, the device FATAL until a reset (minor 10) */
+#define RNIC_STAT_BUS_MASTER_ERRORS  52           /* DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10) */
+#define RNIC_STAT_COUNT              53           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -277,6 +279,8 @@
 	[RNIC_STAT_WIRE_DELAYED] = "wire_delayed", \
 	[RNIC_STAT_WIRE_DELAY_DROPS] = "wire_delay_drops", \
 	[RNIC_STAT_PCAP_DROPPED] = "pcap_dropped", \
+	[RNIC_STAT_ENGINE_TIMEOUTS] = "engine_timeouts", \
+	[RNIC_STAT_BUS_MASTER_ERRORS] = "bus_master_errors", \
 }
 
 /* Descriptor constants */
@@ -340,6 +344,7 @@
 #define RNIC_CMD_ERR_FATAL           0x9          /* the engine failed internally (STATUS_FATAL): reset the device */
 #define RNIC_CMD_BUSY                0xa          /* the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset */
 #define RNIC_CMD_ERR_NO_RESOURCES    0xb          /* the device holds as much as it may (minor 10: REG_MR beyond MAX_MR_PAGES page-list entries in all) */
+#define RNIC_CMD_ERR_TIMEOUT         0xc          /* (minor 10) the engine did not take the command within the command timeout: it did not run and never will; the device is FATAL and does no DMA until a reset */
 #define RNIC_QP_ERR_NONE             0x0          /* QP error reason */
 #define RNIC_QP_ERR_MODIFY           0x1          /* moved to ERROR by the driver */
 #define RNIC_QP_ERR_BAD_WQE          0x2          /* malformed WQE (opcode, SGE count, inline length) */

@@ -426,6 +426,7 @@ abi_consts!(CMD_STATUS: u32 {
     CMD_ERR_FATAL = 9, "the engine failed internally (STATUS_FATAL): reset the device";
     CMD_BUSY = 10, "the command has not completed yet: poll CMD_STATUS; one that stays BUSY (a hung command) ends only with a device reset";
     CMD_ERR_NO_RESOURCES = 11, "the device holds as much as it may (minor 10: REG_MR beyond MAX_MR_PAGES page-list entries in all)";
+    CMD_ERR_TIMEOUT = 12, "(minor 10) the engine did not take the command within the command timeout: it did not run and never will; the device is FATAL and does no DMA until a reset";
 });
 
 abi_consts!(LIMITS: u64 {

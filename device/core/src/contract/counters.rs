@@ -69,6 +69,8 @@ counters! {
     WireDelayed, "frames the wire's delay_us fault held back before sending (minor 10)";
     WireDelayDrops, "frames dropped because the wire already held its bound of delayed frames (minor 10)";
     PcapDropped, "frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10)";
+    EngineTimeouts, "calls into the verbs engine (command, RESET, DMA_CTRL, ETH_CTRL) abandoned after the command timeout: never run, the device FATAL until a reset (minor 10)";
+    BusMasterErrors, "DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -119,12 +119,12 @@ impl Port {
     }
 
     fn dma_ctrl(&mut self, enabled: bool, int_enabled: bool) {
-        let (reply, _rx) = std::sync::mpsc::sync_channel(1);
+        let (reply, _rx) = crate::rnic::verbs::call::channel();
         self.ev(Event::DmaCtrl { enabled, int_enabled, db_page: false, reply });
     }
 
     fn ctrl_raw(&mut self, ctrl: u64, tx: RingCfg, rx: RingCfg) {
-        let (reply, _rx) = std::sync::mpsc::sync_channel(1);
+        let (reply, _rx) = crate::rnic::verbs::call::channel();
         self.ev(Event::EthCtrl { ctrl, tx, rx, reply });
     }
 
@@ -432,7 +432,7 @@ fn reset_stops_both_rings_and_zeroes_the_indices() {
     p.r.on_frame(&p.mem, &frame(60, 2));
     p.arm(1, 1);
     assert_eq!(p.sent().len(), 1);
-    let (reply, _rx) = std::sync::mpsc::sync_channel(1);
+    let (reply, _rx) = crate::rnic::verbs::call::channel();
     p.ev(Event::Reset { reply });
     let s = p.r.eth_shared().clone();
     assert_eq!((s.tx_ci(), s.rx_ci(), s.tx_enabled(), s.rx_enabled()), (0, 0, false, false));
@@ -495,7 +495,17 @@ fn rnic(address: Option<Ipv4Addr>) -> crate::rnic::Rnic {
         "t",
     )
     .unwrap();
-    crate::rnic::Rnic::new("node0-rnic0".into(), &t.nodes[0].devices[0], Vec::new(), address).unwrap()
+    let mut r = crate::rnic::Rnic::new("node0-rnic0".into(), &t.nodes[0].devices[0], Vec::new(), address).unwrap();
+    bus_master(&mut r, true);
+    r
+}
+
+/// What Linux's pci_set_master / pci_clear_master do to the COMMAND register.
+fn bus_master(r: &mut crate::rnic::Rnic, on: bool) {
+    use crate::platform::pci::config::{COMMAND, COMMAND_BUS_MASTER, COMMAND_MEMORY};
+    let v = if on { COMMAND_MEMORY | COMMAND_BUS_MASTER } else { COMMAND_MEMORY };
+    r.config_mut().write(COMMAND, &v.to_le_bytes());
+    r.config_written();
 }
 
 fn rd(r: &mut crate::rnic::Rnic, off: u64) -> u64 {
@@ -586,6 +596,31 @@ fn rings_through_the_registers_inline() {
     wr(&mut r, ETH_ARM, 0);
     wr(&mut r, RNIC_REG_RESET, RESET_MAGIC);
     assert_eq!((rd(&mut r, ETH_CTRL), rd(&mut r, ETH_TXQ_CI), rd(&mut r, ETH_RXQ_CI)), (0, 0, 0));
+}
+
+#[test]
+fn no_dma_while_bus_mastering_is_off() {
+    let mut r = rnic(None);
+    let (ram, fd) = test_ram(RAM).unwrap();
+    r.dma().write().unwrap().map(0, RAM, Some(fd), 0).unwrap();
+    wr(&mut r, ETH_TXQ_BASE, TXQ);
+    wr(&mut r, ETH_TXQ_LOG, 2);
+    wr(&mut r, ETH_CTRL, CTRL_TX_EN);
+    ram.write(TX_BUFS, &frame(60, 1)).unwrap();
+    ram.write(TXQ, EthDesc { addr: TX_BUFS, len: 60, ..Default::default() }.as_slice()).unwrap();
+    bus_master(&mut r, false);
+    wr(&mut r, ETH_TXQ_PI, 1);
+    let stat = |r: &mut crate::rnic::Rnic, c: Counter| rd(r, STATS_BASE + 8 * c as u64);
+    assert!(stat(&mut r, Counter::BusMasterErrors) > 0, "the descriptor read was refused and counted");
+    let mut d = EthDesc::default();
+    ram.read(TXQ, d.as_mut_slice()).unwrap();
+    assert_eq!(d.flags, 0, "nothing written back with bus mastering off");
+    bus_master(&mut r, true);
+    wr(&mut r, ETH_CTRL, 0);
+    wr(&mut r, ETH_CTRL, CTRL_TX_EN);
+    wr(&mut r, ETH_TXQ_PI, 1);
+    ram.read(TXQ, d.as_mut_slice()).unwrap();
+    assert_eq!(d.flags, DESC_DONE | DESC_ERR, "bus mastering on: the ring runs (link down, refused)");
 }
 
 // Minor 9: frames over several descriptors, checksum and TSO requests through the ring.

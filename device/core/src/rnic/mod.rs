@@ -108,7 +108,8 @@ impl Rnic {
         let mut verbs = Engine::new(name.clone(), shared);
         verbs.set_faults(faults.clone());
         let wqe_log = verbs.wqe_log().clone();
-        let runner = EngineRunner::new(verbs, Some(dbpage.clone()));
+        let mut runner = EngineRunner::new(verbs, Some(dbpage.clone()));
+        runner.set_gate(router.gate.clone());
         let eth = runner.eth_shared().clone();
         let perm_mac = eth::perm_mac(address, &name);
         let engine = EngineSlot::Inline(Box::new(runner));
@@ -134,6 +135,7 @@ impl Rnic {
             eth_vector: 0,
         };
         rnic.reset();
+        rnic.config_written();
         Ok(rnic)
     }
 
@@ -142,6 +144,13 @@ impl Rnic {
     /// on. None: already attached.
     pub fn attach(&mut self, mailbox: Arc<Mailbox<Event>>) -> Option<(EngineRunner, Arc<Router>)> {
         self.engine.attach(mailbox).map(|e| (e, self.router.clone()))
+    }
+
+    /// How long register writes that call into the attached engine wait for it
+    /// (`runner::COMMAND_TIMEOUT`); tests shorten it. False: not attached.
+    #[doc(hidden)]
+    pub fn set_call_timeout(&mut self, timeout: std::time::Duration) -> bool {
+        self.engine.set_call_timeout(timeout)
     }
 
     /// The Ethernet port's shared state: MAC filter, MTU, promiscuous mode, link (the
@@ -193,7 +202,7 @@ impl Rnic {
         if self.last_error.load(Ordering::SeqCst) != 0 {
             status |= STATUS_ERROR;
         }
-        if self.fatal.load(Ordering::SeqCst) {
+        if self.fatal.load(Ordering::SeqCst) || self.router.gate.quarantined() {
             status |= STATUS_FATAL;
         }
         if self.faults.flr_required() {
@@ -460,6 +469,14 @@ impl PciFunction for Rnic {
 
     fn link_down(&self) -> bool {
         self.faults.link_down()
+    }
+
+    /// Mirrors PCI bus mastering (COMMAND bit 2) into the DMA gate: off, no DMA of the
+    /// function reaches memory once the configuration write returns.
+    fn config_written(&mut self) {
+        if !self.router.gate.set_bus_master(self.config.bus_master_enabled()) {
+            log::error!("{}: DMA under way did not end within {:?} of bus mastering going off", self.name, crate::platform::mem::gate::GATE_WAIT);
+        }
     }
 
     /// The device counters, then the fault counters (host side only).

@@ -117,6 +117,11 @@ impl Rnic {
             Now::Aer { uncorrectable, bit } => self.aer(uncorrectable, bit),
             Now::Link { up: false } => {
                 self.faults.set_link_down(true);
+                // No access starts from now on (the fault hook) and the chunk under way ends
+                // before the request returns.
+                if !self.router.gate.set_link(false) {
+                    log::error!("{}: DMA under way did not end within {:?} of the link going down", self.name, crate::platform::mem::gate::GATE_WAIT);
+                }
                 format!("{}: link down: configuration and BAR reads return all-ones", self.name)
             }
             Now::Link { up: true } => {
@@ -126,6 +131,7 @@ impl Rnic {
                 use crate::function::PciFunction;
                 self.faults.set_flr_required(false);
                 self.disconnect();
+                self.router.gate.set_link(true); // DMA again once the engine forgot its objects
                 format!("{}: link up: function reset", self.name)
             }
         }
@@ -202,7 +208,11 @@ mod tests {
     fn rnic() -> Rnic {
         let t = crate::platform::topology::Topology::parse(crate::platform::topology::samples::SWITCH, "t").unwrap();
         let dev = t.nodes[0].devices.iter().find(|d| d.kind == crate::platform::topology::DeviceKind::Rnic).unwrap();
-        Rnic::new("n-r".into(), dev, Vec::new(), None).unwrap()
+        let mut r = Rnic::new("n-r".into(), dev, Vec::new(), None).unwrap();
+        let on = crate::platform::pci::config::COMMAND_MEMORY | crate::platform::pci::config::COMMAND_BUS_MASTER;
+        r.config_mut().write(crate::platform::pci::config::COMMAND, &on.to_le_bytes());
+        r.config_written();
+        r
     }
 
     fn rd(r: &mut Rnic, off: u64) -> u32 {
@@ -228,8 +238,11 @@ mod tests {
         fault(&mut r, "link down").unwrap();
         assert_eq!((rd(&mut r, RNIC_REG_ID), cfg(&mut r, 0), cfg(&mut r, 0x100)), (u32::MAX, u32::MAX, u32::MAX));
         assert!(r.link_down(), "configuration writes are dropped by the transport");
+        let chunk = r.router.gate.enter();
+        assert_eq!(chunk.err(), Some(crate::platform::mem::gate::Closed::LinkDown), "no DMA chunk passes the gate while the link is down");
         r.bar_write(0, RNIC_REG_SCRATCH, &9u32.to_le_bytes());
         fault(&mut r, "link up").unwrap();
+        assert!(r.router.gate.enter().is_ok(), "the link is back: DMA again");
         assert_eq!(rd(&mut r, RNIC_REG_ID), ID_MAGIC);
         assert_eq!(rd(&mut r, RNIC_REG_SCRATCH), 0, "the function was reset");
         assert_eq!(cfg(&mut r, 0) & 0xffff, u32::from(crate::regs::pci_ids::VENDOR_ID));

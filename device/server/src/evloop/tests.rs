@@ -148,7 +148,7 @@ fn a_panic_in_fabric_port_work_makes_the_engine_fatal_until_reset() {
     assert!(failed.is_none() && runner.is_fatal() && shared.fatal.load(Ordering::SeqCst));
     assert_eq!(shared.last_error.load(Ordering::SeqCst), u64::from(ASYNC_ERR_FATAL) << 24);
     assert!(!runner.pass(&router.view()) && runner.next_deadline().is_none(), "nothing runs while fatal");
-    let (reply, rx) = std::sync::mpsc::sync_channel(1);
+    let (reply, rx) = rnic_emu_core::rnic::verbs::call::channel();
     runner.handle(&router.view(), Event::Reset { reply });
     rx.try_recv().unwrap();
     assert!(!runner.is_fatal() && !shared.fatal.load(Ordering::SeqCst));

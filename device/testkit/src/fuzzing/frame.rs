@@ -48,7 +48,7 @@ use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use vm_memory::ByteValued;
 
 /// The RNIC's address (its MAC is [`mac_of_ipv4`] of it) and its QP's peer.
@@ -240,7 +240,7 @@ impl Harness {
     }
 
     fn cmd(&mut self, op: u32, index: u32) -> u32 {
-        let (reply, rx) = mpsc::sync_channel(1);
+        let (reply, rx) = rnic_emu_core::rnic::verbs::call::channel();
         self.event(Event::Command { op, index, tables: tables(), reply });
         rx.try_recv().unwrap_or(CMD_ERR_FATAL)
     }
@@ -259,7 +259,7 @@ impl Harness {
 
     /// The QP, CQ, MR, RECVs, outstanding WRITE and READ, and the Ethernet receive ring.
     fn setup(&mut self, cfg: u8) -> Option<()> {
-        let (reply, _rx) = mpsc::sync_channel(1);
+        let (reply, _rx) = rnic_emu_core::rnic::verbs::call::channel();
         self.event(Event::DmaCtrl { enabled: true, int_enabled: true, db_page: false, reply });
         self.put(CQ_TABLE + 32, &CqCtx { ring_addr: RAM_BASE + CQ_RING, log_size: CQ_LOG, ..Default::default() });
         let pages = MR_LEN >> 12;
@@ -311,7 +311,7 @@ impl Harness {
         self.run();
         // The Ethernet receive ring and its buffers.
         if cfg & 0x80 == 0 {
-            let (reply, _rx) = mpsc::sync_channel(1);
+            let (reply, _rx) = rnic_emu_core::rnic::verbs::call::channel();
             self.event(Event::EthCtrl { ctrl: CTRL_RX_EN, tx: RingCfg::default(), rx: RingCfg { base: RAM_BASE + RXQ, log2: RXQ_LOG }, reply });
         }
         let n = usize::from(cfg >> 3 & 7);

@@ -38,7 +38,6 @@ use rnic_emu_core::rnic::fabric::packet::{Aeth, Bth, Packet, Reth};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
-use std::sync::mpsc;
 use std::time::Duration;
 
 mod op;
@@ -196,7 +195,7 @@ impl Harness {
 
     /// DMA_CTRL (with the doorbell page when the target uses it).
     fn dma_ctrl(&mut self, enabled: bool, int_enabled: bool) {
-        let (reply, _rx) = mpsc::sync_channel(1);
+        let (reply, _rx) = rnic_emu_core::rnic::verbs::call::channel();
         let view = self.router.view();
         self.d.handle(&view, Event::DmaCtrl { enabled, int_enabled, db_page: self.use_page, reply });
     }
@@ -234,7 +233,7 @@ impl Harness {
     }
 
     fn cmd(&mut self, op: u32, index: u32) -> u32 {
-        let (reply, rx) = mpsc::sync_channel(1);
+        let (reply, rx) = rnic_emu_core::rnic::verbs::call::channel();
         self.event(Event::Command { op, index, tables: tables(), reply });
         rx.try_recv().unwrap_or(CMD_ERR_FATAL)
     }
@@ -395,11 +394,11 @@ impl Harness {
                     Some(&m) => m,
                     None => (RAM_BASE, RAM),
                 };
-                self.router.dma.write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
+                let _ = self.router.dma.write().unwrap_or_else(|p| p.into_inner()).unmap(iova, size);
                 self.maps.retain(|m| m.0 != iova);
             }
             Op::Reset => {
-                let (reply, _rx) = mpsc::sync_channel(1);
+                let (reply, _rx) = rnic_emu_core::rnic::verbs::call::channel();
                 self.event(Event::Reset { reply });
                 self.dma_ctrl(true, true);
                 (self.sq_pi, self.rq_pi, self.cq_ci) = ([0; QPS], [0; QPS], [0; CQS]);

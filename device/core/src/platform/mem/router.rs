@@ -12,7 +12,9 @@
 //! ([`crate::platform::pcie_fault`], docs/faults.md) may fail it or poison its data.
 
 use super::access::{DmaTag, GuestMem, PciePath};
-use super::dma::{DmaError, DmaMaps, MapSet};
+use super::dma::{stopped, DmaError, DmaMaps, MapSet};
+use super::gate::{Closed, DmaGate, Passage};
+use super::revoke::{self, Span, Stopped};
 use crate::contract::counters::{Counter, Stats};
 use crate::platform::pcie_fault::{Dir, DmaAction, PcieFaults};
 use crate::platform::shm::SharedMemory;
@@ -21,7 +23,6 @@ use crate::regs::rnic::APERTURE_SLOTS;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use vm_memory::VolatileSlice;
 
 /// A GPU's BAR1 as its config space currently places it.
 pub struct PeerWindow {
@@ -128,6 +129,8 @@ pub struct Router {
     pub observed_as: Arc<str>,
     /// The function's PCIe-side faults, asked before every access (docs/faults.md).
     pub faults: Arc<PcieFaults>,
+    /// Bus mastering and quarantine, asked before every access ([`super::gate`]).
+    pub gate: Arc<DmaGate>,
 }
 
 /// Where an access lands.
@@ -140,7 +143,16 @@ enum Target<'a> {
 impl Router {
     pub fn new(dma: Arc<RwLock<DmaMaps>>, peers: Vec<Peer>, stats: Arc<Stats>) -> Router {
         let observer = Arc::new(Unobserved);
-        Router { dma, peers, apertures: Arc::new(Default::default()), stats, observer, observed_as: Arc::from(""), faults: Arc::default() }
+        Router {
+            dma,
+            peers,
+            apertures: Arc::new(Default::default()),
+            stats,
+            observer,
+            observed_as: Arc::from(""),
+            faults: Arc::default(),
+            gate: Arc::default(),
+        }
     }
 
     /// A view for one engine pass: a snapshot of the DMA maps (the lock is held only to
@@ -175,8 +187,8 @@ impl Router {
     }
 }
 
-/// An access's slices, its path, and (through a GPU's BAR1) its in-flight guard.
-type Slices<'a> = (Vec<VolatileSlice<'a, ()>>, PciePath, Option<InFlight<'a>>);
+/// An access's spans, its path, and (through a GPU's BAR1) its in-flight guard.
+type Slices<'a> = (Vec<Span<'a>>, PciePath, Option<InFlight<'a>>);
 
 pub struct RouterView<'a> {
     maps: Arc<MapSet>,
@@ -186,18 +198,41 @@ pub struct RouterView<'a> {
 }
 
 impl RouterView<'_> {
-    /// The slices [addr, addr+len) lands in (one in a GPU's BAR1, or one per DMA map),
-    /// and the path that reaches them.
-    /// A peer's slice comes with its in-flight guard: keep it until the copy is done.
-    fn slices(&self, addr: u64, len: usize) -> Result<Slices<'_>, DmaError> {
+    /// The spans [addr, addr+len) lands in (one in a GPU's BAR1, or one per DMA map),
+    /// and the path that reaches them (`write`: a device write, checked against the
+    /// maps' protection). A peer's span comes with its in-flight guard: keep it until the
+    /// copy is done.
+    fn slices(&self, addr: u64, len: usize, write: bool) -> Result<Slices<'_>, DmaError> {
         match self.router.target(addr, len)? {
-            Target::Host => Ok((self.maps.slices(addr, len)?, PciePath::Host, None)),
+            Target::Host => Ok((self.maps.spans(addr, len, write)?, PciePath::Host, None)),
             Target::Peer(p, off, base) => {
                 let guard = p.window.enter(base).ok_or(DmaError::Unmapped { addr, len })?;
                 let slice = p.window.mem.slice(off, len).map_err(|_| DmaError::Unmapped { addr, len })?;
-                Ok((vec![slice], PciePath::P2p(p.path), Some(guard)))
+                Ok((vec![Span { slice, live: None }], PciePath::P2p(p.path), Some(guard)))
             }
         }
+    }
+
+    /// The error of an access whose chunked copy stopped (counted as at its start).
+    fn stopped(&self, s: Stopped, addr: u64, len: usize) -> DmaError {
+        if s == Stopped::Gate(Closed::BusMaster) {
+            self.router.stats.inc(Counter::BusMasterErrors);
+        }
+        stopped(s, addr, len)
+    }
+
+    /// Passes the function's DMA gate for one access (bus mastering off: counted and
+    /// logged, rate-limited).
+    fn pass_gate(&self, addr: u64) -> Result<Passage<'_>, DmaError> {
+        self.router.gate.enter().map_err(|closed| match closed {
+            Closed::BusMaster => {
+                self.router.stats.inc(Counter::BusMasterErrors);
+                crate::guest_warn!("{}: DMA at {addr:#x} refused: bus mastering is off (PCI COMMAND bit 2)", self.router.observed_as);
+                DmaError::BusMaster { addr }
+            }
+            Closed::Quarantine => DmaError::Quarantined { addr },
+            Closed::LinkDown => DmaError::Injected { addr, len: 0 },
+        })
     }
 
     /// Reports an access to the router's observer (when it records).
@@ -231,13 +266,11 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<PciePath, DmaError> {
+        drop(self.pass_gate(addr)?);
         let poisoned = fault_hook(&self.router.faults, Dir::Read, addr, buf.len())?;
-        let (slices, path, _busy) = self.observed(addr, buf.len(), false, self.slices(addr, buf.len()), |s| s.1)?;
-        let mut done = 0;
-        for s in slices {
-            s.copy_to(&mut buf[done..done + s.len()]);
-            done += s.len();
-        }
+        let len = buf.len();
+        let (spans, path, _busy) = self.observed(addr, len, false, self.slices(addr, len, false), |s| s.1)?;
+        revoke::read(&spans, buf, Some(&self.router.gate)).map_err(|s| self.stopped(s, addr, len))?;
         if poisoned {
             poison(buf);
             return Err(DmaError::Poisoned { addr });
@@ -246,30 +279,29 @@ impl GuestMem for RouterView<'_> {
     }
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<PciePath, DmaError> {
+        drop(self.pass_gate(addr)?);
         fault_hook(&self.router.faults, Dir::Write, addr, buf.len())?;
-        let (slices, path, _busy) = self.observed(addr, buf.len(), true, self.slices(addr, buf.len()), |s| s.1)?;
-        let mut done = 0;
-        for s in slices {
-            s.copy_from(&buf[done..done + s.len()]);
-            done += s.len();
-        }
+        let (spans, path, _busy) = self.observed(addr, buf.len(), true, self.slices(addr, buf.len(), true), |s| s.1)?;
+        revoke::write(&spans, buf, Some(&self.router.gate)).map_err(|s| self.stopped(s, addr, buf.len()))?;
         Ok(path)
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<(PciePath, PciePath), DmaError> {
+        drop(self.pass_gate(src)?);
         let poisoned = fault_hook(&self.router.faults, Dir::Read, src, len)?;
         fault_hook(&self.router.faults, Dir::Write, dst, len)?;
-        let (from, sp, _src_busy) = self.observed(src, len, false, self.slices(src, len), |s| s.1)?;
-        let (to, dp, _dst_busy) = self.observed(dst, len, true, self.slices(dst, len), |s| s.1)?;
-        super::dma::copy_slices(&from, &to);
+        let (from, sp, _src_busy) = self.observed(src, len, false, self.slices(src, len, false), |s| s.1)?;
+        let (to, dp, _dst_busy) = self.observed(dst, len, true, self.slices(dst, len, true), |s| s.1)?;
+        let gate = Some(&*self.router.gate);
+        revoke::copy(&from, &to, gate).map_err(|s| self.stopped(s, src, len))?;
         if poisoned {
             // The poisoned data is forwarded (the destination gets it corrupted), and the
             // access reports the poison so the operation completes in error.
             for s in &to {
-                let mut b = vec![0u8; s.len()];
-                s.copy_to(&mut b[..]);
+                let mut b = vec![0u8; s.slice.len()];
+                revoke::read(std::slice::from_ref(s), &mut b, gate).map_err(|e| self.stopped(e, dst, len))?;
                 poison(&mut b);
-                s.copy_from(&b[..]);
+                revoke::write(std::slice::from_ref(s), &b, gate).map_err(|e| self.stopped(e, dst, len))?;
             }
             return Err(DmaError::Poisoned { addr: src });
         }

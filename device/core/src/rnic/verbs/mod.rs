@@ -7,6 +7,7 @@
 //! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
 //! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `sgl` -> `mr` ->
 //! `crate::platform::mem`, `crate::contract` (the descriptor ABI and the counters).
+pub mod call;
 pub mod clock;
 pub mod completer;
 pub mod cq;
@@ -24,6 +25,8 @@ pub mod sgl;
 mod tests;
 #[cfg(test)]
 mod tests_broken;
+#[cfg(test)]
+mod tests_calls;
 #[cfg(test)]
 mod tests_fatal;
 #[cfg(test)]

@@ -2,8 +2,11 @@
 //! path: a vCPU's register access waits for the socket thread's reply, so that thread
 //! only records a doorbell and posts it as an [`Event`] to the engine's [`Mailbox`]
 //! (`crate::mailbox`), which wakes the node's event loop (`evloop` in `rnic-emu-server`);
-//! the loop owns the engine inside an [`EngineRunner`]. Commands wait for the engine's
-//! answer (with a timeout), so a register read after RNIC_REG_CMD sees its status.
+//! the loop owns the engine inside an [`EngineRunner`]. Commands, RESET, DMA_CTRL and
+//! ETH_CTRL wait for the engine's answer ([`Remote`]), so a register read after
+//! RNIC_REG_CMD sees its status; one the engine does not take within [`COMMAND_TIMEOUT`]
+//! is abandoned and never runs (`super::call`), and the device is quarantined
+//! (docs/programming.md R-CMD-6).
 //!
 //! With the doorbell page on (docs/verbs.md §3.1) the runner also takes indices from the
 //! page: the loop polls it within [`POLL_WINDOW`] after activity (on hosts with enough
@@ -14,16 +17,19 @@
 //! thread ([`EngineSlot::Inline`]): register-level unit tests and fuzzing need no threads.
 //! Memory is reached through the DMA router, whose view is taken once per pass.
 
+use super::call::{self, Outcome, Reply};
 use super::engine::{Engine, Tables};
-use crate::contract::abi::{ASYNC_ERR_FATAL, CMD_ERR_FATAL, CMD_OK};
+use crate::contract::abi::{ASYNC_ERR_FATAL, CMD_ERR_DISABLED, CMD_ERR_FATAL, CMD_ERR_TIMEOUT, CMD_OK};
+use crate::contract::counters::Counter;
 use crate::mailbox::Mailbox;
 use crate::platform::mem::access::GuestMem;
+use crate::platform::mem::gate::DmaGate;
 use crate::platform::mem::router::Router;
 use crate::rnic::doorbell::DoorbellPage;
 use crate::rnic::eth::{EthPort, EthShared, RingCfg, TX_BUDGET};
 use crate::rnic::fabric::packet::Packet;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub enum Event {
@@ -61,7 +67,7 @@ pub enum Event {
         ctrl: u64,
         tx: RingCfg,
         rx: RingCfg,
-        reply: SyncSender<()>,
+        reply: Reply<()>,
     },
     /// Synchronous, like commands: turning the doorbell page on copies the device's
     /// indices into it before the register write completes.
@@ -69,25 +75,26 @@ pub enum Event {
         enabled: bool,
         int_enabled: bool,
         db_page: bool,
-        reply: SyncSender<()>,
+        reply: Reply<()>,
     },
     Command {
         op: u32,
         index: u32,
         tables: Tables,
-        reply: SyncSender<u32>,
+        reply: Reply<u32>,
     },
     Reset {
-        reply: SyncSender<()>,
+        reply: Reply<()>,
     },
     /// Fault injection (docs/faults.md): the engine fails as after an internal error.
     InjectFatal {
-        reply: SyncSender<()>,
+        reply: Reply<()>,
     },
 }
 
-/// How long a command may take before the register reports the engine as unresponsive.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call into an engine run by a loop (a command, RESET, DMA_CTRL, ETH_CTRL)
+/// waits for the engine to take it before it is abandoned ([`Remote`]).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Work requests per QP per pass before other QPs and events get their turn.
 pub const BUDGET: usize = 64;
 /// Passes an inline engine runs after one event at most (the loop interleaves instead).
@@ -97,48 +104,76 @@ const INLINE_PASSES: usize = 1024;
 /// with enough CPUs to spare one for polling (docs/architecture.md).
 pub const POLL_WINDOW: Duration = Duration::from_micros(200);
 
-/// The verbs engine's mailbox: the calls that wait for the engine's answer.
-impl Mailbox<Event> {
-    /// Runs a command on the engine and waits for its status.
-    pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
-        let (reply, rx) = mpsc::sync_channel(1);
-        self.post(Event::Command { op, index, tables, reply });
-        rx.recv_timeout(COMMAND_TIMEOUT).unwrap_or(crate::contract::abi::CMD_ERR_DISABLED)
-    }
+/// An engine an event loop owns, as the register side reaches it: through its mailbox,
+/// each synchronous call waiting at most `timeout` for the engine to take it
+/// ([`call`]). A call the engine did not take in time is abandoned and never runs; the
+/// device is then unresponsive (docs/programming.md R-CMD-6): the function's DMA gate is
+/// quarantined (no DMA of the function reaches memory, STATUS_FATAL) until a device reset
+/// the engine confirms, and the engine forgets every object the moment it runs again.
+pub struct Remote {
+    mailbox: Arc<Mailbox<Event>>,
+    timeout: Duration,
+    gate: Option<Arc<DmaGate>>,
+    stats: Arc<crate::contract::counters::Stats>,
+}
 
-    /// Posts the event `make` builds around a reply channel and waits for the reply.
-    fn call(&self, what: &str, make: fn(SyncSender<()>) -> Event) {
-        let (reply, rx) = mpsc::sync_channel(1);
-        self.post(make(reply));
-        if rx.recv_timeout(COMMAND_TIMEOUT).is_err() {
-            log::error!("the verbs engine did not confirm {what} within {COMMAND_TIMEOUT:?}");
+impl Remote {
+    /// Posts the event `make` builds around a reply and waits for the engine's answer.
+    /// Err: abandoned (the device is quarantined) or dropped unanswered.
+    fn call<T>(&self, what: &str, make: impl FnOnce(Reply<T>) -> Event) -> Result<T, Outcome<T>> {
+        let (reply, waiter) = call::channel();
+        self.mailbox.post(make(reply));
+        match waiter.wait(self.timeout, what) {
+            Outcome::Done(v) => Ok(v),
+            Outcome::Gone => {
+                log::error!("the verbs engine dropped {what} unanswered (its event loop stopped)");
+                Err(Outcome::Gone)
+            }
+            Outcome::Abandoned => {
+                self.stats.inc(Counter::EngineTimeouts);
+                log::error!(
+                    "the verbs engine did not take {what} within {:?}: abandoned, it never runs; the device is FATAL and does no DMA until a reset",
+                    self.timeout
+                );
+                if let Some(g) = &self.gate {
+                    if !g.quarantine() {
+                        log::error!("DMA under way did not end within {:?} of the quarantine", crate::platform::mem::gate::GATE_WAIT);
+                    }
+                }
+                Err(Outcome::Abandoned)
+            }
         }
     }
 
-    /// Resets the engine and waits until it has forgotten every object.
-    pub fn reset(&self) {
-        self.call("a reset", |reply| Event::Reset { reply });
+    /// Runs a command on the engine and waits for its status: CMD_ERR_TIMEOUT when it was
+    /// abandoned, CMD_ERR_DISABLED when the engine is gone.
+    pub fn command(&self, op: u32, index: u32, tables: Tables) -> u32 {
+        match self.call("a command", |reply| Event::Command { op, index, tables, reply }) {
+            Ok(status) => status,
+            Err(Outcome::Abandoned) => CMD_ERR_TIMEOUT,
+            Err(_) => CMD_ERR_DISABLED,
+        }
+    }
+
+    /// Resets the engine and waits until it has forgotten every object. False: it did not
+    /// confirm (abandoned: the device stays quarantined, FATAL).
+    pub fn reset(&self) -> bool {
+        self.call("a reset", |reply| Event::Reset { reply }).is_ok()
     }
 
     /// Makes the engine fatal (fault injection) and waits until it is.
-    pub fn inject_fatal(&self) {
-        self.call("an injected fatal error", |reply| Event::InjectFatal { reply });
+    pub fn inject_fatal(&self) -> bool {
+        self.call("an injected fatal error", |reply| Event::InjectFatal { reply }).is_ok()
     }
 
     /// Applies a DMA_CTRL write and waits until the engine has.
-    pub fn dma_ctrl(&self, enabled: bool, int_enabled: bool, db_page: bool) {
-        let (reply, rx) = mpsc::sync_channel(1);
-        self.post(Event::DmaCtrl { enabled, int_enabled, db_page, reply });
-        let _ = rx.recv_timeout(COMMAND_TIMEOUT);
+    pub fn dma_ctrl(&self, enabled: bool, int_enabled: bool, db_page: bool) -> bool {
+        self.call("a DMA_CTRL write", |reply| Event::DmaCtrl { enabled, int_enabled, db_page, reply }).is_ok()
     }
 
     /// Applies an `ETH_CTRL` write and waits until the rings have.
-    pub fn eth_ctrl(&self, ctrl: u64, tx: RingCfg, rx: RingCfg) {
-        let (reply, rx_done) = mpsc::sync_channel(1);
-        self.post(Event::EthCtrl { ctrl, tx, rx, reply });
-        if rx_done.recv_timeout(COMMAND_TIMEOUT).is_err() {
-            log::error!("the verbs engine did not confirm an ETH_CTRL write within {COMMAND_TIMEOUT:?}");
-        }
+    pub fn eth_ctrl(&self, ctrl: u64, tx: RingCfg, rx: RingCfg) -> bool {
+        self.call("an ETH_CTRL write", |reply| Event::EthCtrl { ctrl, tx, rx, reply }).is_ok()
     }
 }
 
@@ -177,6 +212,8 @@ pub struct EngineRunner {
     panic_next_pass: bool,
     /// Test hook: panic in the next [`EngineRunner::prepare_sleep`].
     panic_next_sleep: bool,
+    /// The function's DMA gate ([`Remote`]): quarantined, the engine stops at once.
+    gate: Option<Arc<DmaGate>>,
 }
 
 impl EngineRunner {
@@ -186,7 +223,13 @@ impl EngineRunner {
         let eth = EthPort::new(engine.name.clone(), std::sync::Arc::default(), shared.irqs.clone(), shared.stats.clone());
         let mut engine = engine;
         engine.port = Some(eth.shared().clone());
-        EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false }
+        EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false, gate: None }
+    }
+
+    /// The function's DMA gate: a call abandoned by its waiter quarantines it, and the
+    /// engine then stops (see [`EngineRunner::stop_quarantined`]).
+    pub fn set_gate(&mut self, gate: Arc<DmaGate>) {
+        self.gate = Some(gate);
     }
 
     /// Turns the test hooks on or off (unit tests, which share one environment).
@@ -213,6 +256,9 @@ impl EngineRunner {
     /// Runs `f` unless the engine is fatal; a panic in it makes the engine fatal. None:
     /// `f` did not run or did not finish.
     fn guarded<R>(&mut self, mem: &dyn GuestMem, what: &str, f: impl FnOnce(&mut EngineRunner) -> R) -> Option<R> {
+        if !self.fatal && self.gate.as_ref().is_some_and(|g| g.quarantined()) {
+            self.stop_quarantined();
+        }
         if self.fatal {
             return None;
         }
@@ -243,22 +289,54 @@ impl EngineRunner {
         self.engine.cqs.raise_async();
     }
 
-    /// Applies one event to the engine.
+    /// A call was abandoned while the engine was held up (the gate is quarantined): the
+    /// driver may already have freed what any object referenced, so the engine forgets
+    /// every object without a DMA (no completions, no write-backs) and stays fatal until
+    /// a reset it takes.
+    fn stop_quarantined(&mut self) {
+        self.fatal = true;
+        self.engine.shared.fatal.store(true, Ordering::SeqCst);
+        (self.panic_next_pass, self.panic_next_sleep) = (false, false);
+        self.eth.reset();
+        self.engine.reset();
+        self.db_on = false;
+        log::error!("{}: the verbs engine resumes after a call was abandoned: every object dropped, fatal until reset", self.engine.name);
+    }
+
+    /// An event whose waiter gave up before the engine reached it: it does not run.
+    fn abandoned(&self, what: &str) {
+        log::warn!("{}: {what} reached the verbs engine after its waiter gave up: not run", self.engine.name);
+    }
+
+    /// Applies one event to the engine. A command, RESET, DMA_CTRL or ETH_CTRL runs only
+    /// when the engine claims it from its waiter ([`super::call`]).
     pub fn handle(&mut self, mem: &dyn GuestMem, ev: Event) {
+        let claimed = match &ev {
+            Event::Command { reply, .. } => reply.claim(),
+            Event::DmaCtrl { reply, .. } | Event::EthCtrl { reply, .. } | Event::Reset { reply } | Event::InjectFatal { reply } => reply.claim(),
+            _ => true,
+        };
+        if !claimed {
+            self.abandoned(if matches!(ev, Event::Command { .. }) { "a command" } else { "a register write" });
+            return;
+        }
         match ev {
             Event::Command { op, index, tables, reply } => {
                 let status = self.guarded(mem, "a command", |d| d.command(mem, op, index, tables));
-                let _ = reply.send(status.unwrap_or(CMD_ERR_FATAL));
+                reply.send(status.unwrap_or(CMD_ERR_FATAL));
             }
             Event::DmaCtrl { enabled, int_enabled, db_page, reply } => {
                 self.guarded(mem, "DMA_CTRL", |d| d.dma_ctrl(enabled, int_enabled, db_page));
-                let _ = reply.send(());
+                reply.send(());
             }
             Event::EthCtrl { ctrl, tx, rx, reply } => {
                 self.guarded(mem, "ETH_CTRL", |d| d.eth.ctrl(ctrl, tx, rx));
-                let _ = reply.send(());
+                reply.send(());
             }
             Event::Reset { reply } => {
+                if let Some(g) = &self.gate {
+                    g.release();
+                }
                 self.fatal = false;
                 (self.panic_next_pass, self.panic_next_sleep) = (false, false);
                 self.engine.shared.fatal.store(false, Ordering::SeqCst);
@@ -267,13 +345,13 @@ impl EngineRunner {
                     d.engine.reset();
                     d.db_on = false;
                 });
-                let _ = reply.send(());
+                reply.send(());
             }
             Event::InjectFatal { reply } => {
                 if !self.fatal {
                     self.fail(mem, "an injected fault", &"fault injection");
                 }
-                let _ = reply.send(());
+                reply.send(());
             }
             ev => {
                 self.guarded(mem, "a doorbell", |d| d.doorbell(ev));
@@ -385,7 +463,7 @@ pub enum EngineSlot {
     /// Not attached to an event loop: events run on the caller's thread.
     Inline(Box<EngineRunner>),
     /// Owned by the node's event loop; events go through the mailbox.
-    Loop(std::sync::Arc<Mailbox<Event>>),
+    Loop(Remote),
 }
 
 impl EngineSlot {
@@ -400,7 +478,7 @@ impl EngineSlot {
                     }
                 }
             }
-            EngineSlot::Loop(m) => {
+            EngineSlot::Loop(Remote { mailbox: m, .. }) => {
                 // A consumer index only matters to the next CQE the engine writes, and
                 // every pass drains the mailbox first: no need to wake the loop for it.
                 let wake = !matches!(ev, Event::CqConsumed { .. });
@@ -412,31 +490,34 @@ impl EngineSlot {
     pub fn command(&mut self, router: &Router, op: u32, index: u32, tables: Tables) -> u32 {
         match self {
             EngineSlot::Inline(d) => {
-                let (reply, rx) = mpsc::sync_channel(1);
+                let (reply, rx) = call::channel();
                 d.handle(&router.view(), Event::Command { op, index, tables, reply });
-                rx.try_recv().unwrap_or(crate::contract::abi::CMD_ERR_DISABLED)
+                rx.try_recv().unwrap_or(CMD_ERR_DISABLED)
             }
             EngineSlot::Loop(m) => m.command(op, index, tables),
         }
     }
 
-    /// Applies a DMA_CTRL write; returns once the engine has.
-    pub fn dma_ctrl(&mut self, router: &Router, enabled: bool, int_enabled: bool, db_page: bool) {
+    /// Applies a DMA_CTRL write; returns once the engine has (false: abandoned, see
+    /// [`Remote`]).
+    pub fn dma_ctrl(&mut self, router: &Router, enabled: bool, int_enabled: bool, db_page: bool) -> bool {
         match self {
             EngineSlot::Inline(d) => {
-                let (reply, _rx) = mpsc::sync_channel(1);
+                let (reply, _rx) = call::channel();
                 d.handle(&router.view(), Event::DmaCtrl { enabled, int_enabled, db_page, reply });
+                true
             }
             EngineSlot::Loop(m) => m.dma_ctrl(enabled, int_enabled, db_page),
         }
     }
 
-    /// Applies an `ETH_CTRL` write; returns once the rings have.
-    pub fn eth_ctrl(&mut self, router: &Router, ctrl: u64, tx: RingCfg, rx: RingCfg) {
+    /// Applies an `ETH_CTRL` write; returns once the rings have (false: abandoned).
+    pub fn eth_ctrl(&mut self, router: &Router, ctrl: u64, tx: RingCfg, rx: RingCfg) -> bool {
         match self {
             EngineSlot::Inline(d) => {
-                let (reply, _rx) = mpsc::sync_channel(1);
+                let (reply, _rx) = call::channel();
                 d.handle(&router.view(), Event::EthCtrl { ctrl, tx, rx, reply });
+                true
             }
             EngineSlot::Loop(m) => m.eth_ctrl(ctrl, tx, rx),
         }
@@ -445,27 +526,45 @@ impl EngineSlot {
     /// Makes the engine fatal (fault injection); returns once it is.
     pub fn inject_fatal(&mut self, router: &Router) {
         match self {
-            EngineSlot::Inline(d) => d.handle(&router.view(), Event::InjectFatal { reply: mpsc::sync_channel(1).0 }),
-            EngineSlot::Loop(m) => m.inject_fatal(),
+            EngineSlot::Inline(d) => d.handle(&router.view(), Event::InjectFatal { reply: call::channel().0 }),
+            EngineSlot::Loop(m) => {
+                m.inject_fatal();
+            }
         }
     }
 
-    pub fn reset(&mut self, router: &Router) {
+    /// Resets the engine; false: it did not confirm (abandoned, see [`Remote`]).
+    pub fn reset(&mut self, router: &Router) -> bool {
         match self {
-            EngineSlot::Inline(d) => d.handle(&router.view(), Event::Reset { reply: mpsc::sync_channel(1).0 }),
+            EngineSlot::Inline(d) => {
+                d.handle(&router.view(), Event::Reset { reply: call::channel().0 });
+                true
+            }
             EngineSlot::Loop(m) => m.reset(),
+        }
+    }
+
+    /// How long calls wait for an engine run by a loop ([`COMMAND_TIMEOUT`] unless
+    /// changed; tests shorten it). False: the engine runs inline (calls never wait).
+    #[doc(hidden)]
+    pub fn set_call_timeout(&mut self, timeout: Duration) -> bool {
+        match self {
+            EngineSlot::Inline(_) => false,
+            EngineSlot::Loop(m) => {
+                m.timeout = timeout;
+                true
+            }
         }
     }
 
     /// Hands the engine to an event loop; later events go to `mailbox`. None: already
     /// attached.
-    pub fn attach(&mut self, mailbox: std::sync::Arc<Mailbox<Event>>) -> Option<EngineRunner> {
-        match std::mem::replace(self, EngineSlot::Loop(mailbox)) {
+    pub fn attach(&mut self, mailbox: Arc<Mailbox<Event>>) -> Option<EngineRunner> {
+        let EngineSlot::Inline(d) = self else { return None };
+        let remote = Remote { mailbox, timeout: COMMAND_TIMEOUT, gate: d.gate.clone(), stats: d.engine.shared.stats.clone() };
+        match std::mem::replace(self, EngineSlot::Loop(remote)) {
             EngineSlot::Inline(d) => Some(*d),
-            loop_slot @ EngineSlot::Loop(_) => {
-                *self = loop_slot;
-                None
-            }
+            EngineSlot::Loop(_) => None,
         }
     }
 }
@@ -502,26 +601,5 @@ mod tests {
         out.clear();
         m.drain(&mut out);
         assert!(matches!((&out[0], &out[1]), (Event::CqConsumed { .. }, Event::CqArm { .. })), "in posting order");
-    }
-
-    #[test]
-    fn command_times_out_without_a_loop_only_through_its_reply() {
-        // A loop that answers: the command's status comes back.
-        let m = std::sync::Arc::new(Mailbox::new().unwrap());
-        let loop_side = m.clone();
-        let t = std::thread::spawn(move || {
-            let mut out = VecDeque::new();
-            while out.is_empty() {
-                loop_side.drain(&mut out);
-                std::thread::yield_now();
-            }
-            match out.pop_front() {
-                Some(Event::Command { op, reply, .. }) => reply.send(op + 1).unwrap(),
-                _ => panic!("expected a command"),
-            }
-        });
-        let tables = Tables { qp_ctx: 0, cq_ctx: 0, mr_ctx: 0, mtt: 0, mtt_entries: 0, qp_path: 0, gid_table: 0 };
-        assert_eq!(m.command(41, 0, tables), 42);
-        t.join().unwrap();
     }
 }

@@ -8,10 +8,9 @@ use super::runner::{EngineRunner, Event, CMD_TEST_PANIC};
 use super::tests::*;
 use crate::contract::abi::*;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 
 fn command(drv: &mut EngineRunner, d: &Dev, op: u32, index: u32) -> u32 {
-    let (reply, rx) = mpsc::sync_channel(1);
+    let (reply, rx) = super::call::channel();
     drv.handle(&d.mem, Event::Command { op, index, tables: tables(), reply });
     rx.try_recv().expect("every command is answered, even one that panicked")
 }
@@ -52,7 +51,7 @@ fn expect_fatal_then_recover(mut d: Dev, mut drv: EngineRunner) {
     assert!(!drv.pass(&d.mem) && drv.next_deadline().is_none());
     assert!(drv.engine.cq(3).is_none());
     // A device reset brings back a working engine.
-    let (reply, rx) = mpsc::sync_channel(1);
+    let (reply, rx) = super::call::channel();
     drv.handle(&d.mem, Event::Reset { reply });
     rx.try_recv().unwrap();
     assert!(!drv.is_fatal() && !shared.fatal.load(Ordering::SeqCst));
