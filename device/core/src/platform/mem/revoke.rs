@@ -110,8 +110,9 @@ fn enter<'a>(gate: Option<&'a DmaGate>, a: Option<&'a Live>, b: Option<&'a Live>
     Ok(ChunkGuard(g, ua, ub))
 }
 
-/// Copies the spans into `buf` (as long as they are together), chunk by chunk.
-pub fn read(spans: &[Span<'_>], buf: &mut [u8], gate: Option<&DmaGate>) -> Result<(), Stopped> {
+/// Runs `f(chunk, offset into the whole, its length)` on each chunk of the spans in turn,
+/// each inside the gate and its mapping's entry.
+fn each_chunk(spans: &[Span<'_>], gate: Option<&DmaGate>, mut f: impl FnMut(&VolatileSlice<'_>, usize, usize)) -> Result<(), Stopped> {
     let mut done = 0;
     for s in spans {
         let mut off = 0;
@@ -119,7 +120,7 @@ pub fn read(spans: &[Span<'_>], buf: &mut [u8], gate: Option<&DmaGate>) -> Resul
             let n = (s.slice.len() - off).min(CHUNK);
             let _g = enter(gate, s.live, None)?;
             if let Ok(part) = s.slice.subslice(off, n) {
-                part.copy_to(&mut buf[done..done + n]);
+                f(&part, done, n);
             }
             (off, done) = (off + n, done + n);
         }
@@ -127,21 +128,16 @@ pub fn read(spans: &[Span<'_>], buf: &mut [u8], gate: Option<&DmaGate>) -> Resul
     Ok(())
 }
 
+/// Copies the spans into `buf` (as long as they are together), chunk by chunk.
+pub fn read(spans: &[Span<'_>], buf: &mut [u8], gate: Option<&DmaGate>) -> Result<(), Stopped> {
+    each_chunk(spans, gate, |part, done, n| {
+        part.copy_to(&mut buf[done..done + n]);
+    })
+}
+
 /// Copies `buf` into the spans, chunk by chunk.
 pub fn write(spans: &[Span<'_>], buf: &[u8], gate: Option<&DmaGate>) -> Result<(), Stopped> {
-    let mut done = 0;
-    for s in spans {
-        let mut off = 0;
-        while off < s.slice.len() {
-            let n = (s.slice.len() - off).min(CHUNK);
-            let _g = enter(gate, s.live, None)?;
-            if let Ok(part) = s.slice.subslice(off, n) {
-                part.copy_from(&buf[done..done + n]);
-            }
-            (off, done) = (off + n, done + n);
-        }
-    }
-    Ok(())
+    each_chunk(spans, gate, |part, done, n| part.copy_from(&buf[done..done + n]))
 }
 
 /// Copies between two span lists covering the same number of bytes, chunk by chunk.
