@@ -486,16 +486,7 @@ fn bad_ring_enables_and_doorbells_are_refused() {
 // ---- the registers (RNIC model, engine inline) ----
 
 fn rnic(address: Option<Ipv4Addr>) -> crate::rnic::Rnic {
-    let t = crate::platform::topology::Topology::parse(
-        r#"name = "t"
-        [[node]]
-        name = "n"
-        port = [ { id = "rp", kind = "root-port" } ]
-        device = [ { id = "r", kind = "rnic", port = "rp", msix_vectors = 4 } ]"#,
-        "t",
-    )
-    .unwrap();
-    let mut r = crate::rnic::Rnic::new("node0-rnic0".into(), &t.nodes[0].devices[0], Vec::new(), address).unwrap();
+    let mut r = crate::rnic::tests::test_rnic("node0-rnic0", address);
     bus_master(&mut r, true);
     r
 }

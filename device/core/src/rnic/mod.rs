@@ -507,11 +507,17 @@ impl PciFunction for Rnic {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::platform::topology::Topology;
 
     fn rnic() -> Rnic {
+        test_rnic("t", None)
+    }
+
+    /// An RNIC named `name` (4 MSI-X vectors, fabric address `address`) of a one-device
+    /// topology, for the register-level unit tests.
+    pub(crate) fn test_rnic(name: &str, address: Option<std::net::Ipv4Addr>) -> Rnic {
         let t = Topology::parse(
             r#"name = "t"
             [[node]]
@@ -521,7 +527,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        Rnic::new("t".into(), &t.nodes[0].devices[0], Vec::new(), None).unwrap()
+        Rnic::new(name.into(), &t.nodes[0].devices[0], Vec::new(), address).unwrap()
     }
 
     fn rd(r: &mut Rnic, off: u64) -> u32 {

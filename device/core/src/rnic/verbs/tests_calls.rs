@@ -105,16 +105,7 @@ fn an_abandoned_reset_leaves_the_device_fatal_until_a_reset_the_engine_takes() {
 
 #[test]
 fn the_registers_say_timeout_and_fatal() {
-    let t = crate::platform::topology::Topology::parse(
-        r#"name = "t"
-        [[node]]
-        name = "n"
-        port = [ { id = "rp", kind = "root-port" } ]
-        device = [ { id = "r", kind = "rnic", port = "rp", msix_vectors = 4 } ]"#,
-        "t",
-    )
-    .unwrap();
-    let mut r = crate::rnic::Rnic::new("t".into(), &t.nodes[0].devices[0], Vec::new(), None).unwrap();
+    let mut r = crate::rnic::tests::test_rnic("t", None);
     let mailbox = Arc::new(Mailbox::new().unwrap());
     let (_runner, _router) = r.attach(mailbox).unwrap();
     assert!(r.set_call_timeout(SHORT));
