@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 seconds=${FUZZ_SECONDS:-120}
-targets=${FUZZ_TARGETS:-"engine bar0 packet frame vfio_stream verbs_ops verbs_pair dbpage control"}
+targets=${FUZZ_TARGETS:-"engine bar0 packet frame vfio_stream verbs_ops verbs_pair dbpage control udp_rx"}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked || exit 1
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     fuzz=(cargo +nightly fuzz)

@@ -20,10 +20,12 @@ mod control;
 pub mod frame;
 mod layout;
 mod stream_fds;
+mod udp_rx;
 mod verbs_ops;
 mod wire;
 pub use control::control;
 pub use frame::frame;
+pub use udp_rx::udp_rx;
 pub use verbs_ops::{dbpage, verbs_ops, verbs_pair};
 
 /// Guest RAM whose first bytes are `data` (QP/CQ/MR tables, MTT and rings all overlap it),
@@ -356,6 +358,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("dbpage", dbpage),
     ("frame", frame),
     ("control", control),
+    ("udp_rx", udp_rx),
 ];
 
 /// The pseudo-random bytes the smoke tests use: `n` bytes of the seeded generator.
@@ -508,6 +511,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         "dbpage" => verbs_ops::page_seeds(),
         "frame" => frame::seeds(),
         "control" => control::seeds(),
+        "udp_rx" => udp_rx::seeds(),
         "bar0" => {
             // (kind, size, offset, value): ID read, DMA_CTRL write, reset magic, doorbell,
             // a narrow read, config reads and a command write, as the unit tests do.
