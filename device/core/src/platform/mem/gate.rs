@@ -29,18 +29,46 @@ pub struct DmaGate {
     bus_master: AtomicBool,
     link_up: AtomicBool,
     quarantined: AtomicBool,
-    busy: AtomicU64,
+    busy: Busy,
 }
 
 impl Default for DmaGate {
     /// Open: a function whose configuration space is not modelled (unit tests) masters
     /// the bus; an RNIC mirrors its COMMAND register from reset on.
     fn default() -> Self {
-        DmaGate { bus_master: AtomicBool::new(true), link_up: AtomicBool::new(true), quarantined: AtomicBool::new(false), busy: AtomicU64::new(0) }
+        DmaGate { bus_master: AtomicBool::new(true), link_up: AtomicBool::new(true), quarantined: AtomicBool::new(false), busy: Busy::default() }
     }
 }
 
-/// One chunk under way; the gate's closer waits for it to be dropped.
+/// The accesses under way through one thing whose closer must wait for them (the DMA
+/// gate, a DMA mapping, a GPU's BAR1 window): each registers while it copies
+/// ([`Busy::enter`]); the closer first closes (its own flag), then [`Busy::drain`]s.
+/// Register-then-check on the access side, paired with close-then-drain, makes an access
+/// either end before the drain does or see the closed flag.
+#[derive(Default)]
+pub struct Busy(AtomicU64);
+
+impl Busy {
+    /// Registers one access until the returned [`Passage`] is dropped.
+    pub fn enter(&self) -> Passage<'_> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Passage(&self.0)
+    }
+
+    /// Waits until no access is under way, at most `wait`; false when one still is.
+    pub fn drain(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while self.0.load(Ordering::SeqCst) > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+}
+
+/// One access under way; [`Busy::drain`] waits for it to be dropped.
 pub struct Passage<'a>(&'a AtomicU64);
 
 impl Drop for Passage<'_> {
@@ -54,8 +82,7 @@ impl DmaGate {
     /// paired with the closer's store-then-wait, makes a chunk either finish before the
     /// closer's wait ends or see the gate closed.
     pub fn enter(&self) -> Result<Passage<'_>, Closed> {
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        let p = Passage(&self.busy);
+        let p = self.busy.enter();
         if self.quarantined.load(Ordering::SeqCst) {
             return Err(Closed::Quarantine);
         }
@@ -72,14 +99,14 @@ impl DmaGate {
     /// once no access is under way (false: one still was after [`GATE_WAIT`]).
     pub fn set_bus_master(&self, on: bool) -> bool {
         let was = self.bus_master.swap(on, Ordering::SeqCst);
-        !was || on || self.drain(GATE_WAIT)
+        !was || on || self.busy.drain(GATE_WAIT)
     }
 
     /// Whether the link is up. Going down, this returns once no access is under way
     /// (false: one still was after [`GATE_WAIT`]).
     pub fn set_link(&self, up: bool) -> bool {
         let was = self.link_up.swap(up, Ordering::SeqCst);
-        !was || up || self.drain(GATE_WAIT)
+        !was || up || self.busy.drain(GATE_WAIT)
     }
 
     pub fn bus_master(&self) -> bool {
@@ -94,7 +121,7 @@ impl DmaGate {
 
     fn quarantine_within(&self, wait: Duration) -> bool {
         self.quarantined.store(true, Ordering::SeqCst);
-        self.drain(wait)
+        self.busy.drain(wait)
     }
 
     pub fn quarantined(&self) -> bool {
@@ -104,18 +131,6 @@ impl DmaGate {
     /// Lifts a quarantine (the engine took a device reset).
     pub fn release(&self) {
         self.quarantined.store(false, Ordering::SeqCst);
-    }
-
-    /// Waits until no chunk is under way, at most `wait`; false when one still is.
-    fn drain(&self, wait: Duration) -> bool {
-        let deadline = Instant::now() + wait;
-        while self.busy.load(Ordering::SeqCst) > 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        true
     }
 }
 

@@ -6,9 +6,9 @@
 //! and then sees no chunk under way knows no further byte of it is read or written,
 //! however long the pass that took the old snapshot runs on.
 
-use super::gate::{Closed, DmaGate, Passage};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use super::gate::{Busy, Closed, DmaGate, Passage};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use vm_memory::VolatileSlice;
 
 /// The largest copy between two checks of a mapping's state: an unmap waits for one
@@ -43,25 +43,15 @@ impl Prot {
 #[derive(Default)]
 pub struct Live {
     revoked: AtomicBool,
-    busy: AtomicU64,
-}
-
-/// One chunk under way through a mapping.
-pub struct Using<'a>(&'a AtomicU64);
-
-impl Drop for Using<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
+    busy: Busy,
 }
 
 impl Live {
     /// Registers one chunk; None once revoked (register first, then check: paired with
     /// [`Live::revoke`]'s store-then-wait, a chunk either ends before the wait does or
     /// sees the revocation).
-    fn enter(&self) -> Option<Using<'_>> {
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        let u = Using(&self.busy);
+    fn enter(&self) -> Option<Passage<'_>> {
+        let u = self.busy.enter();
         (!self.revoked.load(Ordering::SeqCst)).then_some(u)
     }
 
@@ -73,14 +63,7 @@ impl Live {
 
     fn revoke_within(&self, wait: Duration) -> bool {
         self.revoked.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + wait;
-        while self.busy.load(Ordering::SeqCst) > 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        true
+        self.busy.drain(wait)
     }
 }
 
@@ -101,7 +84,7 @@ pub enum Stopped {
 
 /// The registrations one chunk needs: the gate, and each mapping it touches (held, not
 /// read: dropping them ends the chunk).
-struct ChunkGuard<'a>(#[allow(dead_code)] Option<Passage<'a>>, #[allow(dead_code)] Option<Using<'a>>, #[allow(dead_code)] Option<Using<'a>>);
+struct ChunkGuard<'a>(#[allow(dead_code)] Option<Passage<'a>>, #[allow(dead_code)] Option<Passage<'a>>, #[allow(dead_code)] Option<Passage<'a>>);
 
 fn enter<'a>(gate: Option<&'a DmaGate>, a: Option<&'a Live>, b: Option<&'a Live>) -> Result<ChunkGuard<'a>, Stopped> {
     let g = gate.map(DmaGate::enter).transpose().map_err(Stopped::Gate)?;
@@ -166,6 +149,7 @@ pub fn copy(from: &[Span<'_>], to: &[Span<'_>], gate: Option<&DmaGate>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn revoking_waits_for_the_chunk_under_way_and_refuses_later_ones() {

@@ -13,7 +13,7 @@
 
 use super::access::{DmaTag, GuestMem, PciePath};
 use super::dma::{stopped, DmaError, DmaMaps, MapSet};
-use super::gate::{Closed, DmaGate, Passage};
+use super::gate::{Busy, Closed, DmaGate, Passage};
 use super::revoke::{self, Span, Stopped};
 use crate::contract::counters::{Counter, Stats};
 use crate::platform::pcie_fault::{Dir, DmaAction, PcieFaults};
@@ -29,25 +29,16 @@ pub struct PeerWindow {
     addr: AtomicU64,
     enabled: AtomicBool,
     /// DMA copies into or out of the window under way (see [`PeerWindow::set`]).
-    busy: AtomicU64,
+    busy: Busy,
     pub mem: Arc<SharedMemory>,
 }
 
 /// How long a BAR1 move waits for copies under way before it goes ahead regardless.
 const MOVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// A copy under way through a window; the window cannot move until it is dropped.
-struct InFlight<'a>(&'a AtomicU64);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl PeerWindow {
     pub fn new(mem: Arc<SharedMemory>) -> Self {
-        PeerWindow { addr: AtomicU64::new(0), enabled: AtomicBool::new(false), busy: AtomicU64::new(0), mem }
+        PeerWindow { addr: AtomicU64::new(0), enabled: AtomicBool::new(false), busy: Busy::default(), mem }
     }
 
     /// Publishes the window (None: not decoding: memory disabled or BAR unassigned).
@@ -58,10 +49,7 @@ impl PeerWindow {
     /// [`PeerWindow::enter`] makes a copy either finish first or see the window closed).
     pub fn set(&self, window: Option<u64>) {
         self.enabled.store(false, Ordering::SeqCst);
-        let deadline = std::time::Instant::now() + MOVE_WAIT;
-        while self.busy.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
-        }
+        let _ = self.busy.drain(MOVE_WAIT); // past the bound it goes ahead regardless
         if let Some(addr) = window {
             self.addr.store(addr, Ordering::SeqCst);
             self.enabled.store(true, Ordering::SeqCst);
@@ -75,9 +63,8 @@ impl PeerWindow {
 
     /// Registers a copy through the window found at `base`; None when the window moved or
     /// stopped decoding meanwhile.
-    fn enter(&self, base: u64) -> Option<InFlight<'_>> {
-        self.busy.fetch_add(1, Ordering::SeqCst);
-        let guard = InFlight(&self.busy);
+    fn enter(&self, base: u64) -> Option<Passage<'_>> {
+        let guard = self.busy.enter();
         (self.get().map(|(a, _)| a) == Some(base)).then_some(guard)
     }
 }
@@ -188,7 +175,7 @@ impl Router {
 }
 
 /// An access's spans, its path, and (through a GPU's BAR1) its in-flight guard.
-type Slices<'a> = (Vec<Span<'a>>, PciePath, Option<InFlight<'a>>);
+type Slices<'a> = (Vec<Span<'a>>, PciePath, Option<Passage<'a>>);
 
 pub struct RouterView<'a> {
     maps: Arc<MapSet>,
