@@ -192,7 +192,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         fail_front(ctx, qpn, qp, rq, fail(WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE));
         return;
     }
-    ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
+    ctx.mem.tag(DmaTag { mr: w.local.first_mr(), ..DmaTag::qp(DmaKind::Payload, qpn) });
     let placed = ctx.local_part(&w.local, off, n).and_then(|segs| {
         m.payload.place(ctx.mem, &segs, 0).map_err(|e| {
             crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);

@@ -116,12 +116,6 @@ pub struct MrTable {
     pages_limit: u64,
 }
 
-/// The MR indices the non-empty SGEs of a list name (what a message in flight uses, so
-/// that CMD_DEREG_MR can find it).
-pub fn mr_indices(sges: &[crate::contract::abi::Sge]) -> Vec<u32> {
-    sges.iter().filter(|s| s.length != 0).map(|s| s.lkey >> 8).collect()
-}
-
 impl MrTable {
     pub fn new(max: usize) -> Self {
         MrTable { mrs: vec![None; max], pages_held: 0, pages_limit: MAX_MR_PAGES }

@@ -52,8 +52,6 @@ pub struct InFlight {
     pub received: u32,
     /// Its stage times so far, for the WQE log (`rnic-emu trace`).
     pub stamps: Option<Pending>,
-    /// MR indices of `local` (CMD_DEREG_MR of one of them stops this WQE).
-    pub mrs: Vec<u32>,
 }
 
 impl InFlight {
@@ -141,7 +139,7 @@ impl Requester {
 
     /// Whether a WQE in flight uses MR `index`.
     pub fn uses_mr(&self, index: u32) -> bool {
-        self.inflight.iter().any(|w| w.mrs.contains(&index))
+        self.inflight.iter().any(|w| w.local.uses(index))
     }
 
     /// Ends the record of WQE `w` (completed with `status`) into the WQE log.
@@ -271,8 +269,7 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
-    let mrs = if w.inline.is_empty() { super::mr::mr_indices(&w.sges) } else { Vec::new() };
-    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, stamps: on.then_some(stamps), mrs };
+    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, stamps: on.then_some(stamps) };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
     rq.note_started(qp.sq.pi);
@@ -297,7 +294,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         let w = &rq.inflight[pos];
         let i = psn_diff(psn, w.first_psn) as u32;
         let (i, next) = if w.is_read() { (i.max(w.received), psn_add(w.first_psn, w.npkts)) } else { (i, psn_add(psn, 1)) };
-        ctx.mem.tag(DmaTag { mr: w.mrs.first().copied(), ..DmaTag::qp(DmaKind::Payload, qpn) });
+        ctx.mem.tag(DmaTag { mr: w.local.first_mr(), ..DmaTag::qp(DmaKind::Payload, qpn) });
         let result = match payload_of(ctx, rq.mtu, w, i) {
             Ok(segs) => t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i, &segs)).map_err(|e| {
                 crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
@@ -361,7 +358,6 @@ mod tests {
             npkts: 64,
             received: 0,
             stamps: None,
-            mrs: Vec::new(),
         };
         let asks: Vec<u32> = (0..64).filter(|&i| request(4, 1024, &w, i, &[]).bth.ack_req).map(|i| 5 + i).collect();
         assert_eq!(asks, [15, 31, 47, 63, 68], "every 16th PSN and the last");
@@ -385,7 +381,6 @@ mod tests {
             npkts: 2,
             received: 0,
             stamps: None,
-            mrs: Vec::new(),
         };
         let a = request(4, 4096, &w, 0, &[]);
         let b = request(4, 4096, &w, 1, &[]);

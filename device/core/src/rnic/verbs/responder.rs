@@ -48,7 +48,7 @@ pub const MAX_READ_RESPONSES: usize = 16;
 #[derive(Clone, Debug)]
 enum Incoming {
     /// The RECV's buffers, checked when it was taken, translated one packet at a time.
-    Send { wr_id: u64, sgl: Sgl, offset: u64, mrs: Vec<u32> },
+    Send { wr_id: u64, sgl: Sgl, offset: u64 },
     /// Checked whole at the first packet, translated one packet's share at a time.
     Write { rkey: u32, va: u64, len: u64, offset: u64, mr: u32 },
 }
@@ -122,7 +122,7 @@ impl Responder {
     /// (CMD_DEREG_MR): their later packets are refused, their data never moves.
     pub fn drop_mr(&mut self, index: u32) {
         let uses = |i: &Incoming| match i {
-            Incoming::Send { mrs, .. } => mrs.contains(&index),
+            Incoming::Send { sgl, .. } => sgl.uses(index),
             Incoming::Write { mr, .. } => *mr == index,
         };
         if self.incoming.as_ref().is_some_and(uses) {
@@ -251,7 +251,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     if op.first {
         let incoming = if op.kind == Kind::Send {
             match next_recv(ctx, qpn, qp, src_qpn)? {
-                Some(r) => Incoming::Send { wr_id: r.wr_id, mrs: r.sgl.mr_indices(), sgl: r.sgl, offset: 0 },
+                Some(r) => Incoming::Send { wr_id: r.wr_id, sgl: r.sgl, offset: 0 },
                 None => return Ok(false),
             }
         } else {
@@ -269,7 +269,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     let mut incoming = rs.incoming.take().ok_or_else(inv)?;
     let mr = match &incoming {
         Incoming::Write { mr, .. } => Some(*mr),
-        Incoming::Send { mrs, .. } => mrs.first().copied(),
+        Incoming::Send { sgl, .. } => sgl.first_mr(),
     };
     let placed = |ctx: &Ctx, segs: &[Segment]| {
         ctx.mem.tag(DmaTag { mr, ..DmaTag::qp(DmaKind::Payload, qpn) });

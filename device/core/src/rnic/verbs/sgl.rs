@@ -36,9 +36,14 @@ impl Sgl {
         self.len == 0
     }
 
-    /// The MR indices the buffers name (what CMD_DEREG_MR looks for).
-    pub fn mr_indices(&self) -> Vec<u32> {
-        self.sges.iter().map(|s| s.lkey >> 8).collect()
+    /// Whether the buffers name MR `index` (what CMD_DEREG_MR looks for).
+    pub fn uses(&self, index: u32) -> bool {
+        self.sges.iter().any(|s| s.lkey >> 8 == index)
+    }
+
+    /// The MR of the first buffer (what the DMA trace tags the payload with).
+    pub fn first_mr(&self) -> Option<u32> {
+        self.sges.first().map(|s| s.lkey >> 8)
     }
 
     /// The bus segments of bytes `[off, off + len)` of the buffers, checked again (an MR
@@ -82,7 +87,7 @@ mod tests {
         let key = 1 << 8 | 7;
         let sge = |addr, length| Sge { addr, length, lkey: key };
         let sgl = Sgl::check(&t, &[sge(0x10_0800, 0x1000), sge(0, 0), sge(0x10_2000, 0x100)], 1, ACCESS_LOCAL_WRITE).unwrap();
-        assert_eq!((sgl.len(), sgl.mr_indices()), (0x1100, vec![1, 1]), "the empty SGE dropped");
+        assert_eq!((sgl.len(), sgl.first_mr(), sgl.uses(1), sgl.uses(0)), (0x1100, Some(1), true, false), "the empty SGE dropped");
         let segs = sgl.segments(&t, 0x700, 0x200).unwrap();
         assert_eq!(segs, vec![Segment { addr: 0xaf00, len: 0x100 }, Segment { addr: 0x5000, len: 0x100 }], "a page boundary inside the first SGE");
         let segs = sgl.segments(&t, 0xf00, 0x200).unwrap();
