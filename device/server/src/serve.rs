@@ -245,11 +245,10 @@ pub fn control_request(socket_dir: &Path, node: &str, request: &str) -> anyhow::
 /// glibc's malloc arenas the server process may have. Clients come and go on threads (a
 /// vfio-user connection's, a control client's), and glibc gives an allocating thread an
 /// arena of its own, up to 8 per CPU, that stays mapped for the life of the process: a
-/// client that connects often grows the server's mappings until that bound. One (the
-/// main arena, shared by every thread) keeps the footprint fixed from the start (with two,
-/// the second appeared whenever threads first overlapped, as late as the second client);
+/// client that connects often grows the server's mappings until that bound. Two (the main
+/// one and one shared by every thread) keep the footprint fixed after the first client;
 /// the loop's packet path does not allocate, so the shared arena is not contended.
-const MALLOC_ARENAS: i32 = 1;
+const MALLOC_ARENAS: i32 = 2;
 
 /// Bounds glibc's malloc arenas to [`MALLOC_ARENAS`] (other C libraries: nothing to do).
 fn bound_malloc_arenas() {
