@@ -18,8 +18,18 @@ const MIB: u64 = 1 << 20;
 /// (open fds, mapping lines) of a process.
 fn footprint(pid: u32) -> (usize, usize) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().lines().count();
-    (fds, maps)
+    (fds, maps(pid).len())
+}
+
+/// A process's mappings: address range, permissions and what is mapped.
+fn maps(pid: u32) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    text.lines().map(|l| l.split_whitespace().enumerate().filter(|(i, _)| ![2, 3, 4].contains(i)).map(|(_, w)| w).collect::<Vec<_>>().join(" ")).collect()
+}
+
+/// The mappings in `now` that `before` did not have, to name what grew.
+fn new_mappings(before: &[String], now: &[String]) -> Vec<String> {
+    now.iter().filter(|m| !before.contains(m)).cloned().collect()
 }
 
 fn counter(server: &ServerProcess, name: &str) -> u64 {
@@ -59,6 +69,7 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
     let stream = "rnic-perf write -s 4M -n 1000000 --src host --dst gpu & rnic-perf write -s 4M -n 1000000 --src gpu --dst gpu & wait";
     let mut footprints = Vec::new();
     let mut clients = 0;
+    let mut first_maps = Vec::new();
     let all_gone = |clients: usize| clients_done(&server, "rnic0") >= clients && clients_done(&server, "gpu0") >= clients;
     for cycle in 1..=5 {
         let (mut qemu, _, started) = boot(&topo, &server, work.path(), cycle, stream);
@@ -83,6 +94,9 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
         assert!(wait_until(Duration::from_secs(30), || all_gone(clients)), "cycle {cycle}: the server did not see QEMU go");
         footprints.push(footprint(server.pid()));
         eprintln!("cycle {cycle}: server fds, mappings {:?}", footprints.last().unwrap());
+        if cycle == 1 {
+            first_maps = maps(server.pid());
+        }
     }
     // A sixth guest on the same server: verified transfers both ways.
     let script = "rnic-perf write -s 4M -n 16 --src host --dst gpu --verify --json && rnic-perf write -s 4M -n 16 --src gpu --dst gpu --verify --json";
@@ -105,6 +119,11 @@ fn qemu_killed_while_streaming_then_a_new_guest_is_served() {
     let first = footprints[0];
     for (i, f) in footprints.iter().enumerate().skip(1) {
         assert_eq!(f.0, first.0, "open fds after cycle {} vs cycle 1: {footprints:?}", i + 1);
-        assert!(f.1 <= first.1, "memory mappings grew by cycle {}: {footprints:?}", i + 1);
+        assert!(
+            f.1 <= first.1,
+            "memory mappings grew by cycle {}: {footprints:?}; new since cycle 1: {:#?}",
+            i + 1,
+            new_mappings(&first_maps, &maps(server.pid()))
+        );
     }
 }

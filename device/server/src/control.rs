@@ -4,8 +4,10 @@
 //! can hold is bounded (docs/verbs.md §8):
 //! - the socket file is made mode 0600, and a peer whose uid (`SO_PEERCRED`) is neither
 //!   ours nor root's is refused with an error line (counted, logged rate-limited);
-//! - at most [`MAX_CLIENTS`] connections are served at once, each on its own thread, so
-//!   a slow client never delays another; one more gets an error line and is closed;
+//! - at most [`MAX_CLIENTS`] connections are served at once, each by one of
+//!   [`MAX_CLIENTS`] threads started with the socket, so a slow client never delays
+//!   another and a client costs no thread (the server's threads and mappings are fixed
+//!   once it serves); one more gets an error line and is closed;
 //! - a request line is at most [`MAX_LINE`] bytes: a longer one gets an error reply and
 //!   the connection is closed;
 //! - a whole request line must arrive within [`REQUEST_DEADLINE`] (not per read: a client
@@ -23,7 +25,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest request line, newline excluded.
@@ -164,6 +167,13 @@ pub fn serve(ctx: Control, listener: UnixListener, path: &std::path::Path) {
         log::warn!("making {} owner-only: {e}", path.display());
     }
     let ctx = Arc::new(ctx);
+    let to_workers = match start_workers(&ctx) {
+        Ok(tx) => tx,
+        Err(e) => {
+            log::warn!("control socket: starting its client threads: {e}; not serving it");
+            return;
+        }
+    };
     let active = Arc::new(AtomicUsize::new(0));
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
@@ -192,16 +202,29 @@ pub fn serve(ctx: Control, listener: UnixListener, path: &std::path::Path) {
             refuse(conn, &format!("busy: {MAX_CLIENTS} control clients are connected; try again later"));
             continue;
         }
-        let slot = Slot(active.clone());
-        let ctx = ctx.clone();
-        let spawned = std::thread::Builder::new().name(format!("{}-ctl", ctx.node)).spawn(move || {
-            let _slot = slot;
-            serve_client(&ctx, conn);
-        });
-        if let Err(e) = spawned {
-            log::warn!("control socket: starting a client thread: {e}");
+        // Never blocks: at most MAX_CLIENTS connections hold a slot, and the channel
+        // holds MAX_CLIENTS.
+        if to_workers.send((Slot(active.clone()), conn)).is_err() {
+            log::warn!("control socket: no client thread is left; closing");
+            return;
         }
     }
+}
+
+/// Starts the [`MAX_CLIENTS`] threads that serve connections; returns where to send them.
+fn start_workers(ctx: &Arc<Control>) -> std::io::Result<SyncSender<(Slot, UnixStream)>> {
+    let (tx, rx) = sync_channel::<(Slot, UnixStream)>(MAX_CLIENTS);
+    let rx = Arc::new(Mutex::new(rx));
+    for _ in 0..MAX_CLIENTS {
+        let (ctx, rx) = (ctx.clone(), rx.clone());
+        std::thread::Builder::new().name(format!("{}-ctl", ctx.node)).spawn(move || loop {
+            // The lock is held only while waiting for the next connection.
+            let next = rx.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
+            let Ok((_slot, conn)) = next else { return };
+            serve_client(&ctx, conn);
+        })?;
+    }
+    Ok(tx)
 }
 
 /// A connection's place among the [`MAX_CLIENTS`]; given back when dropped.
