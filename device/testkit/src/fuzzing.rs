@@ -46,9 +46,18 @@ pub fn engine(data: &[u8]) {
     };
     let mut e = Engine::new("fuzz".into(), shared);
     e.set_dma_ctrl(true, true);
-    let tables =
-        Tables { qp_ctx: 0x1000, cq_ctx: 0x1000 + 0x4000, mr_ctx: 0x1000 + 0x6000, mtt: 0x1000 + 0x8000, mtt_entries: 0x1000, qp_path: 0, gid_table: 0 };
-    let ops = [CMD_CREATE_CQ, CMD_MODIFY_QP, CMD_REG_MR, CMD_QUERY_QP, CMD_DESTROY_CQ, CMD_DESTROY_QP, CMD_DEREG_MR, 0];
+    let tables = Tables {
+        qp_ctx: 0x1000,
+        cq_ctx: 0x1000 + 0x4000,
+        mr_ctx: 0x1000 + 0x6000,
+        mtt: 0x1000 + 0x8000,
+        mtt_entries: 0x1000,
+        qp_path: 0,
+        gid_table: 0,
+        eq: 0x1000 + 0x9000,
+        eq_log: 4,
+    };
+    let ops = [CMD_CREATE_CQ, CMD_MODIFY_QP, CMD_REG_MR, CMD_QUERY_QP, CMD_DESTROY_CQ, CMD_DESTROY_QP, CMD_DEREG_MR, CMD_SET_EQ, 0];
     for chunk in data.chunks(4).take(64) {
         let b = |i: usize| chunk.get(i).copied().unwrap_or(0);
         match b(0) % 6 {

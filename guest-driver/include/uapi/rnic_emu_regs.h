@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x0001000a   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x0001000b   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -28,6 +28,7 @@
  *   1.8: QP paths: QP_PATH_BASE and rnic_qp_path (next-hop MAC, traffic class, hop limit and source GID of a fabric QP, as the driver resolved them); the port's GID table: GID_TABLE_BASE, rnic_gid_entry, CMD_SET_GID (the port takes RoCE packets to each IPv4 GID's address).
  *   1.9: RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6. Requester integrity: BAD_RESPONSES, WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE. Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
  *   1.10: Failure paths. Responder: a WRITE that ends short of RETH.len and a READ or WRITE over 2^31 bytes are invalid requests; ranges checked whole at the first packet, translated per packet. Packets outside the default P_Key partition dropped (PKEY_VIOLATIONS); payload and pad must end on a 4-byte boundary; RoCE from an impossible source counted in ROCE_BAD_SOURCE (was ETH_RX_ERRORS). REG_MR page lists bounded in all: MAX_MR_PAGES, CMD_ERR_NO_RESOURCES. A CQ overflow (a driver error) puts the CQ in error until destroyed and its QPs in ERROR, ASYNC_ERR_CQ_OVERFLOW latched last; a doorbell behind the producer index already taken is ignored (STALE_DOORBELLS). A QP moves at most 8 MiB of payload per pass; loopback requests carry at most 1 MiB. Server: SET_IRQS takes eventfds only; BAR2 and GPU BAR1 memfds sealed, DMA_MAP fds must be memfds sealed against shrinking; wire delay faults queued (WIRE_DELAYED, WIRE_DELAY_DROPS); the capture bounded (PCAP_DROPPED). Commands: CMD_ERR_TIMEOUT, a command (or RESET, DMA_CTRL, ETH_CTRL write) the engine did not take in time never runs, the device is FATAL with no DMA until a reset the engine takes (ENGINE_TIMEOUTS); CMD_ERR_DISABLED only means the engine is gone; CMD_BUSY never turns into a result. DMA needs PCI bus mastering (BUS_MASTER_ERRORS); DMA_UNMAP success means no further byte of the range moves, a partial unmap is refused, DMA_MAP READ/WRITE flags are enforced. Stated: commands and failure states of docs/programming.md (R-CMD-5..7, R-CQ-6, R-DB-5, R-FAB-1, R-RST-6..8); the GPU's reset is an FLR.
+ *   1.11: Asynchronous events: an event queue (EQ_BASE, EQ_LOG, EQ_CI, CMD_SET_EQ; 16-byte rnic_eqe, EQE_*) that tells what no completion reports: QP fatal (its CQ overflowed, a doorbell overran its ring), QP invalid request and QP access error (the responder NAKs an invalid request or a remote access error and goes to ERROR, as IBA 9.9.3 has it: before, it stayed in RTS), communication established (first request in RTR), CQ error; written owner byte last, the async vector raised. Counters EQ_EVENTS, EQ_OVERFLOWS.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -48,7 +49,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000a: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000b: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -81,6 +82,9 @@
 #define MTT_ENTRIES                  0x3020       /* RW 32-bit, reset 0x0: Number of 8-byte entries at MTT_BASE. */
 #define QP_PATH_BASE                 0x3028       /* RW 64-bit, reset 0x0: Base address of the QP path table (minor 8; MAX_QP x 32-byte rnic_qp_path), read at each RTR of a fabric QP; 0: no table (the path follows from dest_ip). */
 #define GID_TABLE_BASE               0x3030       /* RW 64-bit, reset 0x0: Base address of the GID table (minor 8; GID_TABLE_LEN x 32-byte rnic_gid_entry), read by CMD_SET_GID. */
+#define EQ_BASE                      0x3038       /* RW 64-bit, reset 0x0: Base address of the event queue (minor 11; 2^EQ_LOG x 16-byte rnic_eqe, 16-byte aligned), read by CMD_SET_EQ. */
+#define EQ_LOG                       0x3040       /* RW 32-bit, reset 0x0: log2 of the event queue's entries (minor 11; 1..=12, 0: no queue), read by CMD_SET_EQ. */
+#define EQ_CI                        0x3044       /* RW 32-bit, reset 0x0: Event queue consumer index (minor 11): entries the driver has consumed, a free-running 32-bit count; one behind the last written or past the producer is ignored. */
 #define ETH_PERM_MAC                 0x3100       /* RO 64-bit, reset 0x0: Ethernet port: the permanent MAC address (minor 7): bytes in wire order from bits [7:0] up to [47:40]. Locally administered, unique per node: 02:e1:a:b:c:d from RNIC_REG_IPV4 a.b.c.d when the node has one, else 06:e1: and four bytes of a stable hash of the function's name. */
 #define ETH_MAC                      0x3108       /* RW 64-bit, reset 0x0: The port's MAC: the unicast receive filter and the source of every frame the device builds (RoCE). Byte order as ETH_PERM_MAC; reset copies ETH_PERM_MAC. Any value is taken (the driver keeps it a unicast address). */
 #define ETH_MTU                      0x3110       /* RW 32-bit, reset 0x5dc: MTU in bytes of an L3 packet (eth::MIN_MTU..=eth::MAX_MTU; another value is refused and the register keeps its value). Frames longer than MTU + 14 are dropped both ways, and the RoCE path MTU of every QP is capped to fit it. */
@@ -100,7 +104,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000a: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000b: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -225,7 +229,9 @@
 #define RNIC_STAT_PCAP_DROPPED       50           /* frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10) */
 #define RNIC_STAT_ENGINE_TIMEOUTS    51           /* calls into the verbs engine (command, RESET, DMA_CTRL, ETH_CTRL) abandoned after the command timeout: never run, the device FATAL until a reset (minor 10) */
 #define RNIC_STAT_BUS_MASTER_ERRORS  52           /* DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10) */
-#define RNIC_STAT_COUNT              53           /* number of counters */
+#define RNIC_STAT_EQ_EVENTS          53           /* asynchronous events written to the event queue (minor 11) */
+#define RNIC_STAT_EQ_OVERFLOWS       54           /* asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11) */
+#define RNIC_STAT_COUNT              55           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -281,6 +287,8 @@
 	[RNIC_STAT_PCAP_DROPPED] = "pcap_dropped", \
 	[RNIC_STAT_ENGINE_TIMEOUTS] = "engine_timeouts", \
 	[RNIC_STAT_BUS_MASTER_ERRORS] = "bus_master_errors", \
+	[RNIC_STAT_EQ_EVENTS] = "eq_events", \
+	[RNIC_STAT_EQ_OVERFLOWS] = "eq_overflows", \
 }
 
 /* Descriptor constants */
@@ -327,6 +335,7 @@
 #define RNIC_CMD_REG_MR              0x6          /* read MR context [index] and its MTT entries, register it */
 #define RNIC_CMD_DEREG_MR            0x7          /* deregister MR [index] */
 #define RNIC_CMD_SET_GID             0x8          /* read GID table entry [index] (minor 8): the port's address [index] is now that entry's */
+#define RNIC_CMD_SET_EQ              0x9          /* (minor 11) the event queue is now the ring at EQ_BASE of 2^EQ_LOG entries, empty (EQ_LOG 0: none); index 0 */
 #define RNIC_GID_TABLE_LEN           0x10         /* entries of the GID table (minor 8) */
 #define RNIC_GID_FLAG_VALID          0x1          /* rnic_gid_entry: the entry holds an address */
 #define RNIC_PATH_FLAG_SGID          0x1          /* rnic_qp_path: sgid_index names the source address */
@@ -367,6 +376,11 @@
 #define RNIC_ASYNC_ERR_INJECTED      0x5          /* RNIC_REG_LAST_ERROR code: an asynchronous event with no device state behind it (fault injection) */
 #define RNIC_ASYNC_ERR_AER           0x6          /* RNIC_REG_LAST_ERROR code: an AER error was logged; index 0 correctable, 1 non-fatal, 2 fatal (read the AER capability) */
 #define RNIC_ASYNC_ERR_FLR_REQUIRED  0x7          /* RNIC_REG_LAST_ERROR code: the function needs a Function Level Reset (STATUS_FLR_REQUIRED) */
+#define RNIC_EQE_QP_FATAL            0x1          /* (minor 11) event: QP [object] went to ERROR with no completion to say so (its CQ overflowed, a doorbell overran its ring): IB_EVENT_QP_FATAL */
+#define RNIC_EQE_QP_REQ_ERR          0x2          /* (minor 11) event: responder QP [object] refused an invalid request (NAK) and went to ERROR: IB_EVENT_QP_REQ_ERR */
+#define RNIC_EQE_QP_ACCESS_ERR       0x3          /* (minor 11) event: responder QP [object] refused a request for a remote access error (NAK) and went to ERROR: IB_EVENT_QP_ACCESS_ERR */
+#define RNIC_EQE_COMM_EST            0x4          /* (minor 11) event: QP [object] in RTR received its first request: IB_EVENT_COMM_EST */
+#define RNIC_EQE_CQ_ERR              0x5          /* (minor 11) event: CQ [object] overflowed and is in error until destroyed: IB_EVENT_CQ_ERR */
 
 /* Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the queue's stride (64, 128 or 256 bytes). */
 struct rnic_wqe {
@@ -426,6 +440,25 @@ _Static_assert(offsetof(struct rnic_cqe, status) == 25, "rnic_cqe.status");
 _Static_assert(offsetof(struct rnic_cqe, flags) == 26, "rnic_cqe.flags");
 _Static_assert(offsetof(struct rnic_cqe, owner) == 27, "rnic_cqe.owner");
 _Static_assert(offsetof(struct rnic_cqe, syndrome) == 28, "rnic_cqe.syndrome");
+
+/* Event-queue entry (minor 11): an asynchronous event. Valid when `owner` equals the pass bit the consumer expects (1 on the first pass over the ring, then 0, ...). */
+struct rnic_eqe {
+	__u8 event; /* 0x00: EQE_*. */
+	__u8 rsvd0; /* 0x01: Reserved, 0. */
+	__u8 rsvd1; /* 0x02: Reserved, 0. */
+	__u8 owner; /* 0x03: Ownership/pass bit, written last. */
+	__u32 object; /* 0x04: The QP (QP events) or CQ (EQE_CQ_ERR) the event is about. */
+	__u32 syndrome; /* 0x08: QP_ERR_* reason of a QP event, 0 otherwise. */
+	__u32 rsvd2; /* 0x0c: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_eqe) == 16, "rnic_eqe size");
+_Static_assert(offsetof(struct rnic_eqe, event) == 0, "rnic_eqe.event");
+_Static_assert(offsetof(struct rnic_eqe, rsvd0) == 1, "rnic_eqe.rsvd0");
+_Static_assert(offsetof(struct rnic_eqe, rsvd1) == 2, "rnic_eqe.rsvd1");
+_Static_assert(offsetof(struct rnic_eqe, owner) == 3, "rnic_eqe.owner");
+_Static_assert(offsetof(struct rnic_eqe, object) == 4, "rnic_eqe.object");
+_Static_assert(offsetof(struct rnic_eqe, syndrome) == 8, "rnic_eqe.syndrome");
+_Static_assert(offsetof(struct rnic_eqe, rsvd2) == 12, "rnic_eqe.rsvd2");
 
 /* QP context at QP_CTX_BASE + qpn * 64. The driver fills it and issues CMD_MODIFY_QP; the device copies it once, validates, and writes back `state`, `err_reason`, `sq_ci` and `rq_ci` (also on CMD_QUERY_QP). */
 struct rnic_qp_ctx {

@@ -96,6 +96,27 @@ abi_struct!(
 );
 
 abi_struct!(
+    /// Event-queue entry (minor 11): an asynchronous event. Valid when `owner` equals the
+    /// pass bit the consumer expects (1 on the first pass over the ring, then 0, ...).
+    Eqe, "rnic_eqe", 16 {
+        /// EQE_*.
+        event: u8,
+        /// Reserved, 0.
+        rsvd0: u8,
+        /// Reserved, 0.
+        rsvd1: u8,
+        /// Ownership/pass bit, written last.
+        owner: u8,
+        /// The QP (QP events) or CQ (EQE_CQ_ERR) the event is about.
+        object: u32,
+        /// QP_ERR_* reason of a QP event, 0 otherwise.
+        syndrome: u32,
+        /// Reserved, 0.
+        rsvd2: u32,
+    }
+);
+
+abi_struct!(
     /// A scatter/gather entry: a local buffer described by its virtual address and lkey.
     Sge, "rnic_sge", 16 {
         /// Virtual address inside the MR named by lkey.
@@ -330,7 +351,7 @@ abi_struct!(
 );
 
 /// Every descriptor, in header order.
-pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
+pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {
@@ -404,6 +425,7 @@ abi_consts!(COMMANDS: u32 {
     CMD_REG_MR = 6, "read MR context [index] and its MTT entries, register it";
     CMD_DEREG_MR = 7, "deregister MR [index]";
     CMD_SET_GID = 8, "read GID table entry [index] (minor 8): the port's address [index] is now that entry's";
+    CMD_SET_EQ = 9, "(minor 11) the event queue is now the ring at EQ_BASE of 2^EQ_LOG entries, empty (EQ_LOG 0: none); index 0";
 });
 
 abi_consts!(GIDS: u32 {
@@ -461,6 +483,14 @@ abi_consts!(ASYNC_ERRORS: u32 {
     ASYNC_ERR_FLR_REQUIRED = 7, "RNIC_REG_LAST_ERROR code: the function needs a Function Level Reset (STATUS_FLR_REQUIRED)";
 });
 
+abi_consts!(EQE_EVENTS: u8 {
+    EQE_QP_FATAL = 1, "(minor 11) event: QP [object] went to ERROR with no completion to say so (its CQ overflowed, a doorbell overran its ring): IB_EVENT_QP_FATAL";
+    EQE_QP_REQ_ERR = 2, "(minor 11) event: responder QP [object] refused an invalid request (NAK) and went to ERROR: IB_EVENT_QP_REQ_ERR";
+    EQE_QP_ACCESS_ERR = 3, "(minor 11) event: responder QP [object] refused a request for a remote access error (NAK) and went to ERROR: IB_EVENT_QP_ACCESS_ERR";
+    EQE_COMM_EST = 4, "(minor 11) event: QP [object] in RTR received its first request: IB_EVENT_COMM_EST";
+    EQE_CQ_ERR = 5, "(minor 11) event: CQ [object] overflowed and is in error until destroyed: IB_EVENT_CQ_ERR";
+});
+
 /// Every constant group, in header order.
 pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
-    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, LIMITS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS];
+    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, LIMITS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS, EQE_EVENTS];

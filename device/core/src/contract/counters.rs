@@ -71,6 +71,8 @@ counters! {
     PcapDropped, "frames the port's capture (--pcap) did not record: its size bound was reached, or a write failed (minor 10)";
     EngineTimeouts, "calls into the verbs engine (command, RESET, DMA_CTRL, ETH_CTRL) abandoned after the command timeout: never run, the device FATAL until a reset (minor 10)";
     BusMasterErrors, "DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10)";
+    EqEvents, "asynchronous events written to the event queue (minor 11)";
+    EqOverflows, "asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

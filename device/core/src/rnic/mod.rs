@@ -220,6 +220,8 @@ impl Rnic {
             mtt_entries: self.regs.get(MTT_ENTRIES),
             qp_path: self.regs.get(QP_PATH_BASE),
             gid_table: self.regs.get(GID_TABLE_BASE),
+            eq: self.regs.get(EQ_BASE),
+            eq_log: self.regs.get(EQ_LOG),
         }
     }
 
@@ -289,6 +291,7 @@ impl Rnic {
                 };
                 self.engine.post(&self.router, ev);
             }
+            EQ_CI => self.engine.post(&self.router, Event::EqConsumed { ci: value as u32 }),
             BAR1_APERTURE | BAR1_APERTURE_1 | BAR1_APERTURE_2 | BAR1_APERTURE_3 => {
                 let slot = ((reg - BAR1_APERTURE) / 8) as usize;
                 if let Some(a) = self.router.apertures.get(slot) {

@@ -110,6 +110,8 @@ struct Harness {
     rq_pi: [u16; QPS],
     cq_ci: [u16; CQS],
     cq_log: [u8; CQS],
+    /// Events consumed from the event queue.
+    eq_ci: u32,
     /// Extra DMA maps (bus address, size) and their memory (kept alive).
     maps: Vec<(u64, u64)>,
     _extra: Vec<SharedMemory>,
@@ -186,6 +188,7 @@ impl Harness {
             rq_pi: [0; QPS],
             cq_ci: [0; CQS],
             cq_log: [0; CQS],
+            eq_ci: 0,
             maps: Vec::new(),
             _extra: Vec::new(),
         };
@@ -198,6 +201,10 @@ impl Harness {
         let (reply, _rx) = rnic_emu_core::rnic::verbs::call::channel();
         let view = self.router.view();
         self.d.handle(&view, Event::DmaCtrl { enabled, int_enabled, db_page: self.use_page, reply });
+        let _ = self.ram.write(layout::EQ, &[0u8; 16 << layout::EQ_LOG]);
+        if enabled && self.cmd(CMD_SET_EQ, 0) == CMD_OK {
+            self.eq_ci = 0;
+        }
     }
 
     /// An event for the engine (doorbells, consumer indices, arms).
@@ -560,6 +567,24 @@ impl Harness {
             self.page_store(ring::dbp_cq(c as u32) + dbpage::CQ_CI, self.cq_ci[c]);
         } else {
             self.event(Event::CqConsumed { cqn: c as u32, ci: self.cq_ci[c] });
+        }
+        self.poll_events();
+    }
+
+    /// Consumes what the event queue holds (owner byte at offset 3, 1 on the first pass).
+    fn poll_events(&mut self) {
+        let start = self.eq_ci;
+        loop {
+            let slot = u64::from(self.eq_ci) & ((1 << layout::EQ_LOG) - 1);
+            let mut owner = [0u8];
+            let _ = self.ram.read(layout::EQ + slot * 16 + 3, &mut owner);
+            if owner[0] != u8::from((self.eq_ci >> layout::EQ_LOG) & 1 == 0) {
+                break;
+            }
+            self.eq_ci = self.eq_ci.wrapping_add(1);
+        }
+        if self.eq_ci != start {
+            self.event(Event::EqConsumed { ci: self.eq_ci });
         }
     }
 

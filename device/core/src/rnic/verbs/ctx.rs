@@ -1,12 +1,14 @@
 //! What the requester, responder and completer reach besides their own QP: guest memory,
 //! the MR table (local SGE and remote key resolution, as rxe's `lookup_mr`/`copy_data`
 //! checks), the CQ table with the completion path (CQE written owner byte last, the
-//! vector raised if armed, overflow latched as an async error), and the QP error path
-//! (ERROR state with a reason, async error, flushing one WQE at a time).
+//! vector raised if armed, overflow latched as an async error), the event queue, and the
+//! QP error path (ERROR state with a reason, async error and event, flushing one WQE at a
+//! time).
 //!
 //! The roles never reach the engine itself; the engine hands them a [`Ctx`].
 
 use super::cq::{Cq, OWNER_OFFSET};
+use super::events::EventQueue;
 use super::mr::{MrTable, Segment};
 use super::opcode::send_cqe_opcode;
 use super::qp::{Qp, QpState, Ring};
@@ -84,6 +86,8 @@ pub struct Cqs {
     pub hold_until: Option<Instant>,
     /// CQs that overflowed since the engine last moved their QPs to ERROR.
     pub overflowed: Vec<u32>,
+    /// The asynchronous event queue (minor 11).
+    pub eq: EventQueue,
 }
 
 impl Cqs {
@@ -100,7 +104,16 @@ impl Cqs {
     }
 
     pub fn new(count: usize, shared: Shared) -> Cqs {
-        Cqs { cqs: vec![None; count], shared, int_enabled: false, faults: Arc::default(), held: VecDeque::new(), hold_until: None, overflowed: Vec::new() }
+        Cqs {
+            cqs: vec![None; count],
+            shared,
+            int_enabled: false,
+            faults: Arc::default(),
+            held: VecDeque::new(),
+            hold_until: None,
+            overflowed: Vec::new(),
+            eq: EventQueue::default(),
+        }
     }
 
     /// Writes a CQE to `cqn` (owner byte last) and raises the CQ's vector if armed.
@@ -162,6 +175,7 @@ impl Cqs {
             }
             crate::guest_warn!("{name}: CQ {cqn} overflow: completion dropped; the CQ is in error until destroyed, its QPs go to ERROR");
             self.overflowed.push(cqn);
+            self.event(EQE_CQ_ERR, cqn, 0);
             self.shared.last_error.store(u64::from(ASYNC_ERR_CQ_OVERFLOW) << 24 | u64::from(cqn), Ordering::SeqCst);
             self.raise_async();
             return false;
@@ -191,6 +205,11 @@ impl Cqs {
         true
     }
 
+    /// Queues event `event` (EQE_*) about `object` for the event queue.
+    pub fn event(&mut self, event: u8, object: u32, syndrome: u32) {
+        self.eq.push(&self.shared.stats, event, object, syndrome);
+    }
+
     pub fn raise_async(&mut self) {
         if self.int_enabled && self.shared.irqs.trigger(ASYNC_VECTOR) {
             self.shared.stats.inc(Counter::Interrupts);
@@ -198,9 +217,14 @@ impl Cqs {
     }
 
     /// Moves a QP to ERROR (once) with `reason`; its queues are flushed afterwards.
-    pub fn qp_error(&mut self, name: &str, qpn: u32, qp: &mut Qp, reason: u8) {
+    /// `event`: the EQE_* that tells the driver, 0 when a completion (or the driver's own
+    /// MODIFY) already does.
+    pub fn qp_error(&mut self, name: &str, qpn: u32, qp: &mut Qp, reason: u8, event: u8) {
         if qp.state == QpState::Err || qp.state == QpState::Reset {
             return;
+        }
+        if event != 0 {
+            self.event(event, qpn, u32::from(reason));
         }
         qp.state = QpState::Err;
         qp.err_reason = reason;
@@ -231,8 +255,21 @@ impl Ctx<'_> {
         self.cqs.shared.clock.now()
     }
 
+    /// A QP error a completion reports (QP_ERR_CQ: none can, the event queue does).
     pub fn qp_error(&mut self, qpn: u32, qp: &mut Qp, reason: u8) {
-        self.cqs.qp_error(self.name, qpn, qp, reason);
+        let event = if reason == QP_ERR_CQ { EQE_QP_FATAL } else { 0 };
+        self.cqs.qp_error(self.name, qpn, qp, reason, event);
+    }
+
+    /// The responder refused request `f` (NAK-invalid request or NAK-remote access
+    /// error): its QP goes to ERROR with the affiliated event (IBA 9.9.3.1, 11.6.3.1).
+    pub fn responder_error(&mut self, qpn: u32, qp: &mut Qp, f: Failure) {
+        let event = match f.status {
+            WC_REM_ACCESS_ERR => EQE_QP_ACCESS_ERR,
+            WC_REM_INV_REQ_ERR => EQE_QP_REQ_ERR,
+            _ => 0,
+        };
+        self.cqs.qp_error(self.name, qpn, qp, f.reason, event);
     }
 
     /// Retires the head send WQE with its completion (success: only when signaled).

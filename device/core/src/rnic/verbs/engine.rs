@@ -48,6 +48,9 @@ pub struct Tables {
     pub qp_path: u64,
     /// GID table (0: none).
     pub gid_table: u64,
+    /// The event queue and its log2 entries (minor 11; EQ_BASE, EQ_LOG).
+    pub eq: u64,
+    pub eq_log: u64,
 }
 
 /// Where a connected QP's peer is.
@@ -196,6 +199,7 @@ impl Engine {
         self.cqs.int_enabled = false;
         self.cqs.held.clear();
         self.cqs.hold_until = None;
+        self.cqs.eq = Default::default();
         self.shared.last_error.store(0, Ordering::SeqCst);
     }
 
@@ -266,11 +270,14 @@ impl Engine {
             CMD_REG_MR => self.reg_mr(mem, index),
             CMD_DEREG_MR => self.dereg_mr(mem, index),
             CMD_SET_GID => self.set_gid(mem, index),
+            CMD_SET_EQ if index != 0 => Err(CMD_ERR_BAD_INDEX),
+            CMD_SET_EQ => self.cqs.eq.set(tables.eq, tables.eq_log),
             _ => Err(CMD_ERR_BAD_OP),
         };
         if matches!(op, CMD_MODIFY_QP | CMD_QUERY_QP | CMD_DESTROY_QP) && (index as u64) < MAX_QP {
             self.write_back_qp(mem, index);
         }
+        self.flush_events(mem);
         match status {
             Ok(()) => CMD_OK,
             Err(code) => {
@@ -343,7 +350,7 @@ impl Engine {
             Edge::Reset => return self.forget_qp(qpn),
             Edge::Error => {
                 let qp = &mut self.qps[qpn as usize];
-                self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_MODIFY);
+                self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_MODIFY, 0);
                 return Ok(());
             }
             Edge::Create => next = self.check_create(&ctx)?,
@@ -612,8 +619,27 @@ impl Engine {
         }
         if !ring.ring(pi) {
             crate::guest_warn!("{}: QP {qpn} doorbell {pi} overruns its ring (ci {})", self.name, ring.ci);
-            self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_BAD_WQE);
+            self.cqs.qp_error(&self.name, qpn, qp, QP_ERR_BAD_WQE, EQE_QP_FATAL);
         }
+    }
+
+    /// EQ_CI: the driver consumed events up to `ci`; the waiting ones go at the next pass.
+    pub fn eq_consumed(&mut self, ci: u32) {
+        if !self.cqs.eq.consumed(ci) {
+            crate::guest_warn!("{}: EQ_CI {ci} is behind the index taken or past the events written: ignored", self.name);
+        }
+    }
+
+    /// Writes the events waiting for the event queue; raises the async vector if any went.
+    pub fn flush_events(&mut self, mem: &dyn GuestMem) -> bool {
+        if !self.enabled {
+            return false; // no DMA with ENABLE clear
+        }
+        let wrote = self.cqs.eq.flush(mem, &self.shared.stats);
+        if wrote {
+            self.cqs.raise_async();
+        }
+        wrote
     }
 
     pub fn cq_consumed(&mut self, cqn: u32, ci: u16) {
@@ -674,7 +700,7 @@ impl Engine {
         }
         self.next_qp = (self.next_qp + 1) % n;
         self.fail_overflowed_cq_users();
-        progress
+        self.flush_events(mem) || progress
     }
 
     /// Moves every QP of a CQ that overflowed to ERROR (QP_ERR_CQ): the CQ lost a
@@ -688,7 +714,7 @@ impl Engine {
         let cqns = std::mem::take(&mut self.cqs.overflowed);
         for (qpn, qp) in self.qps.iter_mut().enumerate() {
             if cqns.contains(&qp.send_cqn) || cqns.contains(&qp.recv_cqn) {
-                self.cqs.qp_error(&self.name, qpn as u32, qp, QP_ERR_CQ);
+                self.cqs.qp_error(&self.name, qpn as u32, qp, QP_ERR_CQ, EQE_QP_FATAL);
             }
         }
         // The QP errors overwrote RNIC_REG_LAST_ERROR: latch the overflow again, last, so
@@ -819,6 +845,7 @@ impl Engine {
         } else if qp.state == QpState::Rts {
             completer::on_response(&mut ctx, qpn, qp, &mut r.req, &mut r.comp, &msg);
         }
+        self.flush_events(mem);
     }
 
     /// The earliest time a requester wants to run again (retransmission timer, RNR wait).

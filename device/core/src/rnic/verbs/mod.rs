@@ -14,6 +14,7 @@ pub mod cq;
 pub mod ctx;
 pub mod dbpage;
 pub mod engine;
+pub mod events;
 pub mod mr;
 pub mod opcode;
 pub mod qp;
@@ -27,6 +28,8 @@ mod tests;
 mod tests_broken;
 #[cfg(test)]
 mod tests_calls;
+#[cfg(test)]
+mod tests_events;
 #[cfg(test)]
 mod tests_fatal;
 #[cfg(test)]

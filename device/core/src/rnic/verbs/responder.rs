@@ -26,7 +26,7 @@
 use super::ctx::{dma_fault, fail, Ctx, Failure, MAX_MSG};
 use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
-use super::qp::Qp;
+use super::qp::{Qp, QpState};
 use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_header, read_wqe, SlotError};
@@ -106,6 +106,8 @@ pub struct Responder {
     /// The newest READs executed (at most [`MAX_READ_RESPONSES`]): a duplicate READ is
     /// answered only if it matches one of them.
     reads: VecDeque<ReadRequest>,
+    /// A request has arrived since RTR (EQE_COMM_EST was queued).
+    established: bool,
 }
 
 impl Responder {
@@ -158,6 +160,10 @@ pub fn refuse(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, m: &Msg) {
 /// A request from QP `src_qpn` for responder QP `qp`.
 pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, m: &Msg, t: &mut dyn Transport) {
     let Some(op) = info(m.bth.opcode).filter(|o| o.request) else { return };
+    if qp.state == QpState::Rtr && !rs.established {
+        rs.established = true;
+        ctx.cqs.event(EQE_COMM_EST, qpn, 0);
+    }
     let psn = m.bth.psn;
     let d = psn_diff(psn, rs.epsn);
     if d > 0 {
@@ -197,6 +203,7 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         Err(f) => {
             rs.incoming = None;
             send_ack(ctx, rs, t, src_qpn, psn, nak_for(f.status), Some((f.status, f.reason)));
+            ctx.responder_error(qpn, qp, f);
             return;
         }
     }
@@ -374,6 +381,7 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     if let Err(f) = checked {
         if fresh {
             send_ack(ctx, rs, t, src_qpn, m.bth.psn, nak_for(f.status), Some((f.status, f.reason)));
+            ctx.responder_error(qpn, qp, f);
         }
         return;
     }
@@ -395,6 +403,7 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
             crate::guest_warn!("{}: QP {qpn}: an RDMA READ beyond {MAX_READ_RESPONSES} outstanding; invalid request", ctx.name);
             let f = fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID);
             send_ack(ctx, rs, t, src_qpn, m.bth.psn, syndrome::NAK_INV_REQ, Some((f.status, f.reason)));
+            ctx.responder_error(qpn, qp, f);
         }
         return;
     }

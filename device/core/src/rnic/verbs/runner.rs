@@ -48,6 +48,10 @@ pub enum Event {
     CqArm {
         cqn: u32,
     },
+    /// `EQ_CI`: the driver's consumer index of the event queue.
+    EqConsumed {
+        ci: u32,
+    },
     /// `ETH_TXQ_PI` / `ETH_RXQ_PI`: the driver's producer index of an Ethernet ring.
     EthTxDoorbell {
         pi: u16,
@@ -365,6 +369,7 @@ impl EngineRunner {
             Event::SqDoorbell { qpn, pi } => engine.sq_doorbell(qpn, pi),
             Event::RqDoorbell { qpn, pi } => engine.rq_doorbell(qpn, pi),
             Event::CqConsumed { cqn, ci } => engine.cq_consumed(cqn, ci),
+            Event::EqConsumed { ci } => engine.eq_consumed(ci),
             Event::CqArm { cqn } => {
                 if let Some(p) = self.page.as_ref().filter(|_| self.db_on) {
                     engine.poll_doorbell_page(p); // the consumer index the driver left there

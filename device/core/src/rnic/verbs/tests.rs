@@ -22,6 +22,8 @@ pub(super) const MTT: u64 = 0x5_0000;
 pub(super) const MTT_ENTRIES: u64 = 0x4000;
 pub(super) const PATH_TABLE: u64 = 0x8_0000;
 pub(super) const GID_TABLE: u64 = 0x8_4000;
+pub(super) const EQ: u64 = 0x8_8000;
+pub(super) const EQ_LOG: u64 = 6;
 pub(super) const RINGS: u64 = 0x10_0000;
 pub(super) const DATA: u64 = 0x100_0000;
 /// User virtual addresses are bus addresses plus this (as if mapped by a process).
@@ -37,10 +39,21 @@ pub(super) struct Dev {
     pub(super) rq_pi: Vec<u16>,
     pub(super) cq_ci: Vec<u16>,
     pub(super) mtt_next: u32,
+    pub(super) eq_ci: u32,
 }
 
 pub(super) fn tables() -> Tables {
-    Tables { qp_ctx: QP_TABLE, cq_ctx: CQ_TABLE, mr_ctx: MR_TABLE, mtt: MTT, mtt_entries: MTT_ENTRIES, qp_path: PATH_TABLE, gid_table: GID_TABLE }
+    Tables {
+        qp_ctx: QP_TABLE,
+        cq_ctx: CQ_TABLE,
+        mr_ctx: MR_TABLE,
+        mtt: MTT,
+        mtt_entries: MTT_ENTRIES,
+        qp_path: PATH_TABLE,
+        gid_table: GID_TABLE,
+        eq: EQ,
+        eq_log: EQ_LOG,
+    }
 }
 
 impl Dev {
@@ -59,7 +72,9 @@ impl Dev {
         };
         let mut e = Engine::new("test".into(), shared);
         e.set_dma_ctrl(true, true);
-        Dev { e, mem, ram, stats, last_error, sq_pi: vec![0; 8], rq_pi: vec![0; 8], cq_ci: vec![0; 8], mtt_next: 0 }
+        let mut d = Dev { e, mem, ram, stats, last_error, sq_pi: vec![0; 8], rq_pi: vec![0; 8], cq_ci: vec![0; 8], mtt_next: 0, eq_ci: 0 };
+        assert_eq!(d.cmd(CMD_SET_EQ, 0), CMD_OK);
+        d
     }
 
     pub(super) fn cmd(&mut self, op: u32, index: u32) -> u32 {
@@ -203,6 +218,23 @@ impl Dev {
     pub(super) fn recv(&mut self, qpn: u32, wr_id: u64, sges: &[Sge]) {
         let hdr = WqeHeader { opcode: WQE_OP_RECV, num_sge: sges.len() as u8, wr_id, ..Default::default() };
         self.post(qpn, false, hdr, sges, &[]);
+    }
+
+    /// The events the event queue holds, consumed: (EQE_*, object, syndrome).
+    pub(super) fn events(&mut self) -> Vec<(u8, u32, u32)> {
+        let mut out = Vec::new();
+        loop {
+            let slot = u64::from(self.eq_ci) & ((1 << EQ_LOG) - 1);
+            let mut e = Eqe::default();
+            self.ram.read(EQ + slot * 16, e.as_mut_slice()).unwrap();
+            if e.owner != u8::from((self.eq_ci >> EQ_LOG) & 1 == 0) {
+                break;
+            }
+            out.push((e.event, e.object, e.syndrome));
+            self.eq_ci = self.eq_ci.wrapping_add(1);
+        }
+        self.e.eq_consumed(self.eq_ci);
+        out
     }
 
     pub(super) fn run(&mut self) {

@@ -57,11 +57,13 @@ fn reads_beyond_the_responder_resources_are_refused_and_the_queue_stays_bounded(
     assert_eq!(naks.len(), 1, "one refusal: {:?}", naks);
     let nak = naks[0];
     assert_eq!((nak.bth.psn, nak.aeth.map(|a| a.syndrome)), (read(MAX_READ_RESPONSES as u32).bth.psn, Some(syndrome::NAK_INV_REQ)));
-    // The sixteen accepted READs are answered in full, and nothing more.
+    // An invalid request: the responder goes to ERROR (IBA 9.9.3.1.2) and sends nothing
+    // more, the READs it had accepted included.
     let d = p.resp();
+    assert_eq!(d.e.qp(2).map(|q| q.state.to_abi()), Some(QPS_ERR));
+    assert_eq!(d.events(), [(EQE_QP_REQ_ERR, 2, u32::from(QP_ERR_REMOTE_INVALID))]);
     while d.e.run(&d.mem, 64) {}
-    let responses = sent.len() - 1 + wire(&p).iter().filter(|s| s.bth.opcode != op::ACK).count();
-    assert_eq!(responses, MAX_READ_RESPONSES * 64, "1 KiB path MTU: 64 responses per READ");
+    assert!(sent.len() - 1 <= MAX_READ_RESPONSES * 64 && wire(&p).is_empty(), "bounded, then silent");
 }
 
 /// The packets on the pair's wire, taken off it.
@@ -231,14 +233,18 @@ fn reads_and_writes_of_more_than_2_31_bytes_are_invalid_requests() {
     use crate::rnic::fabric::packet::{op, syndrome, Reth};
     // IBA's largest message is 2^31 bytes: one byte more is an invalid request (not a
     // remote access error, whatever the MR covers).
-    let mut p = Pair::new(true, 7, WireFaults::default());
-    let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+    // The responder goes to ERROR with an invalid-request event after each (IBA 9.9.3.1.2).
     let over = (1u32 << 31) + 1;
-    let sent = to_responder(&mut p, &read_request(PSN_AB, VA + DST, rk, over));
-    assert_eq!(acks(&sent), [(PSN_AB, syndrome::NAK_INV_REQ)], "READ");
-    let reth = Some(Reth { va: VA + DST, rkey: rk, len: over });
-    let sent = to_responder(&mut p, &write_packet(op::WRITE_FIRST, PSN_AB, 0xffff, reth, 1024));
-    assert_eq!(acks(&sent), [(PSN_AB, syndrome::NAK_INV_REQ)], "WRITE");
+    for write in [false, true] {
+        let mut p = Pair::new(true, 7, WireFaults::default());
+        let rk = p.resp().reg_mr(2, 7, RW, DST, 1 << 20);
+        let reth = Some(Reth { va: VA + DST, rkey: rk, len: over });
+        let pkt = if write { write_packet(op::WRITE_FIRST, PSN_AB, 0xffff, reth, 1024) } else { read_request(PSN_AB, VA + DST, rk, over) };
+        let sent = to_responder(&mut p, &pkt);
+        assert_eq!(acks(&sent), [(PSN_AB, syndrome::NAK_INV_REQ)], "write {write}");
+        assert_eq!(p.resp().e.qp(2).map(|q| (q.state.to_abi(), q.err_reason)), Some((QPS_ERR, QP_ERR_REMOTE_INVALID)));
+        assert_eq!(p.resp().events(), [(EQE_QP_REQ_ERR, 2, u32::from(QP_ERR_REMOTE_INVALID))]);
+    }
 }
 
 #[test]

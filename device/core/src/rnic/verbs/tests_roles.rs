@@ -483,12 +483,15 @@ fn a_bad_rkey_is_a_remote_access_error_on_both_transports() {
                 p.req().send(1, op, 1, &[sge(SRC, 200, lk)], VA + DST + off, rkey);
                 let o = outcome(p, 1, 0);
                 assert_eq!(p.resp().read(DST, 4096), vec![0; 4096], "nothing written");
+                // The responder refused it and went to ERROR too, with the affiliated event
+                // (IBA 9.9.3.1.3, 11.6.3.1): no completion tells its consumer.
+                assert_eq!(p.resp().events(), [(EQE_QP_ACCESS_ERR, 2, u32::from(QP_ERR_REMOTE_ACCESS))], "case {case}");
                 o
             },
             0,
         );
         assert_eq!(o.0, vec![(1, WC_REM_ACCESS_ERR, u32::from(QP_ERR_REMOTE_ACCESS))], "case {case}");
-        assert_eq!((o.2, o.3), ((QPS_ERR, QP_ERR_REMOTE_ACCESS), (QPS_RTS, 0)));
+        assert_eq!((o.2, o.3), ((QPS_ERR, QP_ERR_REMOTE_ACCESS), (QPS_ERR, QP_ERR_REMOTE_ACCESS)));
     }
 }
 
