@@ -274,7 +274,9 @@ void rnic_ib_unregister(struct rnic_nic *nic)
 
 	if (!rib)
 		return;
-	nic->ib = NULL;
+	flush_work(&nic->event_work);	/* a DEVICE_FATAL already noticed goes out first */
+	WRITE_ONCE(nic->ib, NULL);
+	flush_work(&nic->event_work);	/* and no event work still uses the device */
 	ib_unregister_device(&rib->ibdev);
 	rnic_netdev_destroy(rib->ndev);
 	ib_dealloc_device(&rib->ibdev);

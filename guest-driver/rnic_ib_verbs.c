@@ -133,6 +133,7 @@ int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	xa_erase(&nic->ib_cqs, cq->cqn);
 	if (cq->vector < nic->rd.nvec)
 		synchronize_irq(nic->rd.vecs[cq->vector].irq);	/* no handler still sees it */
+	rnic_ib_events_sync(nic);	/* nor an event work */
 	rnic_ib_mmap_remove(cq->db_map);
 	rnic_ib_mmap_remove(cq->ring_map);
 	rnic_ib_uc_lock_destroy(uc);
@@ -233,6 +234,9 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	resp.rq_log_size = rqp->rq.log_size;
 	resp.rq_log_stride = rqp->rq.log_stride;
 	resp.max_inline = req.max_inline;
+	ret = xa_insert(&nic->ib_qps, qp->qpn, qp, GFP_KERNEL);	/* for its events */
+	if (ret)
+		goto err_destroy;
 	ret = ib_respond_udata(udata, resp);
 	if (ret)
 		goto err_destroy;
@@ -247,6 +251,8 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	return 0;
 
 err_destroy:
+	xa_erase(&nic->ib_qps, qp->qpn);
+	rnic_ib_events_sync(nic);
 	rnic_ib_mmap_remove(qp->db_map);
 	rnic_ib_mmap_remove(qp->rq_map);
 	rnic_ib_mmap_remove(qp->sq_map);
@@ -259,9 +265,12 @@ out_unlock:
 int rnic_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
 	struct rnic_ib_qp *qp = to_iqp(ibqp);
+	struct rnic_nic *nic = ib_nic(ibqp->device);
 	struct rnic_ucontext *uc = qp->uc;
 	struct rnic_qp *rqp;
 
+	xa_erase(&nic->ib_qps, qp->qpn);
+	rnic_ib_events_sync(nic);	/* no event work still delivers to it */
 	rnic_ib_mmap_remove(qp->db_map);
 	rnic_ib_mmap_remove(qp->rq_map);
 	rnic_ib_mmap_remove(qp->sq_map);

@@ -215,7 +215,7 @@ static ssize_t driver_stats_show(struct device *dev, struct device_attribute *at
 	struct rnic_drv_stats *s = &nic->stats;
 
 	return sysfs_emit(buf,
-			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\np2p_fallbacks %lld\nmr_bounce_pages %lld\nzombie_bytes %lld\nrevoked_mrs %lld\nspurious_irqs %lld\ngone %d\n",
+			  "cmd_errors %lld\nmr_reg_failures %lld\nmr_pinned_pages %lld\npost_ring_full %lld\nstale_cqes %lld\nasync_errors %lld\np2p_fallbacks %lld\nmr_bounce_pages %lld\nzombie_bytes %lld\nrevoked_mrs %lld\nspurious_irqs %lld\nevents %lld\nevents_dropped %lld\ngone %d\n",
 			  (long long)atomic64_read(&s->cmd_errors),
 			  (long long)atomic64_read(&s->mr_reg_failures),
 			  (long long)atomic64_read(&s->mr_pinned_pages),
@@ -227,6 +227,8 @@ static ssize_t driver_stats_show(struct device *dev, struct device_attribute *at
 			  (long long)atomic64_read(&s->zombie_bytes),
 			  (long long)atomic64_read(&s->revoked_mrs),
 			  (long long)atomic64_read(&nic->rd.spurious_irqs),
+			  (long long)atomic64_read(&s->events),
+			  (long long)atomic64_read(&s->events_dropped),
 			  test_bit(RNIC_NIC_GONE, &nic->flags));
 }
 static DEVICE_ATTR_RO(driver_stats);

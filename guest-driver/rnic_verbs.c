@@ -37,6 +37,7 @@ bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 {
 	struct rnic_nic *nic = to_nic(rd);
 	bool eth = rnic_netdev_irq(nic, vec);
+	bool eq;
 	u32 err;
 
 	atomic_inc(&nic->vec_seq[vec]);
@@ -45,10 +46,13 @@ bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 
 		return atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0 || ib || eth;
 	}
+	eq = rnic_ib_events_kick(nic);	/* the event queue may hold entries */
 	err = ioread32(rd->bar0 + RNIC_REG_LAST_ERROR);
 	if (!err || err == 0xffffffff)
-		return eth;
+		return eth || eq;
 	atomic64_inc(&nic->stats.async_errors);
+	if (err >> 24 == RNIC_ASYNC_ERR_FATAL)
+		rnic_ib_events_fatal(nic);	/* before the recovery unregisters */
 	if (rnic_fault_async(nic, err))
 		return true;
 	dev_warn_ratelimited(&rd->pdev->dev, "asynchronous error: %s, object %u\n",
@@ -150,11 +154,10 @@ int rnic_verbs_init(struct rnic_nic *nic)
 	}
 	iowrite32(RNIC_DMA_CTRL_ENABLE | RNIC_DMA_CTRL_INT_ENABLE | rnic_dbpage_init(nic),
 		  bar0 + DMA_CTRL);
-	return 0;
+	return rnic_ib_events_init(nic);
 
 err_qp_path:
 	rnic_qp_path_free(nic);
-err_mr_ctx:
 	dma_free_coherent(nic_dev(nic), nic->max_mr * sizeof(*nic->mr_ctx), nic->mr_ctx,
 			  nic->mr_ctx_dma);
 err_cq_ctx:
@@ -193,6 +196,7 @@ void rnic_verbs_fini(struct rnic_nic *nic)
 {
 	if (!nic->quiesced)
 		rnic_verbs_quiesce(nic);
+	rnic_ib_events_fini(nic);
 	rnic_dbpage_fini(nic);
 	rnic_zombies_free(nic);
 	rnic_mtt_fini(nic);

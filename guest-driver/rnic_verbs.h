@@ -12,8 +12,9 @@
  * controls.
  *
  * The verbs core is layered; each file calls only the ones below it (beyond the core:
- * rnic_verbs.c's interrupt hook calls ib_core's, rnic_ib_cq_event(), and the netdev's,
- * rnic_netdev_irq(); rnic_uctx.c drops its reference with rnic_nic_put(), rnic_nic.c;
+ * rnic_verbs.c's interrupt hook calls ib_core's, rnic_ib_cq_event() and
+ * rnic_ib_events_kick(), and the netdev's, rnic_netdev_irq(); bring-up sets up the event
+ * queue, rnic_ib_events_init(); rnic_uctx.c drops its reference with rnic_nic_put(), rnic_nic.c;
  * rnic_cmd.c calls the fault hooks):
  *   rnic_verbs.c   bring-up and teardown of the engine, the interrupt hook
  *   rnic_uctx.c    verbs contexts (open files): open, close, destroying their objects,
@@ -88,6 +89,8 @@ struct rnic_drv_stats {
 	atomic64_t zombie_bytes;	/* freed only at remove: the device refused to let go */
 	atomic64_t revoked_mrs;		/* GPU MRs revoked because their GPU went away */
 	atomic64_t spurious_irqs;	/* interrupts nothing was waiting for */
+	atomic64_t events;		/* event-queue entries taken (rnic_ib_events.c) */
+	atomic64_t events_dropped;	/* of those, for no ib_core object, or unknown */
 };
 
 struct rnic_nic {
@@ -146,6 +149,13 @@ struct rnic_nic {
 	struct rnic_ibdev *ib;		/* the ib_core device (rnic_ib.c), NULL if none */
 	struct rnic_eth *eth;		/* the netdev's rings (rnic_netdev.c) for the irq hook */
 	struct xarray ib_cqs;		/* struct rnic_ib_cq by CQN, for their interrupts */
+	struct xarray ib_qps;		/* struct rnic_ib_qp by QPN, for their events */
+	/* the event queue (minor 11; NULL: none), taken by event_work: rnic_ib_events.c */
+	struct rnic_eqe *eq;
+	dma_addr_t eq_dma;
+	u32 eq_ci;			/* free-running consumer index */
+	struct work_struct event_work;
+	atomic_t fatal_event;		/* IB_EVENT_DEVICE_FATAL to deliver */
 	struct xarray ring_maps;	/* struct rnic_ring_map by ring page: user-mapped rings */
 };
 
@@ -330,6 +340,13 @@ void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);
 
 /* rnic_ib_verbs.c: hard-irq part of a CQ vector, for the CQs of ib_core contexts */
 bool rnic_ib_cq_event(struct rnic_nic *nic, unsigned int vec);
+
+/* rnic_ib_events.c: the event queue (set up after the tables, freed after quiesce) */
+int rnic_ib_events_init(struct rnic_nic *nic);
+void rnic_ib_events_fini(struct rnic_nic *nic);
+bool rnic_ib_events_kick(struct rnic_nic *nic);		/* hard-irq context */
+void rnic_ib_events_fatal(struct rnic_nic *nic);	/* hard-irq context */
+void rnic_ib_events_sync(struct rnic_nic *nic);
 
 /* rnic_netdev_ring.c: hard-irq part of the netdev's vector (schedules its NAPI poll) */
 bool rnic_netdev_irq(struct rnic_nic *nic, unsigned int vec);

@@ -19,7 +19,12 @@ out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
 readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=2 INITRAMFS_RECIPE=4
 # guest-driver/tools/ programs that use libibverbs: built by build_rdma against the rdma-core
 # tree's headers and libibverbs (the guest runs them on Debian's libibverbs1 of that version).
-readonly IBVERBS_TOOLS="rnic-dmabuf-check.c"
+readonly IBVERBS_TOOLS="rnic-dmabuf-check.c rnic-async-check.c"
+# Their sources and the headers they include, one path a line.
+ibverbs_tool_sources() {
+    local t
+    for t in $IBVERBS_TOOLS rnic_tool_verbs.h rnic_tool_kv.h; do echo "$1/guest-driver/tools/$t"; done
+}
 # Kernel modules (with their dependencies) for Linux Soft-RoCE in the guest: the comparison
 # benchmark runs rdma_rxe over virtio-net next to rnic-emu; rdma-core's test suite runs it over
 # a dummy netdev (tests/guest_pyverbs.rs).
@@ -167,7 +172,7 @@ build_rdma() {
     local key src ver
     ver=$(cat "$ROOT/usr/src/rdma-core/VERSION")
     key=$( { echo "recipe=$RDMA_RECIPE root=$(basename "$ROOT") rdma-core=$ver"; hash_tree "$repo/guest-driver/provider";
-             sha256sum "$repo"/guest-driver/include/uapi/*.h "$repo"/guest-driver/tools/{$IBVERBS_TOOLS,rnic_tool_verbs.h,rnic_tool_kv.h}; } | hash_stdin)
+             sha256sum "$repo"/guest-driver/include/uapi/*.h $(ibverbs_tool_sources "$repo"); } | hash_stdin)
     RDMA_OUT="$out/rdma"
     if key_matches "$RDMA_OUT/.key" "$key"; then
         log "rdma-core provider: cached"
@@ -187,7 +192,7 @@ build_rdma() {
     sed -i 's|^add_subdirectory(providers/rxe)$|&\nadd_subdirectory(providers/rnic)|' "$src/CMakeLists.txt"
     # Our libibverbs programs, compiled against this tree's headers and libibverbs.
     mkdir -p "$src/rnic-tools/uapi"
-    cp "$repo"/guest-driver/tools/{$IBVERBS_TOOLS,rnic_tool_verbs.h,rnic_tool_kv.h} "$src/rnic-tools/"
+    ibverbs_tool_sources "$repo" | xargs -I{} cp {} "$src/rnic-tools/"
     cp "$repo"/guest-driver/include/uapi/*.h "$src/rnic-tools/uapi/"
     if ! in_root /bin/sh -ec "cd /build/rdma-core.$$ && mkdir build && cd build
             cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNO_MAN_PAGES=1 -DNO_PYVERBS=1 \

@@ -6,7 +6,8 @@
 //! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` through the provider's kernel-
 //! bypass data path), and the host checks what they printed against each node's address.
 //! The same boot registers GPU memory as a dma-buf (`ibv_reg_dmabuf_mr`, our
-//! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it.
+//! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it, then checks the
+//! asynchronous events `ibv_get_async_event` delivers (our `rnic-async-check`).
 
 mod common;
 use common::*;
@@ -66,6 +67,8 @@ fn script(node: usize) -> String {
     if node == 0 {
         s += "rnic-dmabuf-check target -s 1M; echo \"dmabuf-target-rc: $?\"
               rnic-dmabuf-check revoke -s 64K; echo \"dmabuf-revoke-rc: $?\"
+              rnic-async-check reth0; echo \"async-rc: $?\"
+              grep -E '^events' /sys/bus/pci/devices/$(rnic-bar find rnic)/driver_stats | sed 's/^/drv-/'
               dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n";
     } else {
         s += "rnic-dmabuf-check writer -s 1M; echo \"dmabuf-writer-rc: $?\"\n";
@@ -210,6 +213,18 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(has0("dmabuf-dereg: 0") && has0("dmabuf-rebind: done") && has0("dmabuf-revoke-rc: 0"));
     assert!(has0("dmabuf-reg-after-unbind: ENODEV"), "the buffer of a removed GPU cannot be imported");
     assert!(has0("kernel-warnings: 0"), "no kernel warning");
+    // Asynchronous events (docs/verbs.md §9) on node0, its QPs connected to each other
+    // through its own GID: communication established, a responder's access error, a CQ
+    // overflow (CQ error, then the QP's fatal error), the port going down and up. The
+    // driver took four event-queue entries, each for a live object (the port events come
+    // from the RDMA core).
+    for scenario in ["comm_est", "access", "cq", "port"] {
+        assert!(has0(&format!("async-{scenario}: ok")), "the {scenario} event reached ibv_get_async_event");
+    }
+    assert!(has0("async-rc: 0"));
+    let drv = |name: &str| target.iter().find_map(|l| l.strip_prefix(&format!("drv-{name} "))).and_then(|v| v.parse::<u64>().ok());
+    assert!(drv("events").is_some_and(|n| n >= 4), "the driver took the queue's entries: {:?}", drv("events"));
+    assert_eq!(drv("events_dropped"), Some(0), "every event had its object");
     // ib_write_lat: both guests busy-poll memory between messages, so each keeps its vCPU
     // thread runnable. On a host with few CPUs the node's event loop must not busy-poll
     // the doorbell page after each message (it did for 200 us, and the two
