@@ -297,6 +297,8 @@
 #define RNIC_WQE_OP_RDMA_READ        0x2          /* SQ: RDMA READ */
 #define RNIC_WQE_OP_SEND             0x3          /* SQ: SEND */
 #define RNIC_WQE_OP_SEND_IMM         0x4          /* SQ: SEND with immediate */
+#define RNIC_WQE_OP_ATOMIC_CMP_SWP   0x5          /* SQ (minor 12): atomic compare-and-swap of the 8 bytes at remote_addr (8-byte aligned): rnic_atomic_ops after the header, then one SGE of 8 bytes that receives the original value */
+#define RNIC_WQE_OP_ATOMIC_FETCH_ADD 0x6          /* SQ (minor 12): atomic fetch-and-add, laid out as WQE_OP_ATOMIC_CMP_SWP (compare unused) */
 #define RNIC_WQE_OP_RECV             0x10         /* RQ: receive buffer */
 #define RNIC_WQE_FLAG_SIGNALED       0x1          /* generate a CQE on success */
 #define RNIC_WQE_FLAG_INLINE         0x2          /* payload is inline after the header (WRITE/SEND) */
@@ -304,6 +306,8 @@
 #define RNIC_CQE_OP_RDMA_WRITE       0x0          /* send side: WRITE or WRITE_IMM done */
 #define RNIC_CQE_OP_RDMA_READ        0x2          /* send side: READ done */
 #define RNIC_CQE_OP_SEND             0x3          /* send side: SEND or SEND_IMM done */
+#define RNIC_CQE_OP_ATOMIC_CMP_SWP   0x5          /* send side (minor 12): compare-and-swap done, the original value in its SGE */
+#define RNIC_CQE_OP_ATOMIC_FETCH_ADD 0x6          /* send side (minor 12): fetch-and-add done, the original value in its SGE */
 #define RNIC_CQE_OP_RECV             0x10         /* receive side: SEND received */
 #define RNIC_CQE_OP_RECV_RDMA_IMM    0x11         /* receive side: WRITE_IMM received */
 #define RNIC_CQE_FLAG_IMM            0x1          /* imm_data is valid */
@@ -322,6 +326,7 @@
 #define RNIC_ACCESS_LOCAL_WRITE      0x1          /* MR: the device may write it for local operations */
 #define RNIC_ACCESS_REMOTE_WRITE     0x2          /* MR/QP: remote RDMA WRITE allowed */
 #define RNIC_ACCESS_REMOTE_READ      0x4          /* MR/QP: remote RDMA READ allowed */
+#define RNIC_ACCESS_REMOTE_ATOMIC    0x8          /* MR/QP (minor 12): remote atomic operations allowed */
 #define RNIC_QPS_RESET               0x0          /* QP state */
 #define RNIC_QPS_INIT                0x1          /* QP state */
 #define RNIC_QPS_RTR                 0x2          /* QP state */
@@ -405,6 +410,15 @@ _Static_assert(offsetof(struct rnic_wqe, remote_addr) == 16, "rnic_wqe.remote_ad
 _Static_assert(offsetof(struct rnic_wqe, rkey) == 24, "rnic_wqe.rkey");
 _Static_assert(offsetof(struct rnic_wqe, inline_len) == 28, "rnic_wqe.inline_len");
 
+/* The operands of an atomic WQE (minor 12), right after its header; its one SGE follows them. */
+struct rnic_atomic_ops {
+	__u64 swap_add; /* 0x00: CMP_SWP: the value written if the target equals `compare`; FETCH_ADD: the addend. */
+	__u64 compare; /* 0x08: CMP_SWP: the value compared with the target; FETCH_ADD: 0. */
+};
+_Static_assert(sizeof(struct rnic_atomic_ops) == 16, "rnic_atomic_ops size");
+_Static_assert(offsetof(struct rnic_atomic_ops, swap_add) == 0, "rnic_atomic_ops.swap_add");
+_Static_assert(offsetof(struct rnic_atomic_ops, compare) == 8, "rnic_atomic_ops.compare");
+
 /* A scatter/gather entry: a local buffer described by its virtual address and lkey. */
 struct rnic_sge {
 	__u64 addr; /* 0x00: Virtual address inside the MR named by lkey. */
@@ -485,7 +499,7 @@ struct rnic_qp_ctx {
 	__u8 path_mtu; /* 0x3c: Path MTU as log2 of bytes: 8..=12 (256..4096); 0 means 4096. Taken at RTR. */
 	__u8 retry_cnt; /* 0x3d: Transport retries after a timeout or sequence NAK (0..=7), taken at RTS. */
 	__u8 timeout; /* 0x3e: Local ACK timeout exponent: 4.096 us * 2^timeout (1..=31); 0: never. At RTS. */
-	__u8 rsvd0; /* 0x3f: Reserved, 0. */
+	__u8 rd_atomic; /* 0x3f: (minor 12) RDMA READs and atomics outstanding: bits [3:0] as requester (max_rd_atomic, taken at RTS), bits [7:4] as responder (max_dest_rd_atomic, taken at RTR); 0 in a nibble means the device's 16 (earlier minors: reserved, 0). */
 };
 _Static_assert(sizeof(struct rnic_qp_ctx) == 64, "rnic_qp_ctx size");
 _Static_assert(offsetof(struct rnic_qp_ctx, state) == 0, "rnic_qp_ctx.state");
@@ -511,7 +525,7 @@ _Static_assert(offsetof(struct rnic_qp_ctx, rq_psn) == 56, "rnic_qp_ctx.rq_psn")
 _Static_assert(offsetof(struct rnic_qp_ctx, path_mtu) == 60, "rnic_qp_ctx.path_mtu");
 _Static_assert(offsetof(struct rnic_qp_ctx, retry_cnt) == 61, "rnic_qp_ctx.retry_cnt");
 _Static_assert(offsetof(struct rnic_qp_ctx, timeout) == 62, "rnic_qp_ctx.timeout");
-_Static_assert(offsetof(struct rnic_qp_ctx, rsvd0) == 63, "rnic_qp_ctx.rsvd0");
+_Static_assert(offsetof(struct rnic_qp_ctx, rd_atomic) == 63, "rnic_qp_ctx.rd_atomic");
 
 /* QP path (minor 8) at QP_PATH_BASE + qpn * 32, read by CMD_MODIFY_QP to RTR when QP_PATH_BASE is not 0: the address vector the driver resolved for a fabric QP, as a RoCE NIC's QP context holds it. Without the table (a driver of an earlier minor) a fabric QP's path is the rnic-emu convention: the MAC 02:e1:a.b.c.d of dest_ip, TOS 0, TTL 64. With PATH_FLAG_IPV6 (minor 9) the QP talks RoCEv2 over IPv6: to dest_gid, from the IPv6 GID at sgid_index, and the context's dest_ip is 0 (an RTR with dest_ip 0 is loopback only without the flag). */
 struct rnic_qp_path {

@@ -117,6 +117,17 @@ abi_struct!(
 );
 
 abi_struct!(
+    /// The operands of an atomic WQE (minor 12), right after its header; its one SGE
+    /// follows them.
+    AtomicOps, "rnic_atomic_ops", 16 {
+        /// CMP_SWP: the value written if the target equals `compare`; FETCH_ADD: the addend.
+        swap_add: u64,
+        /// CMP_SWP: the value compared with the target; FETCH_ADD: 0.
+        compare: u64,
+    }
+);
+
+abi_struct!(
     /// A scatter/gather entry: a local buffer described by its virtual address and lkey.
     Sge, "rnic_sge", 16 {
         /// Virtual address inside the MR named by lkey.
@@ -207,8 +218,10 @@ abi_struct!(
         retry_cnt: u8,
         /// Local ACK timeout exponent: 4.096 us * 2^timeout (1..=31); 0: never. At RTS.
         timeout: u8,
-        /// Reserved, 0.
-        rsvd0: u8,
+        /// (minor 12) RDMA READs and atomics outstanding: bits [3:0] as requester
+        /// (max_rd_atomic, taken at RTS), bits [7:4] as responder (max_dest_rd_atomic,
+        /// taken at RTR); 0 in a nibble means the device's 16 (earlier minors: reserved, 0).
+        rd_atomic: u8,
     }
 );
 
@@ -351,7 +364,7 @@ abi_struct!(
 );
 
 /// Every descriptor, in header order.
-pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
+pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, AtomicOps::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {
@@ -366,6 +379,8 @@ abi_consts!(WQE_OPS: u8 {
     WQE_OP_RDMA_READ = 2, "SQ: RDMA READ";
     WQE_OP_SEND = 3, "SQ: SEND";
     WQE_OP_SEND_IMM = 4, "SQ: SEND with immediate";
+    WQE_OP_ATOMIC_CMP_SWP = 5, "SQ (minor 12): atomic compare-and-swap of the 8 bytes at remote_addr (8-byte aligned): rnic_atomic_ops after the header, then one SGE of 8 bytes that receives the original value";
+    WQE_OP_ATOMIC_FETCH_ADD = 6, "SQ (minor 12): atomic fetch-and-add, laid out as WQE_OP_ATOMIC_CMP_SWP (compare unused)";
     WQE_OP_RECV = 0x10, "RQ: receive buffer";
 });
 
@@ -379,6 +394,8 @@ abi_consts!(CQE_OPS: u8 {
     CQE_OP_RDMA_WRITE = 0, "send side: WRITE or WRITE_IMM done";
     CQE_OP_RDMA_READ = 2, "send side: READ done";
     CQE_OP_SEND = 3, "send side: SEND or SEND_IMM done";
+    CQE_OP_ATOMIC_CMP_SWP = 5, "send side (minor 12): compare-and-swap done, the original value in its SGE";
+    CQE_OP_ATOMIC_FETCH_ADD = 6, "send side (minor 12): fetch-and-add done, the original value in its SGE";
     CQE_OP_RECV = 0x10, "receive side: SEND received";
     CQE_OP_RECV_RDMA_IMM = 0x11, "receive side: WRITE_IMM received";
 });
@@ -406,6 +423,7 @@ abi_consts!(ACCESS: u8 {
     ACCESS_LOCAL_WRITE = 1, "MR: the device may write it for local operations";
     ACCESS_REMOTE_WRITE = 2, "MR/QP: remote RDMA WRITE allowed";
     ACCESS_REMOTE_READ = 4, "MR/QP: remote RDMA READ allowed";
+    ACCESS_REMOTE_ATOMIC = 8, "MR/QP (minor 12): remote atomic operations allowed";
 });
 
 abi_consts!(QP_STATES: u8 {
