@@ -13,7 +13,7 @@
  * device of contract 1.9 an IPv6 GID -> the QP path's dest_gid).
  *
  * Not offered: kernel consumers (CQs and QPs need a user context), QP types other than RC,
- * SRQs, atomics, a DMA MR; GPU memory (a mapping of BAR1, or a GPU's dma-buf through
+ * SRQs, a DMA MR (atomics from contract minor 12); GPU memory (a mapping of BAR1, or a GPU's dma-buf through
  * reg_user_mr_dmabuf) registers only peer-to-peer (strict: no bounce buffer, which would
  * need MR_SYNC calls libibverbs cannot make).
  */
@@ -393,10 +393,12 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		return -EINVAL;
 	req.qpn = qp->qpn;
 	if (mask & IB_QP_ACCESS_FLAGS) {
-		/* LOCAL_WRITE and REMOTE_ATOMIC mean nothing for an RC QP here. */
+		/* LOCAL_WRITE means nothing for an RC QP here; REMOTE_ATOMIC before minor 12. */
 		req.attr_mask |= RNIC_QP_ATTR_ACCESS;
 		req.access = (attr->qp_access_flags & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
 			     (attr->qp_access_flags & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
+		if (rnic_nic_atomics(nic) && attr->qp_access_flags & IB_ACCESS_REMOTE_ATOMIC)
+			req.access |= RNIC_ACCESS_REMOTE_ATOMIC;
 	}
 	if (mask & IB_QP_AV) {
 		ret = rnic_ib_dest(nic, &attr->ah_attr, &req.dest_ip, &path);
@@ -436,7 +438,18 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		req.rnr_retry = attr->rnr_retry;
 		req.rnr_timer_us = min_rnr_us;
 	}
-	/* MAX_QP_RD_ATOMIC, MAX_DEST_RD_ATOMIC: the engine has no limit to set. */
+	/*
+	 * READs and atomics outstanding (minor 12; before, the engine kept 16 either way). IB's 0
+	 * (no READ or atomic at all) is taken as 1: the device counts from 1.
+	 */
+	if (rnic_nic_atomics(nic) && mask & IB_QP_MAX_QP_RD_ATOMIC) {
+		req.attr_mask |= RNIC_QP_ATTR_MAX_RD_ATOMIC;
+		req.rd_atomic |= clamp_t(u32, attr->max_rd_atomic, 1, 16);
+	}
+	if (rnic_nic_atomics(nic) && mask & IB_QP_MAX_DEST_RD_ATOMIC) {
+		req.attr_mask |= RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC;
+		req.rd_atomic |= clamp_t(u32, attr->max_dest_rd_atomic, 1, 16) << 8;
+	}
 
 	ret = rnic_uc_lock(uc);
 	if (ret)
@@ -487,7 +500,10 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		attr->cur_qp_state = attr->qp_state;
 		attr->path_mtu = ib_mtu_int_to_enum(1 << rqp->path_mtu_log2);
 		attr->qp_access_flags = (rqp->access & RNIC_ACCESS_REMOTE_WRITE ? IB_ACCESS_REMOTE_WRITE : 0) |
-					(rqp->access & RNIC_ACCESS_REMOTE_READ ? IB_ACCESS_REMOTE_READ : 0);
+					(rqp->access & RNIC_ACCESS_REMOTE_READ ? IB_ACCESS_REMOTE_READ : 0) |
+					(rqp->access & RNIC_ACCESS_REMOTE_ATOMIC ? IB_ACCESS_REMOTE_ATOMIC : 0);
+		attr->max_rd_atomic = rqp->max_rd_atomic;
+		attr->max_dest_rd_atomic = rqp->max_dest_rd_atomic;
 		attr->dest_qp_num = rqp->dest_qpn;
 		attr->rq_psn = rqp->rq_psn;
 		attr->sq_psn = rqp->sq_psn;
@@ -559,7 +575,7 @@ static struct ib_mr *rnic_ib_reg_mr(struct ib_pd *ibpd, u64 addr, u64 length, in
 	struct rnic_ib_mr *mr;
 	int ret;
 
-	/* REMOTE_ATOMIC is meaningless without atomics. */
+	/* REMOTE_ATOMIC is taken (and means nothing) before contract minor 12. */
 	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
 		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING))
 		return ERR_PTR(-EOPNOTSUPP);
@@ -570,6 +586,8 @@ static struct ib_mr *rnic_ib_reg_mr(struct ib_pd *ibpd, u64 addr, u64 length, in
 	req.access = (access & IB_ACCESS_LOCAL_WRITE ? RNIC_ACCESS_LOCAL_WRITE : 0) |
 		     (access & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
 		     (access & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
+	if (rnic_nic_atomics(ib_nic(ibpd->device)) && access & IB_ACCESS_REMOTE_ATOMIC)
+		req.access |= RNIC_ACCESS_REMOTE_ATOMIC;
 	req.flags = RNIC_MR_FLAG_STRICT_P2P;
 
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);

@@ -156,6 +156,8 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	qp->path_mtu_log2 = RNIC_PATH_MTU_MAX_LOG2;
 	qp->retry_cnt = RNIC_QP_DEFAULT_RETRY_CNT;
 	qp->timeout = RNIC_QP_DEFAULT_TIMEOUT;
+	qp->max_rd_atomic = 16;
+	qp->max_dest_rd_atomic = 16;
 	/*
 	 * The path entry of the QP that had this number before is not ours: the device reads
 	 * it at every RTR, also with dest_ip 0 (an IPv6 path, contract 1.9).
@@ -241,13 +243,13 @@ static bool rnic_qp_edge(u32 cur, u32 next, u32 *allowed, u32 *required)
 	}
 	if (cur == RNIC_QPS_INIT && next == RNIC_QPS_RTR) {
 		*allowed = RNIC_QP_ATTR_DEST_QPN | RNIC_QP_ATTR_DEST_IP | RNIC_QP_ATTR_RQ_PSN |
-			   RNIC_QP_ATTR_PATH_MTU;
+			   RNIC_QP_ATTR_PATH_MTU | RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC;
 		*required = RNIC_QP_ATTR_DEST_QPN;
 		return true;
 	}
 	if (cur == RNIC_QPS_RTR && next == RNIC_QPS_RTS) {
 		*allowed = RNIC_QP_ATTR_RNR | RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_RETRY_CNT |
-			   RNIC_QP_ATTR_TIMEOUT;
+			   RNIC_QP_ATTR_TIMEOUT | RNIC_QP_ATTR_MAX_RD_ATOMIC;
 		return true;
 	}
 	return false;
@@ -261,6 +263,7 @@ struct rnic_qp_attrs {
 	u32 dest_ip;
 	u32 rq_psn, sq_psn;
 	u8 path_mtu_log2, retry_cnt, timeout;
+	u8 max_rd_atomic, max_dest_rd_atomic;
 };
 
 static void rnic_qp_get_attrs(const struct rnic_qp *qp, struct rnic_qp_attrs *a)
@@ -275,6 +278,8 @@ static void rnic_qp_get_attrs(const struct rnic_qp *qp, struct rnic_qp_attrs *a)
 	a->path_mtu_log2 = qp->path_mtu_log2;
 	a->retry_cnt = qp->retry_cnt;
 	a->timeout = qp->timeout;
+	a->max_rd_atomic = qp->max_rd_atomic;
+	a->max_dest_rd_atomic = qp->max_dest_rd_atomic;
 }
 
 static void rnic_qp_set_attrs(struct rnic_qp *qp, const struct rnic_qp_attrs *a)
@@ -289,6 +294,8 @@ static void rnic_qp_set_attrs(struct rnic_qp *qp, const struct rnic_qp_attrs *a)
 	qp->path_mtu_log2 = a->path_mtu_log2;
 	qp->retry_cnt = a->retry_cnt;
 	qp->timeout = a->timeout;
+	qp->max_rd_atomic = a->max_rd_atomic;
+	qp->max_dest_rd_atomic = a->max_dest_rd_atomic;
 }
 
 static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 state,
@@ -315,6 +322,8 @@ static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 st
 	ctx->path_mtu = a->path_mtu_log2;
 	ctx->retry_cnt = a->retry_cnt;
 	ctx->timeout = a->timeout;
+	/* A nibble of 0 is the device's 16. */
+	ctx->rd_atomic = (a->max_rd_atomic & 0xf) | (a->max_dest_rd_atomic & 0xf) << 4;
 }
 
 /*
@@ -403,7 +412,9 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 	struct rnic_qp *qp;
 	int ret;
 
-	if (req->pad)
+	/* rd_atomic is read only with its attribute bits (it was padding, 0, before). */
+	if (req->rd_atomic &&
+	    !(req->attr_mask & (RNIC_QP_ATTR_MAX_RD_ATOMIC | RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC)))
 		return -EINVAL;
 	qp = xa_load(&uc->qps, req->qpn);
 	if (!qp)
@@ -427,12 +438,30 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 	/* Validate everything, then commit: nothing changes unless the device accepts. */
 	rnic_qp_get_attrs(qp, &a);
 	if (req->attr_mask & RNIC_QP_ATTR_ACCESS) {
-		if (req->access & ~(RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ)) {
-			dev_warn_ratelimited(dev, "MODIFY_QP %u: access 0x%x (QPs take REMOTE_WRITE|REMOTE_READ)\n",
-					     qp->qpn, req->access);
+		u32 known = RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ |
+			    (rnic_nic_atomics(nic) ? RNIC_ACCESS_REMOTE_ATOMIC : 0);
+
+		if (req->access & ~known) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: access 0x%x (QPs take 0x%x)\n",
+					     qp->qpn, req->access, known);
 			return -EINVAL;
 		}
 		a.access = req->access;
+	}
+	if (req->attr_mask & (RNIC_QP_ATTR_MAX_RD_ATOMIC | RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC)) {
+		u32 init = req->rd_atomic & 0xff, dest = req->rd_atomic >> 8;
+		bool bad_init = req->attr_mask & RNIC_QP_ATTR_MAX_RD_ATOMIC && (!init || init > 16);
+		bool bad_dest = req->attr_mask & RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC && (!dest || dest > 16);
+
+		if (!rnic_nic_atomics(nic) || bad_init || bad_dest || req->rd_atomic >> 16) {
+			dev_warn_ratelimited(dev, "MODIFY_QP %u: rd_atomic 0x%x (1..16 each; contract minor 12)\n",
+					     qp->qpn, req->rd_atomic);
+			return -EINVAL;
+		}
+		if (req->attr_mask & RNIC_QP_ATTR_MAX_RD_ATOMIC)
+			a.max_rd_atomic = init;
+		if (req->attr_mask & RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC)
+			a.max_dest_rd_atomic = dest;
 	}
 	if (req->attr_mask & RNIC_QP_ATTR_RNR) {
 		if (req->rnr_retry > 7 || req->rnr_timer_us > RNIC_RNR_TIMER_MAX_US) {

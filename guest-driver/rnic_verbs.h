@@ -170,6 +170,12 @@ static inline struct rnic_nic *to_nic(struct rnic_dev *rd)
 	return container_of(rd, struct rnic_nic, rd);
 }
 
+/* Contract minor 12: atomics, and the rd_atomic limits of a QP context. */
+static inline bool rnic_nic_atomics(const struct rnic_nic *nic)
+{
+	return rnic_version_minor(nic->rd.version) >= 12;
+}
+
 static inline struct device *nic_dev(struct rnic_nic *nic)
 {
 	return &nic->rd.pdev->dev;
@@ -248,6 +254,8 @@ struct rnic_qp {
 	u32 rq_psn, sq_psn;
 	u8 path_mtu_log2;		/* 8..12 */
 	u8 retry_cnt, timeout;
+	/* READs and atomics outstanding (minor 12): as requester, as responder; 1..16 */
+	u8 max_rd_atomic, max_dest_rd_atomic;
 	struct rnic_wq sq, rq;
 };
 

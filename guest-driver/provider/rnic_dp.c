@@ -104,6 +104,12 @@ static int rnic_send_op(enum ibv_wr_opcode op, uint8_t *out)
 	case IBV_WR_SEND_WITH_IMM:
 		*out = RNIC_WQE_OP_SEND_IMM;
 		return 0;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		*out = RNIC_WQE_OP_ATOMIC_CMP_SWP;
+		return 0;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		*out = RNIC_WQE_OP_ATOMIC_FETCH_ADD;
+		return 0;
 	default:
 		return EINVAL;
 	}
@@ -150,14 +156,30 @@ static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opc
 	return h;
 }
 
-/* The WQE's scatter/gather list. */
+static bool rnic_wqe_atomic(const struct rnic_wqe *h)
+{
+	return h->opcode == RNIC_WQE_OP_ATOMIC_CMP_SWP || h->opcode == RNIC_WQE_OP_ATOMIC_FETCH_ADD;
+}
+
+/* An atomic's operands (contract minor 12), right after the header. */
+static void rnic_wqe_atomic_ops(struct rnic_wqe *h, uint64_t swap_add, uint64_t compare)
+{
+	struct rnic_atomic_ops *ops = (struct rnic_atomic_ops *)(h + 1);
+
+	ops->swap_add = swap_add;
+	ops->compare = compare;
+}
+
+/* The WQE's scatter/gather list: after the header (and an atomic's operands). */
 static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
 			 const struct ibv_sge *sg)
 {
-	struct rnic_sge *sge = (struct rnic_sge *)(h + 1);
+	bool atomic = rnic_wqe_atomic(h);
+	struct rnic_sge *sge = (struct rnic_sge *)((uint8_t *)(h + 1) +
+						   (atomic ? sizeof(struct rnic_atomic_ops) : 0));
 	size_t i;
 
-	if (n > qp->max_send_sge || h->flags & RNIC_WQE_FLAG_INLINE)
+	if (n > qp->max_send_sge || h->flags & RNIC_WQE_FLAG_INLINE || (atomic && n != 1))
 		return EINVAL;
 	for (i = 0; i < n; i++) {
 		sge[i].addr = sg[i].addr;
@@ -172,7 +194,7 @@ static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
 static int rnic_wqe_inline(struct rnic_qp *qp, struct rnic_wqe *h, const void *addr,
 			   size_t len)
 {
-	if (h->opcode == RNIC_WQE_OP_RDMA_READ || h->num_sge ||
+	if (h->opcode == RNIC_WQE_OP_RDMA_READ || rnic_wqe_atomic(h) || h->num_sge ||
 	    len > qp->max_inline - h->inline_len)
 		return EINVAL;
 	memcpy((uint8_t *)(h + 1) + h->inline_len, addr, len);
@@ -188,6 +210,23 @@ static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
 
 	if (wr->num_sge < 0)
 		return EINVAL;
+	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		bool cas = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+
+		if (wr->send_flags & IBV_SEND_INLINE)
+			return EINVAL;
+		h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id,
+				  wr->wr.atomic.remote_addr, wr->wr.atomic.rkey, 0, &err);
+		if (!h)
+			return err;
+		/* Fetch-and-add takes its addend in compare_add (libibverbs' layout). */
+		rnic_wqe_atomic_ops(h, cas ? wr->wr.atomic.swap : wr->wr.atomic.compare_add,
+				    cas ? wr->wr.atomic.compare_add : 0);
+		err = rnic_wqe_sges(qp, h, wr->num_sge, wr->sg_list);
+		if (!err)
+			qp->sq.pi++;
+		return err;
+	}
 	h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id, wr->wr.rdma.remote_addr,
 			  wr->wr.rdma.rkey, (uint32_t)wr->imm_data, &err);
 	if (!h)
@@ -299,6 +338,28 @@ static void rnic_wr_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr
 	rnic_wr_op(q, IBV_WR_RDMA_READ, rkey, raddr, 0);
 }
 
+static void rnic_wr_atomic(struct ibv_qp_ex *q, enum ibv_wr_opcode op, uint32_t rkey,
+			   uint64_t raddr, uint64_t swap_add, uint64_t compare)
+{
+	struct rnic_qp *qp = to_xqp(q);
+
+	rnic_wr_op(q, op, rkey, raddr, 0);
+	if (qp->wr_cur)
+		rnic_wqe_atomic_ops(qp->wr_cur, swap_add, compare);
+}
+
+static void rnic_wr_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr,
+				   uint64_t compare, uint64_t swap)
+{
+	rnic_wr_atomic(q, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, raddr, swap, compare);
+}
+
+static void rnic_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr,
+				     uint64_t add)
+{
+	rnic_wr_atomic(q, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
+}
+
 static void rnic_wr_send(struct ibv_qp_ex *q)
 {
 	rnic_wr_op(q, IBV_WR_SEND, 0, 0, 0);
@@ -358,7 +419,9 @@ int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags)
 
 	if (send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 					 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
-					 IBV_QP_EX_WITH_SEND_WITH_IMM))
+					 IBV_QP_EX_WITH_SEND_WITH_IMM |
+					 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD))
 		return EOPNOTSUPP;
 	x->wr_start = rnic_wr_start;
 	x->wr_complete = rnic_wr_complete;
@@ -368,6 +431,8 @@ int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags)
 	x->wr_rdma_read = rnic_wr_rdma_read;
 	x->wr_send = rnic_wr_send;
 	x->wr_send_imm = rnic_wr_send_imm;
+	x->wr_atomic_cmp_swp = rnic_wr_atomic_cmp_swp;
+	x->wr_atomic_fetch_add = rnic_wr_atomic_fetch_add;
 	x->wr_set_sge = rnic_wr_set_sge;
 	x->wr_set_sge_list = rnic_wr_set_sge_list;
 	x->wr_set_inline_data = rnic_wr_set_inline_data;
@@ -431,6 +496,10 @@ static enum ibv_wc_opcode rnic_wc_opcode(uint8_t op)
 		return IBV_WC_RECV;
 	case RNIC_CQE_OP_RECV_RDMA_IMM:
 		return IBV_WC_RECV_RDMA_WITH_IMM;
+	case RNIC_CQE_OP_ATOMIC_CMP_SWP:
+		return IBV_WC_COMP_SWAP;
+	case RNIC_CQE_OP_ATOMIC_FETCH_ADD:
+		return IBV_WC_FETCH_ADD;
 	default:
 		return IBV_WC_RDMA_WRITE;
 	}

@@ -55,6 +55,7 @@
 #define RNIC_UACCESS_LOCAL_WRITE	0x1
 #define RNIC_UACCESS_REMOTE_WRITE	0x2
 #define RNIC_UACCESS_REMOTE_READ	0x4
+#define RNIC_UACCESS_REMOTE_ATOMIC	0x8	/* contract minor 12 */
 
 /* QP states (the device's RNIC_QPS_* values). */
 #define RNIC_UQPS_RESET			0
@@ -125,6 +126,8 @@ struct rnic_create_qp {
 #define RNIC_QP_ATTR_SQ_PSN		0x40	/* sq_psn (RTR->RTS) */
 #define RNIC_QP_ATTR_RETRY_CNT		0x80	/* retry_cnt (RTR->RTS) */
 #define RNIC_QP_ATTR_TIMEOUT		0x100	/* timeout (RTR->RTS) */
+#define RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC	0x200	/* rd_atomic [15:8] (INIT->RTR; minor 12) */
+#define RNIC_QP_ATTR_MAX_RD_ATOMIC	0x400	/* rd_atomic [7:0] (RTR->RTS; minor 12) */
 
 #define RNIC_PSN_MASK			0xffffffU	/* PSNs are 24 bits */
 #define RNIC_QP_MAX_RETRY_CNT		7
@@ -161,7 +164,7 @@ struct rnic_modify_qp {
 	__u32 path_mtu;			/* in: bytes, 256..4096, a power of two */
 	__u32 retry_cnt;		/* in: 0..7 */
 	__u32 timeout;			/* in: 0..31 */
-	__u32 pad;
+	__u32 rd_atomic;		/* in: max_rd_atomic [7:0], max_dest_rd_atomic [15:8]: 1..16 */
 };
 
 struct rnic_query_qp {
