@@ -5,18 +5,21 @@
 //! driver sees STATUS_FATAL, ASYNC_ERR_FATAL in RNIC_REG_LAST_ERROR with the async vector,
 //! error completions for the queued receives, commands refused and doorbells ignored; the
 //! other RNIC of the node keeps working; RNIC_REG_RESET (and a vfio-user device reset)
-//! brings the failed one back to verified WRITEs.
+//! brings the failed one back to verified WRITEs. Last, the engine's loop is made to stall:
+//! a command times out after the server's real command timeout, the device is FATAL, and a
+//! reset once the loop runs again recovers it.
 
 mod common;
 use common::*;
 use rnic_emu_core::contract::abi::*;
 use rnic_emu_core::regs::rnic::*;
-use rnic_emu_core::rnic::verbs::runner::{CMD_TEST_PANIC, TEST_HOOKS_ENV};
+use rnic_emu_core::contract::counters::Counter;
+use rnic_emu_core::rnic::verbs::runner::{CMD_TEST_PANIC, COMMAND_TIMEOUT, TEST_HOOKS_ENV, TEST_STALL};
 use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, VA};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use vfio_bindings::bindings::vfio::*;
 
 const MIB: u64 = 1 << 20;
@@ -179,4 +182,30 @@ fn an_engine_panic_is_fatal_for_its_rnic_only_and_a_reset_recovers() {
     a.verified_write(9);
     let log = std::fs::read_to_string(server.log_path()).unwrap();
     assert_eq!(log.matches("the verbs engine failed in").count(), 3, "one line per failure:\n{log}");
+
+    // 4. An engine that takes no call within COMMAND_TIMEOUT (its loop stalls: test hook),
+    //    with the server's real timeout: the command waits that long, answers
+    //    CMD_ERR_TIMEOUT and never runs; the device is FATAL, counted in ENGINE_TIMEOUTS,
+    //    and a reset the engine takes, once it runs again, recovers it (docs/programming.md
+    //    R-CMD-6, R-RST-8).
+    assert_eq!(a.h.cmd(CMD_TEST_PANIC, 3).unwrap(), CMD_OK, "armed: the next pass stalls");
+    let armed = Instant::now();
+    a.h.w32(CQ_ARM, 1 << 16).unwrap(); // any event: the loop makes a pass, and stalls
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    assert_eq!(a.h.cmd(CMD_QUERY_QP, 1).unwrap(), CMD_ERR_TIMEOUT, "the engine did not take it");
+    assert!(asked.elapsed() >= COMMAND_TIMEOUT, "answered before the command timeout: {:?}", asked.elapsed());
+    assert_ne!(a.status() & STATUS_FATAL, 0, "FATAL after a timeout");
+    assert_eq!(a.h.r64(STATS_BASE + 8 * Counter::EngineTimeouts as u64).unwrap(), 1);
+    assert_eq!(a.h.cmd(CMD_QUERY_QP, 1).unwrap(), CMD_ERR_FATAL, "no command while FATAL");
+    // The reset must be one the engine takes: after the stall.
+    std::thread::sleep((armed + TEST_STALL + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
+    a.h.w32(RNIC_REG_RESET, RESET_MAGIC as u32).unwrap();
+    assert_eq!(a.status() & STATUS_FATAL, 0, "the engine took the reset");
+    a.h.reload().unwrap();
+    a.load();
+    a.verified_write(10);
+    b.verified_write(11);
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    assert!(log.contains("test hook: the engine stalls"), "the stall ran:\n{log}");
 }

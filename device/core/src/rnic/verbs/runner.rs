@@ -185,10 +185,15 @@ impl Remote {
 /// unless set to `1`. Only tests set it: with it, a guest can make the engine fail.
 pub const TEST_HOOKS_ENV: &str = "RNIC_EMU_TEST_HOOKS";
 /// Test hook command (only with [`TEST_HOOKS_ENV`]): index 0 panics inside the command,
-/// index 2 in the next [`EngineRunner::prepare_sleep`], any other index at the start of
-/// the next pass. Not part of the register contract.
+/// index 2 in the next [`EngineRunner::prepare_sleep`], index 3 stalls the next pass for
+/// [`TEST_STALL`] (an engine that takes no call meanwhile), any other index panics at the
+/// start of the next pass. Not part of the register contract.
 #[doc(hidden)]
 pub const CMD_TEST_PANIC: u32 = 0xfe;
+/// How long the stall of [`CMD_TEST_PANIC`] index 3 holds the engine: well past
+/// [`COMMAND_TIMEOUT`].
+#[doc(hidden)]
+pub const TEST_STALL: Duration = Duration::from_secs(20);
 
 /// An engine with what drives it besides events: the doorbell page, once the driver has
 /// turned it on; and the Ethernet port's rings (`crate::rnic::eth`), which share the
@@ -216,6 +221,8 @@ pub struct EngineRunner {
     panic_next_pass: bool,
     /// Test hook: panic in the next [`EngineRunner::prepare_sleep`].
     panic_next_sleep: bool,
+    /// The next pass sleeps [`TEST_STALL`] first (test hook).
+    stall_next_pass: bool,
     /// The function's DMA gate ([`Remote`]): quarantined, the engine stops at once.
     gate: Option<Arc<DmaGate>>,
 }
@@ -227,7 +234,7 @@ impl EngineRunner {
         let eth = EthPort::new(engine.name.clone(), std::sync::Arc::default(), shared.irqs.clone(), shared.stats.clone());
         let mut engine = engine;
         engine.port = Some(eth.shared().clone());
-        EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false, gate: None }
+        EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false, stall_next_pass: false, gate: None }
     }
 
     /// The function's DMA gate: a call abandoned by its waiter quarantines it, and the
@@ -300,7 +307,7 @@ impl EngineRunner {
     fn stop_quarantined(&mut self) {
         self.fatal = true;
         self.engine.shared.fatal.store(true, Ordering::SeqCst);
-        (self.panic_next_pass, self.panic_next_sleep) = (false, false);
+        (self.panic_next_pass, self.panic_next_sleep, self.stall_next_pass) = (false, false, false);
         self.eth.reset();
         self.engine.reset();
         self.db_on = false;
@@ -342,7 +349,7 @@ impl EngineRunner {
                     g.release();
                 }
                 self.fatal = false;
-                (self.panic_next_pass, self.panic_next_sleep) = (false, false);
+                (self.panic_next_pass, self.panic_next_sleep, self.stall_next_pass) = (false, false, false);
                 self.engine.shared.fatal.store(false, Ordering::SeqCst);
                 self.guarded(mem, "a reset", |d| {
                     d.eth.reset();
@@ -398,6 +405,7 @@ impl EngineRunner {
             match index {
                 0 => panic!("test hook: panic in a command"),
                 2 => self.panic_next_sleep = true,
+                3 => self.stall_next_pass = true,
                 _ => self.panic_next_pass = true,
             }
             return CMD_OK;
@@ -426,6 +434,10 @@ impl EngineRunner {
         self.guarded(mem, "a pass", |d| {
             if std::mem::take(&mut d.panic_next_pass) {
                 panic!("test hook: panic in a pass");
+            }
+            if std::mem::take(&mut d.stall_next_pass) {
+                log::warn!("test hook: the engine stalls for {TEST_STALL:?}");
+                std::thread::sleep(TEST_STALL);
             }
             let polled = match d.page.as_ref().filter(|_| d.db_on) {
                 Some(p) => d.engine.poll_doorbell_page(p),
