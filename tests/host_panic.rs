@@ -12,8 +12,8 @@
 mod common;
 use common::*;
 use rnic_emu_core::contract::abi::*;
-use rnic_emu_core::regs::rnic::*;
 use rnic_emu_core::contract::counters::Counter;
+use rnic_emu_core::regs::rnic::*;
 use rnic_emu_core::rnic::verbs::runner::{CMD_TEST_PANIC, COMMAND_TIMEOUT, TEST_HOOKS_ENV, TEST_STALL};
 use rnic_emu_testkit::hostdrv::{HostDriver, ServerProcess, VA};
 use std::fs::File;

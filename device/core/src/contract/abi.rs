@@ -364,7 +364,8 @@ abi_struct!(
 );
 
 /// Every descriptor, in header order.
-pub const STRUCTS: &[AbiStruct] = &[WqeHeader::ABI, AtomicOps::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
+pub const STRUCTS: &[AbiStruct] =
+    &[WqeHeader::ABI, AtomicOps::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {

@@ -25,6 +25,8 @@ pub mod sgl;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_alloc;
+#[cfg(test)]
 mod tests_broken;
 #[cfg(test)]
 mod tests_calls;

@@ -234,7 +234,18 @@ impl EngineRunner {
         let eth = EthPort::new(engine.name.clone(), std::sync::Arc::default(), shared.irqs.clone(), shared.stats.clone());
         let mut engine = engine;
         engine.port = Some(eth.shared().clone());
-        EngineRunner { engine, eth, page, db_on: false, fatal: false, hooks, panic_next_pass: false, panic_next_sleep: false, stall_next_pass: false, gate: None }
+        EngineRunner {
+            engine,
+            eth,
+            page,
+            db_on: false,
+            fatal: false,
+            hooks,
+            panic_next_pass: false,
+            panic_next_sleep: false,
+            stall_next_pass: false,
+            gate: None,
+        }
     }
 
     /// The function's DMA gate: a call abandoned by its waiter quarantines it, and the
