@@ -43,21 +43,21 @@ fn script(node: usize) -> String {
         }
     }
     // perftest, unmodified (it picks ibv_post_send for this device); GID index 1.
-    for (tool, args) in PERFTEST {
+    for (id, tool, args) in PERFTEST {
         let run = format!("{tool} -d rnic0 -x 1 {args}");
         if node == 0 {
             s += &format!(
-                "echo '== {tool}'; {run} & pid=$!; sleep 2; rnic-kv put {tool} up
-                 wait $pid; echo \"{tool}-rc: $?\"\n"
+                "echo '== {id}'; {run} & pid=$!; sleep 2; rnic-kv put {id} up
+                 wait $pid; echo \"{id}-rc: $?\"\n"
             );
         } else {
             // The device's counters around each client run (sysfs `stats`, docs/verbs.md §7).
             s += &format!(
-                "rnic-kv get {tool} 120000 >/dev/null; sleep 1
+                "rnic-kv get {id} 120000 >/dev/null; sleep 1
                  stats=/sys/bus/pci/devices/$(rnic-bar find rnic)/stats
-                 sed 's/^/{tool}-before: /' $stats
-                 echo '== {tool}'; {run} 10.9.0.1; echo \"{tool}-rc: $?\"
-                 sed 's/^/{tool}-after: /' $stats\n"
+                 sed 's/^/{id}-before: /' $stats
+                 echo '== {id}'; {run} 10.9.0.1; echo \"{id}-rc: $?\"
+                 sed 's/^/{id}-after: /' $stats\n"
             );
         }
     }
@@ -86,13 +86,18 @@ fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
 /// the extended send API (`-N`: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_complete).
 const PINGPONG: [(&str, &str); 3] = [("poll", ""), ("events", " -e"), ("wr-api", " -N")];
 
-/// The perftest tools and their arguments (small runs: this is a function test under TCG).
-const PERFTEST: [(&str, &str); 5] = [
-    ("ib_write_bw", "-s 65536 -n 200"),
-    ("ib_read_bw", "-s 65536 -n 100"),
-    ("ib_send_bw", "-s 65536 -n 100"),
-    ("ib_write_lat", "-s 64 -n 200"),
-    ("ib_read_lat", "-s 64 -n 200"),
+/// The perftest runs (id, tool, arguments; small runs: this is a function test under TCG).
+/// The atomics (contract minor 12) move 8 bytes each: `-s 8`.
+const PERFTEST: [(&str, &str, &str); 9] = [
+    ("ib_write_bw", "ib_write_bw", "-s 65536 -n 200"),
+    ("ib_read_bw", "ib_read_bw", "-s 65536 -n 100"),
+    ("ib_send_bw", "ib_send_bw", "-s 65536 -n 100"),
+    ("ib_write_lat", "ib_write_lat", "-s 64 -n 200"),
+    ("ib_read_lat", "ib_read_lat", "-s 64 -n 200"),
+    ("ib_atomic_bw-faa", "ib_atomic_bw", "-s 8 -n 200 -A FETCH_AND_ADD"),
+    ("ib_atomic_bw-cas", "ib_atomic_bw", "-s 8 -n 200 -A CMP_AND_SWAP"),
+    ("ib_atomic_lat-faa", "ib_atomic_lat", "-s 8 -n 200 -A FETCH_AND_ADD"),
+    ("ib_atomic_lat-cas", "ib_atomic_lat", "-s 8 -n 200 -A CMP_AND_SWAP"),
 ];
 
 /// perftest's result row after `== tool`: the first line whose first field is `size`.
@@ -162,18 +167,20 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
         // perftest: every tool exits 0 on both sides and reports its iterations with a
         // positive bandwidth (MiB/s, average) or latency (usec, average); ib_read_lat's
         // server prints no result (only the reader measures).
-        for (tool, args) in PERFTEST {
-            assert!(has(&format!("{tool}-rc: 0")), "node{node}: {tool} exit status");
-            if node == 0 && tool == "ib_read_lat" {
+        for (id, tool, args) in PERFTEST {
+            assert!(has(&format!("{id}-rc: 0")), "node{node}: {id} exit status");
+            // The latency tools' servers of READ and atomics print no result (only the
+            // requester measures).
+            if node == 0 && (tool == "ib_read_lat" || tool == "ib_atomic_lat") {
                 continue;
             }
             let size = args.split_whitespace().nth(1).unwrap();
             let iters = args.split_whitespace().nth(3).unwrap();
-            let row = perftest_row(&lines, tool, size).unwrap_or_else(|| panic!("node{node}: no {tool} result row"));
-            assert_eq!(row.get(1), Some(&iters), "node{node}: {tool} iterations");
+            let row = perftest_row(&lines, id, size).unwrap_or_else(|| panic!("node{node}: no {id} result row"));
+            assert_eq!(row.get(1), Some(&iters), "node{node}: {id} iterations");
             let value: f64 = if tool.ends_with("_bw") { row[3].parse() } else { row[5].parse() }.expect("a number");
-            assert!(value > 0.0, "node{node}: {tool}: {value}");
-            eprintln!("node{node}: {tool} {}: {value}", if tool.ends_with("_bw") { "MiB/s" } else { "usec avg" });
+            assert!(value > 0.0, "node{node}: {id}: {value}");
+            eprintln!("node{node}: {id} {}: {value}", if tool.ends_with("_bw") { "MiB/s" } else { "usec avg" });
         }
     }
 

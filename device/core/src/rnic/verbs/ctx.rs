@@ -88,6 +88,9 @@ pub struct Cqs {
     pub overflowed: Vec<u32>,
     /// The asynchronous event queue (minor 11).
     pub eq: EventQueue,
+    /// Responders that refused a request since the engine last moved them to ERROR:
+    /// (QPN, QP_ERR_* reason, EQE_* event).
+    pub refused: Vec<(u32, u8, u8)>,
 }
 
 impl Cqs {
@@ -113,6 +116,7 @@ impl Cqs {
             hold_until: None,
             overflowed: Vec::new(),
             eq: EventQueue::default(),
+            refused: Vec::new(),
         }
     }
 
@@ -261,15 +265,18 @@ impl Ctx<'_> {
         self.cqs.qp_error(self.name, qpn, qp, reason, event);
     }
 
-    /// The responder refused request `f` (NAK-invalid request or NAK-remote access
-    /// error): its QP goes to ERROR with the affiliated event (IBA 9.9.3.1, 11.6.3.1).
-    pub fn responder_error(&mut self, qpn: u32, qp: &mut Qp, f: Failure) {
+    /// The responder refused request `f` with a NAK: for an invalid request or a remote
+    /// access error its QP goes to ERROR with the affiliated event (IBA 9.9.3.1,
+    /// 11.6.3.1), once the NAK has reached the requester (the engine applies it after the
+    /// packet, or after the pass's loopback messages), so that a QP connected to itself
+    /// first completes its WQE with the refusal. Other NAKs leave the responder as it is.
+    pub fn responder_error(&mut self, qpn: u32, _qp: &mut Qp, f: Failure) {
         let event = match f.status {
             WC_REM_ACCESS_ERR => EQE_QP_ACCESS_ERR,
             WC_REM_INV_REQ_ERR => EQE_QP_REQ_ERR,
-            _ => 0,
+            _ => return,
         };
-        self.cqs.qp_error(self.name, qpn, qp, f.reason, event);
+        self.cqs.refused.push((qpn, f.reason, event));
     }
 
     /// Retires the head send WQE with its completion (success: only when signaled).

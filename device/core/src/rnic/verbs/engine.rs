@@ -782,7 +782,18 @@ impl Engine {
             any = true;
             self.deliver(mem, &m);
         }
+        self.fail_refusing_responders();
         any
+    }
+
+    /// Moves the responders that refused a request to ERROR, with their events
+    /// ([`Ctx::responder_error`]), now that their NAKs have been handled.
+    fn fail_refusing_responders(&mut self) {
+        for (qpn, reason, event) in std::mem::take(&mut self.cqs.refused) {
+            if let Some(qp) = self.qps.get_mut(qpn as usize) {
+                self.cqs.qp_error(&self.name, qpn, qp, reason, event);
+            }
+        }
     }
 
     /// A loopback message to the responder or completer of the QP it names.
@@ -845,6 +856,7 @@ impl Engine {
         } else if qp.state == QpState::Rts {
             completer::on_response(&mut ctx, qpn, qp, &mut r.req, &mut r.comp, &msg);
         }
+        self.fail_refusing_responders();
         self.flush_events(mem);
     }
 

@@ -381,7 +381,10 @@ fn expect_error_then_flush(d: &mut Dev, status: u8, reason: u8) {
     assert_eq!((c[1].wr_id, c[1].status), (2, WC_WR_FLUSH_ERR), "later WQEs are flushed");
     assert_eq!(d.cmd(CMD_QUERY_QP, 1), CMD_OK);
     assert_eq!((d.qp_ctx(1).state, d.qp_ctx(1).err_reason), (QPS_ERR, reason));
-    assert_eq!(d.last_error.load(Ordering::SeqCst), u64::from(ASYNC_ERR_QP) << 24 | 1);
+    // The latch keeps the newest QP error: QP 1's, or for a remote access error the
+    // responder's (QP 2), which goes to ERROR once its NAK has reached QP 1.
+    let last = if status == WC_REM_ACCESS_ERR { 2 } else { 1 };
+    assert_eq!(d.last_error.load(Ordering::SeqCst), u64::from(ASYNC_ERR_QP) << 24 | last);
 }
 
 #[test]

@@ -92,3 +92,19 @@ fn a_full_queue_holds_events_until_the_driver_consumes_and_no_queue_holds_none()
     assert_ne!(d.last_error.load(std::sync::atomic::Ordering::SeqCst), 0, "the latch still reports");
     assert_eq!(d.e.command(&d.mem, CMD_SET_EQ, 1, super::tests::tables()), CMD_ERR_BAD_INDEX);
 }
+
+#[test]
+fn a_qp_connected_to_itself_completes_a_refused_write_with_the_refusal() {
+    // The responder's move to ERROR waits until its NAK has been handled: the QP's own
+    // requester completes the WRITE with the remote access error, not with a flush.
+    let mut d = Dev::new();
+    d.create_cq(1, 6);
+    d.create_qp(1, 7, RW, 0);
+    d.connect(1, 1);
+    let lk = d.reg_mr(1, 7, RW, SRC, 64);
+    let rk = d.reg_mr(2, 7, RW, DST, 64);
+    d.send(1, WQE_OP_RDMA_WRITE, 1, &[sge(SRC, 8, lk)], VA + DST, rk ^ 1);
+    let c = d.run_until(1, 1);
+    assert_eq!((c[0].wr_id, c[0].status, c[0].syndrome), (1, WC_REM_ACCESS_ERR, u32::from(QP_ERR_REMOTE_ACCESS)));
+    assert!(d.events().is_empty(), "its completion told: no event");
+}
