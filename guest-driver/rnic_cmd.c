@@ -29,6 +29,8 @@ static const char *const rnic_cmd_names[] = {
 	[RNIC_CMD_DESTROY_QP]	= "DESTROY_QP",
 	[RNIC_CMD_REG_MR]	= "REG_MR",
 	[RNIC_CMD_DEREG_MR]	= "DEREG_MR",
+	[RNIC_CMD_SET_GID]	= "SET_GID",
+	[RNIC_CMD_SET_EQ]	= "SET_EQ",
 };
 
 static const char *const rnic_cmd_err_names[] = {

@@ -1234,11 +1234,16 @@ fn fabric_dereg_in_flight() {
     assert_ne!(c.status, WC_SUCCESS, "the WRITE cannot complete");
     assert!(untouched(&p, 1, len), "nothing placed after DEREG_MR");
     assert_eq!(stat(&mut p.h[1], Counter::BytesWritten), written);
-    assert_eq!(p.h[1].cmd(CMD_QUERY_QP, 2).unwrap(), CMD_OK);
+    // Its later packets were refused (NAK): the responder's QP is in ERROR, as after any
+    // invalid request or remote access error (R-EQ-4), once it has sent the NAK.
     let at = p.h[1].r64(QP_CTX_BASE).unwrap() - IOVA + 2 * 64;
-    let mut state = [0u8; 1];
-    p.h[1].ram.read(at, &mut state).unwrap();
-    assert_eq!(state[0], QPS_RTS, "the responder's QP stays usable");
+    let responder_state = |h: &mut HostDriver| {
+        assert_eq!(h.cmd(CMD_QUERY_QP, 2).unwrap(), CMD_OK);
+        let mut state = [0u8; 1];
+        h.ram.read(at, &mut state).unwrap();
+        state[0]
+    };
+    assert!(wait_until(SECOND, || responder_state(&mut p.h[1]) == QPS_ERR), "the responder refused the rest of the WRITE");
 }
 
 // ---- the rule index ----

@@ -319,7 +319,7 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	if (!qp)
 		return NULL;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
-		err = rnic_qp_ex_init(qp, attr->send_ops_flags);
+		err = rnic_qp_ex_init(qp, attr->send_ops_flags, to_rctx(ibctx)->atomics);
 		if (err) {
 			free(qp);
 			errno = err;
@@ -476,6 +476,16 @@ static struct verbs_context *rnic_alloc_context(struct ibv_device *ibdev, int cm
 		goto err_uninit;
 	pthread_mutex_init(&ctx->qp_table_lock, NULL);
 	verbs_set_ops(&ctx->ibv_ctx, &rnic_ctx_ops);
+	{
+		/* Atomics as the kernel reports them (IB_ATOMIC_HCA from contract minor 12). */
+		struct ibv_device_attr_ex attr = {};
+		struct ib_uverbs_ex_query_device_resp qresp;
+		size_t qresp_size = sizeof(qresp);
+
+		ctx->atomics = !ibv_cmd_query_device_any(&ctx->ibv_ctx.context, NULL, &attr,
+							 sizeof(attr), &qresp, &qresp_size) &&
+			       attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
+	}
 	return &ctx->ibv_ctx;
 
 err_uninit:

@@ -213,7 +213,7 @@ static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
 	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 		bool cas = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
 
-		if (wr->send_flags & IBV_SEND_INLINE)
+		if (wr->send_flags & IBV_SEND_INLINE || !to_rctx(qp->vqp.qp.context)->atomics)
 			return EINVAL;
 		h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id,
 				  wr->wr.atomic.remote_addr, wr->wr.atomic.rkey, 0, &err);
@@ -412,16 +412,16 @@ static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t leng
 	rnic_wr_set_inline_data_list(q, 1, &buf);
 }
 
-/* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other. */
-int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags)
+/* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other (atomics: on a device with). */
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics)
 {
 	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
+	uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+		       IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
-	if (send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-					 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
-					 IBV_QP_EX_WITH_SEND_WITH_IMM |
-					 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-					 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD))
+	if (atomics)
+		ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	if (send_ops_flags & ~ops)
 		return EOPNOTSUPP;
 	x->wr_start = rnic_wr_start;
 	x->wr_complete = rnic_wr_complete;

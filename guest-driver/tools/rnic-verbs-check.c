@@ -493,6 +493,11 @@ static int sc_remote_attrs(struct chk *c)
 	RTR_WITH("sq_psn_at_rtr", RNIC_QP_ATTR_SQ_PSN, sq_psn, 1);
 	RTR_WITH("retry_cnt_at_rtr", RNIC_QP_ATTR_RETRY_CNT, retry_cnt, 1);
 	RTR_WITH("timeout_at_rtr", RNIC_QP_ATTR_TIMEOUT, timeout, 1);
+	/* READs and atomics outstanding (minor 12): 1..16, each on its own edge, with its bit. */
+	RTR_WITH("max_dest_rd_atomic_17", RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC, rd_atomic, 17 << 8);
+	RTR_WITH("max_dest_rd_atomic_0", RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC, rd_atomic, 0);
+	RTR_WITH("rd_atomic_without_its_bit", 0, rd_atomic, 4 << 8);
+	RTR_WITH("max_rd_atomic_at_rtr", RNIC_QP_ATTR_MAX_RD_ATOMIC, rd_atomic, 4);
 #undef RTR_WITH
 	expect("rtr_remote_ok", c->fd, RNIC_IOCTL_MODIFY_QP,
 	       &(struct rnic_modify_qp){ .qpn = qp.qpn, .qp_state = RNIC_QPS_RTR,
@@ -510,10 +515,6 @@ static int sc_remote_attrs(struct chk *c)
 	RTS_WITH("dest_ip_at_rts", RNIC_QP_ATTR_DEST_IP, dest_ip, 0x7f00000c);
 	RTS_WITH("path_mtu_at_rts", RNIC_QP_ATTR_PATH_MTU, path_mtu, 1024);
 	RTS_WITH("unknown_attr_bit", 0x800, rd_atomic, 0);
-	RTS_WITH("max_rd_atomic_17", RNIC_QP_ATTR_MAX_RD_ATOMIC, rd_atomic, 17);
-	RTS_WITH("max_rd_atomic_0", RNIC_QP_ATTR_MAX_RD_ATOMIC, rd_atomic, 0);
-	RTS_WITH("rd_atomic_without_its_bit", RNIC_QP_ATTR_SQ_PSN, rd_atomic, 4);
-	RTS_WITH("max_dest_rd_atomic_at_rts", RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC, rd_atomic, 4 << 8);
 	RTS_WITH("rts_remote_ok", RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_RETRY_CNT |
 		 RNIC_QP_ATTR_TIMEOUT, sq_psn, 0x123456);
 #undef RTS_WITH
