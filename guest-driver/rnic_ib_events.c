@@ -29,6 +29,12 @@
 #define RNIC_EQ_LOG	8	/* 256 entries of 16 bytes */
 #define RNIC_EQ_ENTRIES	(1U << RNIC_EQ_LOG)
 
+/* Whether the entry after the last one taken is new (its owner bit says so). */
+static bool rnic_eq_pending(const struct rnic_eqe *eq, u32 ci)
+{
+	return READ_ONCE(eq[ci & (RNIC_EQ_ENTRIES - 1)].owner) == !((ci >> RNIC_EQ_LOG) & 1);
+}
+
 /* The ib_core event of an EQE_* QP event, or -1. */
 static int rnic_qp_event(u8 event)
 {
@@ -112,11 +118,11 @@ static void rnic_events_work(struct work_struct *work)
 		const struct rnic_eqe *e = &eq[nic->eq_ci & (RNIC_EQ_ENTRIES - 1)];
 		struct rnic_eqe copy;
 
-		if (READ_ONCE(e->owner) != !((nic->eq_ci >> RNIC_EQ_LOG) & 1))
+		if (!rnic_eq_pending(eq, nic->eq_ci))
 			break;
 		dma_rmb();	/* the entry's body after its owner byte */
 		copy = *e;
-		nic->eq_ci++;
+		WRITE_ONCE(nic->eq_ci, nic->eq_ci + 1);
 		rnic_event_deliver(nic, &copy);
 	}
 	if (n) {
@@ -127,12 +133,15 @@ static void rnic_events_work(struct work_struct *work)
 }
 
 /*
- * From vector 0's handler (hard-irq context): the queue may hold new entries. A queue
- * (or a registered device, below) means event_work is initialised.
+ * From vector 0's handler (hard-irq context): true, with event_work scheduled, when the
+ * queue holds a new entry (else the interrupt was not the queue's). A queue (or a
+ * registered device, below) means event_work is initialised.
  */
 bool rnic_ib_events_kick(struct rnic_nic *nic)
 {
-	if (!READ_ONCE(nic->eq))
+	struct rnic_eqe *eq = READ_ONCE(nic->eq);
+
+	if (!eq || !rnic_eq_pending(eq, READ_ONCE(nic->eq_ci)))
 		return false;
 	schedule_work(&nic->event_work);
 	return true;
