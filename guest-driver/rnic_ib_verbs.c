@@ -129,10 +129,15 @@ int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	struct rnic_nic *nic = ib_nic(ibcq->device);
 	struct rnic_ucontext *uc = cq->uc;
 	struct rnic_cq *rcq;
+	unsigned int i;
 
 	xa_erase(&nic->ib_cqs, cq->cqn);
-	if (cq->vector < nic->rd.nvec)
-		synchronize_irq(nic->rd.vecs[cq->vector].irq);	/* no handler still sees it */
+	/*
+	 * No handler still sees it: rnic_ib_cq_event() walks every CQ from each vector (it
+	 * skips those of other vectors, but has looked at them), so wait for all of them.
+	 */
+	for (i = 0; i < nic->rd.nvec; i++)
+		synchronize_irq(nic->rd.vecs[i].irq);
 	rnic_ib_events_sync(nic);	/* nor an event work */
 	rnic_ib_mmap_remove(cq->db_map);
 	rnic_ib_mmap_remove(cq->ring_map);

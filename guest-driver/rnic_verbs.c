@@ -30,26 +30,27 @@
 #endif
 
 /*
- * Interrupt hook (hard-irq context): vector 0 reports asynchronous errors, all count. The
- * netdev's rings share one of the vectors (rnic_netdev.c picks it).
+ * Interrupt hook (hard-irq context): vector 0 reports asynchronous errors and events, the
+ * others completions (all of them, with one vector only). The netdev's rings share one of
+ * the vectors (rnic_netdev.c picks it).
  */
 bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec)
 {
 	struct rnic_nic *nic = to_nic(rd);
 	bool eth = rnic_netdev_irq(nic, vec);
-	bool eq;
+	bool eq, cq;
 	u32 err;
 
 	atomic_inc(&nic->vec_seq[vec]);
-	if (vec != 0) {
-		bool ib = rnic_ib_cq_event(nic, vec);
-
-		return atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0 || ib || eth;
-	}
+	/* CQs' vectors; with a single vector, vector 0 is theirs too. */
+	cq = rnic_ib_cq_event(nic, vec);
+	cq |= atomic_dec_if_positive(&nic->vec_armed[vec]) >= 0;
+	if (vec != 0)
+		return cq || eth;
 	eq = rnic_ib_events_kick(nic);	/* the event queue may hold entries */
 	err = ioread32(rd->bar0 + RNIC_REG_LAST_ERROR);
 	if (!err || err == 0xffffffff)
-		return eth || eq;
+		return eth || eq || cq;
 	atomic64_inc(&nic->stats.async_errors);
 	if (err >> 24 == RNIC_ASYNC_ERR_FATAL)
 		rnic_ib_events_fatal(nic);	/* before the recovery unregisters */
