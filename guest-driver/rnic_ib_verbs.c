@@ -239,6 +239,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	resp.rq_log_size = rqp->rq.log_size;
 	resp.rq_log_stride = rqp->rq.log_stride;
 	resp.max_inline = req.max_inline;
+	resp.gen = rqp->gen;
 	ret = xa_insert(&nic->ib_qps, qp->qpn, qp, GFP_KERNEL);	/* for its events */
 	if (ret)
 		goto err_destroy;

@@ -334,6 +334,7 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 		qp->vqp.comp_mask |= VERBS_QP_EX;
 	qp->qpn = resp.drv.qpn;
+	qp->gen = resp.drv.gen;	/* new for each QP of this number (rnic_ib_abi.h) */
 	/* The command fills attr->cap (the core response may travel by ioctl attributes). */
 	qp->max_send_sge = attr->cap.max_send_sge;
 	qp->max_recv_sge = attr->cap.max_recv_sge;
@@ -413,10 +414,16 @@ static int rnic_destroy_qp(struct ibv_qp *ibqp)
 	struct rnic_qp *qp = to_rqp(ibqp);
 	int ret;
 
-	ret = ibv_cmd_destroy_qp(ibqp);
-	if (ret)
-		return ret;
+	/*
+	 * Out of the table before the kernel frees the number: a QP created meanwhile by
+	 * another thread may get it, and its entry must stay.
+	 */
 	rnic_qp_table_set(ctx, qp->qpn, NULL);
+	ret = ibv_cmd_destroy_qp(ibqp);
+	if (ret) {
+		rnic_qp_table_set(ctx, qp->qpn, qp);
+		return ret;
+	}
 	rnic_unmap(qp->db_page, RNIC_DBP_PAGE);
 	rnic_wq_fini(&qp->rq);
 	rnic_wq_fini(&qp->sq);

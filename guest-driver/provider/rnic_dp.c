@@ -566,9 +566,14 @@ static bool rnic_cq_next(struct rnic_cq *cq, struct ibv_wc *wc)
 	return false;
 }
 
-/* Tells the device how far software has consumed (its doorbell page). */
+/*
+ * Tells the device how far software has consumed (its doorbell page). The CQEs were read
+ * (copied out) before: the fence keeps those reads ahead of the store, so the device never
+ * refills a slot still being read.
+ */
 static void rnic_cq_report(struct rnic_cq *cq)
 {
+	atomic_thread_fence(memory_order_seq_cst);
 	((volatile uint32_t *)cq->db_page)[RNIC_DBP_CQ_CI / 4] = cq->ci & 0xffff;
 }
 

@@ -39,6 +39,13 @@ struct rnic_ib_create_qp_resp {
 	__u32 rq_log_size;
 	__u32 rq_log_stride;
 	__u32 max_inline;
+	/*
+	 * The generation to tag the QP's wr_ids with (rnic_emu_ring.h): the QP number's, new at
+	 * each QP that gets it, so completions of an earlier QP of the same number that are
+	 * still in a shared CQ never match this one. A response without it (an older driver):
+	 * 0, as before.
+	 */
+	__u32 gen;
 };
 
 #endif /* RNIC_IB_ABI_H */
