@@ -76,6 +76,15 @@ static int rnic_nic_read_limits(struct rnic_nic *nic)
 			RNIC_MAX_MR_INDEX, nic->max_ring_log2);
 		return -ENODEV;
 	}
+	/* A QP and a CQ each have a page of BAR2 (the doorbell page): at most what it holds. */
+	if (nic->max_qp > RNIC_DBP_CQ_PAGES / RNIC_DBP_PAGE ||
+	    nic->max_cq > (RNIC_EMU_RNIC_DB_BAR_SIZE - RNIC_DBP_CQ_PAGES) / RNIC_DBP_PAGE) {
+		dev_info(dev, "RNIC offers %u QPs and %u CQs; the driver uses what the doorbell page has pages for\n",
+			 nic->max_qp, nic->max_cq);
+		nic->max_qp = min_t(u32, nic->max_qp, RNIC_DBP_CQ_PAGES / RNIC_DBP_PAGE);
+		nic->max_cq = min_t(u32, nic->max_cq,
+				    (RNIC_EMU_RNIC_DB_BAR_SIZE - RNIC_DBP_CQ_PAGES) / RNIC_DBP_PAGE);
+	}
 	/* The MR context table is one DMA-coherent allocation: bound it (4 MiB). */
 	nic->max_mr_hw = nic->max_mr;
 	nic->max_mr = min_t(u32, nic->max_mr, RNIC_MAX_TABLE_BYTES / sizeof(struct rnic_mr_ctx));
