@@ -87,17 +87,12 @@ fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
 const PINGPONG: [(&str, &str); 3] = [("poll", ""), ("events", " -e"), ("wr-api", " -N")];
 
 /// The perftest runs (id, tool, arguments; small runs: this is a function test under TCG).
-/// The atomics (contract minor 12) move 8 bytes each: `-s 8`.
-const PERFTEST: [(&str, &str, &str); 9] = [
+const PERFTEST: [(&str, &str, &str); 5] = [
     ("ib_write_bw", "ib_write_bw", "-s 65536 -n 200"),
     ("ib_read_bw", "ib_read_bw", "-s 65536 -n 100"),
     ("ib_send_bw", "ib_send_bw", "-s 65536 -n 100"),
     ("ib_write_lat", "ib_write_lat", "-s 64 -n 200"),
     ("ib_read_lat", "ib_read_lat", "-s 64 -n 200"),
-    ("ib_atomic_bw-faa", "ib_atomic_bw", "-s 8 -n 200 -A FETCH_AND_ADD"),
-    ("ib_atomic_bw-cas", "ib_atomic_bw", "-s 8 -n 200 -A CMP_AND_SWAP"),
-    ("ib_atomic_lat-faa", "ib_atomic_lat", "-s 8 -n 200 -A FETCH_AND_ADD"),
-    ("ib_atomic_lat-cas", "ib_atomic_lat", "-s 8 -n 200 -A CMP_AND_SWAP"),
 ];
 
 /// perftest's result row after `== tool`: the first line whose first field is `size`.
