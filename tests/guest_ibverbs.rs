@@ -87,12 +87,17 @@ fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
 const PINGPONG: [(&str, &str); 3] = [("poll", ""), ("events", " -e"), ("wr-api", " -N")];
 
 /// The perftest runs (id, tool, arguments; small runs: this is a function test under TCG).
-const PERFTEST: [(&str, &str, &str); 5] = [
+/// The atomics (contract minor 12) move 8 bytes each: `-s 8`.
+const PERFTEST: [(&str, &str, &str); 9] = [
     ("ib_write_bw", "ib_write_bw", "-s 65536 -n 200"),
     ("ib_read_bw", "ib_read_bw", "-s 65536 -n 100"),
     ("ib_send_bw", "ib_send_bw", "-s 65536 -n 100"),
     ("ib_write_lat", "ib_write_lat", "-s 64 -n 200"),
     ("ib_read_lat", "ib_read_lat", "-s 64 -n 200"),
+    ("ib_atomic_bw-faa", "ib_atomic_bw", "-s 8 -n 200 -A FETCH_AND_ADD"),
+    ("ib_atomic_bw-cas", "ib_atomic_bw", "-s 8 -n 200 -A CMP_AND_SWAP"),
+    ("ib_atomic_lat-faa", "ib_atomic_lat", "-s 8 -n 200 -A FETCH_AND_ADD"),
+    ("ib_atomic_lat-cas", "ib_atomic_lat", "-s 8 -n 200 -A CMP_AND_SWAP"),
 ];
 
 /// perftest's result row after `== tool`: the first line whose first field is `size`.
@@ -179,6 +184,14 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
         }
     }
 
+    // The atomics ran on node0's RNIC as responder: every one of the client's 2 x 200
+    // bandwidth and 2 x 200 latency operations (perftest's warm-up adds a few).
+    let client = node_lines(&stdout, 1);
+    let atomics: u64 = ["ib_atomic_bw-faa", "ib_atomic_bw-cas", "ib_atomic_lat-faa", "ib_atomic_lat-cas"]
+        .iter()
+        .map(|id| counter(&client, &format!("{id}-after"), "send_wqes") - counter(&client, &format!("{id}-before"), "send_wqes"))
+        .sum();
+    assert!(atomics >= 800, "the client posted its atomics: {atomics} send WQEs");
     // Kernel bypass: the client's ib_write_bw posted its WRITEs through the mapped ring and
     // the doorbell page; MMIO doorbells (each one a POST_SEND system call of the provider,
     // only when the device slept) are fewer than half the WQEs. (Since the port carries

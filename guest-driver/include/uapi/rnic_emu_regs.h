@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x0001000b   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x0001000c   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -29,6 +29,7 @@
  *   1.9: RoCEv2 over IPv6: PATH_FLAG_IPV6 and the dest_gid of rnic_qp_path (formerly reserved); IPv6 GIDs are addresses of the port; counters PKTS_SENT_IPV6, PKTS_RECEIVED_IPV6. Requester integrity: BAD_RESPONSES, WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE. Ethernet transmit offloads (CAP_ETH_OFFLOAD): a frame over several rnic_eth_desc (TX_MORE, at most TX_MAX_DESCS), checksum insertion (TX_CSUM, csum_start/csum_offset) and TCP segmentation of IPv4/IPv6 frames (TX_TSO, mss); receive checksum check (ETH_CTRL RX_CSUM, DESC_CSUM_OK); counters ETH_TX_CSUM, ETH_TSO_FRAMES, ETH_TSO_SEGMENTS.
  *   1.10: Failure paths. Responder: a WRITE that ends short of RETH.len and a READ or WRITE over 2^31 bytes are invalid requests; ranges checked whole at the first packet, translated per packet. Packets outside the default P_Key partition dropped (PKEY_VIOLATIONS); payload and pad must end on a 4-byte boundary; RoCE from an impossible source counted in ROCE_BAD_SOURCE (was ETH_RX_ERRORS). REG_MR page lists bounded in all: MAX_MR_PAGES, CMD_ERR_NO_RESOURCES. A CQ overflow (a driver error) puts the CQ in error until destroyed and its QPs in ERROR, ASYNC_ERR_CQ_OVERFLOW latched last; a doorbell behind the producer index already taken is ignored (STALE_DOORBELLS). A QP moves at most 8 MiB of payload per pass; loopback requests carry at most 1 MiB. Server: SET_IRQS takes eventfds only; BAR2 and GPU BAR1 memfds sealed, DMA_MAP fds must be memfds sealed against shrinking; wire delay faults queued (WIRE_DELAYED, WIRE_DELAY_DROPS); the capture bounded (PCAP_DROPPED). Commands: CMD_ERR_TIMEOUT, a command (or RESET, DMA_CTRL, ETH_CTRL write) the engine did not take in time never runs, the device is FATAL with no DMA until a reset the engine takes (ENGINE_TIMEOUTS); CMD_ERR_DISABLED only means the engine is gone; CMD_BUSY never turns into a result. DMA needs PCI bus mastering (BUS_MASTER_ERRORS); DMA_UNMAP success means no further byte of the range moves, a partial unmap is refused, DMA_MAP READ/WRITE flags are enforced. Stated: commands and failure states of docs/programming.md (R-CMD-5..7, R-CQ-6, R-DB-5, R-FAB-1, R-RST-6..8); the GPU's reset is an FLR.
  *   1.11: Asynchronous events: an event queue (EQ_BASE, EQ_LOG, EQ_CI, CMD_SET_EQ; 16-byte rnic_eqe, EQE_*) that tells what no completion reports: QP fatal (its CQ overflowed, a doorbell overran its ring), QP invalid request and QP access error (the responder NAKs an invalid request or a remote access error and goes to ERROR, as IBA 9.9.3 has it: before, it stayed in RTS), communication established (first request in RTR), CQ error; written owner byte last, the async vector raised. Counters EQ_EVENTS, EQ_OVERFLOWS.
+ *   1.12: Atomics: WQE_OP_ATOMIC_CMP_SWP and WQE_OP_ATOMIC_FETCH_ADD (rnic_atomic_ops after the header, one 8-byte SGE for the original value; its CQE opcodes), COMPARE_SWAP/FETCH_ADD and ATOMIC ACKNOWLEDGE on the wire (AtomicETH, AtomicAckETH), ACCESS_REMOTE_ATOMIC for MRs and QPs; the responder executes an 8-byte aligned atomic once and answers a duplicate from the results it keeps (ATOMICS, ATOMICS_REPLAYED). rnic_qp_ctx.rd_atomic (reserved before): READs and atomics outstanding as requester (max_rd_atomic, at RTS) and answered as responder (max_dest_rd_atomic, at RTR), 0 meaning the device's 16.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -49,7 +50,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000b: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000c: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -104,7 +105,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000b: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000c: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -231,7 +232,9 @@
 #define RNIC_STAT_BUS_MASTER_ERRORS  52           /* DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10) */
 #define RNIC_STAT_EQ_EVENTS          53           /* asynchronous events written to the event queue (minor 11) */
 #define RNIC_STAT_EQ_OVERFLOWS       54           /* asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11) */
-#define RNIC_STAT_COUNT              55           /* number of counters */
+#define RNIC_STAT_ATOMICS            55           /* atomic operations (compare-and-swap, fetch-and-add) executed as responder (minor 12) */
+#define RNIC_STAT_ATOMICS_REPLAYED   56           /* duplicate atomic requests answered from the results kept, not executed again (minor 12) */
+#define RNIC_STAT_COUNT              57           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -289,6 +292,8 @@
 	[RNIC_STAT_BUS_MASTER_ERRORS] = "bus_master_errors", \
 	[RNIC_STAT_EQ_EVENTS] = "eq_events", \
 	[RNIC_STAT_EQ_OVERFLOWS] = "eq_overflows", \
+	[RNIC_STAT_ATOMICS] = "atomics", \
+	[RNIC_STAT_ATOMICS_REPLAYED] = "atomics_replayed", \
 }
 
 /* Descriptor constants */

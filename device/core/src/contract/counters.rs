@@ -73,6 +73,8 @@ counters! {
     BusMasterErrors, "DMA accesses refused because PCI bus mastering (COMMAND bit 2) is off (minor 10)";
     EqEvents, "asynchronous events written to the event queue (minor 11)";
     EqOverflows, "asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11)";
+    Atomics, "atomic operations (compare-and-swap, fetch-and-add) executed as responder (minor 12)";
+    AtomicsReplayed, "duplicate atomic requests answered from the results kept, not executed again (minor 12)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -34,7 +34,7 @@ use rnic_emu_core::platform::shm::SharedMemory;
 use rnic_emu_core::regs::rnic::dbpage;
 use rnic_emu_core::ring::{self, WrId};
 use rnic_emu_core::rnic::doorbell::DoorbellPage;
-use rnic_emu_core::rnic::fabric::packet::{Aeth, Bth, Packet, Reth};
+use rnic_emu_core::rnic::fabric::packet::{Aeth, AtomicEth, Bth, Packet, Reth};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
@@ -419,7 +419,10 @@ impl Harness {
                     Bth { opcode, pkey, dest_qp: u32::from(qpn) % (QPS as u32 + 1), psn: psn & 0xff_ffff, ack_req: psn >> 24 & 1 == 1, ..Default::default() };
                 let reth = (syndrome & 0x80 == 0).then_some(Reth { va, rkey, len });
                 let aeth = (syndrome & 0x40 == 0).then_some(Aeth { syndrome: syndrome & 0x7f, msn: psn >> 8 });
-                let pkt = Packet { bth, reth, aeth, imm: (syndrome & 0x20 == 0).then_some(rkey), payload: vec![payload; usize::from(payload)] };
+                let atomic = (syndrome & 0x08 == 0).then_some(AtomicEth { va, rkey, swap_add: u64::from(len), compare: u64::from(psn) });
+                let atomic_ack = (syndrome & 0x04 == 0).then_some(va);
+                let imm = (syndrome & 0x20 == 0).then_some(rkey);
+                let pkt = Packet { bth, reth, aeth, imm, atomic, atomic_ack, payload: vec![payload; usize::from(payload)] };
                 self.on_packet(&pkt);
             }
             Op::Reflect { pick, how } => {
@@ -499,8 +502,13 @@ impl Harness {
             3 => WQE_OP_SEND,
             4 => WQE_OP_SEND_IMM,
             5 => WQE_OP_RECV,
+            6 if opcode & 0x80 == 0 => WQE_OP_ATOMIC_CMP_SWP,
+            7 if opcode & 0x80 == 0 => WQE_OP_ATOMIC_FETCH_ADD,
             _ => opcode,
         };
+        // An atomic's SGE follows its 16 bytes of operands (which the first SGE slot's
+        // bytes would otherwise be).
+        let first = if matches!(opcode, WQE_OP_ATOMIC_CMP_SWP | WQE_OP_ATOMIC_FETCH_ADD) { 48 } else { 32 };
         let addr_of = |kind: u8, mr: u8, off: u32| match kind % 3 {
             0 => mr_va(usize::from(mr) % MRS) + u64::from(off) % 0x1_0000,
             1 => u64::MAX - u64::from(off),
@@ -527,7 +535,7 @@ impl Harness {
         buf[..32].copy_from_slice(hdr.as_slice());
         for (n, &(kind, mr, off, len, key)) in sges.iter().enumerate() {
             let sge = Sge { addr: addr_of(kind, mr, off), length: if kind & 0x80 == 0 { len % 0x2_0000 } else { len }, lkey: key_of(key, mr) };
-            if let Some(slot) = buf.get_mut(32 + n * 16..48 + n * 16) {
+            if let Some(slot) = buf.get_mut(first + n * 16..first + 16 + n * 16) {
                 slot.copy_from_slice(sge.as_slice());
             }
         }

@@ -6,8 +6,9 @@
 //! addresses) serves tests and fuzzing. Decoding trusts nothing: length, opcode, header
 //! presence, pad and ICRC are checked.
 //!
-//! Only the Reliable Connection opcodes the engine uses are known; anything else is an
-//! error (`UnknownOpcode`), as are atomics and UD.
+//! Only the Reliable Connection opcodes the engine uses are known (atomics with their
+//! AtomicETH and AtomicAckETH from contract minor 12); anything else is an error
+//! (`UnknownOpcode`), as is UD.
 
 use std::net::Ipv4Addr;
 use thiserror::Error;
@@ -18,6 +19,10 @@ pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;
 pub const IMM_LEN: usize = 4;
 pub const ICRC_LEN: usize = 4;
+/// AtomicETH (IBA 9.3.4): VA, R_Key, swap (or add) data, compare data.
+pub const ATOMIC_ETH_LEN: usize = 28;
+/// AtomicAckETH (IBA 9.3.6): the original data at the target.
+pub const ATOMIC_ACK_ETH_LEN: usize = 8;
 /// PSNs are 24-bit.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
 
@@ -41,6 +46,9 @@ pub mod op {
     pub const READ_RESPONSE_LAST: u8 = 0x0f;
     pub const READ_RESPONSE_ONLY: u8 = 0x10;
     pub const ACK: u8 = 0x11;
+    pub const ATOMIC_ACK: u8 = 0x12;
+    pub const COMPARE_SWAP: u8 = 0x13;
+    pub const FETCH_ADD: u8 = 0x14;
 }
 
 /// Which extension headers and payload an opcode carries.
@@ -50,11 +58,16 @@ pub struct Layout {
     pub aeth: bool,
     pub imm: bool,
     pub payload: bool,
+    /// AtomicETH (atomic requests).
+    pub atomic: bool,
+    /// AtomicAckETH (ATOMIC ACKNOWLEDGE).
+    pub atomic_ack: bool,
 }
 
 pub fn layout(opcode: u8) -> Option<Layout> {
     use op::*;
-    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload });
+    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic: false, atomic_ack: false });
+    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic: false, atomic_ack: false };
     match opcode {
         SEND_FIRST | SEND_MIDDLE | SEND_LAST | SEND_ONLY | WRITE_MIDDLE | WRITE_LAST => l(false, false, false, true),
         SEND_LAST_IMM | SEND_ONLY_IMM | WRITE_LAST_IMM => l(false, false, true, true),
@@ -64,6 +77,8 @@ pub fn layout(opcode: u8) -> Option<Layout> {
         READ_RESPONSE_FIRST | READ_RESPONSE_LAST | READ_RESPONSE_ONLY => l(false, true, false, true),
         READ_RESPONSE_MIDDLE => l(false, false, false, true),
         ACK => l(false, true, false, false),
+        COMPARE_SWAP | FETCH_ADD => Some(Layout { atomic: true, ..none }),
+        ATOMIC_ACK => Some(Layout { aeth: true, atomic_ack: true, ..none }),
         _ => None,
     }
 }
@@ -86,6 +101,16 @@ pub struct Reth {
     pub va: u64,
     pub rkey: u32,
     pub len: u32,
+}
+
+/// Atomic extended transport header (IBA 9.3.4): the 8 bytes at `va` under `rkey`;
+/// COMPARE_SWAP writes `swap_add` if they equal `compare`, FETCH_ADD adds `swap_add`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AtomicEth {
+    pub va: u64,
+    pub rkey: u32,
+    pub swap_add: u64,
+    pub compare: u64,
 }
 
 /// ACK extended transport header (IBA 9.3.5): syndrome and message sequence number.
@@ -114,6 +139,9 @@ pub struct Packet {
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub imm: Option<u32>,
+    pub atomic: Option<AtomicEth>,
+    /// An ATOMIC ACKNOWLEDGE's original data.
+    pub atomic_ack: Option<u64>,
     pub payload: Vec<u8>,
 }
 
@@ -256,8 +284,17 @@ impl Packet {
             b.extend_from_slice(&r.rkey.to_be_bytes());
             b.extend_from_slice(&r.len.to_be_bytes());
         }
+        if let Some(a) = &self.atomic {
+            b.extend_from_slice(&a.va.to_be_bytes());
+            b.extend_from_slice(&a.rkey.to_be_bytes());
+            b.extend_from_slice(&a.swap_add.to_be_bytes());
+            b.extend_from_slice(&a.compare.to_be_bytes());
+        }
         if let Some(a) = &self.aeth {
             b.extend_from_slice(&(u32::from(a.syndrome) << 24 | (a.msn & PSN_MASK)).to_be_bytes());
+        }
+        if let Some(v) = self.atomic_ack {
+            b.extend_from_slice(&v.to_be_bytes());
         }
         if let Some(imm) = self.imm {
             b.extend_from_slice(&imm.to_be_bytes());
@@ -305,7 +342,12 @@ impl Packet {
             ack_req: body[8] & 0x80 != 0,
             psn: be32(8) & PSN_MASK,
         };
-        let need = BTH_LEN + if l.reth { RETH_LEN } else { 0 } + if l.aeth { AETH_LEN } else { 0 } + if l.imm { IMM_LEN } else { 0 };
+        let need = BTH_LEN
+            + if l.reth { RETH_LEN } else { 0 }
+            + if l.aeth { AETH_LEN } else { 0 }
+            + if l.imm { IMM_LEN } else { 0 }
+            + if l.atomic { ATOMIC_ETH_LEN } else { 0 }
+            + if l.atomic_ack { ATOMIC_ACK_ETH_LEN } else { 0 };
         if body.len() < need {
             return Err(short);
         }
@@ -319,15 +361,26 @@ impl Packet {
         self.reth = None;
         self.aeth = None;
         self.imm = None;
+        self.atomic = None;
+        self.atomic_ack = None;
+        let be64 = |at: usize| body.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or(PacketError::Short(data.len()));
         if l.reth {
             let va = u64::from_be_bytes(body[at..at + 8].try_into().map_err(|_| PacketError::Short(data.len()))?);
             self.reth = Some(Reth { va, rkey: be32(at + 8), len: be32(at + 12) });
             at += RETH_LEN;
         }
+        if l.atomic {
+            self.atomic = Some(AtomicEth { va: be64(at)?, rkey: be32(at + 8), swap_add: be64(at + 12)?, compare: be64(at + 20)? });
+            at += ATOMIC_ETH_LEN;
+        }
         if l.aeth {
             let v = be32(at);
             self.aeth = Some(Aeth { syndrome: (v >> 24) as u8, msn: v & PSN_MASK });
             at += AETH_LEN;
+        }
+        if l.atomic_ack {
+            self.atomic_ack = Some(be64(at)?);
+            at += ATOMIC_ACK_ETH_LEN;
         }
         if l.imm {
             self.imm = Some(be32(at));
@@ -403,6 +456,35 @@ mod tests {
         assert_eq!(reused.payload.capacity(), cap, "the payload buffer is kept");
         reused.decode_into(&buf, &e).unwrap();
         assert_eq!(reused, Packet::decode(&buf, &e).unwrap());
+    }
+
+    #[test]
+    fn atomics_round_trip_with_their_headers_in_iba_order() {
+        let cas = Packet {
+            bth: Bth { opcode: op::COMPARE_SWAP, pkey: 0xffff, dest_qp: 3, psn: 7, ack_req: true, ..Default::default() },
+            atomic: Some(AtomicEth { va: 0x1122_3344_5566_7788, rkey: 0xaabb_ccdd, swap_add: 0x0102_0304_0506_0708, compare: 9 }),
+            ..Default::default()
+        };
+        let wire = cas.encode(&ep());
+        assert_eq!(wire.len(), BTH_LEN + ATOMIC_ETH_LEN + ICRC_LEN);
+        assert_eq!(&wire[12..20], &0x1122_3344_5566_7788u64.to_be_bytes(), "AtomicETH: VA, R_Key, swap, compare");
+        assert_eq!(&wire[20..24], &0xaabb_ccddu32.to_be_bytes());
+        assert_eq!(&wire[24..32], &0x0102_0304_0506_0708u64.to_be_bytes());
+        assert_eq!(Packet::decode(&wire, &ep()), Ok(cas.clone()));
+        let ack = Packet {
+            bth: Bth { opcode: op::ATOMIC_ACK, dest_qp: 4, psn: 7, ..Default::default() },
+            aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 2 }),
+            atomic_ack: Some(u64::MAX - 1),
+            ..Default::default()
+        };
+        let wire = ack.encode(&ep());
+        assert_eq!(wire.len(), BTH_LEN + AETH_LEN + ATOMIC_ACK_ETH_LEN + ICRC_LEN);
+        assert_eq!(&wire[16..24], &(u64::MAX - 1).to_be_bytes(), "AtomicAckETH after the AETH");
+        assert_eq!(Packet::decode(&wire, &ep()), Ok(ack));
+        // Cut short of its AtomicETH: refused.
+        let mut short = cas.encode(&ep());
+        short.drain(20..28);
+        assert!(matches!(Packet::decode(&short, &ep()), Err(PacketError::Short(_))));
     }
 
     #[test]

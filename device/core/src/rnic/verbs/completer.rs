@@ -8,7 +8,8 @@
 //! unacknowledged PSN restores the RNR budget too (IBA 9.7.5.1.4, 9.7.5.2.8). An ACK or
 //! NAK outside the window of what was sent, and a READ response whose opcode or length
 //! is not the one of its position, are refused (dropped and counted; the bad response
-//! fails the READ with WC_BAD_RESP_ERR).
+//! fails the READ with WC_BAD_RESP_ERR). An ATOMIC ACKNOWLEDGE completes the atomic at
+//! its PSN with the original value it carries (contract minor 12).
 
 use super::ctx::{dma_fault, fail, Ctx};
 use super::opcode::{info, Kind};
@@ -73,7 +74,7 @@ pub fn on_timeout(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: 
 /// Completes in-flight WQEs fully acknowledged through `psn` (READs need their data).
 fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &mut Completer, psn: u32) {
     while let Some(front) = rq.inflight.front() {
-        if front.is_read() || psn_diff(psn, front.last_psn()) < 0 {
+        if front.needs_response() || psn_diff(psn, front.last_psn()) < 0 {
             break;
         }
         let Some(mut w) = rq.inflight.pop_front() else { break };
@@ -87,7 +88,7 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
     // An ACK beyond a READ whose responses have not all arrived: they were lost (the
     // responder executes in order). Acknowledge up to the missing response only and
     // resend from there (as rxe's completer retries on such an ACK).
-    let missing = rq.inflight.front().filter(|w| w.is_read()).map(|w| psn_add(w.first_psn, w.received));
+    let missing = rq.inflight.front().filter(|w| w.needs_response()).map(|w| psn_add(w.first_psn, w.received));
     let implied_nak = missing.filter(|&m| psn_diff(next, m) > 0);
     if let Some(m) = implied_nak {
         next = m;
@@ -161,6 +162,10 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         }
         return;
     }
+    if op.kind == Kind::AtomicAck {
+        on_atomic_ack(ctx, qpn, qp, rq, cs, m);
+        return;
+    }
     if op.kind != Kind::ReadResponse {
         return;
     }
@@ -220,6 +225,54 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
             rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
             ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
         }
+    }
+    rq.restart_timer(ctx.now());
+}
+
+/// An ATOMIC ACKNOWLEDGE: the response the oldest READ or atomic waits for must be this
+/// atomic's (a READ expected instead is a bad response). Its original value goes into the
+/// atomic's 8-byte buffer, then it completes; everything before it is acknowledged.
+fn on_atomic_ack(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &mut Completer, m: &Msg) {
+    let psn = m.bth.psn;
+    let Some(pos) = rq.inflight.iter().position(InFlight::needs_response) else { return };
+    let w = &rq.inflight[pos];
+    if psn != w.first_psn {
+        return; // out of order or duplicate: the timer recovers
+    }
+    let Some(value) = m.atomic_ack.filter(|_| w.atomic.is_some()) else {
+        ctx.stats().inc(Counter::BadResponses);
+        crate::guest_warn!("{}: QP {qpn}: an atomic acknowledge for PSN {psn}, where a READ response was expected", ctx.name);
+        fail_front(ctx, qpn, qp, rq, fail(WC_BAD_RESP_ERR, QP_ERR_BAD_RESPONSE));
+        return;
+    };
+    if pos > 0 {
+        acked_through(ctx, qpn, qp, rq, cs, psn_add(psn, PSN_MASK));
+    }
+    let Some(w) = rq.inflight.front().filter(|w| w.atomic.is_some() && w.first_psn == psn) else { return };
+    ctx.mem.tag(DmaTag { mr: w.local.first_mr(), ..DmaTag::qp(DmaKind::Payload, qpn) });
+    let bytes = value.to_le_bytes();
+    let placed = ctx.local_part(&w.local, 0, 8).and_then(|segs| {
+        super::transport::Payload::Bytes(&bytes).place(ctx.mem, &segs, 0).map_err(|e| {
+            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+            dma_fault(ctx.stats(), &e)
+        })
+    });
+    if let Err(f) = placed {
+        fail_front(ctx, qpn, qp, rq, f);
+        return;
+    }
+    let got = psn_add(psn, 1);
+    if psn_diff(got, rq.una) > 0 {
+        rq.una = got;
+        if psn_diff(rq.send_psn, rq.una) < 0 {
+            rq.send_psn = rq.una;
+        }
+    }
+    cs.progress();
+    cs.retries_left = cs.retry_cnt;
+    if let Some(mut w) = rq.inflight.pop_front() {
+        rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
+        ctx.finish_send(qpn, qp, &w.hdr, Ok(8));
     }
     rq.restart_timer(ctx.now());
 }

@@ -364,7 +364,7 @@ impl Engine {
                 next.dest_qpn = ctx.dest_qpn;
                 next.access = ctx.access;
                 next.state = QpState::Rtr;
-                roles = Some(Roles { path, req: Requester::new(mtu), resp: Responder::new(ctx.rq_psn), comp: Completer::default() });
+                roles = Some(Roles { path, req: Requester::new(mtu), resp: Responder::new(ctx.rq_psn, ctx.rd_atomic >> 4), comp: Completer::default() });
             }
             Edge::Ready => {
                 if ctx.rnr_retry > 7 || ctx.retry_cnt > 7 || ctx.timeout > 31 {
@@ -374,7 +374,7 @@ impl Engine {
                 next.rnr_timer_us = ctx.rnr_timer_us;
                 next.state = QpState::Rts;
                 let r = &mut self.roles[qpn as usize];
-                r.req.ready_to_send(ctx.sq_psn, ctx.timeout, next.sq.ci);
+                r.req.ready_to_send(ctx.sq_psn, ctx.timeout, next.sq.ci, ctx.rd_atomic);
                 r.comp.ready_to_send(ctx.retry_cnt, ctx.rnr_retry);
             }
         }

@@ -7,6 +7,7 @@
 //! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
 //! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `sgl` -> `mr` ->
 //! `crate::platform::mem`, `crate::contract` (the descriptor ABI and the counters).
+pub mod atomic;
 pub mod call;
 pub mod clock;
 pub mod completer;
@@ -26,6 +27,8 @@ pub mod sgl;
 mod tests;
 #[cfg(test)]
 mod tests_alloc;
+#[cfg(test)]
+mod tests_atomics;
 #[cfg(test)]
 mod tests_broken;
 #[cfg(test)]

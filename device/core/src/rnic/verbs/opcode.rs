@@ -4,7 +4,10 @@
 //! consumes a RECV and the access it needs at the responder; for each send WQE opcode,
 //! the request opcodes that carry it, the local access it needs and its CQE opcode.
 //!
-//! Not modelled: UC/UD opcodes, atomics, SEND with invalidate.
+//! Atomics (contract minor 12): COMPARE_SWAP and FETCH_ADD requests carry an AtomicETH
+//! and no payload; the ATOMIC ACKNOWLEDGE an AETH and the original value.
+//!
+//! Not modelled: UC/UD opcodes, SEND with invalidate.
 
 use crate::contract::abi::*;
 use crate::rnic::fabric::packet::op;
@@ -17,6 +20,9 @@ pub enum Kind {
     ReadRequest,
     ReadResponse,
     Ack,
+    /// COMPARE_SWAP or FETCH_ADD (which one: the opcode).
+    Atomic,
+    AtomicAck,
 }
 
 /// One BTH opcode.
@@ -41,15 +47,15 @@ pub struct OpInfo {
 }
 
 const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: bool) -> OpInfo {
-    let request = matches!(kind, Kind::Send | Kind::Write | Kind::ReadRequest);
-    let aeth = matches!(kind, Kind::Ack) || (matches!(kind, Kind::ReadResponse) && (first || last));
+    let request = matches!(kind, Kind::Send | Kind::Write | Kind::ReadRequest | Kind::Atomic);
+    let aeth = matches!(kind, Kind::Ack | Kind::AtomicAck) || (matches!(kind, Kind::ReadResponse) && (first || last));
     OpInfo {
         opcode,
         kind,
         reth,
         aeth,
         imm,
-        payload: !matches!(kind, Kind::Ack | Kind::ReadRequest),
+        payload: !matches!(kind, Kind::Ack | Kind::ReadRequest | Kind::Atomic | Kind::AtomicAck),
         first,
         last,
         request,
@@ -57,6 +63,7 @@ const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: b
         access: match kind {
             Kind::Write => ACCESS_REMOTE_WRITE,
             Kind::ReadRequest => ACCESS_REMOTE_READ,
+            Kind::Atomic => ACCESS_REMOTE_ATOMIC,
             _ => 0,
         },
     }
@@ -65,7 +72,7 @@ const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: b
 use Kind::*;
 
 /// Every RC opcode the device speaks, indexed by opcode.
-pub const OPCODES: [OpInfo; 18] = [
+pub const OPCODES: [OpInfo; 21] = [
     row(op::SEND_FIRST, Send, true, false, false, false),
     row(op::SEND_MIDDLE, Send, false, false, false, false),
     row(op::SEND_LAST, Send, false, true, false, false),
@@ -84,6 +91,9 @@ pub const OPCODES: [OpInfo; 18] = [
     row(op::READ_RESPONSE_LAST, ReadResponse, false, true, false, false),
     row(op::READ_RESPONSE_ONLY, ReadResponse, true, true, false, false),
     row(op::ACK, Ack, true, true, false, false),
+    row(op::ATOMIC_ACK, AtomicAck, true, true, false, false),
+    row(op::COMPARE_SWAP, Atomic, true, true, false, false),
+    row(op::FETCH_ADD, Atomic, true, true, false, false),
 ];
 
 /// The table row of a BTH opcode, if the device speaks it.
@@ -113,13 +123,24 @@ pub struct WqeOp {
     pub cqe_opcode: u8,
 }
 
-pub const WQE_OPS: [WqeOp; 5] = [
+pub const WQE_OPS: [WqeOp; 7] = [
     WqeOp { opcode: WQE_OP_RDMA_WRITE, kind: Write, imm: false, local_access: 0, inline: true, cqe_opcode: CQE_OP_RDMA_WRITE },
     WqeOp { opcode: WQE_OP_RDMA_WRITE_IMM, kind: Write, imm: true, local_access: 0, inline: true, cqe_opcode: CQE_OP_RDMA_WRITE },
     WqeOp { opcode: WQE_OP_RDMA_READ, kind: ReadRequest, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_RDMA_READ },
     WqeOp { opcode: WQE_OP_SEND, kind: Send, imm: false, local_access: 0, inline: true, cqe_opcode: CQE_OP_SEND },
     WqeOp { opcode: WQE_OP_SEND_IMM, kind: Send, imm: true, local_access: 0, inline: true, cqe_opcode: CQE_OP_SEND },
+    WqeOp { opcode: WQE_OP_ATOMIC_CMP_SWP, kind: Atomic, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_ATOMIC_CMP_SWP },
+    WqeOp { opcode: WQE_OP_ATOMIC_FETCH_ADD, kind: Atomic, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_ATOMIC_FETCH_ADD },
 ];
+
+/// The BTH opcode of an atomic WQE's request.
+pub fn atomic_opcode(wqe_opcode: u8) -> u8 {
+    if wqe_opcode == WQE_OP_ATOMIC_CMP_SWP {
+        op::COMPARE_SWAP
+    } else {
+        op::FETCH_ADD
+    }
+}
 
 /// The table row of a send WQE opcode.
 pub fn wqe_op(opcode: u8) -> Option<&'static WqeOp> {
@@ -151,8 +172,10 @@ mod tests {
             assert_eq!(usize::from(o.opcode), i, "indexed by opcode");
             let l = layout(o.opcode).unwrap();
             assert_eq!((o.reth, o.aeth, o.imm, o.payload), (l.reth, l.aeth, l.imm, l.payload), "{:#x}", o.opcode);
+            assert_eq!(o.kind == Atomic, l.atomic, "{:#x}", o.opcode);
+            assert_eq!(o.kind == AtomicAck, l.atomic_ack, "{:#x}", o.opcode);
         }
-        assert!(info(0x12).is_none() && info(0xff).is_none());
+        assert!(info(0x15).is_none() && info(0xff).is_none());
     }
 
     #[test]

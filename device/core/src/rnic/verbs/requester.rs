@@ -11,7 +11,7 @@
 
 use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
-use super::opcode::{opcode_for, wqe_op, Kind};
+use super::opcode::{atomic_opcode, opcode_for, wqe_op, Kind};
 use super::qp::Qp;
 use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
@@ -20,7 +20,7 @@ use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::observe::timing::wqe_log::{Pending, Stage, WqeLog};
 use crate::platform::mem::access::{DmaKind, DmaTag};
-use crate::rnic::fabric::packet::{Bth, Reth, PSN_MASK};
+use crate::rnic::fabric::packet::{AtomicEth, Bth, Reth, PSN_MASK};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -32,8 +32,17 @@ pub const WINDOW_PKTS: i32 = 32;
 /// window would stall until the retransmission timer. Half the window: an ACK is on its
 /// way before the window closes.
 pub const ACK_REQ_EVERY: u32 = (WINDOW_PKTS / 2) as u32;
-/// RDMA READs one QP may have outstanding.
+/// RDMA READs and atomics one QP may have outstanding, unless its context says fewer
+/// (`rd_atomic`, contract minor 12).
 pub const MAX_READS: usize = 16;
+
+/// A `rd_atomic` nibble as a count: 1..=15, 0 meaning the device's 16.
+pub fn rd_atomic_limit(nibble: u8) -> usize {
+    match nibble & 0xf {
+        0 => MAX_READS,
+        n => usize::from(n),
+    }
+}
 
 /// A send WQE between its first request and its completion.
 #[derive(Clone, Debug)]
@@ -50,6 +59,8 @@ pub struct InFlight {
     pub npkts: u32,
     /// READ: response packets received so far.
     pub received: u32,
+    /// An atomic's operands.
+    pub atomic: Option<AtomicOps>,
     /// Its stage times so far, for the WQE log (`rnic-emu trace`).
     pub stamps: Option<Pending>,
 }
@@ -57,6 +68,12 @@ pub struct InFlight {
 impl InFlight {
     pub fn is_read(&self) -> bool {
         self.kind == Kind::ReadRequest
+    }
+
+    /// A READ or an atomic: it completes with its response's data, not with an ACK, and
+    /// counts against the outstanding READs and atomics.
+    pub fn needs_response(&self) -> bool {
+        matches!(self.kind, Kind::ReadRequest | Kind::Atomic)
     }
 
     pub fn last_psn(&self) -> u32 {
@@ -91,6 +108,8 @@ pub struct Requester {
     /// The earliest send doorbell whose WQEs have not all started (the WQE log's time
     /// zero).
     pub rang: Option<Instant>,
+    /// READs and atomics this QP may have outstanding (max_rd_atomic, taken at RTS).
+    pub max_rd_atomic: usize,
 }
 
 impl Requester {
@@ -98,8 +117,9 @@ impl Requester {
         Requester { mtu, ..Default::default() }
     }
 
-    /// Takes the RTS attributes.
-    pub fn ready_to_send(&mut self, sq_psn: u32, timeout: u8, sq_ci: u16) {
+    /// Takes the RTS attributes (`rd_atomic`: the context's byte, its low nibble).
+    pub fn ready_to_send(&mut self, sq_psn: u32, timeout: u8, sq_ci: u16, rd_atomic: u8) {
+        self.max_rd_atomic = rd_atomic_limit(rd_atomic);
         self.next_psn = sq_psn & PSN_MASK;
         self.send_psn = self.next_psn;
         self.una = self.next_psn;
@@ -148,6 +168,7 @@ impl Requester {
         let op = match w.kind {
             Kind::ReadRequest => "read",
             Kind::Send => "send",
+            Kind::Atomic => "atomic",
             _ => "write",
         };
         let loopback = self.mtu == super::transport::LOOPBACK_MTU;
@@ -162,6 +183,11 @@ fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]
     let h = &w.hdr;
     let off = u64::from(i) * u64::from(mtu);
     let psn = psn_add(w.first_psn, i);
+    if let Some(ops) = w.atomic {
+        let bth = Bth { opcode: atomic_opcode(h.opcode), pkey: 0xffff, dest_qp: dest, psn, ack_req: true, ..Default::default() };
+        let atomic = AtomicEth { va: h.remote_addr, rkey: h.rkey, swap_add: ops.swap_add, compare: ops.compare };
+        return Msg { atomic: Some(atomic), ..Msg::new(bth) };
+    }
     if w.is_read() {
         let bth = Bth { opcode: opcode_for(Kind::ReadRequest, false, 0, 1), pkey: 0xffff, dest_qp: dest, psn, ack_req: true, ..Default::default() };
         let reth = Reth { va: h.remote_addr.wrapping_add(off), rkey: h.rkey, len: w.len.saturating_sub(off) as u32 };
@@ -191,7 +217,7 @@ fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]
 
 /// The bus segments of request `i`'s payload of `w` (none for inline data and READs).
 fn payload_of(ctx: &Ctx, mtu: u32, w: &InFlight, i: u32) -> Result<Vec<Segment>, Failure> {
-    if w.is_read() || w.hdr.flags & WQE_FLAG_INLINE != 0 {
+    if w.needs_response() || w.hdr.flags & WQE_FLAG_INLINE != 0 {
         return Ok(Vec::new());
     }
     let off = u64::from(i) * u64::from(mtu);
@@ -207,6 +233,11 @@ fn resolve(ctx: &Ctx, qp: &Qp, w: &Wqe) -> Result<(Sgl, u64), Failure> {
     let access = wqe_op(w.hdr.opcode).map_or(0, |o| o.local_access);
     let sgl = ctx.local_sgl(&w.sges, qp.pd, access)?;
     let len = sgl.len();
+    // An atomic's one SGE takes the 8-byte original value: any other length is a local
+    // length error (as rxe's; IBA leaves it to the HCA).
+    if w.atomic.is_some() && len != 8 {
+        return Err(fail(WC_LOC_LEN_ERR, QP_ERR_LENGTH));
+    }
     Ok((sgl, len))
 }
 
@@ -215,7 +246,8 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     if rq.started == qp.sq.pi || !rq.window_open() {
         return false;
     }
-    if rq.inflight.iter().filter(|w| w.is_read()).count() >= MAX_READS {
+    let limit = if rq.max_rd_atomic == 0 { MAX_READS } else { rq.max_rd_atomic };
+    if rq.inflight.iter().filter(|w| w.needs_response()).count() >= limit {
         return false;
     }
     let idle = rq.inflight.is_empty();
@@ -269,7 +301,19 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
-    let fl = InFlight { hdr: w.hdr, kind, imm, inline: w.inline, local, len, first_psn: rq.next_psn, npkts, received: 0, stamps: on.then_some(stamps) };
+    let fl = InFlight {
+        hdr: w.hdr,
+        kind,
+        imm,
+        inline: w.inline,
+        local,
+        len,
+        first_psn: rq.next_psn,
+        npkts,
+        received: 0,
+        atomic: w.atomic,
+        stamps: on.then_some(stamps),
+    };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
     rq.note_started(qp.sq.pi);
@@ -357,6 +401,7 @@ mod tests {
             first_psn: 5,
             npkts: 64,
             received: 0,
+            atomic: None,
             stamps: None,
         };
         let asks: Vec<u32> = (0..64).filter(|&i| request(4, 1024, &w, i, &[]).bth.ack_req).map(|i| 5 + i).collect();
@@ -380,6 +425,7 @@ mod tests {
             first_psn: PSN_MASK,
             npkts: 2,
             received: 0,
+            atomic: None,
             stamps: None,
         };
         let a = request(4, 4096, &w, 0, &[]);

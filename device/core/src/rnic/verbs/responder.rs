@@ -19,10 +19,15 @@
 //!   (when the requester asks, or every [`ACK_EVERY`] requests), READ responses.
 //!
 //! A malformed RECV or one whose buffers fail their checks completes in error here (this
-//! QP to ERROR) and the requester gets a REM_OP NAK. At most [`MAX_READ_RESPONSES`] READs
-//! are answered at a time; a new one beyond them gets an invalid-request NAK. Not
-//! implemented: atomics, credits.
+//! QP to ERROR) and the requester gets a REM_OP NAK. At most the QP's max_dest_rd_atomic
+//! ([`MAX_READ_RESPONSES`] unless its context says fewer, minor 12) READs are answered at a
+//! time; a new READ or atomic beyond them gets an invalid-request NAK.
+//! - Atomics (minor 12): an 8-byte aligned target (else invalid request) under an rkey
+//!   with REMOTE_ATOMIC on MR and QP (else remote access error), executed at once and
+//!   answered with an ATOMIC ACKNOWLEDGE; a duplicate is answered from [`super::atomic`]'s
+//!   history, never executed again. Not implemented: credits.
 
+use super::atomic::{self, Done, History};
 use super::ctx::{dma_fault, fail, Ctx, Failure, MAX_MSG};
 use super::mr::Segment;
 use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
@@ -34,7 +39,7 @@ use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::observe::timing::wqe_log::Side;
 use crate::platform::mem::access::{DmaKind, DmaTag};
-use crate::rnic::fabric::packet::{syndrome, Aeth, Bth, Reth, PSN_MASK};
+use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Reth, PSN_MASK};
 use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
@@ -108,11 +113,27 @@ pub struct Responder {
     reads: VecDeque<ReadRequest>,
     /// A request has arrived since RTR (EQE_COMM_EST was queued).
     established: bool,
+    /// READs and atomics answered at a time (max_dest_rd_atomic, taken at RTR).
+    max_outstanding: usize,
+    /// The newest atomics executed, for duplicates.
+    atomics: History,
 }
 
 impl Responder {
-    pub fn new(rq_psn: u32) -> Responder {
-        Responder { epsn: rq_psn & PSN_MASK, ..Default::default() }
+    /// At RTR: the expected PSN, and the context's `rd_atomic` high nibble.
+    pub fn new(rq_psn: u32, max_dest_rd_atomic: u8) -> Responder {
+        let max_outstanding = super::requester::rd_atomic_limit(max_dest_rd_atomic);
+        Responder { epsn: rq_psn & PSN_MASK, max_outstanding, ..Default::default() }
+    }
+
+    /// READs and atomics answered at a time (max_dest_rd_atomic; the device's 16 before
+    /// an RTR set it).
+    fn limit(&self) -> usize {
+        if self.max_outstanding == 0 {
+            MAX_READ_RESPONSES
+        } else {
+            self.max_outstanding
+        }
     }
 
     /// READ responses are waiting to be sent.
@@ -132,6 +153,7 @@ impl Responder {
         }
         self.responses.retain(|r| r.mr != index);
         self.reads.retain(|r| r.rkey >> 8 != index);
+        self.atomics.drop_mr(index);
     }
 }
 
@@ -176,7 +198,9 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     }
     if d < 0 {
         ctx.stats().inc(Counter::DuplicateRequests);
-        if op.kind == Kind::ReadRequest {
+        if op.kind == Kind::Atomic {
+            replay_atomic(ctx, qpn, rs, src_qpn, m, t);
+        } else if op.kind == Kind::ReadRequest {
             answer_read(ctx, qpn, qp, rs, src_qpn, m, false, t);
         } else {
             // Acknowledged up to its own PSN, not the newest executed: a requester resending
@@ -191,6 +215,10 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     rs.nak_sent = false;
     if op.kind == Kind::ReadRequest {
         answer_read(ctx, qpn, qp, rs, src_qpn, m, true, t);
+        return;
+    }
+    if op.kind == Kind::Atomic {
+        answer_atomic(ctx, qpn, qp, rs, src_qpn, m, t);
         return;
     }
     match place(ctx, qpn, qp, rs, src_qpn, op, m, t) {
@@ -396,11 +424,11 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     }
     // A duplicate request replaces what is queued for the same PSNs.
     rs.responses.retain(|q| psn_diff(q.first_psn, first_psn) < 0 && psn_diff(psn_add(q.first_psn, q.npkts), first_psn) <= 0);
-    if rs.responses.len() >= MAX_READ_RESPONSES {
+    if rs.responses.len() >= rs.limit() {
         // More READs outstanding than the responder resources the requester was told
         // of: a new one is refused (invalid request); a duplicate waits for its resend.
         if fresh {
-            crate::guest_warn!("{}: QP {qpn}: an RDMA READ beyond {MAX_READ_RESPONSES} outstanding; invalid request", ctx.name);
+            crate::guest_warn!("{}: QP {qpn}: an RDMA READ beyond {} outstanding; invalid request", ctx.name, rs.limit());
             let f = fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID);
             send_ack(ctx, rs, t, src_qpn, m.bth.psn, syndrome::NAK_INV_REQ, Some((f.status, f.reason)));
             ctx.responder_error(qpn, qp, f);
@@ -415,7 +443,7 @@ fn answer_read(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     let response = ReadResponse { mr: reth.rkey >> 8, rkey: reth.rkey, va: reth.va, pd: qp.pd, access, len, first_psn, npkts: n, next: 0, msn: rs.msn };
     rs.responses.push_back(response);
     if fresh {
-        if rs.reads.len() >= MAX_READ_RESPONSES {
+        if rs.reads.len() >= rs.limit() {
             rs.reads.pop_front();
         }
         rs.reads.push_back(ReadRequest { first_psn, npkts: n, va: reth.va, rkey: reth.rkey, len });
@@ -459,4 +487,64 @@ pub fn send_responses(ctx: &mut Ctx, rs: &mut Responder, to_qp: u32, t: &mut dyn
         sent += 1;
     }
     sent > 0
+}
+
+/// An atomic request, executed once: the 8 bytes at its target read, changed and written
+/// back, the original value answered in an ATOMIC ACKNOWLEDGE.
+fn answer_atomic(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, m: &Msg, t: &mut dyn Transport) {
+    let Some(a) = m.atomic else { return };
+    let psn = m.bth.psn;
+    let refuse = |ctx: &mut Ctx, rs: &Responder, qp: &mut Qp, t: &mut dyn Transport, f: Failure| {
+        send_ack(ctx, rs, t, src_qpn, psn, nak_for(f.status), Some((f.status, f.reason)));
+        ctx.responder_error(qpn, qp, f);
+    };
+    if rs.responses.len() >= rs.limit() {
+        crate::guest_warn!("{}: QP {qpn}: an atomic beyond {} READs outstanding; invalid request", ctx.name, rs.limit());
+        return refuse(ctx, rs, qp, t, fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID));
+    }
+    if !a.va.is_multiple_of(8) {
+        crate::guest_info!("{}: QP {qpn}: an atomic at {:#x}, not 8-byte aligned; invalid request", ctx.name, a.va);
+        return refuse(ctx, rs, qp, t, fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID));
+    }
+    if let Err(f) = ctx.remote_check(qpn, qp, a.rkey, a.va, 8, ACCESS_REMOTE_ATOMIC) {
+        return refuse(ctx, rs, qp, t, f);
+    }
+    let mut old = [0u8; 8];
+    ctx.mem.tag(DmaTag::qp(DmaKind::Payload, qpn));
+    let done = ctx.remote_part(a.rkey, qp.pd, ACCESS_REMOTE_ATOMIC, a.va, 8).and_then(|segs| {
+        let fault = |e: crate::platform::mem::dma::DmaError| {
+            crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+            dma_fault(ctx.stats(), &e)
+        };
+        crate::platform::mem::access::read_at(ctx.mem, &segs, 0, &mut old).map_err(fault)?;
+        let new = atomic::apply(m.bth.opcode, &a, u64::from_le_bytes(old));
+        crate::platform::mem::access::write_at(ctx.mem, &segs, 0, &new.to_le_bytes()).map_err(fault)
+    });
+    if let Err(f) = done {
+        return refuse(ctx, rs, qp, t, f);
+    }
+    ctx.stats().inc(Counter::Atomics);
+    rs.epsn = psn_add(rs.epsn, 1);
+    rs.msn = psn_add(rs.msn, 1);
+    let d = Done { psn, opcode: m.bth.opcode, request: a, original: u64::from_le_bytes(old), msn: rs.msn };
+    rs.atomics.record(d, rs.limit());
+    send_atomic_ack(ctx, t, src_qpn, &d);
+}
+
+/// A duplicate atomic: answered again from the history if it repeats one executed, else
+/// dropped (it cannot be answered without executing it again).
+fn replay_atomic(ctx: &mut Ctx, qpn: u32, rs: &Responder, src_qpn: u32, m: &Msg, t: &mut dyn Transport) {
+    let Some(d) = m.atomic.and_then(|a| rs.atomics.replay(m.bth.psn, m.bth.opcode, &a)) else {
+        crate::guest_warn!("{}: QP {qpn}: a duplicate atomic (PSN {}) that matches none executed; dropped", ctx.name, m.bth.psn);
+        ctx.stats().inc(Counter::PktsDropped);
+        return;
+    };
+    ctx.stats().inc(Counter::AtomicsReplayed);
+    send_atomic_ack(ctx, t, src_qpn, &d);
+}
+
+fn send_atomic_ack(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, d: &Done) {
+    let bth = Bth { opcode: op::ATOMIC_ACK, pkey: 0xffff, dest_qp: to_qp, psn: d.psn, ..Default::default() };
+    let msg = Msg { aeth: Some(Aeth { syndrome: syndrome::ACK, msn: d.msn }), atomic_ack: Some(d.original), ..Msg::new(bth) };
+    let _ = t.send(ctx.mem, &msg); // no payload: cannot fail
 }

@@ -120,15 +120,21 @@ impl Pair {
 
     /// As [`Pair::new_with`], over `link`.
     fn new_on(link: Link, rnr_retry: u8, faults: WireFaults, setup: impl Fn(usize, &mut Dev)) -> Pair {
-        Pair::new_timeout(link, rnr_retry, faults, 1, setup)
+        Pair::new_timeout(link, rnr_retry, faults, 1, 0, setup)
     }
 
     /// A fabric pair whose QPs have the IBA `timeout` given (0: no retransmission timer).
     pub(super) fn with_timeout(faults: WireFaults, timeout: u8) -> Pair {
-        Pair::new_timeout(Link::V4, 7, faults, timeout, |_, _| {})
+        Pair::new_timeout(Link::V4, 7, faults, timeout, 0, |_, _| {})
     }
 
-    fn new_timeout(link: Link, rnr_retry: u8, faults: WireFaults, timeout: u8, setup: impl Fn(usize, &mut Dev)) -> Pair {
+    /// A fabric pair whose QPs' contexts carry `rd_atomic` (READs and atomics
+    /// outstanding, contract minor 12) at RTR and RTS.
+    pub(super) fn with_rd_atomic(rd_atomic: u8) -> Pair {
+        Pair::new_timeout(Link::V4, 7, WireFaults::default(), 1, rd_atomic, |_, _| {})
+    }
+
+    fn new_timeout(link: Link, rnr_retry: u8, faults: WireFaults, timeout: u8, rd_atomic: u8, setup: impl Fn(usize, &mut Dev)) -> Pair {
         let fabric = link != Link::Loopback;
         let net = fabric.then(|| Arc::new(Net::default()));
         let mut devs: Vec<Dev> = (0..if fabric { 2 } else { 1 }).map(|_| Dev::new()).collect();
@@ -156,6 +162,7 @@ impl Pair {
                 c.dest_ip = if link == Link::V4 { u32::from(ip) } else { 0 };
                 c.path_mtu = 10;
                 c.rq_psn = rq_psn;
+                c.rd_atomic = rd_atomic;
             });
             assert_eq!(rtr, CMD_OK);
             let rts = d.modify(qpn, |c| {
@@ -165,6 +172,7 @@ impl Pair {
                 c.retry_cnt = 7;
                 c.rnr_retry = rnr_retry;
                 c.rnr_timer_us = 20;
+                c.rd_atomic = rd_atomic;
             });
             assert_eq!(rts, CMD_OK);
         }

@@ -19,7 +19,7 @@ use crate::contract::counters::{Counter, Stats};
 use crate::platform::mem::access::{self as copy, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::rnic::fabric::frame::{mac_of_ipv4, Mac, DEFAULT_TTL};
-use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, PSN_MASK};
+use crate::rnic::fabric::packet::{op, syndrome, Aeth, AtomicEth, Bth, Packet, Reth, PSN_MASK};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -130,6 +130,9 @@ pub struct Msg<'a> {
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub imm: Option<u32>,
+    /// An atomic request's operands (AtomicETH), an ATOMIC ACKNOWLEDGE's original value.
+    pub atomic: Option<AtomicEth>,
+    pub atomic_ack: Option<u64>,
     pub payload: Payload<'a>,
     /// For an error NAK: the (status, reason) the requester's completion reports when the
     /// transport can carry it. On one engine a DMA fault while placing data is the
@@ -139,7 +142,7 @@ pub struct Msg<'a> {
 
 impl<'a> Msg<'a> {
     pub fn new(bth: Bth) -> Msg<'a> {
-        Msg { bth, reth: None, aeth: None, imm: None, payload: Payload::None, detail: None }
+        Msg { bth, reth: None, aeth: None, imm: None, atomic: None, atomic_ack: None, payload: Payload::None, detail: None }
     }
 
     /// An ACK or NAK.
@@ -149,7 +152,8 @@ impl<'a> Msg<'a> {
     }
 
     fn from_packet(pkt: &'a Packet) -> Msg<'a> {
-        Msg { bth: pkt.bth, reth: pkt.reth, aeth: pkt.aeth, imm: pkt.imm, payload: Payload::Bytes(&pkt.payload), detail: None }
+        let (atomic, atomic_ack) = (pkt.atomic, pkt.atomic_ack);
+        Msg { bth: pkt.bth, reth: pkt.reth, aeth: pkt.aeth, imm: pkt.imm, atomic, atomic_ack, payload: Payload::Bytes(&pkt.payload), detail: None }
     }
 }
 
@@ -178,6 +182,8 @@ pub struct LoopMsg {
     pub reth: Option<Reth>,
     pub aeth: Option<Aeth>,
     pub imm: Option<u32>,
+    pub atomic: Option<AtomicEth>,
+    pub atomic_ack: Option<u64>,
     pub payload: LoopPayload,
     pub detail: Option<(u8, u8)>,
 }
@@ -190,7 +196,8 @@ impl LoopMsg {
             LoopPayload::Bytes(b) => Payload::Bytes(b),
             LoopPayload::Segs(s) => Payload::Segs { segs: s, off: 0, len: copy::total_len(s) },
         };
-        Msg { bth: self.bth, reth: self.reth, aeth: self.aeth, imm: self.imm, payload, detail: self.detail }
+        let (atomic, atomic_ack) = (self.atomic, self.atomic_ack);
+        Msg { bth: self.bth, reth: self.reth, aeth: self.aeth, imm: self.imm, atomic, atomic_ack, payload, detail: self.detail }
     }
 }
 
@@ -217,7 +224,8 @@ impl Transport for Loopback<'_> {
             }
         };
         let (from, to) = (self.from, self.to);
-        let m = LoopMsg { from, to, bth: msg.bth, reth: msg.reth, aeth: msg.aeth, imm: msg.imm, payload, detail: msg.detail };
+        let (atomic, atomic_ack) = (msg.atomic, msg.atomic_ack);
+        let m = LoopMsg { from, to, bth: msg.bth, reth: msg.reth, aeth: msg.aeth, imm: msg.imm, atomic, atomic_ack, payload, detail: msg.detail };
         self.queue.push_back(m);
         Ok(())
     }
@@ -244,6 +252,8 @@ impl Transport for Fabric<'_> {
         p.reth = msg.reth;
         p.aeth = msg.aeth;
         p.imm = msg.imm;
+        p.atomic = msg.atomic;
+        p.atomic_ack = msg.atomic_ack;
         p.payload.clear();
         match msg.payload {
             Payload::None => {}

@@ -1,8 +1,9 @@
 //! Reading a work-queue ring slot: one copy of the slot out of guest memory, then parsing
 //! and checking it (opcode, flags, reserved bits, SGE count, inline length against the
-//! ring's stride). The WQE is never read again from the ring afterwards.
+//! ring's stride; an atomic's operands and its one SGE). The WQE is never read again from
+//! the ring afterwards.
 
-use super::opcode::wqe_op;
+use super::opcode::{wqe_op, Kind};
 use super::qp::Ring;
 use crate::contract::abi::*;
 use crate::platform::mem::access::GuestMem;
@@ -10,6 +11,7 @@ use vm_memory::ByteValued;
 
 const HDR: usize = std::mem::size_of::<WqeHeader>();
 const SGE: usize = std::mem::size_of::<Sge>();
+const OPS: usize = std::mem::size_of::<AtomicOps>();
 
 /// A WQE copied out of guest memory and parsed.
 #[derive(Clone, Debug)]
@@ -17,6 +19,8 @@ pub struct Wqe {
     pub hdr: WqeHeader,
     pub sges: Vec<Sge>,
     pub inline: Vec<u8>,
+    /// An atomic's operands (WQE_OP_ATOMIC_*).
+    pub atomic: Option<AtomicOps>,
 }
 
 /// Why a ring slot gave no WQE.
@@ -70,7 +74,18 @@ fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
             return Err(());
         }
         let data = buf.get(HDR..HDR + hdr.inline_len as usize).ok_or(())?.to_vec();
-        return Ok(Wqe { hdr, sges: Vec::new(), inline: data });
+        return Ok(Wqe { hdr, sges: Vec::new(), inline: data, atomic: None });
+    }
+    if op.is_some_and(|o| o.kind == Kind::Atomic) {
+        // The operands, then exactly one SGE (for the original value).
+        let mut ops = AtomicOps::default();
+        ops.as_mut_slice().copy_from_slice(buf.get(HDR..HDR + OPS).ok_or(())?);
+        let mut s = Sge::default();
+        s.as_mut_slice().copy_from_slice(buf.get(HDR + OPS..HDR + OPS + SGE).ok_or(())?);
+        if hdr.num_sge != 1 {
+            return Err(());
+        }
+        return Ok(Wqe { hdr, sges: vec![s], inline: Vec::new(), atomic: Some(ops) });
     }
     if usize::from(hdr.num_sge) > room / SGE {
         return Err(());
@@ -81,7 +96,7 @@ fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
         s.as_mut_slice().copy_from_slice(buf.get(HDR + i * SGE..HDR + (i + 1) * SGE).ok_or(())?);
         sges.push(s);
     }
-    Ok(Wqe { hdr, sges, inline: Vec::new() })
+    Ok(Wqe { hdr, sges, inline: Vec::new(), atomic: None })
 }
 
 #[cfg(test)]
