@@ -134,8 +134,8 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
         assert!(has("vendor_part_id: 21217"), "node{node}: device 0x52e1");
         assert!(has("state: PORT_ACTIVE (4)"), "node{node}: port state");
         assert!(has("link_layer: Ethernet"), "node{node}: link layer");
-        // Device attributes are the driver's (rnic_ib.c): the WQE's SGE limit, no atomics.
-        assert!(has("max_sge: 14") && has("atomic_cap: ATOMIC_NONE (0)"), "node{node}: device attributes");
+        // Device attributes are the driver's (rnic_ib.c): the WQE's SGE limit, atomics on one HCA.
+        assert!(has("max_sge: 14") && has("atomic_cap: ATOMIC_HCA (1)"), "node{node}: device attributes");
         // The RoCEv2 GID of the node's fabric address, from the netdev ib_core tied to the port.
         let gid = format!("::ffff:{addr}, RoCE v2");
         assert!(lines.iter().any(|l| l.starts_with("GID[") && l.ends_with(&gid)), "node{node}: GID {gid}");
