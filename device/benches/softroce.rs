@@ -7,7 +7,9 @@
 //! - Linux Soft-RoCE: `ib_write_bw` / `ib_write_lat` (perftest) on rdma_rxe over a
 //!   virtio-net link between the same guests (QEMU `-netdev dgram` on loopback).
 //!
-//! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed.
+//! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed. Then
+//! atomics (contract 1.12): `ib_atomic_bw` fetch-and-add and compare-and-swap on `rnic0`
+//! and on `rxe0`, message rates compared.
 //!
 //! Then the mixed pair, in a second run (qemu-configs/softroce-mixed.toml): `ib_write_bw`
 //! and `ib_write_lat` from `rnic0` to `rxe0` on a plain virtio-net guest of the same
@@ -49,8 +51,17 @@ fn script(n: usize) -> String {
     s += &format!("echo RXE_LAT; ib_write_lat -d rxe0 -s 64 -n 1000{rxe_peer}\n");
     s += &sync(client, "iblat");
     s += &format!("echo IB_LAT; ib_write_lat {RNIC0} -s 64 -n 1000{rxe_peer}\n");
+    for (tag, op) in ATOMICS {
+        s += &sync(client, &format!("rxe{tag}"));
+        s += &format!("echo RXE_{tag}; ib_atomic_bw -d rxe0 -n 2000 -A {op}{rxe_peer}\n");
+        s += &sync(client, &format!("ib{tag}"));
+        s += &format!("echo IB_{tag}; ib_atomic_bw {RNIC0} -n 2000 -A {op}{rxe_peer}\n");
+    }
     s
 }
+
+/// The atomic operations compared (marker tag, perftest's name).
+const ATOMICS: [(&str, &str); 2] = [("FAA", "FETCH_AND_ADD"), ("CAS", "CMP_AND_SWAP")];
 
 /// perftest on rnic-emu's ib_core device: GID index 1 (the node address).
 const RNIC0: &str = "-d rnic0 -x 1";
@@ -129,6 +140,12 @@ fn main() -> anyhow::Result<()> {
         let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some("64"));
         row.and_then(|r| r.split_whitespace().nth(i)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN)
     };
+    // ib_atomic_bw: "<bytes> <iters> <peak> <average> <msgrate Mpps>" under its header.
+    let rate = |marker: &str| -> f64 {
+        let at = lines.iter().position(|l| *l == marker).unwrap_or(lines.len());
+        let row = lines[at..].iter().find(|l| l.split_whitespace().next() == Some("8"));
+        row.and_then(|r| r.split_whitespace().nth(4)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN)
+    };
     let lat = json("write-lat", 64).unwrap_or_default();
     println!();
     println!("64-byte RDMA WRITE latency (us): rnic-perf write-lat; ib_write_lat on rnic0 and on rxe0 (typical, 99%, 99.9%)");
@@ -137,6 +154,12 @@ fn main() -> anyhow::Result<()> {
         let ours = lat[key].as_f64().unwrap_or(f64::NAN);
         let (ib, rxe) = (lat_col("IB_LAT", c), lat_col("RXE_LAT", c));
         println!("{name:>6} {ours:>10.1} {ib:>10.1} {rxe:>10.1} {:>10.2}", ib / rxe);
+    }
+    println!();
+    println!("8-byte atomics, ib_atomic_bw message rate (Mpps): rnic0 vs rxe0");
+    for (tag, op) in ATOMICS {
+        let (ib, rxe) = (rate(&format!("IB_{tag}")), rate(&format!("RXE_{tag}")));
+        println!("{op:>14} {ib:>10.4} {rxe:>10.4} {:>10.2}", ib / rxe);
     }
     mixed()
 }
