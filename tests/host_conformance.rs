@@ -295,8 +295,9 @@ fn mr_invalid() {
     let bad = [
         MrCtx { page_shift: 11, ..good },
         MrCtx { page_shift: 31, ..good },
-        MrCtx { access: 0x8 | MR_ACC, ..good },
+        MrCtx { access: 0x10 | MR_ACC, ..good },
         MrCtx { access: ACCESS_REMOTE_WRITE, ..good },
+        MrCtx { access: ACCESS_REMOTE_ATOMIC | ACCESS_REMOTE_READ, ..good },
         MrCtx { length: 0, ..good },
         MrCtx { iova: u64::MAX - 100, ..good },
         MrCtx { rsvd0: 1, ..good },

@@ -546,8 +546,15 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
                 Packet { bth: bth(op::SEND_ONLY_IMM), imm: Some(0xfeed), payload: vec![1; 64], ..Default::default() },
                 Packet { bth: bth(op::READ_REQUEST), reth: Some(Reth { va: 0x2000, rkey: 0x25a, len: 4096 }), ..Default::default() },
                 Packet { bth: bth(op::ACK), aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 3 }), ..Default::default() },
+                Packet { bth: bth(op::COMPARE_SWAP), atomic: Some(AtomicEth { va: 0x3000, rkey: 0x35a, swap_add: 2, compare: 1 }), ..Default::default() },
+                Packet { bth: bth(op::ATOMIC_ACK), aeth: Some(Aeth { syndrome: syndrome::ACK, msn: 4 }), atomic_ack: Some(1), ..Default::default() },
             ];
-            pkts.iter().map(|p| p.encode(&ep)).collect()
+            let mut out: Vec<Vec<u8>> = pkts.iter().map(|p| p.encode(&ep)).collect();
+            // A FETCH_ADD cut inside its AtomicETH.
+            let mut short = Packet { bth: bth(op::FETCH_ADD), atomic: Some(AtomicEth::default()), ..Default::default() }.encode(&ep);
+            short.truncate(BTH_LEN + 10);
+            out.push(short);
+            out
         }
         "vfio_stream" => vec![vfio_session(false), vfio_session(true), [&[0u8][..], &smoke_bytes(3, 512)].concat(), stream_fds::seed()],
         _ => Vec::new(),

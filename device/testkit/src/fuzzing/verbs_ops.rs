@@ -284,7 +284,7 @@ impl Harness {
             rq_log_size: (sizes >> 4) % 6,
             sq_log_stride: 6 + strides % 3,
             rq_log_stride: 6 + (strides >> 4) % 3,
-            access: access & 7,
+            access: access & 15,
             rnr_retry: 1,
             pd: u32::from(pd % 2),
             send_cqn: u32::from(cqs) % CQS as u32,
@@ -371,7 +371,7 @@ impl Harness {
                     pd: u32::from(pd % 2),
                     mtt_offset: first,
                     npages: pages.len() as u32,
-                    access: access & 7,
+                    access: access & 15,
                     key: mr_key(i) as u8,
                     page_shift,
                     rsvd0: 0,
@@ -533,6 +533,11 @@ impl Harness {
             ..Default::default()
         };
         buf[..32].copy_from_slice(hdr.as_slice());
+        if first == 48 {
+            // An atomic's operands: remote.2's high half to swap or add, inline to compare.
+            let ops = AtomicOps { swap_add: u64::from(remote.2 >> 16), compare: u64::from(inline) };
+            buf[32..48].copy_from_slice(ops.as_slice());
+        }
         for (n, &(kind, mr, off, len, key)) in sges.iter().enumerate() {
             let sge = Sge { addr: addr_of(kind, mr, off), length: if kind & 0x80 == 0 { len % 0x2_0000 } else { len }, lkey: key_of(key, mr) };
             if let Some(slot) = buf.get_mut(first + n * 16..first + 16 + n * 16) {
@@ -909,6 +914,59 @@ fn error_ops() -> Vec<Op> {
     ops
 }
 
+/// Atomics (contract 1.12) on a pair whose QPs and MRs allow them (`fabric` as in
+/// [`seed_ops`]): fetch-and-add, a compare-and-swap that does not match, on the fabric a
+/// request duplicated (answered from the responder's history) and an acknowledge lost (the
+/// timer resends, the responder replays), acknowledges out of place; then a misaligned
+/// one (both QPs to ERROR) and, on a second pair, one with a 4-byte buffer.
+fn atomic_ops(fabric: u8) -> Vec<Op> {
+    let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
+    ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access: 15, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access: 15, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::Connect { a: 1, b: 2, fabric });
+    for (index, first) in [(1, 0), (2, 16)] {
+        ops.push(Op::RegMr { index, pd: 0, access: 15, iova_kind: 0, iova: 0, length: 8192, page_shift: 0, pages: vec![(0, first), (0, first + 1)] });
+    }
+    // remote.2's high half gives the operand (swap or add), inline the compare value.
+    let atomic = |qpn: u8, opcode: u8, off: u32, len: u32, operand: u32, compare: u8| {
+        Op::Post { qpn, send: 1, opcode, flags: 1, sges: vec![seed_sge(1, len)], remote: (0, 2, off | operand << 16), inline: compare }
+    };
+    let exchange = |ops: &mut Vec<Op>, how: u8| ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how }]);
+    ops.push(atomic(1, 7, 0, 8, 5, 0));
+    exchange(&mut ops, 4);
+    exchange(&mut ops, 4);
+    ops.push(atomic(1, 6, 0, 8, 9, 1)); // 5 is not 1: unchanged
+    exchange(&mut ops, 4);
+    exchange(&mut ops, 4);
+    ops.push(atomic(1, 7, 0, 8, 1, 0));
+    exchange(&mut ops, 3); // the request twice: executed once, answered twice
+    exchange(&mut ops, 4);
+    exchange(&mut ops, 4);
+    ops.push(atomic(1, 6, 0, 8, 2, 6));
+    exchange(&mut ops, 4); // the request
+    exchange(&mut ops, 0); // its acknowledge lost
+    ops.push(Op::Advance { ms: 100 });
+    for _ in 0..4 {
+        exchange(&mut ops, 4);
+    }
+    // Out of place: an acknowledge where a READ's response is due, one for nothing sent.
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 2, flags: 1, sges: vec![seed_sge(1, 64)], remote: (0, 2, 0), inline: 0 });
+    ops.push(Op::Run { passes: 2 });
+    ops.push(Op::Reflect { pick: 0, how: 2 | (0x1e << 3) }); // READ_REQUEST ^ 0x1e = ATOMIC_ACK
+    ops.push(Op::Packet { qpn: 1, opcode: 0x12, psn: 0x77, va: 0, rkey: 0, len: 0, syndrome: 0x1f, payload: 0 });
+    // Misaligned: an invalid request, both QPs to ERROR.
+    ops.push(atomic(1, 7, 4, 8, 1, 0));
+    exchange(&mut ops, 4);
+    exchange(&mut ops, 4);
+    // A second pair: a 4-byte buffer is a local length error, nothing sent.
+    ops.extend([Op::CreateCq { cqn: 3, log_size: 4, vector: 0 }, Op::CreateCq { cqn: 4, log_size: 4, vector: 0 }]);
+    ops.push(Op::Connect { a: 3, b: 4, fabric });
+    ops.push(atomic(3, 7, 0, 4, 1, 0));
+    exchange(&mut ops, 4);
+    ops.extend([Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }, Op::Poll { cqn: 3 }]);
+    ops
+}
+
 fn encode(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     ops.iter().for_each(|op| op.encode(&mut out));
@@ -1013,7 +1071,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::Window { kind: 2 },
         Op::Poll { cqn: 1 },
     ]);
-    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops()].iter().map(|ops| encode(ops)).collect()
+    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops(), atomic_ops(0), atomic_ops(1)].iter().map(|ops| encode(ops)).collect()
 }
 
 #[cfg(test)]
@@ -1052,10 +1110,13 @@ mod tests {
             let s = &h.stats;
             let all = s.snapshot();
             assert!(s.get(Counter::Cqes) >= 5, "seed {n}: too few CQEs ({all:?})");
-            assert!(
-                s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0,
-                "seed {n}: data did not move ({all:?})"
-            );
+            // The atomic seeds (the last two) move 8-byte values, not payload.
+            let moved = if n + 2 >= seeds().len() {
+                s.get(Counter::Atomics) >= 2
+            } else {
+                s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0
+            };
+            assert!(moved, "seed {n}: data did not move ({all:?})");
             if n == 1 {
                 assert!(s.get(Counter::PktsReceived) >= 10 && s.get(Counter::AcksSent) > 0, "seed {n}: the fabric pair did not talk RC ({all:?})");
             }

@@ -42,8 +42,8 @@ impl Mr {
         if ctx.access & !ACCESS_ALL != 0 {
             return Err("unknown access bits");
         }
-        if ctx.access & ACCESS_REMOTE_WRITE != 0 && ctx.access & ACCESS_LOCAL_WRITE == 0 {
-            return Err("REMOTE_WRITE requires LOCAL_WRITE");
+        if ctx.access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0 && ctx.access & ACCESS_LOCAL_WRITE == 0 {
+            return Err("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE");
         }
         if ctx.length == 0 || ctx.iova.checked_add(ctx.length).is_none() {
             return Err("empty or wrapping range");

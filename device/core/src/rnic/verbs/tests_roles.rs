@@ -190,8 +190,13 @@ impl Pair {
     /// Runs the engines and carries the packets in flight (through the faults).
     fn pump(&mut self) -> bool {
         let mut progress = false;
+        // Bounded: with a short RNR timer and rnr_retry 7 (forever) a slow machine can make
+        // every pass due for another retry, and only the callers' clocks end the scenario.
         for d in &mut self.devs {
-            while d.e.run(&d.mem, 64) {
+            for _ in 0..1024 {
+                if !d.e.run(&d.mem, 64) {
+                    break;
+                }
                 progress = true;
             }
         }
