@@ -928,8 +928,14 @@ fn atomic_ops(fabric: u8) -> Vec<Op> {
         ops.push(Op::RegMr { index, pd: 0, access: 15, iova_kind: 0, iova: 0, length: 8192, page_shift: 0, pages: vec![(0, first), (0, first + 1)] });
     }
     // remote.2's high half gives the operand (swap or add), inline the compare value.
-    let atomic = |qpn: u8, opcode: u8, off: u32, len: u32, operand: u32, compare: u8| {
-        Op::Post { qpn, send: 1, opcode, flags: 1, sges: vec![seed_sge(1, len)], remote: (0, 2, off | operand << 16), inline: compare }
+    let atomic = |qpn: u8, opcode: u8, off: u32, len: u32, operand: u32, compare: u8| Op::Post {
+        qpn,
+        send: 1,
+        opcode,
+        flags: 1,
+        sges: vec![seed_sge(1, len)],
+        remote: (0, 2, off | operand << 16),
+        inline: compare,
     };
     let exchange = |ops: &mut Vec<Op>, how: u8| ops.extend([Op::Run { passes: 2 }, Op::Reflect { pick: 0, how }]);
     ops.push(atomic(1, 7, 0, 8, 5, 0));
