@@ -60,6 +60,7 @@ int rnic_create_cq(struct rnic_ucontext *uc, struct rnic_create_cq *req)
 		goto err_ring;
 	}
 	cq->cqn = id;
+	rnic_num_start(nic, RNIC_NUM_CQ, cq->cqn);
 	/* Vector 0 is for asynchronous errors; CQs share the others round-robin. */
 	if (nic->rd.nvec > 1)
 		cq->vector = 1 + (u32)atomic_inc_return(&nic->next_vector) % (nic->rd.nvec - 1);
@@ -87,7 +88,7 @@ int rnic_create_cq(struct rnic_ucontext *uc, struct rnic_create_cq *req)
 err_xa:
 	xa_erase(&uc->cqs, cq->cqn);
 err_ida:
-	ida_free(&nic->cq_ida, cq->cqn);
+	rnic_num_put(nic, RNIC_NUM_CQ, cq->cqn);
 err_ring:
 	/* A failed CREATE_CQ left nothing in the device. */
 	rnic_ring_free(nic, cq->ring, rnic_cq_bytes(cq), cq->ring_dma, true);
@@ -103,7 +104,7 @@ static void rnic_cq_drop(struct rnic_ucontext *uc, struct rnic_cq *cq, bool devi
 
 	xa_erase(&uc->cqs, cq->cqn);
 	if (device_let_go)
-		ida_free(&nic->cq_ida, cq->cqn);	/* else the device still has that number */
+		rnic_num_put(nic, RNIC_NUM_CQ, cq->cqn);	/* else the device still has it */
 	rnic_ring_free(nic, cq->ring, rnic_cq_bytes(cq), cq->ring_dma, device_let_go);
 	cq->ring = NULL;
 	/* A POLL_CQ asleep on it holds a reference; it wakes, sees dead and fails. */

@@ -43,6 +43,9 @@ struct rnic_ib_mmap {
 	struct rnic_nic *nic;		/* a reference */
 	unsigned long pfn;
 	bool has_ring;
+	bool holds_num;			/* a doorbell-page page: its number waits for us */
+	enum rnic_num_kind num_kind;
+	u32 num;
 	struct rnic_ring_map ring;
 };
 
@@ -87,7 +90,7 @@ void rnic_ib_unregister(struct rnic_nic *nic);
 /* rnic_ib_mmap.c */
 int rnic_ib_mmap_ring(struct rnic_ib_ucontext *ctx, void *ring, size_t size, dma_addr_t dma,
 		      u64 *key, struct rnic_ib_mmap **out);
-int rnic_ib_mmap_db(struct rnic_ib_ucontext *ctx, size_t offset, u64 *key,
+int rnic_ib_mmap_db(struct rnic_ib_ucontext *ctx, enum rnic_num_kind kind, u32 num, u64 *key,
 		    struct rnic_ib_mmap **out);
 void rnic_ib_mmap_remove(struct rnic_ib_mmap *m);
 int rnic_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);

@@ -4,7 +4,8 @@
  * the rings of their CQs and QPs and each object's own page of the doorbell page (BAR2,
  * docs/verbs.md §3.1). Every mapping goes through ib_core's mmap entries, so the RDMA core
  * zaps them when the device goes away. A ring outlives its object while it is mapped
- * (rnic_ring_map_add() in rnic_cmd.c): destroy and last unmap may come in either order.
+ * (rnic_ring_map_add() in rnic_cmd.c), and so does the number of a mapped doorbell-page
+ * page (rnic_num.c): destroy and last unmap may come in either order.
  *
  * Not modelled: rings from a remapping DMA allocator (an IOMMU in the guest) are not
  * linear kernel memory and cannot be mapped; creating such a CQ or QP fails.
@@ -14,6 +15,7 @@
 #include <rdma/ib_verbs.h>
 
 #include "rnic_ib.h"
+#include "uapi/rnic_emu_ring.h"
 
 static struct rnic_ib_mmap *to_rnic_mmap(struct rdma_user_mmap_entry *e)
 {
@@ -69,21 +71,33 @@ err_free:
 	return ret;
 }
 
-/* Offers one object's page of the doorbell page (@offset into BAR2) for mmap. */
-int rnic_ib_mmap_db(struct rnic_ib_ucontext *ctx, size_t offset, u64 *key,
+/*
+ * Offers the doorbell-page page of QP or CQ @num for mmap. The entry holds the number
+ * (rnic_num.c) until its mmap_free: no other object gets that page while it is mapped.
+ */
+int rnic_ib_mmap_db(struct rnic_ib_ucontext *ctx, enum rnic_num_kind kind, u32 num, u64 *key,
 		    struct rnic_ib_mmap **out)
 {
 	struct rnic_nic *nic = ctx->uc->nic;
+	size_t offset = kind == RNIC_NUM_QP ? rnic_dbp_qp(num) : rnic_dbp_cq(num);
 	struct rnic_ib_mmap *m;
 	int ret;
 
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m)
 		return -ENOMEM;
+	if (!rnic_num_get(nic, kind, num)) {
+		kfree(m);
+		return -EINVAL;
+	}
 	m->nic = nic;
+	m->holds_num = true;
+	m->num_kind = kind;
+	m->num = num;
 	m->pfn = (pci_resource_start(nic->rd.pdev, RNIC_EMU_RNIC_DB_BAR) + offset) >> PAGE_SHIFT;
 	ret = rnic_ib_mmap_insert(ctx, m, RNIC_DBP_PAGE, key);
 	if (ret) {
+		rnic_num_put(nic, kind, num);
 		kfree(m);
 		return ret;
 	}
@@ -125,6 +139,8 @@ void rnic_ib_mmap_free(struct rdma_user_mmap_entry *e)
 
 	if (m->has_ring)
 		rnic_ring_map_put(nic, &m->ring);
+	if (m->holds_num)
+		rnic_num_put(nic, m->num_kind, m->num);	/* the number may be reused now */
 	kfree(m);
 	rnic_nic_put(nic);
 }

@@ -61,6 +61,15 @@ static void rnic_ib_uc_lock_destroy(struct rnic_ucontext *uc)
 	mutex_lock(&uc->lock);
 }
 
+/*
+ * A creation's response is copied to user space after the context's lock is dropped: the
+ * copy may wait as long as the memory's owner likes (a FUSE-backed page), and GPU removal
+ * takes that lock under the P2P registry's. If the copy fails, the object, complete by
+ * then, is destroyed as a destroy call would.
+ */
+static int rnic_ib_destroy_cq_now(struct ib_cq *ibcq);
+static int rnic_ib_destroy_qp_now(struct ib_qp *ibqp);
+
 /* ---- CQs ---- */
 
 int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
@@ -99,20 +108,20 @@ int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 				rcq->ring_dma, &resp.ring_key, &cq->ring_map);
 	if (ret)
 		goto err_destroy;
-	ret = rnic_ib_mmap_db(ctx, rnic_dbp_cq(cq->cqn), &resp.db_key, &cq->db_map);
+	ret = rnic_ib_mmap_db(ctx, RNIC_NUM_CQ, cq->cqn, &resp.db_key, &cq->db_map);
 	if (ret)
 		goto err_destroy;
 	resp.cqn = cq->cqn;
 	resp.log_size = rcq->log_size;
-	ret = ib_respond_udata(udata, resp);
-	if (ret)
-		goto err_destroy;
 	ret = xa_insert(&nic->ib_cqs, cq->cqn, cq, GFP_KERNEL);
 	if (ret)
 		goto err_destroy;
 	ibcq->cqe = req.actual_entries;
 	rnic_uc_unlock(uc);
-	return 0;
+	ret = ib_respond_udata(udata, resp);	/* unlocked: see above */
+	if (ret)
+		rnic_ib_destroy_cq_now(ibcq);
+	return ret;
 
 err_destroy:
 	rnic_ib_mmap_remove(cq->db_map);
@@ -124,6 +133,11 @@ out_unlock:
 }
 
 int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
+{
+	return rnic_ib_destroy_cq_now(ibcq);
+}
+
+static int rnic_ib_destroy_cq_now(struct ib_cq *ibcq)
 {
 	struct rnic_ib_cq *cq = to_icq(ibcq);
 	struct rnic_nic *nic = ib_nic(ibcq->device);
@@ -230,7 +244,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 				&resp.rq_key, &qp->rq_map);
 	if (ret)
 		goto err_destroy;
-	ret = rnic_ib_mmap_db(ctx, rnic_dbp_qp(qp->qpn), &resp.db_key, &qp->db_map);
+	ret = rnic_ib_mmap_db(ctx, RNIC_NUM_QP, qp->qpn, &resp.db_key, &qp->db_map);
 	if (ret)
 		goto err_destroy;
 	resp.qpn = qp->qpn;
@@ -243,9 +257,6 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	ret = xa_insert(&nic->ib_qps, qp->qpn, qp, GFP_KERNEL);	/* for its events */
 	if (ret)
 		goto err_destroy;
-	ret = ib_respond_udata(udata, resp);
-	if (ret)
-		goto err_destroy;
 	rnic_uc_unlock(uc);
 
 	ibqp->qp_num = qp->qpn;
@@ -254,7 +265,10 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	init->cap.max_send_sge = req.max_send_sge;
 	init->cap.max_recv_sge = req.max_recv_sge;
 	init->cap.max_inline_data = req.max_inline;
-	return 0;
+	ret = ib_respond_udata(udata, resp);	/* unlocked: see above */
+	if (ret)
+		rnic_ib_destroy_qp_now(ibqp);
+	return ret;
 
 err_destroy:
 	xa_erase(&nic->ib_qps, qp->qpn);
@@ -269,6 +283,11 @@ out_unlock:
 }
 
 int rnic_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
+{
+	return rnic_ib_destroy_qp_now(ibqp);
+}
+
+static int rnic_ib_destroy_qp_now(struct ib_qp *ibqp)
 {
 	struct rnic_ib_qp *qp = to_iqp(ibqp);
 	struct rnic_nic *nic = ib_nic(ibqp->device);

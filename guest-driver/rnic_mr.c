@@ -477,7 +477,7 @@ int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req)
 	}
 	if (mr->path != RNIC_MR_PATH_BOUNCE || !req->length)
 		return 0;
-	rnic_mr_bounce_copy(mr, req->offset, req->length,
+	rnic_mr_bounce_sync(uc->nic, mr, req->offset, req->length,
 			    req->direction == RNIC_MR_SYNC_TO_BOUNCE);
 	return 0;
 }

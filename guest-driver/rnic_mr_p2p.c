@@ -19,7 +19,7 @@
 #include "rnic_verbs.h"
 
 /* Copies [off, off + len) of the MR (from its iova) between GPU memory and bounce pages. */
-void rnic_mr_bounce_copy(struct rnic_mr *mr, u64 off, u64 len, bool to_bounce)
+static void rnic_mr_bounce_copy(struct rnic_mr *mr, u64 off, u64 len, bool to_bounce)
 {
 	u64 pos = (mr->iova & ~PAGE_MASK) + off;
 
@@ -42,6 +42,23 @@ void rnic_mr_bounce_copy(struct rnic_mr *mr, u64 off, u64 len, bool to_bounce)
 		if (!(i & 255))
 			cond_resched();
 	}
+}
+
+/*
+ * MR_SYNC of a bounce MR: the bounce pages are a streaming DMA mapping the device owns, so
+ * the CPU takes them (dma_sync_sgtable_for_cpu: under swiotlb, what the device wrote comes
+ * back from the bounce slots), copies, and hands them back (dma_sync_sgtable_for_device:
+ * what the CPU wrote goes out). Without the syncs the copy saw stale data wherever the
+ * DMA layer bounces (swiotlb=force, SEV/TDX guests).
+ */
+void rnic_mr_bounce_sync(struct rnic_nic *nic, struct rnic_mr *mr, u64 off, u64 len,
+			 bool to_bounce)
+{
+	struct device *dev = nic_dev(nic);
+
+	dma_sync_sgtable_for_cpu(dev, &mr->sgt, mr->dir);
+	rnic_mr_bounce_copy(mr, off, len, to_bounce);
+	dma_sync_sgtable_for_device(dev, &mr->sgt, mr->dir);
 }
 
 static void rnic_mr_bounce_free(struct rnic_nic *nic, struct rnic_mr *mr)

@@ -140,6 +140,7 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 		goto err_free;
 	}
 	qp->qpn = id;
+	rnic_num_start(nic, RNIC_NUM_QP, qp->qpn);
 	qp->gen = ++nic->qp_gen[qp->qpn];	/* the IDA makes this slot ours */
 	qp->state = RNIC_QPS_RESET;
 	qp->pd = pd;
@@ -185,7 +186,7 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	return 0;
 
 err_ida:
-	ida_free(&nic->qp_ida, qp->qpn);
+	rnic_num_put(nic, RNIC_NUM_QP, qp->qpn);
 err_free:
 	rnic_qp_free(nic, qp, true);
 	return ret;
@@ -202,7 +203,7 @@ void rnic_qp_destroy(struct rnic_ucontext *uc, struct rnic_qp *qp)
 
 	xa_erase(&uc->qps, qp->qpn);
 	if (let_go)
-		ida_free(&nic->qp_ida, qp->qpn);	/* else the device still has that number */
+		rnic_num_put(nic, RNIC_NUM_QP, qp->qpn);	/* else the device still has it */
 	qp->pd->users--;
 	qp->send_cq->users--;
 	qp->recv_cq->users--;

@@ -115,7 +115,7 @@ int rnic_verbs_init(struct rnic_nic *nic)
 
 	nic->mr_gen = kvcalloc(nic->max_mr, sizeof(*nic->mr_gen), GFP_KERNEL);
 	nic->qp_gen = kvcalloc(nic->max_qp, sizeof(*nic->qp_gen), GFP_KERNEL);
-	if (!nic->mr_gen || !nic->qp_gen)
+	if (!nic->mr_gen || !nic->qp_gen || rnic_num_init(nic))
 		goto err_gen;
 
 	nic->qp_ctx = rnic_table_alloc(nic, nic->max_qp * sizeof(*nic->qp_ctx),
@@ -168,6 +168,7 @@ err_qp_ctx:
 	dma_free_coherent(nic_dev(nic), nic->max_qp * sizeof(*nic->qp_ctx), nic->qp_ctx,
 			  nic->qp_ctx_dma);
 err_gen:
+	rnic_num_fini(nic);
 	kvfree(nic->qp_gen);
 	kvfree(nic->mr_gen);
 	mutex_destroy(&nic->zombie_lock);
@@ -208,6 +209,7 @@ void rnic_verbs_fini(struct rnic_nic *nic)
 			  nic->cq_ctx_dma);
 	dma_free_coherent(nic_dev(nic), nic->max_qp * sizeof(*nic->qp_ctx), nic->qp_ctx,
 			  nic->qp_ctx_dma);
+	rnic_num_fini(nic);
 	kvfree(nic->qp_gen);
 	kvfree(nic->mr_gen);
 	ida_destroy(&nic->mr_ida);

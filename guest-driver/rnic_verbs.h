@@ -129,6 +129,7 @@ struct rnic_nic {
 	struct ida pd_ida, cq_ida, qp_ida, mr_ida;
 	u8 *mr_gen;			/* max_mr key bytes (generation per MR index) */
 	u32 *qp_gen;			/* max_qp generations, tags wr_ids of a QP */
+	atomic_t *qp_num_refs, *cq_num_refs;	/* holders of each number: rnic_num.c */
 	u32 max_mr_hw;			/* MAX_MR as the device reports it (max_mr may be less) */
 
 	char misc_name[32];
@@ -286,6 +287,14 @@ int rnic_verbs_init(struct rnic_nic *nic);
 void rnic_verbs_quiesce(struct rnic_nic *nic);
 void rnic_verbs_fini(struct rnic_nic *nic);
 bool rnic_nic_vec_event(struct rnic_dev *rd, unsigned int vec);
+
+/* rnic_num.c: when a QP or CQ number may be reused */
+enum rnic_num_kind { RNIC_NUM_QP, RNIC_NUM_CQ };
+int rnic_num_init(struct rnic_nic *nic);
+void rnic_num_fini(struct rnic_nic *nic);
+void rnic_num_start(struct rnic_nic *nic, enum rnic_num_kind kind, u32 n);
+bool rnic_num_get(struct rnic_nic *nic, enum rnic_num_kind kind, u32 n);
+void rnic_num_put(struct rnic_nic *nic, enum rnic_num_kind kind, u32 n);
 
 /* rnic_uctx.c: verbs contexts, the teardown of their objects, zombies */
 struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic);

@@ -7,7 +7,8 @@
 //! bypass data path), and the host checks what they printed against each node's address.
 //! The same boot registers GPU memory as a dma-buf (`ibv_reg_dmabuf_mr`, our
 //! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it, then checks the
-//! asynchronous events `ibv_get_async_event` delivers (our `rnic-async-check`).
+//! asynchronous events `ibv_get_async_event` delivers (our `rnic-async-check`), and a
+//! QP number kept while a mapping of its doorbell page lives (our `rnic-mmap-check`).
 
 mod common;
 use common::*;
@@ -68,6 +69,7 @@ fn script(node: usize) -> String {
         s += "rnic-dmabuf-check target -s 1M; echo \"dmabuf-target-rc: $?\"
               rnic-dmabuf-check revoke -s 64K; echo \"dmabuf-revoke-rc: $?\"
               rnic-async-check reth0; echo \"async-rc: $?\"
+              rnic-mmap-check; echo \"mmap-rc: $?\"
               grep -E '^events' /sys/bus/pci/devices/$(rnic-bar find rnic)/driver_stats | sed 's/^/drv-/'
               dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n";
     } else {
@@ -240,6 +242,14 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     let drv = |name: &str| target.iter().find_map(|l| l.strip_prefix(&format!("drv-{name} "))).and_then(|v| v.parse::<u64>().ok());
     assert!(drv("events").is_some_and(|n| n >= 4), "the driver took the queue's entries: {:?}", drv("events"));
     assert_eq!(drv("events_dropped"), Some(0), "every event had its object");
+    // Isolation (rnic_num.c): a QP destroyed while a second mapping of its doorbell-page
+    // page lives keeps its number until that mapping goes: the next QP gets another
+    // number, and after the unmap the old one is handed out again.
+    let mmap = target.iter().find(|l| l.starts_with("mmap-qp: ")).expect("rnic-mmap-check ran");
+    assert!(mmap.starts_with("mmap-qp: ok old "), "{mmap}");
+    let n: Vec<u32> = mmap.split_whitespace().skip(3).step_by(2).take(3).map(|v| v.parse().unwrap()).collect();
+    assert!(n[0] != n[1] && n[0] == n[2], "numbers old/new/again: {n:?}");
+    assert!(has0("mmap-rc: 0"));
     // ib_write_lat: both guests busy-poll memory between messages, so each keeps its vCPU
     // thread runnable. On a host with few CPUs the node's event loop must not busy-poll
     // the doorbell page after each message (it did for 200 us, and the two
