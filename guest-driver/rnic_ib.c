@@ -127,6 +127,8 @@ static int rnic_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *uda
 	};
 	int ret;
 
+	if (!rnic_ib_udata_in_ok(ibuc->device, udata, "alloc_ucontext"))
+		return -EINVAL;
 	ctx->uc = rnic_uc_open(nic);
 	if (IS_ERR(ctx->uc))
 		return PTR_ERR(ctx->uc);
@@ -155,6 +157,8 @@ static int rnic_ib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 
 	if (!udata)
 		return -EOPNOTSUPP;	/* kernel consumers are not offered */
+	if (!rnic_ib_udata_in_ok(ibpd->device, udata, "alloc_pd"))
+		return -EINVAL;
 	uc = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc)->uc;
 	ret = rnic_uc_lock(uc);
 	if (ret)

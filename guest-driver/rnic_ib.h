@@ -83,6 +83,21 @@ static inline struct rnic_ibdev *to_rnic_ibdev(struct ib_device *ibdev)
 	return container_of(ibdev, struct rnic_ibdev, ibdev);
 }
 
+/*
+ * The driver-specific input of a verb (udata): none is defined (include/uapi/rnic_ib_abi.h
+ * has responses only), so what a caller sends must be empty or all zero, which leaves room
+ * to define fields later. False (with a rate-limited line) for anything else: -EINVAL.
+ */
+static inline bool rnic_ib_udata_in_ok(struct ib_device *ibdev, struct ib_udata *udata,
+				       const char *verb)
+{
+	if (!udata || !udata->inlen || ib_is_udata_cleared(udata, 0, udata->inlen))
+		return true;
+	dev_warn_ratelimited(&ibdev->dev, "%s: %zu bytes of driver input, none defined\n", verb,
+			     udata->inlen);
+	return false;
+}
+
 /* rnic_ib.c */
 int rnic_ib_register(struct rnic_nic *nic);
 void rnic_ib_unregister(struct rnic_nic *nic);

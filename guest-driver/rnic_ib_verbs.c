@@ -88,6 +88,8 @@ int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	if (!attrs || !attrs->context)
 		return -EOPNOTSUPP;	/* kernel CQs are not offered */
 	udata = &attrs->driver_udata;
+	if (!rnic_ib_udata_in_ok(ibcq->device, udata, "create_cq"))
+		return -EINVAL;
 	if (attr->flags || !nic->dbp)
 		return -EOPNOTSUPP;	/* user CQs need the doorbell page */
 	ctx = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc);
@@ -209,6 +211,8 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 
 	if (!udata)
 		return -EOPNOTSUPP;	/* kernel QPs are not offered */
+	if (!rnic_ib_udata_in_ok(ibqp->device, udata, "create_qp"))
+		return -EINVAL;
 	if (init->qp_type != IB_QPT_RC || init->srq || init->create_flags || !nic->dbp)
 		return -EOPNOTSUPP;
 	if (!init->send_cq || !init->recv_cq)
@@ -403,6 +407,9 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	struct rnic_qp_path path = {};
 	u32 min_rnr_us = qp->min_rnr_us;
 	int ret;
+
+	if (!rnic_ib_udata_in_ok(ibqp->device, udata, "modify_qp"))
+		return -EINVAL;
 
 	if (mask & ~IB_QP_ATTR_STANDARD_BITS)
 		return -EOPNOTSUPP;
@@ -604,6 +611,8 @@ static struct ib_mr *rnic_ib_reg_mr(struct ib_pd *ibpd, u64 addr, u64 length, in
 	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
 		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING))
 		return ERR_PTR(-EOPNOTSUPP);
+	if (!rnic_ib_udata_in_ok(ibpd->device, udata, "reg_mr"))
+		return ERR_PTR(-EINVAL);
 	uc = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc)->uc;
 	req.addr = addr;
 	req.length = length;

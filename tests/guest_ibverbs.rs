@@ -8,7 +8,8 @@
 //! The same boot registers GPU memory as a dma-buf (`ibv_reg_dmabuf_mr`, our
 //! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it, then checks the
 //! asynchronous events `ibv_get_async_event` delivers (our `rnic-async-check`), and a
-//! QP number kept while a mapping of its doorbell page lives (our `rnic-mmap-check`).
+//! QP number kept while a mapping of its doorbell page lives (our `rnic-mmap-check`), and
+//! driver input the driver does not define refused (our `rnic-udata-check`).
 
 mod common;
 use common::*;
@@ -70,6 +71,7 @@ fn script(node: usize) -> String {
               rnic-dmabuf-check revoke -s 64K; echo \"dmabuf-revoke-rc: $?\"
               rnic-async-check reth0; echo \"async-rc: $?\"
               rnic-mmap-check; echo \"mmap-rc: $?\"
+              rnic-udata-check; echo \"udata-rc: $?\"
               grep -E '^events' /sys/bus/pci/devices/$(rnic-bar find rnic)/driver_stats | sed 's/^/drv-/'
               dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n";
     } else {
@@ -250,6 +252,9 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     let n: Vec<u32> = mmap.split_whitespace().skip(3).step_by(2).take(3).map(|v| v.parse().unwrap()).collect();
     assert!(n[0] != n[1] && n[0] == n[2], "numbers old/new/again: {n:?}");
     assert!(has0("mmap-rc: 0"));
+    // Driver input the driver does not define is refused (uverbs write() commands with 8
+    // bytes of driver data): EINVAL when it is not zero, accepted when it is.
+    assert!(has0("udata-ucontext: ok") && has0("udata-pd: ok") && has0("udata-rc: 0"), "driver input checked");
     // ib_write_lat: both guests busy-poll memory between messages, so each keeps its vCPU
     // thread runnable. On a host with few CPUs the node's event loop must not busy-poll
     // the doorbell page after each message (it did for 200 us, and the two
