@@ -8,11 +8,14 @@
  * engine's tables (rnic_verbs.c, rnic_mtt.c), the character device /dev/rnic_emuN
  * (rnic_cdev.c) and the RDMA core's device rnicN with its netdev rethN (rnic_ib.c,
  * rnic_netdev*.c). sysfs adds `stats`
- * (the device's counters) and `driver_stats` (the driver's own).
+ * (the device's counters) and `driver_stats` (the driver's own); `bar1_aperture` shows the
+ * aperture slots there, and only debugfs (rnic_emu-<PCI name>/bar1_aperture, root, a test
+ * path and no ABI) can set one.
  *
  * Remove: quiesce, then free (see rnic_nic_remove()). Sizes the device reports are
  * bounded before anything is allocated from them.
  */
+#include <linux/debugfs.h>
 #include <linux/io.h>
 #include <linux/module.h>
 #include <linux/pci.h>
@@ -21,6 +24,8 @@
 #include "rnic_fault.h"
 #include "rnic_ib.h"
 #include "rnic_verbs.h"
+
+static void rnic_nic_debugfs_add(struct rnic_nic *nic);
 
 /* Largest MSI-X table a PCI function can have (Table Size field + 1). */
 #define RNIC_MSIX_MAX_VECTORS	(PCI_MSIX_FLAGS_QSIZE + 1)
@@ -157,6 +162,7 @@ static int rnic_nic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 	/* BAR1_APERTURE slots for every GPU bound now; later GPUs reprogram them. */
 	rnic_p2p_nic_add(nic);
+	rnic_nic_debugfs_add(nic);
 
 	dev_info(dev, "rnic-emu RNIC: id 0x%08x version %u.%u, %u MSI-X vectors, BAR0 %pR, %u QPs %u CQs %u MRs, /dev/%s\n",
 		 rd->id, rnic_version_major(rd->version), rnic_version_minor(rd->version),
@@ -189,6 +195,7 @@ static void rnic_nic_remove(struct pci_dev *pdev)
 	 * Quiesce first, then free: no new file, the engine reset and stopped (it forgets every
 	 * table, ring and MR), and only then the objects of open files and the tables freed.
 	 */
+	debugfs_remove_recursive(nic->debugfs);	/* waits for a write in progress */
 	rnic_p2p_nic_remove(nic);
 	rnic_ib_unregister(nic);
 	rnic_cdev_unregister(nic);
@@ -243,9 +250,9 @@ static ssize_t driver_stats_show(struct device *dev, struct device_attribute *at
 static DEVICE_ATTR_RO(driver_stats);
 
 /*
- * sysfs `bar1_aperture` (debug): reading shows RNIC_REG_NUM_GPUS and every
- * BAR1_APERTURE slot; writing "SLOT ADDR" sets one slot (root only). The driver rewrites
- * all slots whenever a GPU or an RNIC binds or unbinds.
+ * sysfs `bar1_aperture`: RNIC_REG_NUM_GPUS and every BAR1_APERTURE slot. The driver
+ * rewrites all slots whenever a GPU or an RNIC binds or unbinds (rnic_p2p.c); a slot
+ * points the device's DMA at a bus address, so setting one by hand is debugfs's only.
  */
 static ssize_t bar1_aperture_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -260,22 +267,48 @@ static ssize_t bar1_aperture_show(struct device *dev, struct device_attribute *a
 	return len;
 }
 
-static ssize_t bar1_aperture_store(struct device *dev, struct device_attribute *attr,
-				   const char *buf, size_t count)
+static DEVICE_ATTR_RO(bar1_aperture);
+
+/*
+ * debugfs rnic_emu-<PCI name>/bar1_aperture (write only, root): "SLOT ADDR" sets one
+ * slot, for tests of the device's aperture checks (rnic-verbs-check). Not an interface:
+ * debugfs is absent under lockdown and may change with the driver.
+ */
+static ssize_t rnic_dbg_aperture_write(struct file *file, const char __user *ubuf,
+				       size_t count, loff_t *ppos)
 {
-	struct rnic_dev *rd = dev_get_drvdata(dev);
+	struct rnic_dev *rd = file->private_data;
+	char buf[64] = {};
 	unsigned int slot;
 	u64 addr;
 
-	if (!capable(CAP_SYS_ADMIN))
-		return -EPERM;
+	if (*ppos || count >= sizeof(buf))
+		return -EINVAL;
+	if (copy_from_user(buf, ubuf, count))
+		return -EFAULT;
 	if (sscanf(buf, "%u %llx", &slot, &addr) != 2 || slot >= RNIC_APERTURE_SLOTS)
 		return -EINVAL;
-	dev_info(dev, "bar1_aperture: slot %u set to 0x%llx by user space\n", slot, addr);
+	dev_info(&rd->pdev->dev, "bar1_aperture: slot %u set to 0x%llx through debugfs\n", slot,
+		 addr);
 	writeq(addr, rd->bar0 + BAR1_APERTURE + 8 * slot);
 	return count;
 }
-static DEVICE_ATTR_ADMIN_RW(bar1_aperture);
+
+static const struct file_operations rnic_dbg_aperture_fops = {
+	.owner	= THIS_MODULE,
+	.open	= simple_open,
+	.write	= rnic_dbg_aperture_write,
+};
+
+static void rnic_nic_debugfs_add(struct rnic_nic *nic)
+{
+	char name[48];
+
+	snprintf(name, sizeof(name), "rnic_emu-%s", pci_name(nic->rd.pdev));
+	nic->debugfs = debugfs_create_dir(name, NULL);
+	debugfs_create_file("bar1_aperture", 0200, nic->debugfs, &nic->rd,
+			    &rnic_dbg_aperture_fops);
+}
 
 /* sysfs `ipv4`: the RNIC's fabric address (RNIC_REG_IPV4), dotted; 0.0.0.0: no fabric. */
 static ssize_t ipv4_show(struct device *dev, struct device_attribute *attr, char *buf)

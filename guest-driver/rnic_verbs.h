@@ -99,6 +99,7 @@ struct rnic_nic {
 	bool dead;			/* remove() has torn the verbs state down */
 	bool quiesced;			/* engine reset and stopped: no more commands */
 	unsigned long flags;		/* RNIC_NIC_GONE */
+	struct dentry *debugfs;		/* rnic_emu-<PCI name>: rnic_nic.c */
 	unsigned long next_alive_check;	/* jiffies */
 
 	u32 max_qp, max_cq, max_mr, max_ring_log2;

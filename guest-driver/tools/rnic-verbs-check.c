@@ -8,6 +8,7 @@
  *
  *   rnic-verbs-check [-d DEV] SCENARIO|all
  */
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -569,15 +570,24 @@ static int sc_wait_timeout(struct chk *c)
 	return 0;
 }
 
-/* Writes "slot addr" to the RNIC's debug attribute bar1_aperture; 0 or -1. */
+/*
+ * Writes "slot addr" to the RNIC's debugfs file rnic_emu-<PCI name>/bar1_aperture (a test
+ * path of the driver, not an interface); 0 or -1.
+ */
 static int set_aperture(struct chk *c, unsigned int slot, unsigned long long addr)
 {
-	char path[160];
+	char path[PATH_MAX + 64], dev[PATH_MAX];
+	const char *bdf;
 	FILE *f;
 	int ret;
 
-	rv_dev_sysfs(c->dev, path, sizeof(path) - 16);
-	strcat(path, "/bar1_aperture");
+	rv_dev_sysfs(c->dev, path, sizeof(path));
+	if (!realpath(path, dev)) {
+		printf("error: %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	bdf = strrchr(dev, '/') ? strrchr(dev, '/') + 1 : dev;
+	snprintf(path, sizeof(path), "/sys/kernel/debug/rnic_emu-%s/bar1_aperture", bdf);
 	f = fopen(path, "w");
 	if (!f) {
 		printf("error: open %s: %s\n", path, strerror(errno));
