@@ -42,9 +42,8 @@ struct rnic_ib_mmap {
 	struct rdma_user_mmap_entry rdma;
 	struct rnic_nic *nic;		/* a reference */
 	unsigned long pfn;
-	bool has_ring;
-	bool holds_num;			/* a doorbell-page page: its number waits for us */
-	enum rnic_num_kind num_kind;
+	bool has_ring;			/* else a doorbell-page page, holding its number */
+	enum rnic_num_kind num_kind;	/* the doorbell-page page's object (rnic_num.c) */
 	u32 num;
 	struct rnic_ring_map ring;
 };

@@ -91,7 +91,6 @@ int rnic_ib_mmap_db(struct rnic_ib_ucontext *ctx, enum rnic_num_kind kind, u32 n
 		return -EINVAL;
 	}
 	m->nic = nic;
-	m->holds_num = true;
 	m->num_kind = kind;
 	m->num = num;
 	m->pfn = (pci_resource_start(nic->rd.pdev, RNIC_EMU_RNIC_DB_BAR) + offset) >> PAGE_SHIFT;
@@ -139,7 +138,7 @@ void rnic_ib_mmap_free(struct rdma_user_mmap_entry *e)
 
 	if (m->has_ring)
 		rnic_ring_map_put(nic, &m->ring);
-	if (m->holds_num)
+	else
 		rnic_num_put(nic, m->num_kind, m->num);	/* the number may be reused now */
 	kfree(m);
 	rnic_nic_put(nic);

@@ -65,10 +65,8 @@ static void rnic_ib_uc_lock_destroy(struct rnic_ucontext *uc)
  * A creation's response is copied to user space after the context's lock is dropped: the
  * copy may wait as long as the memory's owner likes (a FUSE-backed page), and GPU removal
  * takes that lock under the P2P registry's. If the copy fails, the object, complete by
- * then, is destroyed as a destroy call would.
+ * then, is destroyed by the destroy callback itself.
  */
-static int rnic_ib_destroy_cq_now(struct ib_cq *ibcq);
-static int rnic_ib_destroy_qp_now(struct ib_qp *ibqp);
 
 /* ---- CQs ---- */
 
@@ -122,7 +120,7 @@ int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	rnic_uc_unlock(uc);
 	ret = ib_respond_udata(udata, resp);	/* unlocked: see above */
 	if (ret)
-		rnic_ib_destroy_cq_now(ibcq);
+		rnic_ib_destroy_cq(ibcq, udata);
 	return ret;
 
 err_destroy:
@@ -135,11 +133,6 @@ out_unlock:
 }
 
 int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
-{
-	return rnic_ib_destroy_cq_now(ibcq);
-}
-
-static int rnic_ib_destroy_cq_now(struct ib_cq *ibcq)
 {
 	struct rnic_ib_cq *cq = to_icq(ibcq);
 	struct rnic_nic *nic = ib_nic(ibcq->device);
@@ -271,7 +264,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	init->cap.max_inline_data = req.max_inline;
 	ret = ib_respond_udata(udata, resp);	/* unlocked: see above */
 	if (ret)
-		rnic_ib_destroy_qp_now(ibqp);
+		rnic_ib_destroy_qp(ibqp, udata);
 	return ret;
 
 err_destroy:
@@ -287,11 +280,6 @@ out_unlock:
 }
 
 int rnic_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
-{
-	return rnic_ib_destroy_qp_now(ibqp);
-}
-
-static int rnic_ib_destroy_qp_now(struct ib_qp *ibqp)
 {
 	struct rnic_ib_qp *qp = to_iqp(ibqp);
 	struct rnic_nic *nic = ib_nic(ibqp->device);

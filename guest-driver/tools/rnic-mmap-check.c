@@ -71,7 +71,7 @@ static int known(const struct map *m, int n, const struct map *x)
 	return 0;
 }
 
-/* An RC QP on its own CQ. */
+/* An RC QP whose send and receive queues complete on @cq. */
 static struct ibv_qp *create_qp(struct ibv_cq *cq)
 {
 	struct ibv_qp_init_attr init = {

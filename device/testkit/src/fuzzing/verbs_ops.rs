@@ -37,6 +37,7 @@ use rnic_emu_core::rnic::doorbell::DoorbellPage;
 use rnic_emu_core::rnic::fabric::packet::{Aeth, AtomicEth, Bth, Packet, Reth};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
+use rnic_emu_core::rnic::verbs::mr::ACCESS_ALL;
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
 use std::time::Duration;
 
@@ -284,7 +285,7 @@ impl Harness {
             rq_log_size: (sizes >> 4) % 6,
             sq_log_stride: 6 + strides % 3,
             rq_log_stride: 6 + (strides >> 4) % 3,
-            access: access & 15,
+            access: access & ACCESS_ALL,
             rnr_retry: 1,
             pd: u32::from(pd % 2),
             send_cqn: u32::from(cqs) % CQS as u32,
@@ -371,7 +372,7 @@ impl Harness {
                     pd: u32::from(pd % 2),
                     mtt_offset: first,
                     npages: pages.len() as u32,
-                    access: access & 15,
+                    access: access & ACCESS_ALL,
                     key: mr_key(i) as u8,
                     page_shift,
                     rsvd0: 0,
@@ -1106,7 +1107,8 @@ mod tests {
     /// through the recording wire (requests and ACKs both ways).
     #[test]
     fn seeds_reach_rts_and_move_data() {
-        for (n, seed) in seeds().iter().enumerate() {
+        let seeds = seeds();
+        for (n, seed) in seeds.iter().enumerate() {
             let mut u = Unstructured::new(seed);
             let mut h = Harness::new(LOCAL, PEER, false).unwrap();
             while let (false, Ok(op)) = (u.is_empty(), u.arbitrary::<Op>()) {
@@ -1117,7 +1119,7 @@ mod tests {
             let all = s.snapshot();
             assert!(s.get(Counter::Cqes) >= 5, "seed {n}: too few CQEs ({all:?})");
             // The atomic seeds (the last two) move 8-byte values, not payload.
-            let moved = if n + 2 >= seeds().len() {
+            let moved = if n + 2 >= seeds.len() {
                 s.get(Counter::Atomics) >= 2
             } else {
                 s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0
