@@ -1175,7 +1175,8 @@ fn roce_over_ipv6_paths() {
 /// DEREG_MR while a message over the fabric still holds the MR's pages (every packet
 /// delayed 20 ms, so messages stay in flight): a READ's destination on the requester, and
 /// a multi-packet WRITE's destination on the responder. From the command's return no byte
-/// lands in either.
+/// lands in either (each buffer is poisoned again once the command returned, and the
+/// placed-byte counter stays where it was).
 #[test]
 fn fabric_dereg_in_flight() {
     use rnic_emu_testkit::hostdrv::NodePair;
@@ -1198,10 +1199,16 @@ fn fabric_dereg_in_flight() {
     p.h[0].post(1, true, &[(hdr, vec![Sge { addr: VA + p.buf[0] + region, length: 1 << 20, lkey: key }])]).unwrap();
     assert!(wait_until(SECOND, || stat(&mut p.h[0], Counter::PktsSent) > sent), "the READ request went out");
     assert_eq!(p.h[0].cmd(CMD_DEREG_MR, 2).unwrap(), CMD_OK);
+    // Responses that landed before the command returned are allowed (on a loaded host the
+    // first ones can arrive before it runs): poison the buffer again, so what the check
+    // below sees landed after DEREG_MR.
+    p.h[0].ram.write(p.buf[0] + region, &vec![POISON; 1 << 20]).unwrap();
+    let read = stat(&mut p.h[0], Counter::BytesRead);
     let c = p.h[0].wait(1, SECOND).unwrap();
     assert_eq!((c.wr_id, c.status, c.syndrome), (21, WC_LOC_PROT_ERR, u32::from(QP_ERR_LOCAL_ACCESS)), "the READ in flight fails");
     std::thread::sleep(Duration::from_millis(500));
     assert!(untouched(&p, 0, 1 << 20), "no READ response landed after DEREG_MR");
+    assert_eq!(stat(&mut p.h[0], Counter::BytesRead), read, "no READ response bytes placed after DEREG_MR");
     // Responder side: a 4 MiB WRITE into node 1's MR 3, deregistered mid-message.
     let len = 4u64 << 20;
     p.h[1].ram.write(p.buf[1] + region, &vec![POISON; len as usize]).unwrap();
