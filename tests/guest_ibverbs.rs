@@ -47,10 +47,12 @@ fn script(node: usize) -> String {
     // perftest, unmodified (it picks ibv_post_send for this device); GID index 1.
     for (id, tool, args) in PERFTEST {
         let run = format!("{tool} -d rnic0 -x 1 {args}");
+        // A failed run leaves the kernel's last words beside its output (the test prints both).
+        let dmesg = format!("[ $rc = 0 ] || dmesg | tail -n 30 | sed 's/^/{id}-dmesg: /'");
         if node == 0 {
             s += &format!(
                 "echo '== {id}'; {run} & pid=$!; sleep 2; rnic-kv put {id} up
-                 wait $pid; echo \"{id}-rc: $?\"\n"
+                 wait $pid; rc=$?; echo \"{id}-rc: $rc\"; {dmesg}\n"
             );
         } else {
             // The device's counters around each client run (sysfs `stats`, docs/verbs.md §7).
@@ -58,7 +60,7 @@ fn script(node: usize) -> String {
                 "rnic-kv get {id} 120000 >/dev/null; sleep 1
                  stats=/sys/bus/pci/devices/$(rnic-bar find rnic)/stats
                  sed 's/^/{id}-before: /' $stats
-                 echo '== {id}'; {run} 10.9.0.1; echo \"{id}-rc: $?\"
+                 echo '== {id}'; {run} 10.9.0.1; rc=$?; echo \"{id}-rc: $rc\"; {dmesg}
                  sed 's/^/{id}-after: /' $stats\n"
             );
         }
@@ -78,6 +80,21 @@ fn script(node: usize) -> String {
         s += "rnic-dmabuf-check writer -s 1M; echo \"dmabuf-writer-rc: $?\"\n";
     }
     s
+}
+
+/// What perftest run `id` printed, from its `== id` line through its exit status, and the
+/// kernel log lines the script adds when it failed (a failure's message shows them).
+fn run_output(lines: &[String], id: &str) -> String {
+    let start = lines.iter().position(|l| l == &format!("== {id}")).unwrap_or(lines.len());
+    let rc = format!("{id}-rc: ");
+    let end = lines[start..].iter().position(|l| l.starts_with(&rc)).map_or(lines.len(), |i| start + i + 1);
+    let dmesg = format!("{id}-dmesg: ");
+    // The device counters the run moved (the client prints them around its run).
+    let (before, after) = (format!("{id}-before: "), format!("{id}-after: "));
+    let moved = lines.iter().filter_map(|l| l.strip_prefix(after.as_str())).filter(|c| !lines.iter().any(|b| b.strip_prefix(before.as_str()) == Some(c)));
+    let mut out: Vec<String> = lines[start..end].iter().chain(lines.iter().filter(|l| l.starts_with(&dmesg))).cloned().collect();
+    out.extend(moved.map(|c| format!("counter moved: {c}")));
+    out.join("\n")
 }
 
 /// A device counter from the `stats` lines printed with `prefix`.
@@ -172,7 +189,7 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
         // positive bandwidth (MiB/s, average) or latency (usec, average); ib_read_lat's
         // server prints no result (only the reader measures).
         for (id, tool, args) in PERFTEST {
-            assert!(has(&format!("{id}-rc: 0")), "node{node}: {id} exit status");
+            assert!(has(&format!("{id}-rc: 0")), "node{node}: {id} exit status; it printed:\n{}", run_output(&lines, id));
             // The latency tools' servers of READ and atomics print no result (only the
             // requester measures).
             if node == 0 && (tool == "ib_read_lat" || tool == "ib_atomic_lat") {
