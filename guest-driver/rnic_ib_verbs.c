@@ -206,7 +206,11 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 		return -EOPNOTSUPP;	/* kernel QPs are not offered */
 	if (!rnic_ib_udata_in_ok(ibqp->device, udata, "create_qp"))
 		return -EINVAL;
-	if (init->qp_type != IB_QPT_RC || init->srq || init->create_flags || !nic->dbp)
+	if (init->srq || init->create_flags || !nic->dbp)
+		return -EOPNOTSUPP;
+	if (init->qp_type == IB_QPT_UC && rnic_nic_uc(nic))
+		req.qp_type = RNIC_QP_TYPE_UC;
+	else if (init->qp_type != IB_QPT_RC)
 		return -EOPNOTSUPP;
 	if (!init->send_cq || !init->recv_cq)
 		return -EINVAL;
@@ -403,7 +407,7 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		return -EOPNOTSUPP;
 	cur = mask & IB_QP_CUR_STATE ? attr->cur_qp_state : qp->state;
 	next = mask & IB_QP_STATE ? attr->qp_state : cur;
-	if (!ib_modify_qp_is_ok(cur, next, IB_QPT_RC, mask))
+	if (!ib_modify_qp_is_ok(cur, next, ibqp->qp_type, mask))
 		return -EINVAL;
 	ret = rnic_ib_qp_state(next, &req.qp_state);
 	if (ret)
@@ -419,6 +423,9 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			     (attr->qp_access_flags & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
 		if (rnic_nic_atomics(nic) && attr->qp_access_flags & IB_ACCESS_REMOTE_ATOMIC)
 			req.access |= RNIC_ACCESS_REMOTE_ATOMIC;
+		/* UC has no READ or atomic operation: those grants mean nothing on it. */
+		if (ibqp->qp_type == IB_QPT_UC)
+			req.access &= RNIC_ACCESS_REMOTE_WRITE;
 	}
 	if (mask & IB_QP_AV) {
 		ret = rnic_ib_dest(nic, &attr->ah_attr, &req.dest_ip, &path);
@@ -536,7 +543,7 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		attr->cap.max_send_sge = rqp->max_send_sge;
 		attr->cap.max_recv_sge = rqp->max_recv_sge;
 		attr->cap.max_inline_data = rqp->max_inline;
-		init->qp_type = IB_QPT_RC;
+		init->qp_type = ibqp->qp_type;
 		init->cap = attr->cap;
 	} else if (!ret) {
 		ret = -ENOENT;

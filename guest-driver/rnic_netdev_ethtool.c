@@ -58,8 +58,11 @@ static const u16 rnic_eth_hw_stats[] = {
 	/* contract 1.10: the last RNIC_ETH_HW_MINOR10 entries */
 	RNIC_STAT_PKEY_VIOLATIONS,
 	RNIC_STAT_ROCE_BAD_SOURCE,
+	/* contract 1.13: the last RNIC_ETH_HW_MINOR13 entries */
+	RNIC_STAT_UC_DROPPED,
 };
-#define RNIC_ETH_HW_MINOR10	2
+#define RNIC_ETH_HW_MINOR13	1
+#define RNIC_ETH_HW_MINOR10	(2 + RNIC_ETH_HW_MINOR13)
 #define RNIC_ETH_HW_MINOR9	(6 + RNIC_ETH_HW_MINOR10)
 
 static const char *const rnic_eth_hw_names[RNIC_STAT_COUNT] = RNIC_STAT_NAMES_INIT;
@@ -111,6 +114,8 @@ static unsigned int rnic_eth_n_hw(const struct rnic_eth *eth)
 		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR9;
 	if (rnic_version_minor(eth->nic->rd.version) < 10)
 		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR10;
+	if (rnic_version_minor(eth->nic->rd.version) < 13)
+		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR13;
 	return ARRAY_SIZE(rnic_eth_hw_stats);
 }
 

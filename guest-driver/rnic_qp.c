@@ -81,7 +81,8 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	struct rnic_qp *qp;
 	int id, ret;
 
-	if (req->pad)
+	if (req->qp_type != RNIC_QP_TYPE_RC &&
+	    (req->qp_type != RNIC_QP_TYPE_UC || !rnic_nic_uc(nic)))
 		return -EINVAL;
 	pd = xa_load(&uc->pds, req->pd);
 	scq = xa_load(&uc->cqs, req->send_cqn);
@@ -140,6 +141,7 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 		goto err_free;
 	}
 	qp->qpn = id;
+	qp->qp_type = req->qp_type;
 	rnic_num_start(nic, RNIC_NUM_QP, qp->qpn);
 	qp->gen = ++nic->qp_gen[qp->qpn];	/* the IDA makes this slot ours */
 	qp->state = RNIC_QPS_RESET;
@@ -313,7 +315,8 @@ static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 st
 	ctx->pd = qp->pd->pdn;
 	ctx->send_cqn = qp->send_cq->cqn;
 	ctx->recv_cqn = qp->recv_cq->cqn;
-	ctx->dest_qpn = a->dest_qpn;
+	/* Bits [31:24]: the service, which the device takes at RESET -> INIT (minor 13). */
+	ctx->dest_qpn = a->dest_qpn | qp->qp_type << 24;
 	ctx->rnr_timer_us = a->rnr_timer_us;
 	ctx->dest_ip = a->dest_ip;
 	ctx->sq_addr = qp->sq.ring_dma;

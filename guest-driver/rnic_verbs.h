@@ -172,6 +172,12 @@ static inline struct rnic_nic *to_nic(struct rnic_dev *rd)
 	return container_of(rd, struct rnic_nic, rd);
 }
 
+/* Contract minor 13: UC QPs (rnic_qp_ctx.dest_qpn bits [31:24] name the service). */
+static inline bool rnic_nic_uc(const struct rnic_nic *nic)
+{
+	return rnic_version_minor(nic->rd.version) >= 13;
+}
+
 /* Contract minor 12: atomics, and the rd_atomic limits of a QP context. */
 static inline bool rnic_nic_atomics(const struct rnic_nic *nic)
 {
@@ -241,6 +247,7 @@ struct rnic_wq {
 
 struct rnic_qp {
 	u32 qpn;
+	u32 qp_type;			/* RNIC_QP_TYPE_*, fixed at CREATE_QP */
 	u32 gen;			/* tags the device-visible wr_ids; bumped at RESET */
 	u32 state;			/* as the driver last saw it (RNIC_QPS_*) */
 	struct rnic_pd *pd;

@@ -3,8 +3,10 @@
 //! our rdma-core provider for it (guest-driver/provider/, built inside Debian's rdma-core
 //! source by images/build.sh). Unmodified rdma-core tools run in two guests of the two-node
 //! topology (`ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest's `ib_write_bw`,
-//! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` through the provider's kernel-
-//! bypass data path), and the host checks what they printed against each node's address.
+//! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` and the atomics through the
+//! provider's kernel-bypass data path; over UC QPs `ibv_uc_pingpong`, `ib_write_bw -c UC`
+//! and `ib_send_bw -c UC`), and the host checks what they printed against each node's
+//! address.
 //! The same boot registers GPU memory as a dma-buf (`ibv_reg_dmabuf_mr`, our
 //! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it, then checks the
 //! asynchronous events `ibv_get_async_event` delivers (our `rnic-async-check`), and a
@@ -30,8 +32,8 @@ fn script(node: usize) -> String {
         ",
     )
     .replace("NODE", &node.to_string());
-    for (id, extra) in PINGPONG {
-        let pp = format!("ibv_rc_pingpong -d rnic0 -g 1 -c -n 200 -s 4096{extra}");
+    for (id, tool) in PINGPONG {
+        let pp = format!("{tool} -d rnic0 -g 1 -c -n 200 -s 4096");
         if node == 0 {
             s += &format!(
                 "{pp} > /tmp/pp-{id} 2>&1 & pid=$!; sleep 2; rnic-kv put pp-{id} up
@@ -103,13 +105,15 @@ fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
     lines.iter().find_map(|l| l.strip_prefix(want.as_str())).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {name} in {prefix}"))
 }
 
-/// ibv_rc_pingpong runs: polling with ibv_post_send, sleeping on completion events, and
+/// The pingpong runs: polling with ibv_post_send, sleeping on completion events, and
 /// the extended send API (`-N`: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_complete).
-const PINGPONG: [(&str, &str); 3] = [("poll", ""), ("events", " -e"), ("wr-api", " -N")];
+/// And `ibv_uc_pingpong` over UC QPs (contract minor 13).
+const PINGPONG: [(&str, &str); 4] =
+    [("poll", "ibv_rc_pingpong"), ("events", "ibv_rc_pingpong -e"), ("wr-api", "ibv_rc_pingpong -N"), ("uc", "ibv_uc_pingpong")];
 
 /// The perftest runs (id, tool, arguments; small runs: this is a function test under TCG).
 /// The atomics (contract minor 12) move 8 bytes each: `-s 8`.
-const PERFTEST: [(&str, &str, &str); 9] = [
+const PERFTEST: [(&str, &str, &str); 11] = [
     ("ib_write_bw", "ib_write_bw", "-s 65536 -n 200"),
     ("ib_read_bw", "ib_read_bw", "-s 65536 -n 100"),
     ("ib_send_bw", "ib_send_bw", "-s 65536 -n 100"),
@@ -119,6 +123,9 @@ const PERFTEST: [(&str, &str, &str); 9] = [
     ("ib_atomic_bw-cas", "ib_atomic_bw", "-s 8 -n 200 -A CMP_AND_SWAP"),
     ("ib_atomic_lat-faa", "ib_atomic_lat", "-s 8 -n 200 -A FETCH_AND_ADD"),
     ("ib_atomic_lat-cas", "ib_atomic_lat", "-s 8 -n 200 -A CMP_AND_SWAP"),
+    // UC (contract minor 13): WRITEs and SENDs nobody acknowledges.
+    ("ib_write_bw-uc", "ib_write_bw", "-s 65536 -n 200 -c UC"),
+    ("ib_send_bw-uc", "ib_send_bw", "-s 4096 -n 100 -c UC"),
 ];
 
 /// perftest's result row after `== tool`: the first line whose first field is `size`.
@@ -225,6 +232,12 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     assert!(wqes >= 200, "the client's WRITEs reached the device: {wqes}");
     assert!(page > 0, "indices came through the doorbell page");
     assert!(doorbells * 2 < wqes, "{doorbells} MMIO doorbells for {wqes} WQEs: not kernel bypass");
+    // UC is unacknowledged: the client's RC WRITEs drew ACKs, its UC ones nothing at all.
+    let uc = |name: &str| counter(&lines, "ib_write_bw-uc-after", name) - counter(&lines, "ib_write_bw-uc-before", name);
+    eprintln!("ib_write_bw: RC client received {} packets, UC client {}", delta("pkts_received"), uc("pkts_received"));
+    assert!(delta("pkts_received") > 0, "RC WRITEs are acknowledged");
+    assert!(uc("send_wqes") >= 200 && uc("pkts_sent") >= 200 * 64, "the UC WRITEs went out: {} WQEs", uc("send_wqes"));
+    assert_eq!(uc("pkts_received"), 0, "nothing comes back to a UC requester");
 
     // The dma-buf MR: node1's 1 MiB of WRITEs landed in node0's GPU memory, every byte
     // checked there, and node0's RNIC moved them peer-to-peer through the switch with no

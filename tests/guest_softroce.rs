@@ -5,7 +5,7 @@
 //! Unmodified perftest (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`,
 //! `ib_read_lat`) and `ibv_rc_pingpong --chk` run between rnic0 and rxe0 both ways (rnic0
 //! server / rxe0 client, then the reverse), first with node0 (no loss), then with node1
-//! (2% loss). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
+//! (2% loss); `ibv_uc_pingpong --chk` runs both ways with node0 (UC QPs). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
 //! TCP cross the port too. The host checks every program's exit status and report, the
 //! counters of both sides (rnic0's through `ethtool -S`, rxe0's hw_counters), and that
 //! under loss each side's retransmissions met the other's NAKs. Last, node0 puts a second
@@ -29,6 +29,9 @@ const PROGRAMS: [(&str, &str); 6] = [
     ("read_lat", "ib_read_lat -F -s 64 -n 300"),
     ("pingpong", "ibv_rc_pingpong --chk -s 4096 -n 200"),
 ];
+
+/// UC QPs between rnic0 (node0, no loss) and rxe0, both ways.
+const UC_PINGPONG: &str = "ibv_uc_pingpong --chk -s 4096 -n 200";
 
 /// The IPv6 steps (a few seconds of traffic): rnic0 <-> rxe0 and rnic0 <-> rnic0.
 const V6_PINGPONG: &str = "ibv_rc_pingpong --chk -s 4096 -n 100";
@@ -104,6 +107,12 @@ fn rnic_script(me: u8) -> String {
         );
     }
     if me == 11 {
+        // UC (contract 1.13) on the loss-free segment: UC never resends, so a lost frame
+        // would stall the ping-pong; rxe is the oracle of our UC opcodes and PSN rules.
+        s += &format!(
+            "go_server uc-a; server uc-a {UC_PINGPONG} -d rnic0 -g $G
+             go_client uc-b; client uc-b {UC_PINGPONG} -d rnic0 -g $G 10.0.0.13\n"
+        );
         // A second address on reth0: ib_core gives rnic0 a GID for it, the driver gives the
         // port the address (CMD_SET_GID), and a QP on that GID sends from it (rxe checks a
         // packet's source against the QP's destination GID) and is reached at it.
@@ -163,6 +172,10 @@ fn rxe_script() -> String {
         }
         s += &format!("for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo \"rxe-{me}: ${{f##*/}} $(cat $f)\"; done\n");
     }
+    s += &format!(
+        "go_client uc-a; client uc-a-11 {UC_PINGPONG} -d rxe0 -g $G 10.0.0.11
+         go_server uc-b; server uc-b-11 {UC_PINGPONG} -d rxe0 -g $G\n"
+    );
     s += "go_client alias; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
     s += &format!(
         "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad
@@ -227,7 +240,7 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     //   when its ACK of that message is lost (2% on node1) the server resends to a QP that
     //   is gone and fails with "transport retry counter exceeded" (as on any lossy fabric).
     let hung = |l: &str| l.contains("rc ") && (l.ends_with(" 124") || l.ends_with(" 143"));
-    let pingpong_tags = ["pingpong-", "alias", "v6-pp", "v6-mp"];
+    let pingpong_tags = ["pingpong-", "uc-", "alias", "v6-pp", "v6-mp"];
     let pingpong_race = |l: &str| pingpong_tags.iter().any(|t| l.contains(t)) && l.contains(": Failed status transport retry counter exceeded");
     let again = |stdout: &str| stdout.lines().any(|l| hung(l) || pingpong_race(l));
     let mut out = run();
@@ -285,8 +298,12 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
         assert_eq!(line_after(&l, "kernel-warnings: "), Some("0"), "node{node}: no kernel warnings");
         assert_eq!(num(&l, "stat: icrc_errors: "), 0, "node{node}: rxe's ICRC is ours");
     }
-    // The GIDs follow reth0's addresses: a QP on the second address's GID ran both ways.
+    // UC both ways with rxe0: every buffer checked by the tool, nothing acknowledged.
     let l0 = node_lines(&stdout, 0);
+    pingpong_ran(&l0, "uc-a", &rxe, "uc-a-11", 200).unwrap_or_else(|e| panic!("ibv_uc_pingpong rnic0 server: {e}"));
+    pingpong_ran(&rxe, "uc-b-11", &l0, "uc-b", 200).unwrap_or_else(|e| panic!("ibv_uc_pingpong rxe0 server: {e}"));
+    assert_eq!(num(&l0, "stat: uc_dropped: "), 0, "node0: no UC message dropped on a loss-free segment");
+    // The GIDs follow reth0's addresses: a QP on the second address's GID ran both ways.
     assert!(!matches!(line_after(&l0, "gid2: "), None | Some("none")), "rnic0 has a GID for 10.0.0.21");
     pingpong_ran(&l0, "alias", &rxe, "alias-21", 200).unwrap_or_else(|e| panic!("ibv_rc_pingpong on the second address: {e}"));
     // With 2% dropped each way both sides repaired losses: ours retransmitted and NAKed, rxe

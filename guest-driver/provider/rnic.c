@@ -307,8 +307,11 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	struct rnic_qp *qp;
 	int err;
 
-	/* CREATE_FLAGS is allowed without flags (rdma-core's tests set it so); no flag is offered. */
-	if (attr->qp_type != IBV_QPT_RC || attr->srq ||
+	/*
+	 * RC and UC (the kernel refuses UC on a device before contract minor 13). CREATE_FLAGS
+	 * is allowed without flags (rdma-core's tests set it so); no flag is offered.
+	 */
+	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) || attr->srq ||
 	    attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 				IBV_QP_INIT_ATTR_CREATE_FLAGS) ||
 	    (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags)) {
@@ -319,7 +322,8 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	if (!qp)
 		return NULL;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
-		err = rnic_qp_ex_init(qp, attr->send_ops_flags, to_rctx(ibctx)->atomics);
+		err = rnic_qp_ex_init(qp, attr->send_ops_flags, to_rctx(ibctx)->atomics,
+				      attr->qp_type == IBV_QPT_UC);
 		if (err) {
 			free(qp);
 			errno = err;

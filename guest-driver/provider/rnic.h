@@ -92,6 +92,6 @@ int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_
 int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void rnic_cq_ex_init(struct rnic_cq *cq, uint64_t wc_flags);
-int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics);
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool uc);
 
 #endif /* RNIC_PROVIDER_H */

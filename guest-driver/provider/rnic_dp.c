@@ -81,6 +81,13 @@ static int rnic_ring(struct rnic_qp *qp, bool recv, uint16_t old, uint16_t new)
 	return 0;
 }
 
+/* The operations of a UC QP: SEND and WRITE, with or without immediate data. */
+static bool rnic_uc_op(uint8_t op)
+{
+	return op == RNIC_WQE_OP_SEND || op == RNIC_WQE_OP_SEND_IMM ||
+	       op == RNIC_WQE_OP_RDMA_WRITE || op == RNIC_WQE_OP_RDMA_WRITE_IMM;
+}
+
 static bool rnic_wq_full(struct rnic_wq *wq)
 {
 	return rnic_ring_full(wq->pi, load16(&wq->ci), wq->log_size);
@@ -135,7 +142,7 @@ static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opc
 		*err = ENOMEM;
 		return NULL;
 	}
-	if (rnic_send_op(opcode, &op) ||
+	if (rnic_send_op(opcode, &op) || (qp->vqp.qp.qp_type == IBV_QPT_UC && !rnic_uc_op(op)) ||
 	    send_flags & ~(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | IBV_SEND_FENCE)) {
 		*err = EINVAL;
 		return NULL;
@@ -413,13 +420,16 @@ static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t leng
 }
 
 /* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other (atomics: on a device with). */
-int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics)
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool uc)
 {
 	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
 	uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-		       IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+		       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
-	if (atomics)
+	/* UC has SEND and WRITE only (contract minor 13). */
+	if (!uc)
+		ops |= IBV_QP_EX_WITH_RDMA_READ;
+	if (atomics && !uc)
 		ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 	if (send_ops_flags & ~ops)
 		return EOPNOTSUPP;

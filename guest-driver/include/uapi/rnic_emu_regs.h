@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x0001000c   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x0001000d   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -30,6 +30,7 @@
  *   1.10: Failure paths. Responder: a WRITE that ends short of RETH.len and a READ or WRITE over 2^31 bytes are invalid requests; ranges checked whole at the first packet, translated per packet. Packets outside the default P_Key partition dropped (PKEY_VIOLATIONS); payload and pad must end on a 4-byte boundary; RoCE from an impossible source counted in ROCE_BAD_SOURCE (was ETH_RX_ERRORS). REG_MR page lists bounded in all: MAX_MR_PAGES, CMD_ERR_NO_RESOURCES. A CQ overflow (a driver error) puts the CQ in error until destroyed and its QPs in ERROR, ASYNC_ERR_CQ_OVERFLOW latched last; a doorbell behind the producer index already taken is ignored (STALE_DOORBELLS). A QP moves at most 8 MiB of payload per pass; loopback requests carry at most 1 MiB. Server: SET_IRQS takes eventfds only; BAR2 and GPU BAR1 memfds sealed, DMA_MAP fds must be memfds sealed against shrinking; wire delay faults queued (WIRE_DELAYED, WIRE_DELAY_DROPS); the capture bounded (PCAP_DROPPED). Commands: CMD_ERR_TIMEOUT, a command (or RESET, DMA_CTRL, ETH_CTRL write) the engine did not take in time never runs, the device is FATAL with no DMA until a reset the engine takes (ENGINE_TIMEOUTS); CMD_ERR_DISABLED only means the engine is gone; CMD_BUSY never turns into a result. DMA needs PCI bus mastering (BUS_MASTER_ERRORS); DMA_UNMAP success means no further byte of the range moves, a partial unmap is refused, DMA_MAP READ/WRITE flags are enforced. Stated: commands and failure states of docs/programming.md (R-CMD-5..7, R-CQ-6, R-DB-5, R-FAB-1, R-RST-6..8); the GPU's reset is an FLR.
  *   1.11: Asynchronous events: an event queue (EQ_BASE, EQ_LOG, EQ_CI, CMD_SET_EQ; 16-byte rnic_eqe, EQE_*) that tells what no completion reports: QP fatal (its CQ overflowed, a doorbell overran its ring), QP invalid request and QP access error (the responder NAKs an invalid request or a remote access error and goes to ERROR, as IBA 9.9.3 has it: before, it stayed in RTS), communication established (first request in RTR), CQ error; written owner byte last, the async vector raised. Counters EQ_EVENTS, EQ_OVERFLOWS.
  *   1.12: Atomics: WQE_OP_ATOMIC_CMP_SWP and WQE_OP_ATOMIC_FETCH_ADD (rnic_atomic_ops after the header, one 8-byte SGE for the original value; its CQE opcodes), COMPARE_SWAP/FETCH_ADD and ATOMIC ACKNOWLEDGE on the wire (AtomicETH, AtomicAckETH), ACCESS_REMOTE_ATOMIC for MRs and QPs; the responder executes an 8-byte aligned atomic once and answers a duplicate from the results it keeps (ATOMICS, ATOMICS_REPLAYED). rnic_qp_ctx.rd_atomic (reserved before): READs and atomics outstanding as requester (max_rd_atomic, at RTS) and answered as responder (max_dest_rd_atomic, at RTR), 0 meaning the device's 16.
+ *   1.13: UC QPs: rnic_qp_ctx.dest_qpn bits [31:24] (0 before) name the QP's service at RESET -> INIT, QP_TYPE_RC or QP_TYPE_UC. A UC QP sends SEND and WRITE (with immediate) as the UC opcodes (the RC ones | 0x20), asks for no ACK and completes a WQE once its last packet is sent; a READ or atomic WQE completes with WC_LOC_QP_OP_ERR. Its responder acknowledges nothing and drops, without an error, a message with a missing packet, with no RECV posted, or with a remote access or length error, resuming at the next first packet (UC_DROPPED); a packet of the other service is dropped (PKTS_DROPPED).
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -50,7 +51,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000c: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000d: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -105,7 +106,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000c: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000d: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -197,7 +198,7 @@
 #define RNIC_STAT_APERTURE_ERRORS    17           /* DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot */
 #define RNIC_STAT_PKTS_SENT          18           /* RoCEv2 packets sent on the fabric */
 #define RNIC_STAT_PKTS_RECEIVED      19           /* RoCEv2 packets received and accepted */
-#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source, P_Key (minor 10) */
+#define RNIC_STAT_PKTS_DROPPED       20           /* received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source, P_Key (minor 10), the other service than the QP's (UC / RC, minor 13) */
 #define RNIC_STAT_RETRANSMITS        21           /* packets sent again after a timeout or a sequence NAK */
 #define RNIC_STAT_TIMEOUTS           22           /* retransmission timer expiries */
 #define RNIC_STAT_ACKS_SENT          23           /* ACK packets sent */
@@ -234,7 +235,8 @@
 #define RNIC_STAT_EQ_OVERFLOWS       54           /* asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11) */
 #define RNIC_STAT_ATOMICS            55           /* atomic operations (compare-and-swap, fetch-and-add) executed as responder (minor 12) */
 #define RNIC_STAT_ATOMICS_REPLAYED   56           /* duplicate atomic requests answered from the results kept, not executed again (minor 12) */
-#define RNIC_STAT_COUNT              57           /* number of counters */
+#define RNIC_STAT_UC_DROPPED         57           /* UC messages the responder dropped: a packet missing, no RECV posted, a remote access or length error (minor 13) */
+#define RNIC_STAT_COUNT              58           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -294,6 +296,7 @@
 	[RNIC_STAT_EQ_OVERFLOWS] = "eq_overflows", \
 	[RNIC_STAT_ATOMICS] = "atomics", \
 	[RNIC_STAT_ATOMICS_REPLAYED] = "atomics_replayed", \
+	[RNIC_STAT_UC_DROPPED] = "uc_dropped", \
 }
 
 /* Descriptor constants */
@@ -391,6 +394,8 @@
 #define RNIC_EQE_QP_ACCESS_ERR       0x3          /* (minor 11) event: responder QP [object] refused a request for a remote access error (NAK) and went to ERROR: IB_EVENT_QP_ACCESS_ERR */
 #define RNIC_EQE_COMM_EST            0x4          /* (minor 11) event: QP [object] in RTR received its first request: IB_EVENT_COMM_EST */
 #define RNIC_EQE_CQ_ERR              0x5          /* (minor 11) event: CQ [object] overflowed and is in error until destroyed: IB_EVENT_CQ_ERR */
+#define RNIC_QP_TYPE_RC              0x0          /* (minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection */
+#define RNIC_QP_TYPE_UC              0x1          /* (minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED) */
 
 /* Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the queue's stride (64, 128 or 256 bytes). */
 struct rnic_wqe {
@@ -492,7 +497,7 @@ struct rnic_qp_ctx {
 	__u32 pd; /* 0x08: Protection domain. */
 	__u32 send_cqn; /* 0x0c: CQ for send completions. */
 	__u32 recv_cqn; /* 0x10: CQ for receive completions. */
-	__u32 dest_qpn; /* 0x14: Destination QP (set for RTR): on one node, another QP of this RNIC. */
+	__u32 dest_qpn; /* 0x14: Bits [23:0]: the destination QP (set for RTR): on one node, another QP of this RNIC. Bits [31:24] (minor 13; before: 0): the QP's service, QP_TYPE_*, taken at RESET -> INIT and ignored by later commands. */
 	__u32 rnr_timer_us; /* 0x18: Minimum RNR delay in microseconds before a retry. */
 	__u32 dest_ip; /* 0x1c: IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR; 0: the destination QP is on this RNIC (loopback, no wire). */
 	__u64 sq_addr; /* 0x20: Bus address of the SQ ring. */

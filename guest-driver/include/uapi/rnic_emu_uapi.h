@@ -113,7 +113,7 @@ struct rnic_create_qp {
 	__u32 max_inline;		/* in/out: 0..RNIC_UAPI_MAX_INLINE */
 	/* each ring (slots x stride) at most QUERY_DEVICE max_ring_bytes, else -EINVAL */
 	__u32 qpn;			/* out (CREATE_QP) / in (DESTROY_QP) */
-	__u32 pad;
+	__u32 qp_type;			/* in: RNIC_QP_TYPE_RC (0), or RNIC_QP_TYPE_UC (contract minor 13) */
 };
 
 /* attr_mask bits of struct rnic_modify_qp */

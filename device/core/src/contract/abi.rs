@@ -193,7 +193,9 @@ abi_struct!(
         send_cqn: u32,
         /// CQ for receive completions.
         recv_cqn: u32,
-        /// Destination QP (set for RTR): on one node, another QP of this RNIC.
+        /// Bits [23:0]: the destination QP (set for RTR): on one node, another QP of this
+        /// RNIC. Bits [31:24] (minor 13; before: 0): the QP's service, QP_TYPE_*, taken at
+        /// RESET -> INIT and ignored by later commands.
         dest_qpn: u32,
         /// Minimum RNR delay in microseconds before a retry.
         rnr_timer_us: u32,
@@ -502,6 +504,11 @@ abi_consts!(ASYNC_ERRORS: u32 {
     ASYNC_ERR_FLR_REQUIRED = 7, "RNIC_REG_LAST_ERROR code: the function needs a Function Level Reset (STATUS_FLR_REQUIRED)";
 });
 
+abi_consts!(QP_TYPES: u8 {
+    QP_TYPE_RC = 0, "(minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection";
+    QP_TYPE_UC = 1, "(minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED)";
+});
+
 abi_consts!(EQE_EVENTS: u8 {
     EQE_QP_FATAL = 1, "(minor 11) event: QP [object] went to ERROR with no completion to say so (its CQ overflowed, a doorbell overran its ring): IB_EVENT_QP_FATAL";
     EQE_QP_REQ_ERR = 2, "(minor 11) event: responder QP [object] refused an invalid request (NAK) and went to ERROR: IB_EVENT_QP_REQ_ERR";
@@ -512,4 +519,4 @@ abi_consts!(EQE_EVENTS: u8 {
 
 /// Every constant group, in header order.
 pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
-    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, LIMITS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS, EQE_EVENTS];
+    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, LIMITS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS, EQE_EVENTS, QP_TYPES];

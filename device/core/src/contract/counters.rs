@@ -38,7 +38,7 @@ counters! {
     ApertureErrors, "DMAs to a GPU BAR1 the driver did not program into a BAR1_APERTURE slot";
     PktsSent, "RoCEv2 packets sent on the fabric";
     PktsReceived, "RoCEv2 packets received and accepted";
-    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source, P_Key (minor 10)";
+    PktsDropped, "received packets dropped: bad ICRC, length, opcode or pad, unknown QP, IP fragment, impossible source, P_Key (minor 10), the other service than the QP's (UC / RC, minor 13)";
     Retransmits, "packets sent again after a timeout or a sequence NAK";
     Timeouts, "retransmission timer expiries";
     AcksSent, "ACK packets sent";
@@ -75,6 +75,7 @@ counters! {
     EqOverflows, "asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11)";
     Atomics, "atomic operations (compare-and-swap, fetch-and-add) executed as responder (minor 12)";
     AtomicsReplayed, "duplicate atomic requests answered from the results kept, not executed again (minor 12)";
+    UcDropped, "UC messages the responder dropped: a packet missing, no RECV posted, a remote access or length error (minor 13)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -7,8 +7,9 @@
 //! presence, pad and ICRC are checked.
 //!
 //! Only the Reliable Connection opcodes the engine uses are known (atomics with their
-//! AtomicETH and AtomicAckETH from contract minor 12); anything else is an error
-//! (`UnknownOpcode`), as is UD.
+//! AtomicETH and AtomicAckETH from contract minor 12), and from contract minor 13 the
+//! Unreliable Connection SEND and WRITE opcodes (the RC ones with [`op::UC`] set, the same
+//! headers); anything else is an error (`UnknownOpcode`), as is UD.
 
 use std::net::Ipv4Addr;
 use thiserror::Error;
@@ -26,7 +27,7 @@ pub const ATOMIC_ACK_ETH_LEN: usize = 8;
 /// PSNs are 24-bit.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
 
-/// RC opcodes (IBA table 38).
+/// RC opcodes (IBA table 38), and the UC prefix.
 pub mod op {
     pub const SEND_FIRST: u8 = 0x00;
     pub const SEND_MIDDLE: u8 = 0x01;
@@ -49,6 +50,14 @@ pub mod op {
     pub const ATOMIC_ACK: u8 = 0x12;
     pub const COMPARE_SWAP: u8 = 0x13;
     pub const FETCH_ADD: u8 = 0x14;
+    /// The Unreliable Connection opcodes (IBA table 38, 001xxxxx): SEND_FIRST ..=
+    /// WRITE_ONLY_IMM with this bit set.
+    pub const UC: u8 = 0x20;
+
+    /// Whether `opcode` is a UC one, and its RC counterpart (the same headers and place).
+    pub fn uc_base(opcode: u8) -> Option<u8> {
+        (opcode & 0xe0 == UC && opcode & 0x1f <= WRITE_ONLY_IMM).then_some(opcode & 0x1f)
+    }
 }
 
 /// Which extension headers and payload an opcode carries.
@@ -68,7 +77,7 @@ pub fn layout(opcode: u8) -> Option<Layout> {
     use op::*;
     let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic: false, atomic_ack: false });
     let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic: false, atomic_ack: false };
-    match opcode {
+    match uc_base(opcode).unwrap_or(opcode) {
         SEND_FIRST | SEND_MIDDLE | SEND_LAST | SEND_ONLY | WRITE_MIDDLE | WRITE_LAST => l(false, false, false, true),
         SEND_LAST_IMM | SEND_ONLY_IMM | WRITE_LAST_IMM => l(false, false, true, true),
         WRITE_FIRST | WRITE_ONLY => l(true, false, false, true),

@@ -9,11 +9,12 @@
 //! NAK outside the window of what was sent, and a READ response whose opcode or length
 //! is not the one of its position, are refused (dropped and counted; the bad response
 //! fails the READ with WC_BAD_RESP_ERR). An ATOMIC ACKNOWLEDGE completes the atomic at
-//! its PSN with the original value it carries (contract minor 12).
+//! its PSN with the original value it carries (contract minor 12). A UC QP (minor 13)
+//! takes no response at all (BAD_RESPONSES).
 
 use super::ctx::{dma_fault, fail, Ctx};
 use super::opcode::{info, Kind};
-use super::qp::Qp;
+use super::qp::{Qp, Service};
 use super::requester::{fail_front, InFlight, Requester};
 use super::transport::{psn_add, psn_diff, Msg};
 use crate::contract::abi::*;
@@ -111,6 +112,11 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
 /// An ACK, NAK or READ response for requester QP `qp`.
 pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &mut Completer, m: &Msg) {
     let psn = m.bth.psn;
+    // UC expects nothing back: whatever comes is forged or misdirected.
+    if qp.service == Service::Uc {
+        ctx.stats().inc(Counter::BadResponses);
+        return;
+    }
     let Some(op) = info(m.bth.opcode) else { return };
     if op.kind == Kind::Ack {
         let Some(aeth) = m.aeth else { return };

@@ -17,7 +17,7 @@ use super::ctx::{fail, Cqs, Ctx};
 pub use super::ctx::{Shared, ASYNC_VECTOR};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
-use super::qp::{transition, Edge, Qp, QpState, Ring};
+use super::qp::{transition, Edge, Qp, QpState, Ring, Service, DEST_QPN_MASK};
 use super::requester::{self, Requester};
 use super::responder::{self, Responder};
 use super::transport::{packet_msg, Dest, Fabric, LoopMsg, Loopback, Msg, Nowhere, Transport, Wire};
@@ -361,7 +361,7 @@ impl Engine {
                     Path::Fabric { mtu, .. } => mtu,
                     _ => super::transport::LOOPBACK_MTU,
                 };
-                next.dest_qpn = ctx.dest_qpn;
+                next.dest_qpn = ctx.dest_qpn & DEST_QPN_MASK;
                 next.access = ctx.access;
                 next.state = QpState::Rtr;
                 roles = Some(Roles { path, req: Requester::new(mtu), resp: Responder::new(ctx.rq_psn, ctx.rd_atomic >> 4), comp: Completer::default() });
@@ -374,7 +374,9 @@ impl Engine {
                 next.rnr_timer_us = ctx.rnr_timer_us;
                 next.state = QpState::Rts;
                 let r = &mut self.roles[qpn as usize];
-                r.req.ready_to_send(ctx.sq_psn, ctx.timeout, next.sq.ci, ctx.rd_atomic);
+                // UC waits for nothing: no retransmission timer.
+                let timeout = if next.service == Service::Uc { 0 } else { ctx.timeout };
+                r.req.ready_to_send(ctx.sq_psn, timeout, next.sq.ci, ctx.rd_atomic);
                 r.comp.ready_to_send(ctx.retry_cnt, ctx.rnr_retry);
             }
         }
@@ -400,11 +402,13 @@ impl Engine {
             && ring_ok(ctx.sq_addr, ctx.sq_log_size, ctx.sq_log_stride)
             && ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride)
             && ctx.rnr_retry <= 7;
-        if !ok {
+        let service = Service::from_abi((ctx.dest_qpn >> 24) as u8);
+        let (true, Some(service)) = (ok, service) else {
             return Err(CMD_ERR_INVALID);
-        }
+        };
         Ok(Qp {
             state: QpState::Init,
+            service,
             err_reason: QP_ERR_NONE,
             pd: ctx.pd,
             send_cqn: ctx.send_cqn,
@@ -433,9 +437,9 @@ impl Engine {
         };
         let ipv6 = u32::from(path.flags) & PATH_FLAG_IPV6 != 0;
         if ctx.dest_ip == 0 && !ipv6 {
-            return if u64::from(ctx.dest_qpn) >= MAX_QP { Err(CMD_ERR_INVALID) } else { Ok(Path::Loopback) };
+            return if u64::from(ctx.dest_qpn & DEST_QPN_MASK) >= MAX_QP { Err(CMD_ERR_INVALID) } else { Ok(Path::Loopback) };
         }
-        if self.wire.is_none() || ctx.dest_qpn > crate::rnic::fabric::packet::PSN_MASK {
+        if self.wire.is_none() {
             return Err(CMD_ERR_INVALID);
         }
         let log = if ctx.path_mtu == 0 { 12 } else { ctx.path_mtu.clamp(8, 12) };

@@ -45,5 +45,7 @@ mod tests_integrity;
 mod tests_limits;
 #[cfg(test)]
 mod tests_roles;
+#[cfg(test)]
+mod tests_uc;
 pub mod transport;
 pub mod wqe;

@@ -7,7 +7,10 @@
 //! Atomics (contract minor 12): COMPARE_SWAP and FETCH_ADD requests carry an AtomicETH
 //! and no payload; the ATOMIC ACKNOWLEDGE an AETH and the original value.
 //!
-//! Not modelled: UC/UD opcodes, SEND with invalidate.
+//! UC (contract minor 13): a UC SEND or WRITE opcode has the row of its RC counterpart
+//! ([`info`] looks through the prefix, [`is_uc`] tells them apart).
+//!
+//! Not modelled: UD opcodes, SEND with invalidate.
 
 use crate::contract::abi::*;
 use crate::rnic::fabric::packet::op;
@@ -96,9 +99,16 @@ pub const OPCODES: [OpInfo; 21] = [
     row(op::FETCH_ADD, Atomic, true, true, false, false),
 ];
 
-/// The table row of a BTH opcode, if the device speaks it.
+/// The table row of a BTH opcode, if the device speaks it (a UC opcode: its RC
+/// counterpart's row).
 pub fn info(opcode: u8) -> Option<&'static OpInfo> {
-    OPCODES.get(usize::from(opcode)).filter(|i| i.opcode == opcode)
+    let base = op::uc_base(opcode).unwrap_or(opcode);
+    OPCODES.get(usize::from(base)).filter(|i| i.opcode == base)
+}
+
+/// Whether a BTH opcode is one of the Unreliable Connection service.
+pub fn is_uc(opcode: u8) -> bool {
+    op::uc_base(opcode).is_some()
 }
 
 /// The opcode of packet `i` of `n` of a message of `kind` (with immediate data on its
@@ -176,6 +186,13 @@ mod tests {
             assert_eq!(o.kind == AtomicAck, l.atomic_ack, "{:#x}", o.opcode);
         }
         assert!(info(0x15).is_none() && info(0xff).is_none());
+        // UC: SEND and WRITE only, with the RC rows; no READ, ACK or atomic.
+        assert_eq!(info(op::UC | op::WRITE_ONLY_IMM), info(op::WRITE_ONLY_IMM));
+        assert_eq!(layout(op::UC | op::SEND_FIRST), layout(op::SEND_FIRST));
+        assert!(is_uc(op::UC | op::SEND_ONLY) && !is_uc(op::SEND_ONLY));
+        for rc_only in [op::READ_REQUEST, op::ACK, op::FETCH_ADD, op::COMPARE_SWAP] {
+            assert!(info(op::UC | rc_only).is_none() && layout(op::UC | rc_only).is_none(), "{rc_only:#x}");
+        }
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Queue pairs: state machine (IBA ch. 10.3, as a transition table that CMD_MODIFY_QP
 //! runs: each row names the attribute check of its edge), the send and receive rings as
-//! the device sees them, and a QP's attributes. The requester, responder and completer
+//! the device sees them, and a QP's attributes (its service, RC or UC, among them). The requester, responder and completer
 //! keep their own per-QP state in their modules.
 
-use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS};
+use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, QP_TYPE_RC, QP_TYPE_UC};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -139,6 +139,8 @@ impl Ring {
 #[derive(Clone, Debug)]
 pub struct Qp {
     pub state: QpState,
+    /// Its service (contract minor 13), fixed at RESET -> INIT.
+    pub service: Service,
     pub err_reason: u8,
     pub pd: u32,
     pub send_cqn: u32,
@@ -155,6 +157,7 @@ impl Qp {
     pub fn new() -> Qp {
         Qp {
             state: QpState::Reset,
+            service: Service::Rc,
             err_reason: 0,
             pd: 0,
             send_cqn: 0,
@@ -171,6 +174,29 @@ impl Qp {
     /// Whether the QP holds resources (CQ references) that block destroying its CQs.
     pub fn is_active(&self) -> bool {
         self.state != QpState::Reset
+    }
+}
+
+/// The destination QP in a QP context's dest_qpn (bits [31:24] are the service).
+pub const DEST_QPN_MASK: u32 = 0x00ff_ffff;
+
+/// A QP's transport service (QP_TYPE_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// Reliable Connection: acknowledged, retried, READs and atomics.
+    Rc,
+    /// Unreliable Connection: SEND and WRITE, never acknowledged (IBA 9.8.4).
+    Uc,
+}
+
+impl Service {
+    /// The service a QP context's dest_qpn bits [31:24] name, if any.
+    pub fn from_abi(v: u8) -> Option<Service> {
+        match v {
+            QP_TYPE_RC => Some(Service::Rc),
+            QP_TYPE_UC => Some(Service::Uc),
+            _ => None,
+        }
     }
 }
 

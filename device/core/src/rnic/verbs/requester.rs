@@ -8,11 +8,15 @@
 //!
 //! Local errors (malformed WQE, bad lkey, message too long) complete in order: once
 //! everything before the faulty WQE has completed.
+//!
+//! A UC QP (contract minor 13) sends the UC opcodes, asks for no acknowledgement, arms no
+//! timer and completes each WQE as its last request leaves; READs and atomics are not
+//! its operations (a local QP operation error).
 
 use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
 use super::opcode::{atomic_opcode, opcode_for, wqe_op, Kind};
-use super::qp::Qp;
+use super::qp::{Qp, Service};
 use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_wqe, SlotError, Wqe};
@@ -20,7 +24,7 @@ use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::observe::timing::wqe_log::{Pending, Stage, WqeLog};
 use crate::platform::mem::access::{DmaKind, DmaTag};
-use crate::rnic::fabric::packet::{AtomicEth, Bth, Reth, PSN_MASK};
+use crate::rnic::fabric::packet::{op, AtomicEth, Bth, Reth, PSN_MASK};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -179,7 +183,8 @@ impl Requester {
 /// Request `i` of in-flight WQE `w` to QP `dest` (a READ: one request for what is still
 /// missing).
 /// `segs`: the bus segments of that request's payload (from [`payload_of`]).
-fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]) -> Msg<'a> {
+fn request<'a>(qp: &Qp, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]) -> Msg<'a> {
+    let dest = qp.dest_qpn;
     let h = &w.hdr;
     let off = u64::from(i) * u64::from(mtu);
     let psn = psn_add(w.first_psn, i);
@@ -201,13 +206,15 @@ fn request<'a>(dest: u32, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]
         Payload::Segs { segs, off: 0, len: n }
     };
     let last = i + 1 == w.npkts;
+    // UC: the UC opcode of the same place, and nothing to acknowledge.
+    let uc = qp.service == Service::Uc;
     let bth = Bth {
-        opcode: opcode_for(w.kind, w.imm, i, w.npkts),
+        opcode: opcode_for(w.kind, w.imm, i, w.npkts) | if uc { op::UC } else { 0 },
         solicited: last && h.flags & WQE_FLAG_SOLICITED != 0,
         pkey: 0xffff,
         dest_qp: dest,
         psn,
-        ack_req: last || psn % ACK_REQ_EVERY == ACK_REQ_EVERY - 1,
+        ack_req: !uc && (last || psn % ACK_REQ_EVERY == ACK_REQ_EVERY - 1),
         ..Default::default()
     };
     let reth = (i == 0 && w.kind == Kind::Write).then_some(Reth { va: h.remote_addr, rkey: h.rkey, len: w.len as u32 });
@@ -227,6 +234,11 @@ fn payload_of(ctx: &Ctx, mtu: u32, w: &InFlight, i: u32) -> Result<Vec<Segment>,
 
 /// Checks a parsed WQE: (its local buffers, its length).
 fn resolve(ctx: &Ctx, qp: &Qp, w: &Wqe) -> Result<(Sgl, u64), Failure> {
+    // UC carries SENDs and WRITEs only (IBA 9.8.4): a READ or an atomic is no operation of
+    // the QP's, as rxe's requester refuses an opcode its QP type lacks.
+    if qp.service == Service::Uc && wqe_op(w.hdr.opcode).is_some_and(|o| matches!(o.kind, Kind::ReadRequest | Kind::Atomic)) {
+        return Err(fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE));
+    }
     if w.hdr.flags & WQE_FLAG_INLINE != 0 {
         return Ok((Sgl::default(), w.inline.len() as u64));
     }
@@ -340,7 +352,7 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
         let (i, next) = if w.is_read() { (i.max(w.received), psn_add(w.first_psn, w.npkts)) } else { (i, psn_add(psn, 1)) };
         ctx.mem.tag(DmaTag { mr: w.local.first_mr(), ..DmaTag::qp(DmaKind::Payload, qpn) });
         let result = match payload_of(ctx, rq.mtu, w, i) {
-            Ok(segs) => t.send(ctx.mem, &request(qp.dest_qpn, rq.mtu, w, i, &segs)).map_err(|e| {
+            Ok(segs) => t.send(ctx.mem, &request(qp, rq.mtu, w, i, &segs)).map_err(|e| {
                 crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
                 dma_fault(ctx.stats(), &e)
             }),
@@ -370,8 +382,26 @@ pub fn send_burst(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
             break;
         }
         sent += 1;
+        if qp.service == Service::Uc {
+            uc_sent(ctx, qpn, qp, rq, next, last);
+        }
     }
     sent > 0
+}
+
+/// UC: a request is done once sent (nothing comes back); the WQE of the last one completes.
+/// UC sends in order and never again, so that WQE is the oldest in flight.
+fn uc_sent(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, next: u32, last: bool) {
+    rq.una = next;
+    if !last {
+        return;
+    }
+    let Some(mut w) = rq.inflight.pop_front() else { return };
+    if let Some(t) = w.stamps.as_mut() {
+        t.stamp(Stage::Ack);
+    }
+    rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
+    ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
 }
 
 /// Fails the oldest in-flight WQE (the QP then goes to ERROR and flushes the rest).
@@ -389,6 +419,11 @@ mod tests {
     use super::*;
     use crate::rnic::fabric::packet::op;
 
+    /// An RC QP whose requests go to QP 4.
+    fn to_qp4() -> Qp {
+        Qp { dest_qpn: 4, ..Qp::new() }
+    }
+
     #[test]
     fn a_long_message_asks_for_acks_before_the_window_closes() {
         let w = InFlight {
@@ -404,7 +439,7 @@ mod tests {
             atomic: None,
             stamps: None,
         };
-        let asks: Vec<u32> = (0..64).filter(|&i| request(4, 1024, &w, i, &[]).bth.ack_req).map(|i| 5 + i).collect();
+        let asks: Vec<u32> = (0..64).filter(|&i| request(&to_qp4(), 1024, &w, i, &[]).bth.ack_req).map(|i| 5 + i).collect();
         assert_eq!(asks, [15, 31, 47, 63, 68], "every 16th PSN and the last");
         assert!(asks.windows(2).all(|p| (p[1] - p[0]) as i32 <= WINDOW_PKTS / 2));
     }
@@ -428,8 +463,9 @@ mod tests {
             atomic: None,
             stamps: None,
         };
-        let a = request(4, 4096, &w, 0, &[]);
-        let b = request(4, 4096, &w, 1, &[]);
+        let qp = to_qp4();
+        let a = request(&qp, 4096, &w, 0, &[]);
+        let b = request(&qp, 4096, &w, 1, &[]);
         assert_eq!(
             (a.bth.opcode, a.bth.psn, a.payload.len(), a.imm, a.bth.ack_req),
             (op::SEND_FIRST, PSN_MASK, 4096, None, true),

@@ -26,12 +26,15 @@
 //!   with REMOTE_ATOMIC on MR and QP (else remote access error), executed at once and
 //!   answered with an ATOMIC ACKNOWLEDGE; a duplicate is answered from [`super::atomic`]'s
 //!   history, never executed again. Not implemented: credits.
+//! - UC (minor 13, [`receive_uc`]): no acknowledgement of any kind; a message with a
+//!   missing packet, no RECV, or a remote access or length error is dropped (UC_DROPPED)
+//!   and the QP stays as it is; a packet of the other service than the QP's is dropped.
 
 use super::atomic::{self, Done, History};
 use super::ctx::{dma_fault, fail, Ctx, Failure, MAX_MSG};
 use super::mr::Segment;
-use super::opcode::{info, opcode_for, recv_cqe_opcode, Kind, OpInfo};
-use super::qp::{Qp, QpState};
+use super::opcode::{info, is_uc, opcode_for, recv_cqe_opcode, Kind, OpInfo};
+use super::qp::{Qp, QpState, Service};
 use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
 use super::wqe::{read_header, read_wqe, SlotError};
@@ -171,9 +174,9 @@ fn send_ack(ctx: &Ctx, rs: &Responder, t: &mut dyn Transport, to_qp: u32, psn: u
 }
 
 /// A request for a QP that does not take requests (not RTR/RTS): a remote operational
-/// error for the requester.
+/// error for the requester (a UC one gets nothing).
 pub fn refuse(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, m: &Msg) {
-    if info(m.bth.opcode).is_some_and(|o| o.request) {
+    if info(m.bth.opcode).is_some_and(|o| o.request) && !is_uc(m.bth.opcode) {
         let msg = Msg { detail: Some((WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID)), ..Msg::ack(to_qp, m.bth.psn, syndrome::NAK_REM_OP, 0) };
         let _ = t.send(ctx.mem, &msg);
     }
@@ -182,9 +185,18 @@ pub fn refuse(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, m: &Msg) {
 /// A request from QP `src_qpn` for responder QP `qp`.
 pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, m: &Msg, t: &mut dyn Transport) {
     let Some(op) = info(m.bth.opcode).filter(|o| o.request) else { return };
+    // A packet of the other service is not for this QP (IBA 9.6.1.2 transport check).
+    if is_uc(m.bth.opcode) != (qp.service == Service::Uc) {
+        ctx.stats().inc(Counter::PktsDropped);
+        crate::guest_info!("{}: QP {qpn}: dropped opcode {:#04x} of the other service (QP {:?})", ctx.name, m.bth.opcode, qp.service);
+        return;
+    }
     if qp.state == QpState::Rtr && !rs.established {
         rs.established = true;
         ctx.cqs.event(EQE_COMM_EST, qpn, 0);
+    }
+    if qp.service == Service::Uc {
+        return receive_uc(ctx, qpn, qp, rs, src_qpn, op, m, t);
     }
     let psn = m.bth.psn;
     let d = psn_diff(psn, rs.epsn);
@@ -241,6 +253,47 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
         rs.since_ack = 0;
         send_ack(ctx, rs, t, src_qpn, psn, syndrome::ACK, None);
     }
+}
+
+/// A UC request (contract minor 13; IBA 9.8.4, as rxe's responder): nothing is ever
+/// acknowledged. A packet other than the expected PSN ends the message in progress; a
+/// first (or only) packet starts a new message there, any other is dropped until one does.
+/// A message the QP cannot take whole (no RECV, a remote access or length error) is
+/// dropped with no error: its RECV, if it had one, stays posted for the next message.
+/// Errors of this QP's own (a malformed RECV, a DMA fault) are handled as on RC.
+#[allow(clippy::too_many_arguments)]
+fn receive_uc(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, op: &OpInfo, m: &Msg, t: &mut dyn Transport) {
+    let psn = m.bth.psn;
+    if psn != rs.epsn || op.first {
+        if rs.incoming.take().is_some() {
+            uc_drop(ctx, qpn, psn, "its last packets are missing");
+        }
+        if !op.first {
+            ctx.stats().inc(Counter::OutOfSequence);
+            return;
+        }
+        rs.epsn = psn;
+    }
+    let why = match place(ctx, qpn, qp, rs, src_qpn, op, m, t) {
+        Ok(true) => {
+            rs.epsn = psn_add(psn, 1);
+            return;
+        }
+        Ok(false) => "no RECV is posted",
+        Err(f) if matches!(f.status, WC_REM_ACCESS_ERR | WC_REM_INV_REQ_ERR) => "it breaks an access or length rule",
+        Err(_) => {
+            rs.incoming = None;
+            return;
+        }
+    };
+    // The rest of the message is out of sequence from here on: epsn stays.
+    rs.incoming = None;
+    uc_drop(ctx, qpn, psn, why);
+}
+
+fn uc_drop(ctx: &Ctx, qpn: u32, psn: u32, why: &str) {
+    ctx.stats().inc(Counter::UcDropped);
+    crate::guest_info!("{}: UC QP {qpn}: dropped the message at PSN {psn}: {why}", ctx.name);
 }
 
 /// A RECV at the head of the receive queue, resolved to its buffers.
@@ -319,7 +372,10 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
                 return Err(inv());
             }
             if offset.checked_add(n).is_none_or(|end| end > sgl.len()) {
-                fail_recv(ctx, qpn, qp, src_qpn, *wr_id, WC_LOC_LEN_ERR, QP_ERR_LENGTH);
+                // UC drops the message and keeps the RECV (IBA 9.8.4 class D, as rxe).
+                if qp.service == Service::Rc {
+                    fail_recv(ctx, qpn, qp, src_qpn, *wr_id, WC_LOC_LEN_ERR, QP_ERR_LENGTH);
+                }
                 return Err(inv());
             }
             let segs = ctx.local_part(sgl, *offset, n)?;

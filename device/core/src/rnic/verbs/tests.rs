@@ -112,8 +112,14 @@ impl Dev {
 
     /// [`Dev::create_qp`] with an RNR wait of `rnr_timer_us` (0: the shortest).
     pub(super) fn create_qp_rnr(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8, rnr_timer_us: u32) {
+        assert_eq!(self.create_qp_typed(qpn, pd, access, rnr_retry, rnr_timer_us, QP_TYPE_RC), CMD_OK);
+    }
+
+    /// [`Dev::create_qp_rnr`] of service `qp_type` (QP_TYPE_*, contract minor 13); the
+    /// command's status.
+    pub(super) fn create_qp_typed(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8, rnr_timer_us: u32, qp_type: u8) -> u32 {
         let base = RINGS + u64::from(qpn) * 0x4000;
-        let st = self.modify(qpn, |c| {
+        self.modify(qpn, |c| {
             *c = QpCtx {
                 state: QPS_INIT,
                 sq_log_size: 6,
@@ -128,10 +134,10 @@ impl Dev {
                 recv_cqn: qpn,
                 sq_addr: base,
                 rq_addr: base + 0x2000,
+                dest_qpn: u32::from(qp_type) << 24,
                 ..Default::default()
             }
-        });
-        assert_eq!(st, CMD_OK);
+        })
     }
 
     pub(super) fn connect(&mut self, a: u32, b: u32) {

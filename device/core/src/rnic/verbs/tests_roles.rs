@@ -134,7 +134,17 @@ impl Pair {
         Pair::new_timeout(Link::V4, 7, WireFaults::default(), 1, rd_atomic, |_, _| {})
     }
 
+    /// A pair of UC QPs (contract minor 13), on the fabric or looped back.
+    pub(super) fn uc(fabric: bool, faults: WireFaults) -> Pair {
+        Pair::new_typed(if fabric { Link::V4 } else { Link::Loopback }, 7, faults, 1, 0, QP_TYPE_UC, |_, _| {})
+    }
+
     fn new_timeout(link: Link, rnr_retry: u8, faults: WireFaults, timeout: u8, rd_atomic: u8, setup: impl Fn(usize, &mut Dev)) -> Pair {
+        Pair::new_typed(link, rnr_retry, faults, timeout, rd_atomic, QP_TYPE_RC, setup)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_typed(link: Link, rnr_retry: u8, faults: WireFaults, timeout: u8, rd_atomic: u8, qp_type: u8, setup: impl Fn(usize, &mut Dev)) -> Pair {
         let fabric = link != Link::Loopback;
         let net = fabric.then(|| Arc::new(Net::default()));
         let mut devs: Vec<Dev> = (0..if fabric { 2 } else { 1 }).map(|_| Dev::new()).collect();
@@ -151,8 +161,9 @@ impl Pair {
             d.create_cq(2, 7);
         }
         let last = devs.len() - 1;
-        devs[0].create_qp(1, 7, RW, rnr_retry);
-        devs[last].create_qp(2, 7, RW, rnr_retry);
+        for (d, qpn) in [(0, 1), (last, 2)] {
+            assert_eq!(devs[d].create_qp_typed(qpn, 7, RW, rnr_retry, 0, qp_type), CMD_OK);
+        }
         let ends = [(0, 1u32, 2u32, B, PSN_BA, PSN_AB), (last, 2, 1, A, PSN_AB, PSN_BA)];
         for (i, qpn, dest, ip, rq_psn, sq_psn) in ends {
             let d = &mut devs[i];
@@ -188,7 +199,7 @@ impl Pair {
     }
 
     /// Runs the engines and carries the packets in flight (through the faults).
-    fn pump(&mut self) -> bool {
+    pub(super) fn pump(&mut self) -> bool {
         let mut progress = false;
         // Bounded: with a short RNR timer and rnr_retry 7 (forever) a slow machine can make
         // every pass due for another retry, and only the callers' clocks end the scenario.
