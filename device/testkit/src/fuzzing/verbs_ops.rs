@@ -323,6 +323,10 @@ impl Harness {
                 let mut c = if state % 6 == 0 { Self::init_ctx(q, cqs, sizes, strides, access, pd) } else { self.qp_ctx(q) };
                 c.state = [QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR, QPS_RESET, state][usize::from(state % 6)];
                 c.dest_qpn = u32::from(dest) % (QPS as u32 + 1);
+                // Bit 7 of `access` (outside ACCESS_ALL) makes the QP UC at RESET -> INIT.
+                if state % 6 == 0 && access & 0x80 != 0 {
+                    c.dest_qpn |= u32::from(QP_TYPE_UC) << 24;
+                }
                 c.dest_ip = if fabric & 1 == 1 { u32::from(self.peer) } else { 0 };
                 c.path_mtu = mtu % 14;
                 (c.sq_psn, c.rq_psn) = (psn, psn.rotate_left(8));
@@ -732,8 +736,9 @@ impl RcOracle {
             // PSNs a requester and its responder no longer agree on (R-FAB-4: a request
             // behind the expected PSN is acknowledged as a duplicate, not executed).
             Op::Packet { .. } | Op::Reset | Op::DestroyQp { .. } => true,
-            // To INIT with PSN 0 (what Connect then keeps) or to ERROR keeps the contract.
-            Op::ModifyQp { state, psn, .. } => !(state % 6 == 0 && psn == 0 || state % 6 == 3),
+            // To INIT with PSN 0 (what Connect then keeps) or to ERROR keeps the contract; a
+            // UC QP completes what it sends whether or not it lands (R-UC-2): no RC claim.
+            Op::ModifyQp { state, psn, access, .. } => !(state % 6 == 0 && psn == 0 && access & 0x80 == 0 || state % 6 == 3),
             Op::Connect { a, b, fabric } => {
                 // Two requesters sending to one responder QP share its PSN space: the same.
                 let node = usize::from(sel & 1);
@@ -792,16 +797,21 @@ fn pair_step(nodes: &mut [Harness; 2], sel: u8, op: &Op) {
 
 /// Seeds of `verbs_pair`: each node builds the fabric pair of [`seeds`] (node 0's QP 1
 /// talks to node 1's QP 2 and the other way), both post, packets cross both ways.
+/// The second seed is [`uc_ops`].
 pub fn pair_seeds() -> Vec<Vec<u8>> {
-    let ops = seed_ops(1);
-    let mut out = Vec::new();
-    for op in &ops {
-        for node in 0..2u8 {
-            out.push(node);
-            op.encode(&mut out);
-        }
-    }
-    vec![out]
+    [seed_ops(1), uc_ops()]
+        .iter()
+        .map(|ops| {
+            let mut out = Vec::new();
+            for op in ops {
+                for node in 0..2u8 {
+                    out.push(node);
+                    op.encode(&mut out);
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 fn seed_mr(index: u8, pages: Vec<(u8, u64)>) -> Op {
@@ -819,12 +829,7 @@ fn seed_post(qpn: u8, send: u8, opcode: u8, sges: Vec<(u8, u8, u32, u32, u8)>) -
 /// CQs 1 and 2, QPs 1 <-> 2 on loopback (`fabric` 0) or through the wire (1), two MRs,
 /// then each opcode once from QP 1 with a RECV posted on QP 2, packets reflected.
 fn seed_ops(fabric: u8) -> Vec<Op> {
-    let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
-    ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access: 7, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
-    ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access: 7, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
-    ops.push(Op::Connect { a: 1, b: 2, fabric });
-    ops.push(seed_mr(1, vec![(0, 0), (0, 1)]));
-    ops.push(seed_mr(2, vec![(0, 16), (0, 17)]));
+    let mut ops = seed_pair(fabric, 7);
     for opcode in 0..5 {
         ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
         ops.push(seed_post(1, 1, opcode, vec![seed_sge(1, 3000)]));
@@ -835,6 +840,41 @@ fn seed_ops(fabric: u8) -> Vec<Op> {
         ops.push(Op::Poll { cqn: 1 });
         ops.push(Op::Poll { cqn: 2 });
     }
+    ops
+}
+
+/// CQs 1 and 2, QPs 1 <-> 2 of ModifyQp `access` (0x80: UC) on loopback or the wire, MRs 1
+/// and 2.
+fn seed_pair(fabric: u8, access: u8) -> Vec<Op> {
+    let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
+    ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::Connect { a: 1, b: 2, fabric });
+    ops.push(seed_mr(1, vec![(0, 0), (0, 1)]));
+    ops.push(seed_mr(2, vec![(0, 16), (0, 17)]));
+    ops
+}
+
+/// UC QPs 1 <-> 2 through the wire: a SEND whose middle packet is lost (dropped whole,
+/// the RECV kept), SENDs and WRITEs that land, a SEND with no RECV left, then a READ (not a
+/// UC operation: QP 1 to ERROR).
+fn uc_ops() -> Vec<Op> {
+    let mut ops = seed_pair(1, 0x87);
+    ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
+    ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
+    ops.push(seed_post(1, 1, 3, vec![seed_sge(1, 3000)]));
+    // 3000 bytes are 6 packets at the pair's 512-byte MTU: the second is lost.
+    ops.extend([Op::Run { passes: 8 }, Op::Reflect { pick: 0, how: 4 }, Op::Reflect { pick: 0, how: 0 }]);
+    ops.extend(std::iter::repeat_n(Op::Reflect { pick: 0, how: 4 }, 4));
+    for opcode in [3, 0, 1, 4] {
+        ops.push(seed_post(1, 1, opcode, vec![seed_sge(1, 3000)]));
+        ops.push(Op::Run { passes: 8 });
+        for _ in 0..8 {
+            ops.push(Op::Reflect { pick: 0, how: 4 });
+        }
+    }
+    ops.push(seed_post(1, 1, 2, vec![seed_sge(1, 64)]));
+    ops.extend([Op::Run { passes: 8 }, Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }]);
     ops
 }
 
@@ -1246,6 +1286,29 @@ mod tests {
             );
         }
         verbs_pair(seed);
+    }
+
+    /// The UC pair seed: messages land unacknowledged, the one with a lost packet is dropped
+    /// whole and its RECV taken by the next, the one without a RECV dropped, the READ a
+    /// local QP operation error; the oracle does not judge UC.
+    #[test]
+    fn uc_pair_seed_drops_whole_messages_and_acknowledges_nothing() {
+        let seed = &pair_seeds()[1];
+        let mut u = Unstructured::new(seed);
+        let mut nodes = [Harness::new(LOCAL, PEER, false).unwrap(), Harness::new(PEER, LOCAL, false).unwrap()];
+        while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
+            pair_step(&mut nodes, sel, &op);
+        }
+        for (n, h) in nodes.iter().enumerate() {
+            let s = &h.stats;
+            let all = s.snapshot();
+            assert_eq!(s.get(Counter::AcksSent) + s.get(Counter::NaksSent), 0, "node {n}: UC acknowledged ({all:?})");
+            assert!(s.get(Counter::BytesWritten) >= 6000 && s.get(Counter::BytesSent) >= 3000, "node {n}: data did not move ({all:?})");
+            assert!(s.get(Counter::UcDropped) >= 2, "node {n}: the gapped SEND and the one without a RECV ({all:?})");
+            let errs: Vec<u8> = cqes(h, 1).iter().filter(|c| c.status != WC_SUCCESS).map(|c| c.status).collect();
+            assert!(errs.contains(&WC_LOC_QP_OP_ERR), "node {n}: the READ on UC: {errs:?}");
+        }
+        assert!(run_pair(seed).unchecked, "UC is not an RC claim");
     }
 
     /// The RC oracle is not vacuous: it checks the pair seed, which completes WRITEs,
