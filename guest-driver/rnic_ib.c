@@ -215,6 +215,7 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.post_recv		= rnic_ib_post_recv,
 	.reg_user_mr		= rnic_ib_reg_user_mr,
 	.reg_user_mr_dmabuf	= rnic_ib_reg_user_mr_dmabuf,
+	.rereg_user_mr		= rnic_ib_rereg_user_mr,
 	.dereg_mr		= rnic_ib_dereg_mr,
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ib_ucontext, ibuc),

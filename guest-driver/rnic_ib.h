@@ -63,6 +63,14 @@ struct rnic_ib_qp {
 	u32 qpn;			/* in uc->qps */
 	u32 state;			/* IB_QPS_* as last set */
 	u32 min_rnr_us;			/* RNR timer given at INIT->RTR, applied at RTR->RTS */
+	u8 min_rnr_timer;		/* the same as IB's code, for query_qp */
+	bool has_av;			/* av holds the address vector of the last IB_QP_AV */
+	struct {			/* what query_qp reports of it (no GID reference kept) */
+		union ib_gid dgid;
+		u32 flow_label;
+		u8 sgid_index, hop_limit, traffic_class, sl;
+		u8 dmac[ETH_ALEN];
+	} av;
 	struct rnic_ib_mmap *sq_map, *rq_map, *db_map;
 };
 
@@ -135,6 +143,9 @@ struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64
 struct ib_mr *rnic_ib_reg_user_mr_dmabuf(struct ib_pd *ibpd, u64 offset, u64 length,
 					 u64 virt_addr, int fd, int access,
 					 struct ib_dmah *dmah, struct uverbs_attr_bundle *attrs);
+struct ib_mr *rnic_ib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start, u64 length,
+				    u64 virt, int access, struct ib_pd *ibpd,
+				    struct ib_udata *udata);
 int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
 /* rnic_netdev.c: the port's netdev rethN (its rings, NAPI, ethtool: rnic_netdev.h) */

@@ -388,6 +388,21 @@ static int rnic_ib_dest(struct rnic_nic *nic, const struct rdma_ah_attr *ah, u32
 	return 0;
 }
 
+/* The address vector a modify gave, for query_qp to give back (rnic_ib_dest() took it). */
+static void rnic_ib_keep_av(struct rnic_ib_qp *qp, const struct rdma_ah_attr *ah)
+{
+	const struct ib_global_route *grh = rdma_ah_read_grh(ah);
+
+	qp->av.dgid = grh->dgid;
+	qp->av.flow_label = grh->flow_label;
+	qp->av.sgid_index = grh->sgid_index;
+	qp->av.hop_limit = grh->hop_limit;
+	qp->av.traffic_class = grh->traffic_class;
+	qp->av.sl = rdma_ah_get_sl(ah);
+	memcpy(qp->av.dmac, ah->roce.dmac, ETH_ALEN);
+	qp->has_av = true;
+}
+
 int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		      struct ib_udata *udata)
 {
@@ -487,6 +502,10 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		return ret;
 	qp->state = next;
 	qp->min_rnr_us = min_rnr_us;
+	if (mask & IB_QP_MIN_RNR_TIMER)
+		qp->min_rnr_timer = attr->min_rnr_timer & 31;
+	if (mask & IB_QP_AV)
+		rnic_ib_keep_av(qp, &attr->ah_attr);
 	return 0;
 }
 
@@ -538,6 +557,15 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		attr->rnr_retry = rqp->rnr_retry;
 		attr->timeout = rqp->timeout;
 		attr->port_num = 1;
+		attr->min_rnr_timer = qp->min_rnr_timer;
+		if (qp->has_av) {
+			attr->ah_attr.type = RDMA_AH_ATTR_TYPE_ROCE;
+			rdma_ah_set_port_num(&attr->ah_attr, 1);
+			rdma_ah_set_sl(&attr->ah_attr, qp->av.sl);
+			rdma_ah_set_grh(&attr->ah_attr, &qp->av.dgid, qp->av.flow_label,
+					qp->av.sgid_index, qp->av.hop_limit, qp->av.traffic_class);
+			memcpy(attr->ah_attr.roce.dmac, qp->av.dmac, ETH_ALEN);
+		}
 		attr->cap.max_send_wr = 1U << rqp->sq.log_size;
 		attr->cap.max_recv_wr = 1U << rqp->rq.log_size;
 		attr->cap.max_send_sge = rqp->max_send_sge;
@@ -590,6 +618,20 @@ int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 
 /* ---- MRs ---- */
 
+/* IB access flags as the device's; REMOTE_ATOMIC is taken (and means nothing) before 1.12. */
+static int rnic_ib_mr_access(struct ib_device *ibdev, int access, u32 *out)
+{
+	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING))
+		return -EOPNOTSUPP;
+	*out = (access & IB_ACCESS_LOCAL_WRITE ? RNIC_ACCESS_LOCAL_WRITE : 0) |
+	       (access & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
+	       (access & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
+	if (rnic_nic_atomics(ib_nic(ibdev)) && access & IB_ACCESS_REMOTE_ATOMIC)
+		*out |= RNIC_ACCESS_REMOTE_ATOMIC;
+	return 0;
+}
+
 /*
  * One MR through rnic_reg_mr() (@fd < 0: user memory at @addr) or rnic_reg_mr_dmabuf()
  * (@fd: a GPU's dma-buf, @offset in it): the request either ioctl would fill, strict P2P.
@@ -602,21 +644,15 @@ static struct ib_mr *rnic_ib_reg_mr(struct ib_pd *ibpd, u64 addr, u64 length, in
 	struct rnic_ib_mr *mr;
 	int ret;
 
-	/* REMOTE_ATOMIC is taken (and means nothing) before contract minor 12. */
-	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
-		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING))
-		return ERR_PTR(-EOPNOTSUPP);
+	ret = rnic_ib_mr_access(ibpd->device, access, &req.access);
+	if (ret)
+		return ERR_PTR(ret);
 	if (!rnic_ib_udata_in_ok(ibpd->device, udata, "reg_mr"))
 		return ERR_PTR(-EINVAL);
 	uc = rdma_udata_to_drv_context(udata, struct rnic_ib_ucontext, ibuc)->uc;
 	req.addr = addr;
 	req.length = length;
 	req.pd = ib_pdn(ibpd);
-	req.access = (access & IB_ACCESS_LOCAL_WRITE ? RNIC_ACCESS_LOCAL_WRITE : 0) |
-		     (access & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
-		     (access & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
-	if (rnic_nic_atomics(ib_nic(ibpd->device)) && access & IB_ACCESS_REMOTE_ATOMIC)
-		req.access |= RNIC_ACCESS_REMOTE_ATOMIC;
 	req.flags = RNIC_MR_FLAG_STRICT_P2P;
 
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
@@ -652,6 +688,44 @@ struct ib_mr *rnic_ib_reg_user_mr_dmabuf(struct ib_pd *ibpd, u64 offset, u64 len
 	if (!attrs || dmah || fd < 0)
 		return ERR_PTR(fd < 0 ? -EBADF : -EOPNOTSUPP);
 	return rnic_ib_reg_mr(ibpd, virt_addr, length, access, fd, offset, &attrs->driver_udata);
+}
+
+/*
+ * ibv_rereg_mr: in place (NULL: ib_core keeps this ib_mr and updates its PD and iova), the
+ * keys unchanged (rnic_mr_rereg.c). The iova stays the user address.
+ */
+struct ib_mr *rnic_ib_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start, u64 length,
+				    u64 virt, int access, struct ib_pd *ibpd,
+				    struct ib_udata *udata)
+{
+	struct rnic_ib_mr *mr = container_of(ibmr, struct rnic_ib_mr, ibmr);
+	struct rnic_reg_mr req = {};
+	u32 what = 0;
+	int ret;
+
+	if (flags & ~(IB_MR_REREG_TRANS | IB_MR_REREG_PD | IB_MR_REREG_ACCESS))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!rnic_ib_udata_in_ok(ibmr->device, udata, "rereg_mr"))
+		return ERR_PTR(-EINVAL);
+	if (flags & IB_MR_REREG_TRANS) {
+		if (virt != start)
+			return ERR_PTR(-EOPNOTSUPP);
+		req.addr = start;
+		req.length = length;
+		what |= RNIC_REREG_TRANS;
+	}
+	if (flags & IB_MR_REREG_PD) {
+		req.pd = ib_pdn(ibpd);
+		what |= RNIC_REREG_PD;
+	}
+	if (flags & IB_MR_REREG_ACCESS) {
+		ret = rnic_ib_mr_access(ibmr->device, access, &req.access);
+		if (ret)
+			return ERR_PTR(ret);
+		what |= RNIC_REREG_ACCESS;
+	}
+	ret = rnic_mr_rereg(mr->uc, mr->index, what, &req);
+	return ret ? ERR_PTR(ret) : NULL;
 }
 
 int rnic_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

@@ -165,7 +165,7 @@ static void rnic_mr_unpin(struct rnic_mr *mr)
 }
 
 /* Writes the bus address of each page of the MR's mapped table into its MTT range. */
-static int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
+int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
 {
 	struct sg_table *sgt = mr->attach ? mr->dmabuf_sgt : &mr->sgt;
 	struct sg_dma_page_iter iter;
@@ -200,6 +200,32 @@ void rnic_mr_dmabuf_release(struct rnic_mr *mr)
 }
 
 /*
+ * The device's REG_MR of @mr's index and key over the translation of @mem (@mr itself, or
+ * the pages a re-registration pinned), with @pdn and @access.
+ */
+int rnic_mr_cmd_reg(struct rnic_nic *nic, const struct rnic_mr *mr, const struct rnic_mr *mem,
+		    u32 pdn, u32 access)
+{
+	struct rnic_mr_ctx *ctx;
+	int ret;
+
+	mutex_lock(&nic->cmd_lock);
+	ctx = &nic->mr_ctx[mr->index];
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->iova = mem->iova;
+	ctx->length = mem->length;
+	ctx->pd = pdn;
+	ctx->mtt_offset = mem->mtt_offset;
+	ctx->npages = mem->npages;
+	ctx->access = access;
+	ctx->key = mr->key & 0xff;
+	ctx->page_shift = RNIC_MR_PAGE_SHIFT;
+	ret = rnic_cmd(nic, RNIC_CMD_REG_MR, mr->index);
+	mutex_unlock(&nic->cmd_lock);
+	return ret;
+}
+
+/*
  * What REG_MR of user memory and of a dma-buf share, under uc->lock once the memory is
  * pinned or imported: the PD, the GPU's liveness, the DMA mapping of pinned pages (a
  * dma-buf comes mapped; @strict as in rnic_mr_map()), MTT space and entries, the MR index
@@ -209,7 +235,6 @@ int rnic_mr_add(struct rnic_ucontext *uc, struct rnic_mr *mr, u32 pdn, bool stri
 		const char **why)
 {
 	struct rnic_nic *nic = uc->nic;
-	struct rnic_mr_ctx *ctx;
 	struct rnic_pd *pd;
 	int id, ret;
 
@@ -263,19 +288,7 @@ int rnic_mr_add(struct rnic_ucontext *uc, struct rnic_mr *mr, u32 pdn, bool stri
 		goto err_ida;
 
 	*why = "the device's REG_MR command";
-	mutex_lock(&nic->cmd_lock);
-	ctx = &nic->mr_ctx[mr->index];
-	memset(ctx, 0, sizeof(*ctx));
-	ctx->iova = mr->iova;
-	ctx->length = mr->length;
-	ctx->pd = pd->pdn;
-	ctx->mtt_offset = mr->mtt_offset;
-	ctx->npages = mr->npages;
-	ctx->access = mr->access;
-	ctx->key = mr->key & 0xff;
-	ctx->page_shift = RNIC_MR_PAGE_SHIFT;
-	ret = rnic_cmd(nic, RNIC_CMD_REG_MR, mr->index);
-	mutex_unlock(&nic->cmd_lock);
+	ret = rnic_mr_cmd_reg(nic, mr, mr, pd->pdn, mr->access);
 	if (ret)
 		goto err_xa;
 
@@ -320,6 +333,82 @@ void rnic_mr_done(const struct rnic_mr *mr, struct rnic_reg_mr *req)
 }
 
 /*
+ * A new MR over the user memory @req names (range and access; nothing of the device yet),
+ * its pages accounted and pinned: ordinary memory long-term, or with @gpu a GPU's P2PDMA
+ * memory. Called without uc->lock (a fault may take as long as user space wants).
+ */
+struct rnic_mr *rnic_mr_pin_user(struct rnic_nic *nic, const struct rnic_reg_mr *req, bool gpu,
+				 const char **why)
+{
+	unsigned long start;
+	struct rnic_mr *mr;
+	u32 pinned = 0;
+	u64 last;
+	int ret;
+
+	*why = "the range";
+	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
+	    check_add_overflow(req->addr, req->length - 1, &last) || last > TASK_SIZE_MAX) {
+		dev_warn_ratelimited(nic_dev(nic), "REG_MR: range 0x%llx + %llu is empty, over %llu bytes, or outside user space\n",
+				     req->addr, req->length, RNIC_UAPI_MAX_MR_SIZE);
+		return ERR_PTR(-EINVAL);
+	}
+
+	*why = "the MR";
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->access = req->access;
+	mr->dir = rnic_mr_writable(mr->access) ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+	mr->iova = req->addr;
+	mr->length = req->length;
+	start = req->addr & PAGE_MASK;
+	mr->npages = (PAGE_ALIGN(last + 1) - start) >> PAGE_SHIFT;
+
+	*why = "pinned-memory limit (RLIMIT_MEMLOCK)";
+	ret = rnic_mr_account(mr);
+	if (ret)
+		goto err_free;
+
+	*why = "page array";
+	ret = -ENOMEM;
+	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages), GFP_KERNEL_ACCOUNT);
+	if (!mr->pages)
+		goto err_unaccount;
+
+	*why = "pinning the user pages";
+	ret = rnic_mr_pin(mr, start, &pinned, false);
+	if (ret && gpu) {
+		/* Maybe GPU memory, which gup refuses without FOLL_PCI_P2PDMA. */
+		unpin_user_pages(mr->pages, pinned);
+		pinned = 0;
+		ret = rnic_mr_pin_p2p(nic, mr, start, &pinned, ret, why);
+	}
+	if (ret)
+		goto err_unpin;
+	return mr;
+
+err_unpin:
+	unpin_user_pages(mr->pages, pinned);
+	kvfree(mr->pages);
+err_unaccount:
+	rnic_mr_unaccount(mr);
+err_free:
+	kfree(mr);
+	return ERR_PTR(ret);
+}
+
+/* Undoes rnic_mr_pin_user() for an MR that never reached the device. */
+void rnic_mr_free_user(struct rnic_mr *mr)
+{
+	unpin_user_pages(mr->pages, mr->npages);
+	pci_dev_put(mr->provider);
+	kvfree(mr->pages);
+	rnic_mr_unaccount(mr);
+	kfree(mr);
+}
+
+/*
  * REG_MR, called without uc->lock: the user pages are pinned first (a fault there may
  * take as long as user space wants), then the mutex is taken for everything the device
  * and the file's objects see.
@@ -328,74 +417,30 @@ int rnic_reg_mr(struct rnic_ucontext *uc, struct rnic_reg_mr *req)
 {
 	struct rnic_nic *nic = uc->nic;
 	struct device *dev = nic_dev(nic);
-	unsigned long start, end;
 	struct rnic_mr *mr;
 	const char *why;
-	u32 pinned = 0, npages;
-	u64 last;
 	int ret;
 
 	ret = rnic_mr_check_access(dev, req);
 	if (ret)
 		return ret;
-	if (req->length == 0 || req->length > RNIC_UAPI_MAX_MR_SIZE ||
-	    check_add_overflow(req->addr, req->length - 1, &last) || last > TASK_SIZE_MAX) {
-		dev_warn_ratelimited(dev, "REG_MR: range 0x%llx + %llu is empty, over %llu bytes, or outside user space\n",
-				     req->addr, req->length, RNIC_UAPI_MAX_MR_SIZE);
-		return -EINVAL;
+	mr = rnic_mr_pin_user(nic, req, true, &why);
+	if (IS_ERR(mr)) {
+		ret = PTR_ERR(mr);
+		goto err;
 	}
-
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL_ACCOUNT);
-	if (!mr)
-		return -ENOMEM;
-	mr->access = req->access;
-	mr->dir = rnic_mr_writable(mr->access) ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
-	mr->iova = req->addr;
-	mr->length = req->length;
-	start = req->addr & PAGE_MASK;
-	end = PAGE_ALIGN(last + 1);
-	mr->npages = (end - start) >> PAGE_SHIFT;
-	npages = mr->npages;
-
-	why = "pinned-memory limit (RLIMIT_MEMLOCK)";
-	ret = rnic_mr_account(mr);
-	if (ret)
-		goto err_free;
-
-	why = "page array";
-	ret = -ENOMEM;
-	mr->pages = kvmalloc_array(mr->npages, sizeof(*mr->pages), GFP_KERNEL_ACCOUNT);
-	if (!mr->pages)
-		goto err_unaccount;
-
-	why = "pinning the user pages";
-	ret = rnic_mr_pin(mr, start, &pinned, false);
-	if (ret) {
-		/* Maybe GPU memory, which gup refuses without FOLL_PCI_P2PDMA. */
-		unpin_user_pages(mr->pages, pinned);
-		pinned = 0;
-		ret = rnic_mr_pin_p2p(nic, mr, start, &pinned, ret, &why);
-		if (ret)
-			goto err_unpin;
-	}
-
 	ret = rnic_mr_add(uc, mr, req->pd, req->flags & RNIC_MR_FLAG_STRICT_P2P, &why);
-	if (ret)
-		goto err_unpin;
+	if (ret) {
+		rnic_mr_free_user(mr);
+		goto err;
+	}
 	rnic_mr_done(mr, req);
 	return 0;
 
-err_unpin:
-	unpin_user_pages(mr->pages, pinned);
-	pci_dev_put(mr->provider);
-	kvfree(mr->pages);
-err_unaccount:
-	rnic_mr_unaccount(mr);
-err_free:
-	kfree(mr);
+err:
 	atomic64_inc(&nic->stats.mr_reg_failures);
-	dev_warn_ratelimited(dev, "REG_MR 0x%llx + %llu (%u pages, access 0x%x) failed at %s: %d\n",
-			     req->addr, req->length, npages, req->access, why, ret);
+	dev_warn_ratelimited(dev, "REG_MR 0x%llx + %llu (access 0x%x) failed at %s: %d\n",
+			     req->addr, req->length, req->access, why, ret);
 	return ret;
 }
 

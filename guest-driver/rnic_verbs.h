@@ -359,6 +359,12 @@ int rnic_mr_sync(struct rnic_ucontext *uc, const struct rnic_mr_sync *req);
 void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr);
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr);
 
+/* rnic_mr_rereg.c: re-registration in place (ib_core's rereg_user_mr) */
+#define RNIC_REREG_TRANS	(1U << 0)	/* req->addr, req->length */
+#define RNIC_REREG_PD		(1U << 1)	/* req->pd */
+#define RNIC_REREG_ACCESS	(1U << 2)	/* req->access */
+int rnic_mr_rereg(struct rnic_ucontext *uc, u32 index, u32 what, struct rnic_reg_mr *req);
+
 /* rnic_mr_dmabuf.c: dma-buf MRs, revocation of MRs over a GPU that goes away */
 int rnic_reg_mr_dmabuf(struct rnic_ucontext *uc, struct rnic_reg_mr *req, int fd, u64 offset);
 void rnic_nic_revoke_provider(struct rnic_nic *nic, struct pci_dev *provider);

@@ -4,9 +4,9 @@
  *
  * libibverbs loads it for an RDMA device whose PCI function matches our IDs (the kernel's
  * guest-driver/rnic_ib.c registers it as rnicN). Here: the control path (device and port
- * queries, PDs, MRs and dma-buf MRs, CQs (also from ibv_create_cq_ex), RC QPs) through the
- * kernel's generic uverbs commands, and the mappings the data path (rnic_dp.c) uses: each
- * CQ's and QP's rings and doorbell page.
+ * queries, PDs, MRs and dma-buf MRs and their re-registration, CQs (also from
+ * ibv_create_cq_ex), RC and UC QPs) through the kernel's generic uverbs commands, and the
+ * mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and doorbell page.
  *
  * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, completion timestamps;
  * libibverbs answers those with EOPNOTSUPP.
@@ -144,6 +144,21 @@ static struct ibv_mr *rnic_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, siz
 		return NULL;
 	}
 	return &vmr->ibv_mr;
+}
+
+/* In place: the kernel keeps the MR's keys (docs/ibverbs.md "MR re-registration"). */
+static int rnic_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *addr,
+			 size_t length, int access)
+{
+	struct ib_uverbs_rereg_mr_resp resp;
+	struct ibv_rereg_mr cmd;
+	int ret;
+
+	ret = ibv_cmd_rereg_mr(vmr, flags, addr, length, (uintptr_t)addr, access, pd, &cmd,
+			       sizeof(cmd), &resp, sizeof(resp));
+	if (ret)
+		errno = ret;
+	return ret;
 }
 
 static int rnic_dereg_mr(struct verbs_mr *vmr)
@@ -451,6 +466,7 @@ static const struct verbs_context_ops rnic_ctx_ops = {
 	.alloc_pd = rnic_alloc_pd,
 	.dealloc_pd = rnic_dealloc_pd,
 	.reg_mr = rnic_reg_mr,
+	.rereg_mr = rnic_rereg_mr,
 	.dereg_mr = rnic_dereg_mr,
 	.reg_dmabuf_mr = rnic_reg_dmabuf_mr,
 	.create_cq = rnic_create_cq,
