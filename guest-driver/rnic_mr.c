@@ -470,7 +470,9 @@ void rnic_mr_destroy(struct rnic_nic *nic, struct rnic_mr *mr)
 {
 	mr->pd->users--;
 	if (mr->revoked) {
-		ida_free(&nic->mr_ida, mr->index);
+		/* The device refuses REG_MR at an index it still holds: never hand it out again. */
+		if (!mr->index_held)
+			ida_free(&nic->mr_ida, mr->index);
 		kfree(mr);
 		return;
 	}

@@ -187,9 +187,11 @@ static unsigned int rnic_uc_revoke(struct rnic_ucontext *uc, struct pci_dev *pro
 		 * Even a refused DEREG_MR cannot reach the GPU any more: its BAR1_APERTURE slot
 		 * is already cleared. The pin must go, or the GPU's removal waits forever.
 		 */
-		if (!rnic_cmd_release(nic, RNIC_CMD_DEREG_MR, mr->index))
-			dev_err_ratelimited(nic_dev(nic), "revoking MR %u: the device refused DEREG_MR; unpinning anyway\n",
+		if (!rnic_cmd_release(nic, RNIC_CMD_DEREG_MR, mr->index)) {
+			dev_err_ratelimited(nic_dev(nic), "revoking MR %u: the device refused DEREG_MR; unpinning anyway, the index stays out of use\n",
 					    mr->index);
+			mr->index_held = true;
+		}
 		rnic_mr_release_mem(nic, mr);
 		mr->revoked = true;
 		atomic64_inc(&nic->stats.revoked_mrs);

@@ -287,6 +287,9 @@ struct rnic_mr {
 	struct page **bounce;		/* BOUNCE: npages host pages, page i mirrors pages[i] */
 	enum dma_data_direction dir;	/* DMA_TO_DEVICE unless the access flags allow writes */
 	bool revoked;			/* its GPU went away: unmapped, unpinned, off the device */
+	bool index_held;		/* revoked, but the device refused DEREG_MR: it still holds
+					 * the index and key, so the index is never reused (until
+					 * the device's reset makes a new driver instance) */
 	struct list_head zombie;	/* in nic->zombie_mrs when the device kept it */
 };
 
