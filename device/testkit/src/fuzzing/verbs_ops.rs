@@ -1180,6 +1180,16 @@ mod tests {
         h
     }
 
+    /// Both nodes of `verbs_pair` after the operations of `seed` (no final exchange).
+    fn replay_pair(seed: &[u8]) -> [Harness; 2] {
+        let mut u = Unstructured::new(seed);
+        let mut nodes = [Harness::new(LOCAL, PEER, false).unwrap(), Harness::new(PEER, LOCAL, false).unwrap()];
+        while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
+            pair_step(&mut nodes, sel, &op);
+        }
+        nodes
+    }
+
     /// The manual clock drives the timers: the timer seed waits out an RNR NAK, a
     /// retransmission timeout, and spends a retry budget (retry-exceeded completion).
     #[test]
@@ -1271,11 +1281,7 @@ mod tests {
     #[test]
     fn pair_seed_talks_rc_between_two_engines() {
         let seed = &pair_seeds()[0];
-        let mut u = Unstructured::new(seed);
-        let mut nodes = [Harness::new(LOCAL, PEER, false).unwrap(), Harness::new(PEER, LOCAL, false).unwrap()];
-        while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
-            pair_step(&mut nodes, sel, &op);
-        }
+        let nodes = replay_pair(seed);
         for (n, h) in nodes.iter().enumerate() {
             let s = &h.stats;
             let all = s.snapshot();
@@ -1294,11 +1300,7 @@ mod tests {
     #[test]
     fn uc_pair_seed_drops_whole_messages_and_acknowledges_nothing() {
         let seed = &pair_seeds()[1];
-        let mut u = Unstructured::new(seed);
-        let mut nodes = [Harness::new(LOCAL, PEER, false).unwrap(), Harness::new(PEER, LOCAL, false).unwrap()];
-        while let (false, Ok(sel), Ok(op)) = (u.is_empty(), u.arbitrary::<u8>(), u.arbitrary::<Op>()) {
-            pair_step(&mut nodes, sel, &op);
-        }
+        let nodes = replay_pair(seed);
         for (n, h) in nodes.iter().enumerate() {
             let s = &h.stats;
             let all = s.snapshot();

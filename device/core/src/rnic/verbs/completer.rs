@@ -15,7 +15,7 @@
 use super::ctx::{dma_fault, fail, Ctx};
 use super::opcode::{info, Kind};
 use super::qp::{Qp, Service};
-use super::requester::{fail_front, InFlight, Requester};
+use super::requester::{complete_front, fail_front, InFlight, Requester};
 use super::transport::{psn_add, psn_diff, Msg};
 use crate::contract::abi::*;
 use crate::contract::counters::Counter;
@@ -78,12 +78,7 @@ fn acked_through(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs: &
         if front.needs_response() || psn_diff(psn, front.last_psn()) < 0 {
             break;
         }
-        let Some(mut w) = rq.inflight.pop_front() else { break };
-        if let Some(t) = w.stamps.as_mut() {
-            t.stamp(crate::observe::timing::wqe_log::Stage::Ack);
-        }
-        rq.log_done(ctx.wqe_log, qpn, qp.dest_qpn, &mut w, WC_SUCCESS);
-        ctx.finish_send(qpn, qp, &w.hdr, Ok(w.len));
+        complete_front(ctx, qpn, qp, rq);
     }
     let mut next = psn_add(psn, 1);
     // An ACK beyond a READ whose responses have not all arrived: they were lost (the

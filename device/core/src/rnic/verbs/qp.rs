@@ -1,7 +1,7 @@
 //! Queue pairs: state machine (IBA ch. 10.3, as a transition table that CMD_MODIFY_QP
 //! runs: each row names the attribute check of its edge), the send and receive rings as
-//! the device sees them, and a QP's attributes (its service, RC or UC, among them). The requester, responder and completer
-//! keep their own per-QP state in their modules.
+//! the device sees them, and a QP's attributes (its service, RC or UC, among them). The
+//! requester, responder and completer keep their own per-QP state in their modules.
 
 use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, QP_TYPE_RC, QP_TYPE_UC};
 

@@ -396,6 +396,11 @@ fn uc_sent(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, next: u32, 
     if !last {
         return;
     }
+    complete_front(ctx, qpn, qp, rq);
+}
+
+/// Completes the oldest in-flight WQE with success (acknowledged, or a UC one sent).
+pub fn complete_front(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester) {
     let Some(mut w) = rq.inflight.pop_front() else { return };
     if let Some(t) = w.stamps.as_mut() {
         t.stamp(Stage::Ack);

@@ -199,7 +199,7 @@ impl Pair {
     }
 
     /// Runs the engines and carries the packets in flight (through the faults).
-    pub(super) fn pump(&mut self) -> bool {
+    fn pump(&mut self) -> bool {
         let mut progress = false;
         // Bounded: with a short RNR timer and rnr_retry 7 (forever) a slow machine can make
         // every pass due for another retry, and only the callers' clocks end the scenario.
