@@ -165,7 +165,7 @@ static void rnic_mr_unpin(struct rnic_mr *mr)
 }
 
 /* Writes the bus address of each page of the MR's mapped table into its MTT range. */
-int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
+static int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
 {
 	struct sg_table *sgt = mr->attach ? mr->dmabuf_sgt : &mr->sgt;
 	struct sg_dma_page_iter iter;
@@ -179,6 +179,46 @@ int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr)
 		i++;
 	}
 	return i == mr->npages ? 0 : -EIO;
+}
+
+/*
+ * The translation the device reads at REG_MR: @mr's pinned pages mapped (@strict as in
+ * rnic_mr_map(); a dma-buf comes mapped) and their bus addresses in a new MTT range. On
+ * failure nothing of it is left.
+ */
+int rnic_mr_translate(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, const char **why)
+{
+	int ret;
+
+	if (!mr->attach) {
+		ret = rnic_mr_map(nic, mr, strict, why);
+		if (ret)
+			return ret;
+	}
+	*why = "MTT space";
+	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
+	if (ret)
+		goto err_unmap;
+	*why = "filling the MTT";
+	ret = rnic_mr_fill_mtt(nic, mr);
+	if (ret)
+		goto err_mtt;
+	return 0;
+
+err_mtt:
+	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
+err_unmap:
+	if (!mr->attach)
+		rnic_mr_unmap(nic, mr);
+	return ret;
+}
+
+/* Undoes rnic_mr_translate(). */
+void rnic_mr_untranslate(struct rnic_nic *nic, struct rnic_mr *mr)
+{
+	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
+	if (!mr->attach)
+		rnic_mr_unmap(nic, mr);
 }
 
 /*
@@ -256,28 +296,16 @@ int rnic_mr_add(struct rnic_ucontext *uc, struct rnic_mr *mr, u32 pdn, bool stri
 	if (mr->provider && !rnic_p2p_provider_live(mr->provider))
 		goto err_unlock;
 
-	if (!mr->attach) {
-		ret = rnic_mr_map(nic, mr, strict, why);
-		if (ret)
-			goto err_unlock;
-	}
-
-	*why = "MTT space";
-	ret = rnic_mtt_alloc(nic, mr->npages, &mr->mtt_offset);
+	ret = rnic_mr_translate(nic, mr, strict, why);
 	if (ret)
-		goto err_unmap;
-
-	*why = "filling the MTT";
-	ret = rnic_mr_fill_mtt(nic, mr);
-	if (ret)
-		goto err_mtt;
+		goto err_unlock;
 
 	*why = "MR index";
 	/* Index 0 is never used, so lkey/rkey 0 never names an MR. */
 	id = ida_alloc_range(&nic->mr_ida, 1, nic->max_mr - 1, GFP_KERNEL);
 	if (id < 0) {
 		ret = id == -ENOSPC ? -ENOMEM : id;
-		goto err_mtt;
+		goto err_untranslate;
 	}
 	mr->index = id;
 	mr->key = mr->index << 8 | ++nic->mr_gen[mr->index];	/* the IDA makes it ours */
@@ -301,11 +329,8 @@ err_xa:
 	xa_erase(&uc->mrs, mr->index);
 err_ida:
 	ida_free(&nic->mr_ida, mr->index);
-err_mtt:
-	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
-err_unmap:
-	if (!mr->attach)
-		rnic_mr_unmap(nic, mr);
+err_untranslate:
+	rnic_mr_untranslate(nic, mr);
 err_unlock:
 	rnic_uc_unlock(uc);
 	return ret;
@@ -447,13 +472,12 @@ err:
 /* Unmaps, unpins and unaccounts an MR's memory and frees its MTT range. */
 void rnic_mr_release_mem(struct rnic_nic *nic, struct rnic_mr *mr)
 {
-	rnic_mtt_free(nic, mr->mtt_offset, mr->npages);
+	rnic_mr_untranslate(nic, mr);
 	if (mr->attach) {
 		rnic_mr_dmabuf_release(mr);
 		pci_dev_put(mr->provider);
 		mr->provider = NULL;
 	} else {
-		rnic_mr_unmap(nic, mr);
 		rnic_mr_unpin(mr);
 		kvfree(mr->pages);
 		mr->pages = NULL;

@@ -3,7 +3,7 @@
  * rnic-emu guest driver: what rnic_mr.c offers rnic_mr_dmabuf.c: the registration both
  * kinds of MR go through (rnic_mr_add()), the checks and outputs of REG_MR around it, and
  * the teardown of a dma-buf import (rnic_mr_release_mem() undoes both kinds); and to
- * rnic_mr_rereg.c the pinning, MTT filling and REG_MR command a re-registration repeats.
+ * rnic_mr_rereg.c the pinning, translation and REG_MR command a re-registration repeats.
  * The rest of the driver sees MRs through rnic_verbs.h only.
  */
 #ifndef _RNIC_MR_H
@@ -35,7 +35,8 @@ struct rnic_nic;
 struct rnic_mr *rnic_mr_pin_user(struct rnic_nic *nic, const struct rnic_reg_mr *req, bool gpu,
 				 const char **why);
 void rnic_mr_free_user(struct rnic_mr *mr);
-int rnic_mr_fill_mtt(struct rnic_nic *nic, struct rnic_mr *mr);
+int rnic_mr_translate(struct rnic_nic *nic, struct rnic_mr *mr, bool strict, const char **why);
+void rnic_mr_untranslate(struct rnic_nic *nic, struct rnic_mr *mr);
 int rnic_mr_cmd_reg(struct rnic_nic *nic, const struct rnic_mr *mr, const struct rnic_mr *mem,
 		    u32 pdn, u32 access);
 

@@ -24,8 +24,6 @@
 #include <linux/xarray.h>
 
 #include "rnic_mr.h"
-#include "rnic_mr_p2p.h"
-#include "rnic_mtt.h"
 #include "rnic_verbs.h"
 
 /* Moves @nm's translation into @mr (whose own the caller released). */
@@ -121,23 +119,15 @@ int rnic_mr_rereg(struct rnic_ucontext *uc, u32 index, u32 what, struct rnic_reg
 		goto err_unlock;
 	}
 	if (nm) {
-		ret = rnic_mr_map(nic, nm, true, &why);
+		ret = rnic_mr_translate(nic, nm, true, &why);
 		if (ret)
 			goto err_unlock;
-		why = "MTT space";
-		ret = rnic_mtt_alloc(nic, nm->npages, &nm->mtt_offset);
-		if (ret)
-			goto err_unmap;
-		why = "filling the MTT";
-		ret = rnic_mr_fill_mtt(nic, nm);
-		if (ret)
-			goto err_mtt;
 	}
 
 	why = "the device's DEREG_MR command";
 	if (!rnic_cmd_release(nic, RNIC_CMD_DEREG_MR, mr->index)) {
 		ret = -EIO;
-		goto err_mtt;
+		goto err_untranslate;
 	}
 	why = "the device's REG_MR command";
 	ret = rnic_mr_cmd_reg(nic, mr, nm ? nm : mr, pd->pdn, req->access);
@@ -148,7 +138,7 @@ int rnic_mr_rereg(struct rnic_ucontext *uc, u32 index, u32 what, struct rnic_reg
 			rnic_mr_release_mem(nic, mr);
 			mr->revoked = true;
 		}
-		goto err_mtt;
+		goto err_untranslate;
 	}
 
 	mr->pd->users--;
@@ -165,12 +155,9 @@ int rnic_mr_rereg(struct rnic_ucontext *uc, u32 index, u32 what, struct rnic_reg
 	rnic_uc_unlock(uc);
 	return 0;
 
-err_mtt:
+err_untranslate:
 	if (nm)
-		rnic_mtt_free(nic, nm->mtt_offset, nm->npages);
-err_unmap:
-	if (nm)
-		rnic_mr_unmap(nic, nm);
+		rnic_mr_untranslate(nic, nm);
 err_unlock:
 	rnic_uc_unlock(uc);
 err_free:

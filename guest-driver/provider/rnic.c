@@ -8,8 +8,8 @@
  * ibv_create_cq_ex), RC and UC QPs) through the kernel's generic uverbs commands, and the
  * mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and doorbell page.
  *
- * Not supported: UD/UC/XRC QPs, SRQs, AHs, memory windows, atomics, completion timestamps;
- * libibverbs answers those with EOPNOTSUPP.
+ * Not supported: UD/XRC QPs, SRQs, AHs, memory windows, completion timestamps (and
+ * atomics on a device before contract minor 12); libibverbs answers those with EOPNOTSUPP.
  */
 #include <errno.h>
 #include <stdlib.h>
