@@ -47,7 +47,7 @@ while True:
     h.update(b);n+=len(b)
 print(\"got-sha:\",h.hexdigest(),n)' & pid=$!; rnic-kv put tcp up; wait $pid || echo failed: tcp receive
               for dev in reth0 eth0; do
-                  iperf3 -s -1 -p 5201 >/dev/null 2>&1 & pid=$!; rnic-kv put iperf-$dev up; wait $pid
+                  echo \"cpu-before-$dev: $(head -1 /proc/stat)\"; iperf3 -s -1 -p 5201 >/dev/null 2>&1 & pid=$!; rnic-kv put iperf-$dev up; wait $pid; echo \"cpu-after-$dev: $(head -1 /proc/stat)\"
               done
               rnic-kv put done 1\n"
     } else {
@@ -62,11 +62,11 @@ c.sendall(open(\"/tmp/blob\",\"rb\").read());c.close()' || echo failed: tcp send
               for dev in reth0 eth0; do
                   peer=10.0.0.11; [ $dev = eth0 ] && peer=10.9.0.1
                   rnic-kv get iperf-$dev 120000 >/dev/null
-                  n=0; until iperf3 -c $peer -p 5201 -t 3 -J > /tmp/iperf-$dev; do
+                  echo \"cpu-before-$dev: $(head -1 /proc/stat)\"; n=0; until iperf3 -c $peer -p 5201 -t 3 -J > /tmp/iperf-$dev; do
                       grep -q 'unable to connect' /tmp/iperf-$dev && [ $n -lt 60 ] || { echo failed: iperf3 $dev; break; }
                       n=$((n + 1)); sleep 1
                   done
-                  echo \"iperf-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
+                  echo \"cpu-after-$dev: $(head -1 /proc/stat)\"; echo \"iperf-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_received\":{[^}]*' | grep -o '\"bits_per_second\":[0-9.e+]*' | cut -d: -f2)\"
                   echo \"iperf-sender-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"\\(max_snd_cwnd\\|max_rtt\\|min_rtt\\|mean_rtt\\|max_snd_wnd\\)\":[0-9]*' | tr '\\n' ' ')\"
                   echo \"iperf-retransmits-$dev: $(tr -d '\\n\\t ' < /tmp/iperf-$dev | grep -o '\"sum_sent\":{[^}]*' | grep -o '\"retransmits\":[0-9]*' | cut -d: -f2)\"
               done
@@ -74,6 +74,20 @@ c.sendall(open(\"/tmp/blob\",\"rb\").read());c.close()' || echo failed: tcp send
     };
     s + "ethtool -S reth0 | sed 's/^[[:space:]]*/stat: /'
          dmesg | grep -cE 'WARNING|BUG:|Oops' | sed 's/^/kernel-warnings: /'\n"
+}
+
+/// The share of the guest's CPU time that was not idle between its `cpu-before-DEV` and
+/// `cpu-after-DEV` lines (the `cpu` line of /proc/stat: user nice system idle iowait ...).
+fn cpu_busy(lines: &[String], dev: &str) -> Option<f64> {
+    let ticks = |tag: &str| -> Option<Vec<u64>> {
+        let rest = line_after(lines, &format!("cpu-{tag}-{dev}: cpu "))?;
+        rest.split_whitespace().map(|v| v.parse().ok()).collect()
+    };
+    let (a, b) = (ticks("before")?, ticks("after")?);
+    let d: Vec<u64> = b.iter().zip(&a).map(|(x, y)| x.saturating_sub(*y)).collect();
+    let total: u64 = d.iter().sum();
+    let idle = d.get(3)? + d.get(4).copied().unwrap_or(0);
+    (total > 0).then(|| 1.0 - idle as f64 / total as f64)
 }
 
 /// Whether ping (busybox's or iputils') printed under `tag` that all `n` echoes came back.
@@ -147,6 +161,11 @@ fn reth0_carries_arp_ipv4_ipv6_tcp_and_jumbo_frames_between_two_guests() {
     // The sender's view (largest congestion window, RTT in us): where a link's time goes.
     for dev in ["reth0", "eth0"] {
         eprintln!("iperf3 sender over {dev}: {}", line_after(&node_lines(&stdout, 1), &format!("iperf-sender-{dev}: ")).unwrap_or("?"));
+    }
+    // Each guest's vCPU time during each stream (from /proc/stat): which end was busy.
+    for dev in ["reth0", "eth0"] {
+        let busy = |node: usize| cpu_busy(&node_lines(&stdout, node), dev).map_or("?".to_string(), |b| format!("{:.0}%", b * 100.0));
+        eprintln!("guest vCPU busy during iperf3 over {dev}: receiver {}, sender {}", busy(0), busy(1));
     }
     // The host's view of the same port: frames both ways on both nodes.
     let json: Value = serde_json::from_str(&std::fs::read_to_string(stats.path()).unwrap()).unwrap();
