@@ -834,11 +834,22 @@ impl NodePair {
     /// Posts an RDMA WRITE of `len` bytes at `off` of node `from`'s buffer to the same
     /// offset of the other node's buffer.
     pub fn write(&mut self, from: usize, off: u64, len: u64, wr_id: u64, signaled: bool) -> anyhow::Result<()> {
+        let wqe = self.write_wqe(from, off, len, wr_id, signaled);
+        self.h[from].post(1, true, &[wqe])
+    }
+
+    /// Posts `n` such WRITEs (wr_id `first`, `first + 1`, ...) with one doorbell, only the
+    /// last one signaled.
+    pub fn write_batch(&mut self, from: usize, off: u64, len: u64, first: u64, n: u64) -> anyhow::Result<()> {
+        let wqes: Vec<_> = (0..n).map(|i| self.write_wqe(from, off, len, first + i, i + 1 == n)).collect();
+        self.h[from].post(1, true, &wqes)
+    }
+
+    fn write_wqe(&self, from: usize, off: u64, len: u64, wr_id: u64, signaled: bool) -> (WqeHeader, Vec<Sge>) {
         let to = 1 - from;
         let flags = if signaled { WQE_FLAG_SIGNALED } else { 0 };
         let hdr =
             WqeHeader { opcode: WQE_OP_RDMA_WRITE, flags, num_sge: 1, wr_id, remote_addr: VA + self.buf[to] + off, rkey: self.key[to], ..Default::default() };
-        let sge = Sge { addr: VA + self.buf[from] + off, length: len as u32, lkey: self.key[from] };
-        self.h[from].post(1, true, &[(hdr, vec![sge])])
+        (hdr, vec![Sge { addr: VA + self.buf[from] + off, length: len as u32, lkey: self.key[from] }])
     }
 }
