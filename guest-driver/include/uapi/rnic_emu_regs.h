@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x0001000d   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x0001000e   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -31,6 +31,7 @@
  *   1.11: Asynchronous events: an event queue (EQ_BASE, EQ_LOG, EQ_CI, CMD_SET_EQ; 16-byte rnic_eqe, EQE_*) that tells what no completion reports: QP fatal (its CQ overflowed, a doorbell overran its ring), QP invalid request and QP access error (the responder NAKs an invalid request or a remote access error and goes to ERROR, as IBA 9.9.3 has it: before, it stayed in RTS), communication established (first request in RTR), CQ error; written owner byte last, the async vector raised. Counters EQ_EVENTS, EQ_OVERFLOWS.
  *   1.12: Atomics: WQE_OP_ATOMIC_CMP_SWP and WQE_OP_ATOMIC_FETCH_ADD (rnic_atomic_ops after the header, one 8-byte SGE for the original value; its CQE opcodes), COMPARE_SWAP/FETCH_ADD and ATOMIC ACKNOWLEDGE on the wire (AtomicETH, AtomicAckETH), ACCESS_REMOTE_ATOMIC for MRs and QPs; the responder executes an 8-byte aligned atomic once and answers a duplicate from the results it keeps (ATOMICS, ATOMICS_REPLAYED). rnic_qp_ctx.rd_atomic (reserved before): READs and atomics outstanding as requester (max_rd_atomic, at RTS) and answered as responder (max_dest_rd_atomic, at RTR), 0 meaning the device's 16.
  *   1.13: UC QPs: rnic_qp_ctx.dest_qpn bits [31:24] (0 before) name the QP's service at RESET -> INIT, QP_TYPE_RC or QP_TYPE_UC. A UC QP sends SEND and WRITE (with immediate) as the UC opcodes (the RC ones | 0x20), asks for no ACK and completes a WQE once its last packet is sent; a READ or atomic WQE completes with WC_LOC_QP_OP_ERR. Its responder acknowledges nothing and drops, without an error, a message with a missing packet, with no RECV posted, or with a remote access or length error, resuming at the next first packet (UC_DROPPED); a packet of the other service is dropped (PKTS_DROPPED).
+ *   1.14: IBTA 1.5 RDMA FLUSH and ATOMIC WRITE on RC QPs: WQE_OP_FLUSH (remote_addr, rkey, imm_data the length, rsvd0 the FETH byte: placement type FLUSH_TYPE_* in bits [3:0], selectivity FLUSH_LEVEL_* in bits [5:4]; no SGE) and WQE_OP_ATOMIC_WRITE (rnic_atomic_ops.swap_add the 8 bytes written to the 8-byte aligned remote_addr at once; no SGE), their CQE opcodes, BTH opcodes FLUSH (FETH then RETH) and ATOMIC_WRITE (RETH, 8 bytes of payload), both answered by a zero-length RDMA READ RESPONSE ONLY and counted against max_rd_atomic/max_dest_rd_atomic; a duplicate is answered again, never executed twice. MR and QP access bits ACCESS_FLUSH_GLOBAL and ACCESS_FLUSH_PERSISTENT (a FLUSH needs the bit of each placement type it names, on MR and QP); counters FLUSHES, ATOMIC_WRITES.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -51,7 +52,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000d: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000e: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -106,7 +107,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000d: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000e: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -234,9 +235,11 @@
 #define RNIC_STAT_EQ_EVENTS          53           /* asynchronous events written to the event queue (minor 11) */
 #define RNIC_STAT_EQ_OVERFLOWS       54           /* asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11) */
 #define RNIC_STAT_ATOMICS            55           /* atomic operations (compare-and-swap, fetch-and-add) executed as responder (minor 12) */
-#define RNIC_STAT_ATOMICS_REPLAYED   56           /* duplicate atomic requests answered from the results kept, not executed again (minor 12) */
+#define RNIC_STAT_ATOMICS_REPLAYED   56           /* duplicate atomic requests (minor 14: and FLUSH and ATOMIC WRITE requests) answered from the results kept, not executed again (minor 12) */
 #define RNIC_STAT_UC_DROPPED         57           /* UC messages the responder dropped: a packet missing, no RECV posted, a remote access or length error (minor 13) */
-#define RNIC_STAT_COUNT              58           /* number of counters */
+#define RNIC_STAT_FLUSHES            58           /* RDMA FLUSH requests executed as responder (minor 14; duplicates answered again are not counted) */
+#define RNIC_STAT_ATOMIC_WRITES      59           /* ATOMIC WRITE requests executed as responder (minor 14; duplicates answered again are not counted) */
+#define RNIC_STAT_COUNT              60           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -297,6 +300,8 @@
 	[RNIC_STAT_ATOMICS] = "atomics", \
 	[RNIC_STAT_ATOMICS_REPLAYED] = "atomics_replayed", \
 	[RNIC_STAT_UC_DROPPED] = "uc_dropped", \
+	[RNIC_STAT_FLUSHES] = "flushes", \
+	[RNIC_STAT_ATOMIC_WRITES] = "atomic_writes", \
 }
 
 /* Descriptor constants */
@@ -307,6 +312,8 @@
 #define RNIC_WQE_OP_SEND_IMM         0x4          /* SQ: SEND with immediate */
 #define RNIC_WQE_OP_ATOMIC_CMP_SWP   0x5          /* SQ (minor 12): atomic compare-and-swap of the 8 bytes at remote_addr (8-byte aligned): rnic_atomic_ops after the header, then one SGE of 8 bytes that receives the original value */
 #define RNIC_WQE_OP_ATOMIC_FETCH_ADD 0x6          /* SQ (minor 12): atomic fetch-and-add, laid out as WQE_OP_ATOMIC_CMP_SWP (compare unused) */
+#define RNIC_WQE_OP_ATOMIC_WRITE     0x7          /* SQ, RC (minor 14): IBTA 1.5 ATOMIC WRITE of the 8 bytes in rnic_atomic_ops.swap_add (after the header; compare 0) to remote_addr (8-byte aligned) under rkey, which needs REMOTE_WRITE; no SGE */
+#define RNIC_WQE_OP_FLUSH            0x8          /* SQ, RC (minor 14): IBTA 1.5 RDMA FLUSH of rkey's MR (FLUSH_LEVEL_MR) or of [remote_addr, +imm_data) in it (FLUSH_LEVEL_RANGE), rsvd0 the FETH byte; no SGE. It completes once everything the responder placed before it is visible (FLUSH_TYPE_GLOBAL) or persistent (FLUSH_TYPE_PERSISTENT) */
 #define RNIC_WQE_OP_RECV             0x10         /* RQ: receive buffer */
 #define RNIC_WQE_FLAG_SIGNALED       0x1          /* generate a CQE on success */
 #define RNIC_WQE_FLAG_INLINE         0x2          /* payload is inline after the header (WRITE/SEND) */
@@ -316,6 +323,8 @@
 #define RNIC_CQE_OP_SEND             0x3          /* send side: SEND or SEND_IMM done */
 #define RNIC_CQE_OP_ATOMIC_CMP_SWP   0x5          /* send side (minor 12): compare-and-swap done, the original value in its SGE */
 #define RNIC_CQE_OP_ATOMIC_FETCH_ADD 0x6          /* send side (minor 12): fetch-and-add done, the original value in its SGE */
+#define RNIC_CQE_OP_ATOMIC_WRITE     0x7          /* send side (minor 14): ATOMIC WRITE done */
+#define RNIC_CQE_OP_FLUSH            0x8          /* send side (minor 14): FLUSH done */
 #define RNIC_CQE_OP_RECV             0x10         /* receive side: SEND received */
 #define RNIC_CQE_OP_RECV_RDMA_IMM    0x11         /* receive side: WRITE_IMM received */
 #define RNIC_CQE_FLAG_IMM            0x1          /* imm_data is valid */
@@ -335,6 +344,8 @@
 #define RNIC_ACCESS_REMOTE_WRITE     0x2          /* MR/QP: remote RDMA WRITE allowed */
 #define RNIC_ACCESS_REMOTE_READ      0x4          /* MR/QP: remote RDMA READ allowed */
 #define RNIC_ACCESS_REMOTE_ATOMIC    0x8          /* MR/QP (minor 12): remote atomic operations allowed */
+#define RNIC_ACCESS_FLUSH_GLOBAL     0x20         /* MR/QP (minor 14): remote FLUSH to global visibility allowed */
+#define RNIC_ACCESS_FLUSH_PERSISTENT 0x40         /* MR/QP (minor 14): remote FLUSH to persistence allowed */
 #define RNIC_QPS_RESET               0x0          /* QP state */
 #define RNIC_QPS_INIT                0x1          /* QP state */
 #define RNIC_QPS_RTR                 0x2          /* QP state */
@@ -396,17 +407,21 @@
 #define RNIC_EQE_CQ_ERR              0x5          /* (minor 11) event: CQ [object] overflowed and is in error until destroyed: IB_EVENT_CQ_ERR */
 #define RNIC_QP_TYPE_RC              0x0          /* (minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection */
 #define RNIC_QP_TYPE_UC              0x1          /* (minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED) */
+#define RNIC_FLUSH_TYPE_GLOBAL       0x1          /* (minor 14) FETH placement type bit: to global visibility (IBV_FLUSH_GLOBAL) */
+#define RNIC_FLUSH_TYPE_PERSISTENT   0x2          /* (minor 14) FETH placement type bit: to persistence (IBV_FLUSH_PERSISTENT) */
+#define RNIC_FLUSH_LEVEL_RANGE       0x0          /* (minor 14) FETH selectivity level (bits [5:4]): the range [remote_addr, +length) (IBV_FLUSH_RANGE) */
+#define RNIC_FLUSH_LEVEL_MR          0x1          /* (minor 14) FETH selectivity level: the whole MR of the rkey, the address and length ignored (IBV_FLUSH_MR) */
 
 /* Work-queue entry header (SQ and RQ). SGEs (or inline data) follow it up to the queue's stride (64, 128 or 256 bytes). */
 struct rnic_wqe {
 	__u8 opcode; /* 0x00: WQE_OP_*. */
 	__u8 flags; /* 0x01: WQE_FLAG_*. */
 	__u8 num_sge; /* 0x02: Scatter/gather entries that follow (0..=(stride-32)/16). */
-	__u8 rsvd0; /* 0x03: Reserved, 0. */
-	__u32 imm_data; /* 0x04: Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is. */
+	__u8 rsvd0; /* 0x03: Reserved, 0; for WQE_OP_FLUSH (minor 14) the FETH byte: the placement type (FLUSH_TYPE_*) in bits [3:0], the selectivity level (FLUSH_LEVEL_*) in [5:4]. */
+	__u32 imm_data; /* 0x04: Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is; for WQE_OP_FLUSH (minor 14) the length of the range to flush (FLUSH_LEVEL_RANGE). */
 	__u64 wr_id; /* 0x08: Caller's cookie, returned in the CQE. */
-	__u64 remote_addr; /* 0x10: Remote virtual address (WRITE, WRITE_IMM, READ). */
-	__u32 rkey; /* 0x18: Remote key (WRITE, WRITE_IMM, READ). */
+	__u64 remote_addr; /* 0x10: Remote virtual address (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE). */
+	__u32 rkey; /* 0x18: Remote key (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE). */
 	__u32 inline_len; /* 0x1c: Inline payload length in bytes (with WQE_FLAG_INLINE; data follows the header). */
 };
 _Static_assert(sizeof(struct rnic_wqe) == 32, "rnic_wqe size");
@@ -420,10 +435,10 @@ _Static_assert(offsetof(struct rnic_wqe, remote_addr) == 16, "rnic_wqe.remote_ad
 _Static_assert(offsetof(struct rnic_wqe, rkey) == 24, "rnic_wqe.rkey");
 _Static_assert(offsetof(struct rnic_wqe, inline_len) == 28, "rnic_wqe.inline_len");
 
-/* The operands of an atomic WQE (minor 12), right after its header; its one SGE follows them. */
+/* The operands of an atomic WQE (minor 12), right after its header; its one SGE follows them (an ATOMIC_WRITE, minor 14, has none). */
 struct rnic_atomic_ops {
-	__u64 swap_add; /* 0x00: CMP_SWP: the value written if the target equals `compare`; FETCH_ADD: the addend. */
-	__u64 compare; /* 0x08: CMP_SWP: the value compared with the target; FETCH_ADD: 0. */
+	__u64 swap_add; /* 0x00: CMP_SWP: the value written if the target equals `compare`; FETCH_ADD: the addend; ATOMIC_WRITE (minor 14): the 8 bytes written, in memory order. */
+	__u64 compare; /* 0x08: CMP_SWP: the value compared with the target; FETCH_ADD and ATOMIC_WRITE: 0. */
 };
 _Static_assert(sizeof(struct rnic_atomic_ops) == 16, "rnic_atomic_ops size");
 _Static_assert(offsetof(struct rnic_atomic_ops, swap_add) == 0, "rnic_atomic_ops.swap_add");

@@ -80,15 +80,17 @@ abi_struct!(
         flags: u8,
         /// Scatter/gather entries that follow (0..=(stride-32)/16).
         num_sge: u8,
-        /// Reserved, 0.
+        /// Reserved, 0; for WQE_OP_FLUSH (minor 14) the FETH byte: the placement type
+        /// (FLUSH_TYPE_*) in bits [3:0], the selectivity level (FLUSH_LEVEL_*) in [5:4].
         rsvd0: u8,
-        /// Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is.
+        /// Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is;
+        /// for WQE_OP_FLUSH (minor 14) the length of the range to flush (FLUSH_LEVEL_RANGE).
         imm_data: u32,
         /// Caller's cookie, returned in the CQE.
         wr_id: u64,
-        /// Remote virtual address (WRITE, WRITE_IMM, READ).
+        /// Remote virtual address (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE).
         remote_addr: u64,
-        /// Remote key (WRITE, WRITE_IMM, READ).
+        /// Remote key (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE).
         rkey: u32,
         /// Inline payload length in bytes (with WQE_FLAG_INLINE; data follows the header).
         inline_len: u32,
@@ -118,11 +120,12 @@ abi_struct!(
 
 abi_struct!(
     /// The operands of an atomic WQE (minor 12), right after its header; its one SGE
-    /// follows them.
+    /// follows them (an ATOMIC_WRITE, minor 14, has none).
     AtomicOps, "rnic_atomic_ops", 16 {
-        /// CMP_SWP: the value written if the target equals `compare`; FETCH_ADD: the addend.
+        /// CMP_SWP: the value written if the target equals `compare`; FETCH_ADD: the addend;
+        /// ATOMIC_WRITE (minor 14): the 8 bytes written, in memory order.
         swap_add: u64,
-        /// CMP_SWP: the value compared with the target; FETCH_ADD: 0.
+        /// CMP_SWP: the value compared with the target; FETCH_ADD and ATOMIC_WRITE: 0.
         compare: u64,
     }
 );
@@ -384,6 +387,8 @@ abi_consts!(WQE_OPS: u8 {
     WQE_OP_SEND_IMM = 4, "SQ: SEND with immediate";
     WQE_OP_ATOMIC_CMP_SWP = 5, "SQ (minor 12): atomic compare-and-swap of the 8 bytes at remote_addr (8-byte aligned): rnic_atomic_ops after the header, then one SGE of 8 bytes that receives the original value";
     WQE_OP_ATOMIC_FETCH_ADD = 6, "SQ (minor 12): atomic fetch-and-add, laid out as WQE_OP_ATOMIC_CMP_SWP (compare unused)";
+    WQE_OP_ATOMIC_WRITE = 7, "SQ, RC (minor 14): IBTA 1.5 ATOMIC WRITE of the 8 bytes in rnic_atomic_ops.swap_add (after the header; compare 0) to remote_addr (8-byte aligned) under rkey, which needs REMOTE_WRITE; no SGE";
+    WQE_OP_FLUSH = 8, "SQ, RC (minor 14): IBTA 1.5 RDMA FLUSH of rkey's MR (FLUSH_LEVEL_MR) or of [remote_addr, +imm_data) in it (FLUSH_LEVEL_RANGE), rsvd0 the FETH byte; no SGE. It completes once everything the responder placed before it is visible (FLUSH_TYPE_GLOBAL) or persistent (FLUSH_TYPE_PERSISTENT)";
     WQE_OP_RECV = 0x10, "RQ: receive buffer";
 });
 
@@ -399,6 +404,8 @@ abi_consts!(CQE_OPS: u8 {
     CQE_OP_SEND = 3, "send side: SEND or SEND_IMM done";
     CQE_OP_ATOMIC_CMP_SWP = 5, "send side (minor 12): compare-and-swap done, the original value in its SGE";
     CQE_OP_ATOMIC_FETCH_ADD = 6, "send side (minor 12): fetch-and-add done, the original value in its SGE";
+    CQE_OP_ATOMIC_WRITE = 7, "send side (minor 14): ATOMIC WRITE done";
+    CQE_OP_FLUSH = 8, "send side (minor 14): FLUSH done";
     CQE_OP_RECV = 0x10, "receive side: SEND received";
     CQE_OP_RECV_RDMA_IMM = 0x11, "receive side: WRITE_IMM received";
 });
@@ -427,6 +434,8 @@ abi_consts!(ACCESS: u8 {
     ACCESS_REMOTE_WRITE = 2, "MR/QP: remote RDMA WRITE allowed";
     ACCESS_REMOTE_READ = 4, "MR/QP: remote RDMA READ allowed";
     ACCESS_REMOTE_ATOMIC = 8, "MR/QP (minor 12): remote atomic operations allowed";
+    ACCESS_FLUSH_GLOBAL = 0x20, "MR/QP (minor 14): remote FLUSH to global visibility allowed";
+    ACCESS_FLUSH_PERSISTENT = 0x40, "MR/QP (minor 14): remote FLUSH to persistence allowed";
 });
 
 abi_consts!(QP_STATES: u8 {
@@ -509,6 +518,13 @@ abi_consts!(QP_TYPES: u8 {
     QP_TYPE_UC = 1, "(minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED)";
 });
 
+abi_consts!(FLUSH: u8 {
+    FLUSH_TYPE_GLOBAL = 1, "(minor 14) FETH placement type bit: to global visibility (IBV_FLUSH_GLOBAL)";
+    FLUSH_TYPE_PERSISTENT = 2, "(minor 14) FETH placement type bit: to persistence (IBV_FLUSH_PERSISTENT)";
+    FLUSH_LEVEL_RANGE = 0, "(minor 14) FETH selectivity level (bits [5:4]): the range [remote_addr, +length) (IBV_FLUSH_RANGE)";
+    FLUSH_LEVEL_MR = 1, "(minor 14) FETH selectivity level: the whole MR of the rkey, the address and length ignored (IBV_FLUSH_MR)";
+});
+
 abi_consts!(EQE_EVENTS: u8 {
     EQE_QP_FATAL = 1, "(minor 11) event: QP [object] went to ERROR with no completion to say so (its CQ overflowed, a doorbell overran its ring): IB_EVENT_QP_FATAL";
     EQE_QP_REQ_ERR = 2, "(minor 11) event: responder QP [object] refused an invalid request (NAK) and went to ERROR: IB_EVENT_QP_REQ_ERR";
@@ -518,5 +534,21 @@ abi_consts!(EQE_EVENTS: u8 {
 });
 
 /// Every constant group, in header order.
-pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] =
-    &[WQE_OPS, WQE_FLAGS, CQE_OPS, CQE_FLAGS, WC_STATUS, ACCESS, QP_STATES, COMMANDS, GIDS, LIMITS, CMD_STATUS, QP_ERRORS, ASYNC_ERRORS, EQE_EVENTS, QP_TYPES];
+pub const CONSTANT_GROUPS: &[&[(&str, u64, &str)]] = &[
+    WQE_OPS,
+    WQE_FLAGS,
+    CQE_OPS,
+    CQE_FLAGS,
+    WC_STATUS,
+    ACCESS,
+    QP_STATES,
+    COMMANDS,
+    GIDS,
+    LIMITS,
+    CMD_STATUS,
+    QP_ERRORS,
+    ASYNC_ERRORS,
+    EQE_EVENTS,
+    QP_TYPES,
+    FLUSH,
+];

@@ -74,8 +74,10 @@ counters! {
     EqEvents, "asynchronous events written to the event queue (minor 11)";
     EqOverflows, "asynchronous events dropped: the event queue was full with its bound of events already waiting (minor 11)";
     Atomics, "atomic operations (compare-and-swap, fetch-and-add) executed as responder (minor 12)";
-    AtomicsReplayed, "duplicate atomic requests answered from the results kept, not executed again (minor 12)";
+    AtomicsReplayed, "duplicate atomic requests (minor 14: and FLUSH and ATOMIC WRITE requests) answered from the results kept, not executed again (minor 12)";
     UcDropped, "UC messages the responder dropped: a packet missing, no RECV posted, a remote access or length error (minor 13)";
+    Flushes, "RDMA FLUSH requests executed as responder (minor 14; duplicates answered again are not counted)";
+    AtomicWrites, "ATOMIC WRITE requests executed as responder (minor 14; duplicates answered again are not counted)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -427,7 +427,9 @@ impl Harness {
                 let atomic = (syndrome & 0x08 == 0).then_some(AtomicEth { va, rkey, swap_add: u64::from(len), compare: u64::from(psn) });
                 let atomic_ack = (syndrome & 0x04 == 0).then_some(va);
                 let imm = (syndrome & 0x20 == 0).then_some(rkey);
-                let pkt = Packet { bth, reth, aeth, imm, atomic, atomic_ack, payload: vec![payload; usize::from(payload)] };
+                // A FETH (FLUSH): its top byte of len, valid and invalid levels and types.
+                let feth = (syndrome & 0x02 == 0).then_some(len >> 24);
+                let pkt = Packet { bth, reth, aeth, imm, atomic, atomic_ack, feth, payload: vec![payload; usize::from(payload)] };
                 self.on_packet(&pkt);
             }
             Op::Reflect { pick, how } => {
@@ -507,13 +509,15 @@ impl Harness {
             3 => WQE_OP_SEND,
             4 => WQE_OP_SEND_IMM,
             5 => WQE_OP_RECV,
-            6 if opcode & 0x80 == 0 => WQE_OP_ATOMIC_CMP_SWP,
-            7 if opcode & 0x80 == 0 => WQE_OP_ATOMIC_FETCH_ADD,
+            6 if opcode & 0xc0 == 0 => WQE_OP_ATOMIC_CMP_SWP,
+            7 if opcode & 0xc0 == 0 => WQE_OP_ATOMIC_FETCH_ADD,
+            6 if opcode & 0xc0 == 0x40 => WQE_OP_ATOMIC_WRITE,
+            7 if opcode & 0xc0 == 0x40 => WQE_OP_FLUSH,
             _ => opcode,
         };
         // An atomic's SGE follows its 16 bytes of operands (which the first SGE slot's
-        // bytes would otherwise be).
-        let first = if matches!(opcode, WQE_OP_ATOMIC_CMP_SWP | WQE_OP_ATOMIC_FETCH_ADD) { 48 } else { 32 };
+        // bytes would otherwise be); an ATOMIC WRITE has the operands and no SGE.
+        let first = if matches!(opcode, WQE_OP_ATOMIC_CMP_SWP | WQE_OP_ATOMIC_FETCH_ADD | WQE_OP_ATOMIC_WRITE) { 48 } else { 32 };
         let addr_of = |kind: u8, mr: u8, off: u32| match kind % 3 {
             0 => mr_va(usize::from(mr) % MRS) + u64::from(off) % 0x1_0000,
             1 => u64::MAX - u64::from(off),
@@ -535,7 +539,8 @@ impl Harness {
             rkey: key_of(remote.0 >> 2, remote.1),
             imm_data: remote.2,
             inline_len: u32::from(inline),
-            ..Default::default()
+            // A FLUSH's FETH byte from the flags' upper bits (type in [3:0], level bit 4).
+            rsvd0: if opcode == WQE_OP_FLUSH { flags >> 3 } else { 0 },
         };
         buf[..32].copy_from_slice(hdr.as_slice());
         if first == 48 {
@@ -962,11 +967,12 @@ fn error_ops() -> Vec<Op> {
 /// one (both QPs to ERROR) and, on a second pair, one with a 4-byte buffer.
 fn atomic_ops(fabric: u8) -> Vec<Op> {
     let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
-    ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access: 15, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
-    ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access: 15, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    // Access 0x2f: everything up to atomics, and FLUSH to global visibility (minor 14).
+    ops.push(Op::ModifyQp { qpn: 1, state: 0, dest: 0, access: 0x2f, pd: 0, cqs: 0x11, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
+    ops.push(Op::ModifyQp { qpn: 2, state: 0, dest: 0, access: 0x2f, pd: 0, cqs: 0x22, sizes: 0x44, strides: 0x11, fabric: 0, mtu: 0, psn: 0 });
     ops.push(Op::Connect { a: 1, b: 2, fabric });
     for (index, first) in [(1, 0), (2, 16)] {
-        ops.push(Op::RegMr { index, pd: 0, access: 15, iova_kind: 0, iova: 0, length: 8192, page_shift: 0, pages: vec![(0, first), (0, first + 1)] });
+        ops.push(Op::RegMr { index, pd: 0, access: 0x2f, iova_kind: 0, iova: 0, length: 8192, page_shift: 0, pages: vec![(0, first), (0, first + 1)] });
     }
     // remote.2's high half gives the operand (swap or add), inline the compare value.
     let atomic = |qpn: u8, opcode: u8, off: u32, len: u32, operand: u32, compare: u8| Op::Post {
@@ -996,6 +1002,16 @@ fn atomic_ops(fabric: u8) -> Vec<Op> {
     for _ in 0..4 {
         exchange(&mut ops, 4);
     }
+    // IBTA 1.5 (minor 14): an ATOMIC WRITE (opcode 6 | 0x40), then a FLUSH of a range
+    // (7 | 0x40; FETH 0x01 from the flags) delivered twice, then one of the whole MR
+    // asking for persistence the MR does not grant (FETH 0x12).
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 0x46, flags: 1, sges: Vec::new(), remote: (0, 2, 8 | 3 << 16), inline: 0 });
+    exchange(&mut ops, 4);
+    exchange(&mut ops, 4);
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 0x47, flags: 1 | 0x01 << 3, sges: Vec::new(), remote: (0, 2, 64), inline: 0 });
+    exchange(&mut ops, 3);
+    exchange(&mut ops, 4);
+    exchange(&mut ops, 4);
     // Out of place: an acknowledge where a READ's response is due, one for nothing sent.
     ops.push(Op::Post { qpn: 1, send: 1, opcode: 2, flags: 1, sges: vec![seed_sge(1, 64)], remote: (0, 2, 0), inline: 0 });
     ops.push(Op::Run { passes: 2 });
@@ -1160,7 +1176,9 @@ mod tests {
             assert!(s.get(Counter::Cqes) >= 5, "seed {n}: too few CQEs ({all:?})");
             // The atomic seeds (the last two) move 8-byte values, not payload.
             let moved = if n + 2 >= seeds.len() {
-                s.get(Counter::Atomics) >= 2
+                // The fabric one (the last) replays duplicates: an atomic's and a FLUSH's.
+                let replayed = n + 1 < seeds.len() || s.get(Counter::AtomicsReplayed) >= 2;
+                s.get(Counter::Atomics) >= 2 && s.get(Counter::AtomicWrites) == 1 && s.get(Counter::Flushes) == 1 && replayed
             } else {
                 s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0
             };

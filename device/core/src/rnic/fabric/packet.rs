@@ -24,6 +24,8 @@ pub const ICRC_LEN: usize = 4;
 pub const ATOMIC_ETH_LEN: usize = 28;
 /// AtomicAckETH (IBA 9.3.6): the original data at the target.
 pub const ATOMIC_ACK_ETH_LEN: usize = 8;
+/// FLUSH extended transport header (IBTA 1.5): selectivity level and placement type.
+pub const FETH_LEN: usize = 4;
 /// PSNs are 24-bit.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
 
@@ -50,6 +52,10 @@ pub mod op {
     pub const ATOMIC_ACK: u8 = 0x12;
     pub const COMPARE_SWAP: u8 = 0x13;
     pub const FETCH_ADD: u8 = 0x14;
+    /// IBTA 1.5 (contract minor 14): FETH and RETH, no payload.
+    pub const FLUSH: u8 = 0x1c;
+    /// IBTA 1.5 (contract minor 14): RETH and the 8 bytes to write.
+    pub const ATOMIC_WRITE: u8 = 0x1d;
     /// The Unreliable Connection opcodes (IBA table 38, 001xxxxx): SEND_FIRST ..=
     /// WRITE_ONLY_IMM with this bit set.
     pub const UC: u8 = 0x20;
@@ -71,12 +77,14 @@ pub struct Layout {
     pub atomic: bool,
     /// AtomicAckETH (ATOMIC ACKNOWLEDGE).
     pub atomic_ack: bool,
+    /// FETH (FLUSH), before the RETH.
+    pub feth: bool,
 }
 
 pub fn layout(opcode: u8) -> Option<Layout> {
     use op::*;
-    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic: false, atomic_ack: false });
-    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic: false, atomic_ack: false };
+    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic: false, atomic_ack: false, feth: false });
+    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic: false, atomic_ack: false, feth: false };
     match uc_base(opcode).unwrap_or(opcode) {
         SEND_FIRST | SEND_MIDDLE | SEND_LAST | SEND_ONLY | WRITE_MIDDLE | WRITE_LAST => l(false, false, false, true),
         SEND_LAST_IMM | SEND_ONLY_IMM | WRITE_LAST_IMM => l(false, false, true, true),
@@ -88,6 +96,8 @@ pub fn layout(opcode: u8) -> Option<Layout> {
         ACK => l(false, true, false, false),
         COMPARE_SWAP | FETCH_ADD => Some(Layout { atomic: true, ..none }),
         ATOMIC_ACK => Some(Layout { aeth: true, atomic_ack: true, ..none }),
+        FLUSH => Some(Layout { feth: true, reth: true, ..none }),
+        ATOMIC_WRITE => l(true, false, false, true),
         _ => None,
     }
 }
@@ -151,6 +161,8 @@ pub struct Packet {
     pub atomic: Option<AtomicEth>,
     /// An ATOMIC ACKNOWLEDGE's original data.
     pub atomic_ack: Option<u64>,
+    /// A FLUSH's FETH (the 32-bit word as on the wire: level in bits [5:4], type in [3:0]).
+    pub feth: Option<u32>,
     pub payload: Vec<u8>,
 }
 
@@ -288,6 +300,9 @@ impl Packet {
         b.extend_from_slice(&h.pkey.to_be_bytes());
         b.extend_from_slice(&(h.dest_qp & PSN_MASK).to_be_bytes()); // resv8 = 0
         b.extend_from_slice(&((u32::from(h.ack_req) << 31) | (h.psn & PSN_MASK)).to_be_bytes());
+        if let Some(f) = self.feth {
+            b.extend_from_slice(&f.to_be_bytes());
+        }
         if let Some(r) = &self.reth {
             b.extend_from_slice(&r.va.to_be_bytes());
             b.extend_from_slice(&r.rkey.to_be_bytes());
@@ -356,7 +371,8 @@ impl Packet {
             + if l.aeth { AETH_LEN } else { 0 }
             + if l.imm { IMM_LEN } else { 0 }
             + if l.atomic { ATOMIC_ETH_LEN } else { 0 }
-            + if l.atomic_ack { ATOMIC_ACK_ETH_LEN } else { 0 };
+            + if l.atomic_ack { ATOMIC_ACK_ETH_LEN } else { 0 }
+            + if l.feth { FETH_LEN } else { 0 };
         if body.len() < need {
             return Err(short);
         }
@@ -372,7 +388,12 @@ impl Packet {
         self.imm = None;
         self.atomic = None;
         self.atomic_ack = None;
+        self.feth = None;
         let be64 = |at: usize| body.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or(PacketError::Short(data.len()));
+        if l.feth {
+            self.feth = Some(be32(at));
+            at += FETH_LEN;
+        }
         if l.reth {
             let va = u64::from_be_bytes(body[at..at + 8].try_into().map_err(|_| PacketError::Short(data.len()))?);
             self.reth = Some(Reth { va, rkey: be32(at + 8), len: be32(at + 12) });
@@ -465,6 +486,29 @@ mod tests {
         assert_eq!(reused.payload.capacity(), cap, "the payload buffer is kept");
         reused.decode_into(&buf, &e).unwrap();
         assert_eq!(reused, Packet::decode(&buf, &e).unwrap());
+    }
+
+    #[test]
+    fn flush_and_atomic_write_round_trip_with_feth_before_reth() {
+        let reth = Reth { va: 0x1122_3344_5566_7788, rkey: 0xaabb_ccdd, len: 8 };
+        let flush = Packet {
+            bth: Bth { opcode: op::FLUSH, pkey: 0xffff, dest_qp: 3, psn: 7, ack_req: true, ..Default::default() },
+            feth: Some(0x11),
+            reth: Some(reth),
+            ..Default::default()
+        };
+        let wire = flush.encode(&ep());
+        assert_eq!(wire.len(), BTH_LEN + FETH_LEN + RETH_LEN + ICRC_LEN);
+        assert_eq!(&wire[12..16], &0x11u32.to_be_bytes(), "FETH right after the BTH");
+        assert_eq!(&wire[16..24], &reth.va.to_be_bytes(), "then the RETH");
+        assert_eq!(Packet::decode(&wire, &ep()).unwrap(), flush);
+        let with_payload = Packet { payload: vec![0; 4], ..flush.clone() }.encode(&ep());
+        assert!(matches!(Packet::decode(&with_payload, &ep()), Err(PacketError::Pad { .. })), "a FLUSH carries no payload");
+        let aw = Packet { bth: Bth { opcode: op::ATOMIC_WRITE, ..flush.bth }, reth: Some(reth), payload: vec![1, 2, 3, 4, 5, 6, 7, 8], ..Default::default() };
+        let wire = aw.encode(&ep());
+        assert_eq!(wire.len(), BTH_LEN + RETH_LEN + 8 + ICRC_LEN);
+        assert_eq!(&wire[28..36], &[1, 2, 3, 4, 5, 6, 7, 8], "the 8 bytes after the RETH");
+        assert_eq!(Packet::decode(&wire, &ep()).unwrap(), aw);
     }
 
     #[test]

@@ -9,8 +9,10 @@
 //! NAK outside the window of what was sent, and a READ response whose opcode or length
 //! is not the one of its position, are refused (dropped and counted; the bad response
 //! fails the READ with WC_BAD_RESP_ERR). An ATOMIC ACKNOWLEDGE completes the atomic at
-//! its PSN with the original value it carries (contract minor 12). A UC QP (minor 13)
-//! takes no response at all (BAD_RESPONSES).
+//! its PSN with the original value it carries (contract minor 12). A FLUSH or ATOMIC
+//! WRITE (minor 14) completes with a READ response of zero bytes, refused as any other
+//! READ response out of place. A UC QP (minor 13) takes no response at all
+//! (BAD_RESPONSES).
 
 use super::ctx::{dma_fault, fail, Ctx};
 use super::opcode::{info, Kind};
@@ -171,7 +173,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         return;
     }
     // READ response: must be the next packet the oldest READ expects.
-    let Some(pos) = rq.inflight.iter().position(InFlight::is_read) else { return };
+    let Some(pos) = rq.inflight.iter().position(InFlight::answered_by_read_response) else { return };
     let w = &rq.inflight[pos];
     if psn != psn_add(w.first_psn, w.received) {
         return; // out of order or duplicate: the timer recovers
@@ -182,7 +184,7 @@ pub fn on_response(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, cs:
         acked_through(ctx, qpn, qp, rq, cs, before);
     }
     let mtu = rq.mtu;
-    let Some(w) = rq.inflight.front_mut().filter(|w| w.is_read() && psn == psn_add(w.first_psn, w.received)) else { return };
+    let Some(w) = rq.inflight.front_mut().filter(|w| w.answered_by_read_response() && psn == psn_add(w.first_psn, w.received)) else { return };
     let off = u64::from(w.received) * u64::from(mtu);
     let n = m.payload.len();
     // Each response carries exactly its share (a full MTU, the rest in the last), in an

@@ -44,6 +44,8 @@ mod tests_integrity;
 #[cfg(test)]
 mod tests_limits;
 #[cfg(test)]
+mod tests_placement;
+#[cfg(test)]
 mod tests_roles;
 #[cfg(test)]
 mod tests_uc;

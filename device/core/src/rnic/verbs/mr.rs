@@ -3,9 +3,11 @@
 //! address segments through the MR's page list (copied once from the MTT at registration;
 //! at most `MAX_MR_PAGES` entries in all, so what a guest makes the host hold is bounded).
 
-use crate::contract::abi::{MrCtx, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, MAX_MR_PAGES};
+use crate::contract::abi::{
+    MrCtx, ACCESS_FLUSH_GLOBAL, ACCESS_FLUSH_PERSISTENT, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, MAX_MR_PAGES,
+};
 
-pub const ACCESS_ALL: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC;
+pub const ACCESS_ALL: u8 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC | ACCESS_FLUSH_GLOBAL | ACCESS_FLUSH_PERSISTENT;
 /// Page sizes an MR may use: 4 KiB .. 1 GiB.
 pub const PAGE_SHIFTS: std::ops::RangeInclusive<u8> = 12..=30;
 

@@ -7,6 +7,10 @@
 //! Atomics (contract minor 12): COMPARE_SWAP and FETCH_ADD requests carry an AtomicETH
 //! and no payload; the ATOMIC ACKNOWLEDGE an AETH and the original value.
 //!
+//! FLUSH and ATOMIC WRITE (IBTA 1.5, contract minor 14): a FLUSH carries a FETH and a
+//! RETH and no payload, an ATOMIC WRITE a RETH and its 8 bytes; both are answered by a
+//! zero-length RDMA READ RESPONSE ONLY. They sit after the table's opcode-indexed rows.
+//!
 //! UC (contract minor 13): a UC SEND or WRITE opcode has the row of its RC counterpart
 //! ([`info`] looks through the prefix, [`is_uc`] tells them apart).
 //!
@@ -26,6 +30,10 @@ pub enum Kind {
     /// COMPARE_SWAP or FETCH_ADD (which one: the opcode).
     Atomic,
     AtomicAck,
+    /// IBTA 1.5 ATOMIC WRITE (minor 14).
+    AtomicWrite,
+    /// IBTA 1.5 RDMA FLUSH (minor 14).
+    Flush,
 }
 
 /// One BTH opcode.
@@ -50,7 +58,7 @@ pub struct OpInfo {
 }
 
 const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: bool) -> OpInfo {
-    let request = matches!(kind, Kind::Send | Kind::Write | Kind::ReadRequest | Kind::Atomic);
+    let request = matches!(kind, Kind::Send | Kind::Write | Kind::ReadRequest | Kind::Atomic | Kind::AtomicWrite | Kind::Flush);
     let aeth = matches!(kind, Kind::Ack | Kind::AtomicAck) || (matches!(kind, Kind::ReadResponse) && (first || last));
     OpInfo {
         opcode,
@@ -58,13 +66,13 @@ const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: b
         reth,
         aeth,
         imm,
-        payload: !matches!(kind, Kind::Ack | Kind::ReadRequest | Kind::Atomic | Kind::AtomicAck),
+        payload: !matches!(kind, Kind::Ack | Kind::ReadRequest | Kind::Atomic | Kind::AtomicAck | Kind::Flush),
         first,
         last,
         request,
         consumes_recv: matches!(kind, Kind::Send) || (matches!(kind, Kind::Write) && imm),
         access: match kind {
-            Kind::Write => ACCESS_REMOTE_WRITE,
+            Kind::Write | Kind::AtomicWrite => ACCESS_REMOTE_WRITE,
             Kind::ReadRequest => ACCESS_REMOTE_READ,
             Kind::Atomic => ACCESS_REMOTE_ATOMIC,
             _ => 0,
@@ -74,8 +82,12 @@ const fn row(opcode: u8, kind: Kind, first: bool, last: bool, reth: bool, imm: b
 
 use Kind::*;
 
-/// Every RC opcode the device speaks, indexed by opcode.
-pub const OPCODES: [OpInfo; 21] = [
+/// Rows 0..INDEXED of [`OPCODES`] are indexed by opcode.
+const INDEXED: usize = 21;
+
+/// Every RC opcode the device speaks: indexed by opcode up to FETCH_ADD, then the IBTA
+/// 1.5 ones.
+pub const OPCODES: [OpInfo; 23] = [
     row(op::SEND_FIRST, Send, true, false, false, false),
     row(op::SEND_MIDDLE, Send, false, false, false, false),
     row(op::SEND_LAST, Send, false, true, false, false),
@@ -97,13 +109,18 @@ pub const OPCODES: [OpInfo; 21] = [
     row(op::ATOMIC_ACK, AtomicAck, true, true, false, false),
     row(op::COMPARE_SWAP, Atomic, true, true, false, false),
     row(op::FETCH_ADD, Atomic, true, true, false, false),
+    row(op::FLUSH, Flush, true, true, true, false),
+    row(op::ATOMIC_WRITE, AtomicWrite, true, true, true, false),
 ];
 
 /// The table row of a BTH opcode, if the device speaks it (a UC opcode: its RC
 /// counterpart's row).
 pub fn info(opcode: u8) -> Option<&'static OpInfo> {
     let base = op::uc_base(opcode).unwrap_or(opcode);
-    OPCODES.get(usize::from(base)).filter(|i| i.opcode == base)
+    match OPCODES[..INDEXED].get(usize::from(base)) {
+        Some(i) => Some(i).filter(|i| i.opcode == base),
+        None => OPCODES[INDEXED..].iter().find(|i| i.opcode == base),
+    }
 }
 
 /// Whether a BTH opcode is one of the Unreliable Connection service.
@@ -133,7 +150,7 @@ pub struct WqeOp {
     pub cqe_opcode: u8,
 }
 
-pub const WQE_OPS: [WqeOp; 7] = [
+pub const WQE_OPS: [WqeOp; 9] = [
     WqeOp { opcode: WQE_OP_RDMA_WRITE, kind: Write, imm: false, local_access: 0, inline: true, cqe_opcode: CQE_OP_RDMA_WRITE },
     WqeOp { opcode: WQE_OP_RDMA_WRITE_IMM, kind: Write, imm: true, local_access: 0, inline: true, cqe_opcode: CQE_OP_RDMA_WRITE },
     WqeOp { opcode: WQE_OP_RDMA_READ, kind: ReadRequest, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_RDMA_READ },
@@ -141,6 +158,8 @@ pub const WQE_OPS: [WqeOp; 7] = [
     WqeOp { opcode: WQE_OP_SEND_IMM, kind: Send, imm: true, local_access: 0, inline: true, cqe_opcode: CQE_OP_SEND },
     WqeOp { opcode: WQE_OP_ATOMIC_CMP_SWP, kind: Atomic, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_ATOMIC_CMP_SWP },
     WqeOp { opcode: WQE_OP_ATOMIC_FETCH_ADD, kind: Atomic, imm: false, local_access: ACCESS_LOCAL_WRITE, inline: false, cqe_opcode: CQE_OP_ATOMIC_FETCH_ADD },
+    WqeOp { opcode: WQE_OP_ATOMIC_WRITE, kind: AtomicWrite, imm: false, local_access: 0, inline: false, cqe_opcode: CQE_OP_ATOMIC_WRITE },
+    WqeOp { opcode: WQE_OP_FLUSH, kind: Flush, imm: false, local_access: 0, inline: false, cqe_opcode: CQE_OP_FLUSH },
 ];
 
 /// The BTH opcode of an atomic WQE's request.
@@ -179,18 +198,21 @@ mod tests {
     #[test]
     fn table_agrees_with_the_packet_codec() {
         for (i, o) in OPCODES.iter().enumerate() {
-            assert_eq!(usize::from(o.opcode), i, "indexed by opcode");
+            assert!(i >= INDEXED || usize::from(o.opcode) == i, "indexed by opcode");
+            assert_eq!(info(o.opcode), Some(o), "{:#x} found", o.opcode);
             let l = layout(o.opcode).unwrap();
             assert_eq!((o.reth, o.aeth, o.imm, o.payload), (l.reth, l.aeth, l.imm, l.payload), "{:#x}", o.opcode);
             assert_eq!(o.kind == Atomic, l.atomic, "{:#x}", o.opcode);
             assert_eq!(o.kind == AtomicAck, l.atomic_ack, "{:#x}", o.opcode);
+            assert_eq!(o.kind == Flush, l.feth, "{:#x}", o.opcode);
         }
         assert!(info(0x15).is_none() && info(0xff).is_none());
         // UC: SEND and WRITE only, with the RC rows; no READ, ACK or atomic.
         assert_eq!(info(op::UC | op::WRITE_ONLY_IMM), info(op::WRITE_ONLY_IMM));
         assert_eq!(layout(op::UC | op::SEND_FIRST), layout(op::SEND_FIRST));
         assert!(is_uc(op::UC | op::SEND_ONLY) && !is_uc(op::SEND_ONLY));
-        for rc_only in [op::READ_REQUEST, op::ACK, op::FETCH_ADD, op::COMPARE_SWAP] {
+        assert!(info(0x1b).is_none() && info(0x1e).is_none());
+        for rc_only in [op::READ_REQUEST, op::ACK, op::FETCH_ADD, op::COMPARE_SWAP, op::FLUSH, op::ATOMIC_WRITE] {
             assert!(info(op::UC | rc_only).is_none() && layout(op::UC | rc_only).is_none(), "{rc_only:#x}");
         }
     }

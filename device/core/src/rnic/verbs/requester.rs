@@ -12,6 +12,10 @@
 //! A UC QP (contract minor 13) sends the UC opcodes, asks for no acknowledgement, arms no
 //! timer and completes each WQE as its last request leaves; READs and atomics are not
 //! its operations (a local QP operation error).
+//!
+//! FLUSH and ATOMIC WRITE (IBTA 1.5, contract minor 14) are one request each with no
+//! local buffer (an ATOMIC WRITE's 8 bytes travel from the WQE); like a READ they count
+//! against max_rd_atomic and complete with their (zero-length) READ response.
 
 use super::ctx::{dma_fault, fail, Ctx, Failure};
 use super::mr::Segment;
@@ -74,10 +78,16 @@ impl InFlight {
         self.kind == Kind::ReadRequest
     }
 
-    /// A READ or an atomic: it completes with its response's data, not with an ACK, and
-    /// counts against the outstanding READs and atomics.
+    /// A READ, an atomic, a FLUSH or an ATOMIC WRITE: it completes with its response,
+    /// not with an ACK, and counts against the outstanding READs and atomics.
     pub fn needs_response(&self) -> bool {
-        matches!(self.kind, Kind::ReadRequest | Kind::Atomic)
+        matches!(self.kind, Kind::ReadRequest | Kind::Atomic | Kind::AtomicWrite | Kind::Flush)
+    }
+
+    /// Answered by RDMA READ responses: a READ with its data, a FLUSH or an ATOMIC WRITE
+    /// with one of zero length.
+    pub fn answered_by_read_response(&self) -> bool {
+        matches!(self.kind, Kind::ReadRequest | Kind::AtomicWrite | Kind::Flush)
     }
 
     pub fn last_psn(&self) -> u32 {
@@ -173,6 +183,8 @@ impl Requester {
             Kind::ReadRequest => "read",
             Kind::Send => "send",
             Kind::Atomic => "atomic",
+            Kind::AtomicWrite => "atomic-write",
+            Kind::Flush => "flush",
             _ => "write",
         };
         let loopback = self.mtu == super::transport::LOOPBACK_MTU;
@@ -188,6 +200,12 @@ fn request<'a>(qp: &Qp, mtu: u32, w: &'a InFlight, i: u32, segs: &'a [Segment]) 
     let h = &w.hdr;
     let off = u64::from(i) * u64::from(mtu);
     let psn = psn_add(w.first_psn, i);
+    if matches!(w.kind, Kind::AtomicWrite | Kind::Flush) {
+        let (opcode, feth, len) = if w.kind == Kind::Flush { (op::FLUSH, Some(u32::from(h.rsvd0)), h.imm_data) } else { (op::ATOMIC_WRITE, None, 8) };
+        let bth = Bth { opcode, pkey: 0xffff, dest_qp: dest, psn, ack_req: true, ..Default::default() };
+        let reth = Reth { va: h.remote_addr, rkey: h.rkey, len };
+        return Msg { reth: Some(reth), feth, payload: Payload::Bytes(&w.inline), ..Msg::new(bth) };
+    }
     if let Some(ops) = w.atomic {
         let bth = Bth { opcode: atomic_opcode(h.opcode), pkey: 0xffff, dest_qp: dest, psn, ack_req: true, ..Default::default() };
         let atomic = AtomicEth { va: h.remote_addr, rkey: h.rkey, swap_add: ops.swap_add, compare: ops.compare };
@@ -236,8 +254,13 @@ fn payload_of(ctx: &Ctx, mtu: u32, w: &InFlight, i: u32) -> Result<Vec<Segment>,
 fn resolve(ctx: &Ctx, qp: &Qp, w: &Wqe) -> Result<(Sgl, u64), Failure> {
     // UC carries SENDs and WRITEs only (IBA 9.8.4): a READ or an atomic is no operation of
     // the QP's, as rxe's requester refuses an opcode its QP type lacks.
-    if qp.service == Service::Uc && wqe_op(w.hdr.opcode).is_some_and(|o| matches!(o.kind, Kind::ReadRequest | Kind::Atomic)) {
+    let kind = wqe_op(w.hdr.opcode).map(|o| o.kind);
+    if qp.service == Service::Uc && matches!(kind, Some(Kind::ReadRequest | Kind::Atomic | Kind::AtomicWrite | Kind::Flush)) {
         return Err(fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE));
+    }
+    // No local buffer: nothing to check, one request.
+    if matches!(kind, Some(Kind::AtomicWrite | Kind::Flush)) {
+        return Ok((Sgl::default(), 0));
     }
     if w.hdr.flags & WQE_FLAG_INLINE != 0 {
         return Ok((Sgl::default(), w.inline.len() as u64));
@@ -313,19 +336,13 @@ pub fn start_next(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rq: &mut Requester, t: &
     let op = wqe_op(w.hdr.opcode).copied();
     let (kind, imm) = op.map_or((Kind::Write, false), |o| (o.kind, o.imm));
     let npkts = packets_for(len, rq.mtu);
-    let fl = InFlight {
-        hdr: w.hdr,
-        kind,
-        imm,
-        inline: w.inline,
-        local,
-        len,
-        first_psn: rq.next_psn,
-        npkts,
-        received: 0,
-        atomic: w.atomic,
-        stamps: on.then_some(stamps),
+    // An ATOMIC WRITE's 8 bytes are its payload (in memory order); its operands are no
+    // atomic's (whose ACK carries a value).
+    let (inline, atomic) = match (kind, w.atomic) {
+        (Kind::AtomicWrite, Some(ops)) => (ops.swap_add.to_le_bytes().to_vec(), None),
+        _ => (w.inline, w.atomic),
     };
+    let fl = InFlight { hdr: w.hdr, kind, imm, inline, local, len, first_psn: rq.next_psn, npkts, received: 0, atomic, stamps: on.then_some(stamps) };
     rq.next_psn = psn_add(rq.next_psn, npkts);
     rq.started = rq.started.wrapping_add(1);
     rq.note_started(qp.sq.pi);

@@ -26,6 +26,14 @@
 //!   with REMOTE_ATOMIC on MR and QP (else remote access error), executed at once and
 //!   answered with an ATOMIC ACKNOWLEDGE; a duplicate is answered from [`super::atomic`]'s
 //!   history, never executed again. Not implemented: credits.
+//! - FLUSH and ATOMIC WRITE (IBTA 1.5, minor 14, [`answer_once`]): a FLUSH needs, on MR
+//!   and QP, the FLUSH access bit of each placement type its FETH names (else remote
+//!   access error) and a valid FETH and range (else invalid request); an ATOMIC WRITE an
+//!   8-byte aligned target of exactly 8 bytes under REMOTE_WRITE. Both are executed at
+//!   once (the FLUSH has nothing left to do: every earlier request was placed before it
+//!   is taken, and a fence orders it after them), count against the responder resources,
+//!   and are answered with a zero-length READ RESPONSE ONLY; a duplicate is answered
+//!   again from the history the atomics keep, never executed twice.
 //! - UC (minor 13, [`receive_uc`]): no acknowledgement of any kind; a message with a
 //!   missing packet, no RECV, or a remote access or length error is dropped (UC_DROPPED)
 //!   and the QP stays as it is; a packet of the other service than the QP's is dropped.
@@ -42,7 +50,7 @@ use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::observe::timing::wqe_log::Side;
 use crate::platform::mem::access::{DmaKind, DmaTag};
-use crate::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Reth, PSN_MASK};
+use crate::rnic::fabric::packet::{op, syndrome, Aeth, AtomicEth, Bth, Reth, PSN_MASK};
 use std::collections::VecDeque;
 
 /// The responder acknowledges at least every this many requests.
@@ -214,6 +222,8 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
             replay_atomic(ctx, qpn, rs, src_qpn, m, t);
         } else if op.kind == Kind::ReadRequest {
             answer_read(ctx, qpn, qp, rs, src_qpn, m, false, t);
+        } else if matches!(op.kind, Kind::Flush | Kind::AtomicWrite) {
+            replay_once(ctx, qpn, rs, m);
         } else {
             // Acknowledged up to its own PSN, not the newest executed: a requester resending
             // a message has not resent its later packets yet, and rxe's completer, given an
@@ -231,6 +241,10 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     }
     if op.kind == Kind::Atomic {
         answer_atomic(ctx, qpn, qp, rs, src_qpn, m, t);
+        return;
+    }
+    if matches!(op.kind, Kind::Flush | Kind::AtomicWrite) {
+        answer_once(ctx, qpn, qp, rs, src_qpn, op.kind, m, t);
         return;
     }
     match place(ctx, qpn, qp, rs, src_qpn, op, m, t) {
@@ -597,6 +611,115 @@ fn replay_atomic(ctx: &mut Ctx, qpn: u32, rs: &Responder, src_qpn: u32, m: &Msg,
     };
     ctx.stats().inc(Counter::AtomicsReplayed);
     send_atomic_ack(ctx, t, src_qpn, &d);
+}
+
+/// The history key of a FLUSH or ATOMIC WRITE (the atomics' record, with the RETH's
+/// length and the FETH in the operand fields): what a duplicate must repeat.
+fn once_key(m: &Msg, reth: &Reth) -> AtomicEth {
+    AtomicEth { va: reth.va, rkey: reth.rkey, swap_add: u64::from(reth.len), compare: u64::from(m.feth.unwrap_or(0)) }
+}
+
+/// A FLUSH or an ATOMIC WRITE, executed once and answered with a zero-length READ
+/// RESPONSE ONLY (queued for [`send_responses`]).
+#[allow(clippy::too_many_arguments)]
+fn answer_once(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, kind: Kind, m: &Msg, t: &mut dyn Transport) {
+    let Some(reth) = m.reth else { return };
+    let psn = m.bth.psn;
+    let inv = || fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID);
+    let done = if rs.responses.len() >= rs.limit() {
+        crate::guest_warn!("{}: QP {qpn}: a FLUSH or ATOMIC WRITE beyond {} READs outstanding; invalid request", ctx.name, rs.limit());
+        Err(inv())
+    } else if kind == Kind::Flush {
+        flush(ctx, qpn, qp, &reth, m.feth)
+    } else {
+        atomic_write(ctx, qpn, qp, &reth, m)
+    };
+    if let Err(f) = done {
+        send_ack(ctx, rs, t, src_qpn, psn, nak_for(f.status), Some((f.status, f.reason)));
+        ctx.responder_error(qpn, qp, f);
+        return;
+    }
+    ctx.stats().inc(if kind == Kind::Flush { Counter::Flushes } else { Counter::AtomicWrites });
+    rs.epsn = psn_add(rs.epsn, 1);
+    rs.msn = psn_add(rs.msn, 1);
+    let d = Done { psn, opcode: m.bth.opcode, request: once_key(m, &reth), original: 0, msn: rs.msn };
+    rs.atomics.record(d, rs.limit());
+    queue_empty_response(rs, qp.pd, &reth, psn, rs.msn);
+}
+
+/// A zero-length READ RESPONSE ONLY at `psn` (nothing is read: no access is checked).
+fn queue_empty_response(rs: &mut Responder, pd: u32, reth: &Reth, psn: u32, msn: u32) {
+    rs.responses.retain(|q| q.first_psn != psn);
+    rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, rkey: reth.rkey, va: reth.va, pd, access: 0, len: 0, first_psn: psn, npkts: 1, next: 0, msn });
+}
+
+/// A FLUSH: its FETH, access and range checked; then a fence, after which every byte the
+/// responder placed before this request is visible (there is no persistent memory to
+/// write back: guest RAM is what the device wrote into).
+fn flush(ctx: &Ctx, qpn: u32, qp: &Qp, reth: &Reth, feth: Option<u32>) -> Result<(), Failure> {
+    let inv = || fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID);
+    let access_err = || fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS);
+    let feth = feth.and_then(|f| u8::try_from(f).ok()).filter(|&f| super::wqe::feth_ok(f)).ok_or_else(|| {
+        crate::guest_info!("{}: QP {qpn}: a FLUSH with FETH {feth:?}; invalid request", ctx.name);
+        inv()
+    })?;
+    let mut access = 0;
+    if feth & FLUSH_TYPE_GLOBAL != 0 {
+        access |= ACCESS_FLUSH_GLOBAL;
+    }
+    if feth & FLUSH_TYPE_PERSISTENT != 0 {
+        access |= ACCESS_FLUSH_PERSISTENT;
+    }
+    if qp.access & access != access {
+        crate::guest_info!("{}: QP {qpn}: a FLUSH (FETH {feth:#x}) the QP's access does not grant", ctx.name);
+        return Err(access_err());
+    }
+    // The whole MR (its address and length), or the range the RETH names.
+    let (va, len) = if feth >> 4 == FLUSH_LEVEL_MR {
+        let mr = ctx.mrs.get((reth.rkey >> 8) as usize).filter(|mr| mr.key == reth.rkey as u8);
+        mr.map_or((reth.va, 0), |mr| (mr.iova, mr.length))
+    } else {
+        (reth.va, u64::from(reth.len))
+    };
+    ctx.mrs.check(reth.rkey, qp.pd, access, va, len).map_err(|e| {
+        crate::guest_info!("{}: rkey {:#x} refused a FLUSH at QP {qpn}: {e:?}", ctx.name, reth.rkey);
+        access_err()
+    })?;
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// An ATOMIC WRITE: 8 bytes to an 8-byte aligned target under REMOTE_WRITE, written with
+/// one copy (atomic with respect to this device's other operations, one engine thread
+/// running them all).
+fn atomic_write(ctx: &Ctx, qpn: u32, qp: &Qp, reth: &Reth, m: &Msg) -> Result<(), Failure> {
+    if reth.len != 8 || m.payload.len() != 8 || !reth.va.is_multiple_of(8) {
+        crate::guest_info!("{}: QP {qpn}: an ATOMIC WRITE of {} bytes ({} carried) at {:#x}; invalid request", ctx.name, reth.len, m.payload.len(), reth.va);
+        return Err(fail(WC_REM_INV_REQ_ERR, QP_ERR_REMOTE_INVALID));
+    }
+    ctx.remote_check(qpn, qp, reth.rkey, reth.va, 8, ACCESS_REMOTE_WRITE)?;
+    let segs = ctx.remote_part(reth.rkey, qp.pd, ACCESS_REMOTE_WRITE, reth.va, 8)?;
+    ctx.mem.tag(DmaTag { mr: Some(reth.rkey >> 8), ..DmaTag::qp(DmaKind::Payload, qpn) });
+    m.payload.place(ctx.mem, &segs, 0).map_err(|e| {
+        crate::guest_warn!("{}: QP {qpn}: {e}", ctx.name);
+        dma_fault(ctx.stats(), &e)
+    })?;
+    ctx.stats().add(Counter::BytesWritten, 8);
+    Ok(())
+}
+
+/// A duplicate FLUSH or ATOMIC WRITE: answered again if it repeats one executed, else
+/// dropped.
+fn replay_once(ctx: &mut Ctx, qpn: u32, rs: &mut Responder, m: &Msg) {
+    let found = m.reth.and_then(|reth| rs.atomics.replay(m.bth.psn, m.bth.opcode, &once_key(m, &reth)).map(|d| (reth, d)));
+    let Some((reth, d)) = found else {
+        crate::guest_warn!("{}: QP {qpn}: a duplicate FLUSH or ATOMIC WRITE (PSN {}) that matches none executed; dropped", ctx.name, m.bth.psn);
+        ctx.stats().inc(Counter::PktsDropped);
+        return;
+    };
+    ctx.stats().inc(Counter::AtomicsReplayed);
+    // The response goes to the QP's destination, as every queued READ response does.
+    queue_empty_response(rs, 0, &reth, d.psn, d.msn);
 }
 
 fn send_atomic_ack(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, d: &Done) {

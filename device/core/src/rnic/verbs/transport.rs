@@ -133,6 +133,8 @@ pub struct Msg<'a> {
     /// An atomic request's operands (AtomicETH), an ATOMIC ACKNOWLEDGE's original value.
     pub atomic: Option<AtomicEth>,
     pub atomic_ack: Option<u64>,
+    /// A FLUSH's FETH (contract minor 14).
+    pub feth: Option<u32>,
     pub payload: Payload<'a>,
     /// For an error NAK: the (status, reason) the requester's completion reports when the
     /// transport can carry it. On one engine a DMA fault while placing data is the
@@ -142,7 +144,7 @@ pub struct Msg<'a> {
 
 impl<'a> Msg<'a> {
     pub fn new(bth: Bth) -> Msg<'a> {
-        Msg { bth, reth: None, aeth: None, imm: None, atomic: None, atomic_ack: None, payload: Payload::None, detail: None }
+        Msg { bth, reth: None, aeth: None, imm: None, atomic: None, atomic_ack: None, feth: None, payload: Payload::None, detail: None }
     }
 
     /// An ACK or NAK.
@@ -152,8 +154,8 @@ impl<'a> Msg<'a> {
     }
 
     fn from_packet(pkt: &'a Packet) -> Msg<'a> {
-        let (atomic, atomic_ack) = (pkt.atomic, pkt.atomic_ack);
-        Msg { bth: pkt.bth, reth: pkt.reth, aeth: pkt.aeth, imm: pkt.imm, atomic, atomic_ack, payload: Payload::Bytes(&pkt.payload), detail: None }
+        let (atomic, atomic_ack, feth) = (pkt.atomic, pkt.atomic_ack, pkt.feth);
+        Msg { bth: pkt.bth, reth: pkt.reth, aeth: pkt.aeth, imm: pkt.imm, atomic, atomic_ack, feth, payload: Payload::Bytes(&pkt.payload), detail: None }
     }
 }
 
@@ -184,6 +186,7 @@ pub struct LoopMsg {
     pub imm: Option<u32>,
     pub atomic: Option<AtomicEth>,
     pub atomic_ack: Option<u64>,
+    pub feth: Option<u32>,
     pub payload: LoopPayload,
     pub detail: Option<(u8, u8)>,
 }
@@ -196,8 +199,8 @@ impl LoopMsg {
             LoopPayload::Bytes(b) => Payload::Bytes(b),
             LoopPayload::Segs(s) => Payload::Segs { segs: s, off: 0, len: copy::total_len(s) },
         };
-        let (atomic, atomic_ack) = (self.atomic, self.atomic_ack);
-        Msg { bth: self.bth, reth: self.reth, aeth: self.aeth, imm: self.imm, atomic, atomic_ack, payload, detail: self.detail }
+        let (atomic, atomic_ack, feth) = (self.atomic, self.atomic_ack, self.feth);
+        Msg { bth: self.bth, reth: self.reth, aeth: self.aeth, imm: self.imm, atomic, atomic_ack, feth, payload, detail: self.detail }
     }
 }
 
@@ -224,8 +227,8 @@ impl Transport for Loopback<'_> {
             }
         };
         let (from, to) = (self.from, self.to);
-        let (atomic, atomic_ack) = (msg.atomic, msg.atomic_ack);
-        let m = LoopMsg { from, to, bth: msg.bth, reth: msg.reth, aeth: msg.aeth, imm: msg.imm, atomic, atomic_ack, payload, detail: msg.detail };
+        let (atomic, atomic_ack, feth) = (msg.atomic, msg.atomic_ack, msg.feth);
+        let m = LoopMsg { from, to, bth: msg.bth, reth: msg.reth, aeth: msg.aeth, imm: msg.imm, atomic, atomic_ack, feth, payload, detail: msg.detail };
         self.queue.push_back(m);
         Ok(())
     }
@@ -254,6 +257,7 @@ impl Transport for Fabric<'_> {
         p.imm = msg.imm;
         p.atomic = msg.atomic;
         p.atomic_ack = msg.atomic_ack;
+        p.feth = msg.feth;
         p.payload.clear();
         match msg.payload {
             Payload::None => {}

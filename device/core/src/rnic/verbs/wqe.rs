@@ -1,7 +1,8 @@
 //! Reading a work-queue ring slot: one copy of the slot out of guest memory, then parsing
 //! and checking it (opcode, flags, reserved bits, SGE count, inline length against the
-//! ring's stride; an atomic's operands and its one SGE). The WQE is never read again from
-//! the ring afterwards.
+//! ring's stride; an atomic's operands and its one SGE; an ATOMIC WRITE's operand and a
+//! FLUSH's FETH byte, neither with an SGE). The WQE is never read again from the ring
+//! afterwards.
 
 use super::opcode::{wqe_op, Kind};
 use super::qp::Ring;
@@ -19,7 +20,7 @@ pub struct Wqe {
     pub hdr: WqeHeader,
     pub sges: Vec<Sge>,
     pub inline: Vec<u8>,
-    /// An atomic's operands (WQE_OP_ATOMIC_*).
+    /// An atomic's operands (WQE_OP_ATOMIC_*, WQE_OP_ATOMIC_WRITE).
     pub atomic: Option<AtomicOps>,
 }
 
@@ -65,7 +66,9 @@ fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
     let op = if send { wqe_op(hdr.opcode) } else { None };
     let op_ok = if send { op.is_some() } else { hdr.opcode == WQE_OP_RECV };
     let known_flags = WQE_FLAG_SIGNALED | WQE_FLAG_INLINE | WQE_FLAG_SOLICITED;
-    if !op_ok || hdr.flags & !known_flags != 0 || hdr.rsvd0 != 0 {
+    let kind = op.map(|o| o.kind);
+    let rsvd0_ok = if kind == Some(Kind::Flush) { feth_ok(hdr.rsvd0) } else { hdr.rsvd0 == 0 };
+    if !op_ok || hdr.flags & !known_flags != 0 || !rsvd0_ok {
         return Err(());
     }
     if hdr.flags & WQE_FLAG_INLINE != 0 {
@@ -76,7 +79,22 @@ fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
         let data = buf.get(HDR..HDR + hdr.inline_len as usize).ok_or(())?.to_vec();
         return Ok(Wqe { hdr, sges: Vec::new(), inline: data, atomic: None });
     }
-    if op.is_some_and(|o| o.kind == Kind::Atomic) {
+    if matches!(kind, Some(Kind::Flush | Kind::AtomicWrite)) {
+        // No SGE; an ATOMIC WRITE's 8 bytes in the operands (compare 0).
+        if hdr.num_sge != 0 {
+            return Err(());
+        }
+        if kind == Some(Kind::Flush) {
+            return Ok(Wqe { hdr, sges: Vec::new(), inline: Vec::new(), atomic: None });
+        }
+        let mut ops = AtomicOps::default();
+        ops.as_mut_slice().copy_from_slice(buf.get(HDR..HDR + OPS).ok_or(())?);
+        if ops.compare != 0 {
+            return Err(());
+        }
+        return Ok(Wqe { hdr, sges: Vec::new(), inline: Vec::new(), atomic: Some(ops) });
+    }
+    if kind == Some(Kind::Atomic) {
         // The operands, then exactly one SGE (for the original value).
         let mut ops = AtomicOps::default();
         ops.as_mut_slice().copy_from_slice(buf.get(HDR..HDR + OPS).ok_or(())?);
@@ -97,6 +115,13 @@ fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
         sges.push(s);
     }
     Ok(Wqe { hdr, sges, inline: Vec::new(), atomic: None })
+}
+
+/// Whether a FETH byte names a placement type (FLUSH_TYPE_* bits, at least one) and a
+/// selectivity level (FLUSH_LEVEL_*), nothing else.
+pub fn feth_ok(feth: u8) -> bool {
+    let (ptype, level) = (feth & 0x0f, feth >> 4);
+    ptype != 0 && ptype & !(FLUSH_TYPE_GLOBAL | FLUSH_TYPE_PERSISTENT) == 0 && (level == FLUSH_LEVEL_RANGE || level == FLUSH_LEVEL_MR)
 }
 
 #[cfg(test)]
@@ -121,5 +146,24 @@ mod tests {
         assert_eq!(parse(&slot(inline, 64), true).unwrap().inline.len(), 32);
         assert!(parse(&slot(WqeHeader { inline_len: 33, ..inline }, 64), true).is_err());
         assert!(parse(&slot(WqeHeader { opcode: WQE_OP_RDMA_READ, ..inline }, 64), true).is_err(), "READ cannot be inline");
+    }
+
+    #[test]
+    fn flush_and_atomic_write_take_no_sge_and_check_their_fields() {
+        let flush = WqeHeader { opcode: WQE_OP_FLUSH, rsvd0: FLUSH_LEVEL_MR << 4 | FLUSH_TYPE_GLOBAL, ..Default::default() };
+        assert!(parse(&slot(flush, 64), true).unwrap().atomic.is_none());
+        for bad in [0, 4, 0x21, 0x41, 0x81, FLUSH_LEVEL_MR << 4] {
+            assert!(parse(&slot(WqeHeader { rsvd0: bad, ..flush }, 64), true).is_err(), "FETH byte {bad:#x}");
+        }
+        assert!(parse(&slot(WqeHeader { num_sge: 1, ..flush }, 64), true).is_err(), "a FLUSH with an SGE");
+        assert!(parse(&slot(WqeHeader { flags: WQE_FLAG_INLINE, ..flush }, 64), true).is_err(), "an inline FLUSH");
+        let aw = WqeHeader { opcode: WQE_OP_ATOMIC_WRITE, ..Default::default() };
+        let mut b = slot(aw, 64);
+        b[HDR..HDR + 8].copy_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(parse(&b, true).unwrap().atomic.unwrap().swap_add, 0x1122_3344_5566_7788);
+        b[HDR + 8] = 1;
+        assert!(parse(&b, true).is_err(), "compare must be 0");
+        assert!(parse(&slot(WqeHeader { rsvd0: 1, ..aw }, 64), true).is_err());
+        assert!(parse(&slot(WqeHeader { num_sge: 1, ..aw }, 64), true).is_err(), "an ATOMIC WRITE with an SGE");
     }
 }
