@@ -58,6 +58,13 @@ static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *
 	attr->max_qp_init_rd_atom = 16;
 	attr->max_res_rd_atom = 16 * nic->max_qp;
 	attr->atomic_cap = rnic_nic_atomics(nic) ? IB_ATOMIC_HCA : IB_ATOMIC_NONE;
+	/*
+	 * IBTA 1.5 FLUSH to global visibility and ATOMIC WRITE (minor 14). Not FLUSH to
+	 * persistence: guest RAM is no persistent memory, so ib_core refuses MRs that ask for
+	 * it and a FLUSH naming it draws a remote access error.
+	 */
+	if (rnic_nic_flush(nic))
+		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL | IB_DEVICE_ATOMIC_WRITE;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;

@@ -68,6 +68,13 @@ static void rnic_ib_uc_lock_destroy(struct rnic_ucontext *uc)
  * then, is destroyed by the destroy callback itself.
  */
 
+/* The FLUSH grants of IB access flags, as the device's bits (contract minor 14). */
+static u32 rnic_ib_flush_access(int access)
+{
+	return (access & IB_ACCESS_FLUSH_GLOBAL ? RNIC_ACCESS_FLUSH_GLOBAL : 0) |
+	       (access & IB_ACCESS_FLUSH_PERSISTENT ? RNIC_ACCESS_FLUSH_PERSISTENT : 0);
+}
+
 /* ---- CQs ---- */
 
 int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
@@ -438,7 +445,9 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			     (attr->qp_access_flags & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
 		if (rnic_nic_atomics(nic) && attr->qp_access_flags & IB_ACCESS_REMOTE_ATOMIC)
 			req.access |= RNIC_ACCESS_REMOTE_ATOMIC;
-		/* UC has no READ or atomic operation: those grants mean nothing on it. */
+		if (rnic_nic_flush(nic))
+			req.access |= rnic_ib_flush_access(attr->qp_access_flags);
+		/* UC has no READ, atomic or FLUSH operation: those grants mean nothing on it. */
 		if (ibqp->qp_type == IB_QPT_UC)
 			req.access &= RNIC_ACCESS_REMOTE_WRITE;
 	}
@@ -547,7 +556,10 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		attr->path_mtu = ib_mtu_int_to_enum(1 << rqp->path_mtu_log2);
 		attr->qp_access_flags = (rqp->access & RNIC_ACCESS_REMOTE_WRITE ? IB_ACCESS_REMOTE_WRITE : 0) |
 					(rqp->access & RNIC_ACCESS_REMOTE_READ ? IB_ACCESS_REMOTE_READ : 0) |
-					(rqp->access & RNIC_ACCESS_REMOTE_ATOMIC ? IB_ACCESS_REMOTE_ATOMIC : 0);
+					(rqp->access & RNIC_ACCESS_REMOTE_ATOMIC ? IB_ACCESS_REMOTE_ATOMIC : 0) |
+					(rqp->access & RNIC_ACCESS_FLUSH_GLOBAL ? IB_ACCESS_FLUSH_GLOBAL : 0) |
+					(rqp->access & RNIC_ACCESS_FLUSH_PERSISTENT ?
+					 IB_ACCESS_FLUSH_PERSISTENT : 0);
 		attr->max_rd_atomic = rqp->max_rd_atomic;
 		attr->max_dest_rd_atomic = rqp->max_dest_rd_atomic;
 		attr->dest_qp_num = rqp->dest_qpn;
@@ -618,17 +630,24 @@ int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 
 /* ---- MRs ---- */
 
-/* IB access flags as the device's; REMOTE_ATOMIC is taken (and means nothing) before 1.12. */
+/*
+ * IB access flags as the device's; REMOTE_ATOMIC is taken (and means nothing) before 1.12.
+ * FLUSH to global visibility from 1.14 (ib_core has already refused it, and persistence,
+ * on a device that does not report them).
+ */
 static int rnic_ib_mr_access(struct ib_device *ibdev, int access, u32 *out)
 {
+	int flush = rnic_nic_flush(ib_nic(ibdev)) ? IB_ACCESS_FLUSH_GLOBAL : 0;
+
 	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
-		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING))
+		       IB_ACCESS_REMOTE_ATOMIC | IB_ACCESS_RELAXED_ORDERING | flush))
 		return -EOPNOTSUPP;
 	*out = (access & IB_ACCESS_LOCAL_WRITE ? RNIC_ACCESS_LOCAL_WRITE : 0) |
 	       (access & IB_ACCESS_REMOTE_WRITE ? RNIC_ACCESS_REMOTE_WRITE : 0) |
 	       (access & IB_ACCESS_REMOTE_READ ? RNIC_ACCESS_REMOTE_READ : 0);
 	if (rnic_nic_atomics(ib_nic(ibdev)) && access & IB_ACCESS_REMOTE_ATOMIC)
 		*out |= RNIC_ACCESS_REMOTE_ATOMIC;
+	*out |= rnic_ib_flush_access(access & flush);
 	return 0;
 }
 

@@ -341,7 +341,8 @@ int rnic_mr_check_access(struct device *dev, const struct rnic_reg_mr *req)
 {
 	if (req->pad || req->flags & ~RNIC_MR_FLAG_STRICT_P2P ||
 	    req->access & ~(RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE |
-			    RNIC_ACCESS_REMOTE_READ | RNIC_ACCESS_REMOTE_ATOMIC)) {
+			    RNIC_ACCESS_REMOTE_READ | RNIC_ACCESS_REMOTE_ATOMIC |
+			    RNIC_ACCESS_FLUSH_GLOBAL)) {
 		dev_warn_ratelimited(dev, "REG_MR: access 0x%x or flags 0x%x have unknown bits, or padding is set\n",
 				     req->access, req->flags);
 		return -EINVAL;

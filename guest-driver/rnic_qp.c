@@ -443,7 +443,9 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 	rnic_qp_get_attrs(qp, &a);
 	if (req->attr_mask & RNIC_QP_ATTR_ACCESS) {
 		u32 known = RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ |
-			    (rnic_nic_atomics(nic) ? RNIC_ACCESS_REMOTE_ATOMIC : 0);
+			    (rnic_nic_atomics(nic) ? RNIC_ACCESS_REMOTE_ATOMIC : 0) |
+			    (rnic_nic_flush(nic) ? RNIC_ACCESS_FLUSH_GLOBAL |
+			     RNIC_ACCESS_FLUSH_PERSISTENT : 0);
 
 		if (req->access & ~known) {
 			dev_warn_ratelimited(dev, "MODIFY_QP %u: access 0x%x (QPs take 0x%x)\n",

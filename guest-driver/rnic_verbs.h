@@ -178,6 +178,12 @@ static inline bool rnic_nic_uc(const struct rnic_nic *nic)
 	return rnic_version_minor(nic->rd.version) >= 13;
 }
 
+/* Contract minor 14: IBTA 1.5 RDMA FLUSH and ATOMIC WRITE, the ACCESS_FLUSH_* bits. */
+static inline bool rnic_nic_flush(const struct rnic_nic *nic)
+{
+	return rnic_version_minor(nic->rd.version) >= 14;
+}
+
 /* Contract minor 12: atomics, and the rd_atomic limits of a QP context. */
 static inline bool rnic_nic_atomics(const struct rnic_nic *nic)
 {

@@ -338,7 +338,7 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 		return NULL;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
 		err = rnic_qp_ex_init(qp, attr->send_ops_flags, to_rctx(ibctx)->atomics,
-				      attr->qp_type == IBV_QPT_UC);
+				      to_rctx(ibctx)->flush, attr->qp_type == IBV_QPT_UC);
 		if (err) {
 			free(qp);
 			errno = err;
@@ -509,9 +509,12 @@ static struct verbs_context *rnic_alloc_context(struct ibv_device *ibdev, int cm
 		struct ib_uverbs_ex_query_device_resp qresp;
 		size_t qresp_size = sizeof(qresp);
 
-		ctx->atomics = !ibv_cmd_query_device_any(&ctx->ibv_ctx.context, NULL, &attr,
-							 sizeof(attr), &qresp, &qresp_size) &&
-			       attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
+		bool ok = !ibv_cmd_query_device_any(&ctx->ibv_ctx.context, NULL, &attr,
+						    sizeof(attr), &qresp, &qresp_size);
+
+		ctx->atomics = ok && attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE;
+		/* FLUSH and ATOMIC WRITE as the kernel reports them (contract minor 14). */
+		ctx->flush = ok && attr.device_cap_flags_ex & IB_UVERBS_DEVICE_ATOMIC_WRITE;
 	}
 	return &ctx->ibv_ctx;
 

@@ -29,6 +29,7 @@ struct rnic_context {
 	uint32_t max_qp;
 	uint32_t max_inline;
 	bool atomics;			/* the device does atomics (contract minor 12) */
+	bool flush;			/* FLUSH and ATOMIC WRITE (minor 14) */
 	pthread_mutex_t qp_table_lock;	/* writers of qp_table */
 	struct rnic_qp **qp_table;	/* by QPN: completions name their QP */
 };
@@ -92,6 +93,7 @@ int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_
 int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void rnic_cq_ex_init(struct rnic_cq *cq, uint64_t wc_flags);
-int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool uc);
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool flush,
+		    bool uc);
 
 #endif /* RNIC_PROVIDER_H */

@@ -11,8 +11,11 @@
  * In steady state nothing here makes a system call.
  *
  * Both send APIs: ibv_post_send() and the extended one (ibv_wr_start() .. ibv_wr_complete(),
- * which perftest uses by default). Not supported: atomics, memory windows, UD (no AH),
- * SEND_WITH_INV, TSO; bad requests fail with EINVAL (and *bad_wr), nothing of them published.
+ * which perftest uses by default). Atomics on a device of contract minor 12 and later;
+ * IBTA 1.5 FLUSH and ATOMIC WRITE (minor 14) through the extended API only (ibv_wr_flush(),
+ * ibv_wr_atomic_write(): struct ibv_send_wr has no field for them). Not supported: memory
+ * windows, UD (no AH), SEND_WITH_INV, TSO; bad requests fail with EINVAL (and *bad_wr),
+ * nothing of them published.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -117,6 +120,12 @@ static int rnic_send_op(enum ibv_wr_opcode op, uint8_t *out)
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		*out = RNIC_WQE_OP_ATOMIC_FETCH_ADD;
 		return 0;
+	case IBV_WR_ATOMIC_WRITE:
+		*out = RNIC_WQE_OP_ATOMIC_WRITE;
+		return 0;
+	case IBV_WR_FLUSH:
+		*out = RNIC_WQE_OP_FLUSH;
+		return 0;
 	default:
 		return EINVAL;
 	}
@@ -168,6 +177,12 @@ static bool rnic_wqe_atomic(const struct rnic_wqe *h)
 	return h->opcode == RNIC_WQE_OP_ATOMIC_CMP_SWP || h->opcode == RNIC_WQE_OP_ATOMIC_FETCH_ADD;
 }
 
+/* FLUSH and ATOMIC WRITE (contract minor 14) carry no SGE and no inline data. */
+static bool rnic_wqe_bufferless(const struct rnic_wqe *h)
+{
+	return h->opcode == RNIC_WQE_OP_FLUSH || h->opcode == RNIC_WQE_OP_ATOMIC_WRITE;
+}
+
 /* An atomic's operands (contract minor 12), right after the header. */
 static void rnic_wqe_atomic_ops(struct rnic_wqe *h, uint64_t swap_add, uint64_t compare)
 {
@@ -186,7 +201,8 @@ static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
 						   (atomic ? sizeof(struct rnic_atomic_ops) : 0));
 	size_t i;
 
-	if (n > qp->max_send_sge || h->flags & RNIC_WQE_FLAG_INLINE || (atomic && n != 1))
+	if (n > qp->max_send_sge || h->flags & RNIC_WQE_FLAG_INLINE || (atomic && n != 1) ||
+	    (rnic_wqe_bufferless(h) && n))
 		return EINVAL;
 	for (i = 0; i < n; i++) {
 		sge[i].addr = sg[i].addr;
@@ -201,7 +217,8 @@ static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
 static int rnic_wqe_inline(struct rnic_qp *qp, struct rnic_wqe *h, const void *addr,
 			   size_t len)
 {
-	if (h->opcode == RNIC_WQE_OP_RDMA_READ || rnic_wqe_atomic(h) || h->num_sge ||
+	if (h->opcode == RNIC_WQE_OP_RDMA_READ || rnic_wqe_atomic(h) || rnic_wqe_bufferless(h) ||
+	    h->num_sge ||
 	    len > qp->max_inline - h->inline_len)
 		return EINVAL;
 	memcpy((uint8_t *)(h + 1) + h->inline_len, addr, len);
@@ -215,7 +232,7 @@ static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
 	struct rnic_wqe *h;
 	int err = 0, i;
 
-	if (wr->num_sge < 0)
+	if (wr->num_sge < 0 || wr->opcode == IBV_WR_FLUSH || wr->opcode == IBV_WR_ATOMIC_WRITE)
 		return EINVAL;
 	if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
 		bool cas = wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
@@ -367,6 +384,51 @@ static void rnic_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_
 	rnic_wr_atomic(q, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
 }
 
+/* IBTA 1.5 ATOMIC WRITE (minor 14): the 8 bytes at @atomic_wr travel in the operands. */
+static void rnic_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr,
+				 const void *atomic_wr)
+{
+	struct rnic_qp *qp = to_xqp(q);
+	uint64_t v;
+
+	if (!to_rctx(qp->vqp.qp.context)->flush) {
+		qp->wr_err = qp->wr_err ?: EOPNOTSUPP;
+		qp->wr_cur = NULL;
+		return;
+	}
+	memcpy(&v, atomic_wr, sizeof(v));
+	rnic_wr_atomic(q, IBV_WR_ATOMIC_WRITE, rkey, raddr, v, 0);
+}
+
+/*
+ * IBTA 1.5 RDMA FLUSH (minor 14): the FETH byte (placement type, selectivity level) in the
+ * header's rsvd0, the range's length in imm_data (2^32 - 1 at most; a whole-MR FLUSH
+ * ignores it).
+ */
+static void rnic_wr_flush(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr, size_t len,
+			  uint8_t type, uint8_t level)
+{
+	struct rnic_qp *qp = to_xqp(q);
+
+	if (!to_rctx(qp->vqp.qp.context)->flush) {
+		qp->wr_err = qp->wr_err ?: EOPNOTSUPP;
+		qp->wr_cur = NULL;
+		return;
+	}
+	if (!qp->wr_err && (!type || type & ~(IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT) ||
+			    level > IBV_FLUSH_MR ||
+			    (level == IBV_FLUSH_RANGE && len > UINT32_MAX))) {
+		qp->wr_err = EINVAL;
+		qp->wr_cur = NULL;
+		return;
+	}
+	rnic_wr_op(q, IBV_WR_FLUSH, rkey, raddr, 0);
+	if (qp->wr_cur) {
+		qp->wr_cur->rsvd0 = (uint8_t)(level << 4 | type);
+		qp->wr_cur->imm_data = level == IBV_FLUSH_RANGE ? (uint32_t)len : 0;
+	}
+}
+
 static void rnic_wr_send(struct ibv_qp_ex *q)
 {
 	rnic_wr_op(q, IBV_WR_SEND, 0, 0, 0);
@@ -420,7 +482,8 @@ static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t leng
 }
 
 /* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other (atomics: on a device with). */
-int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool uc)
+int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool flush,
+		    bool uc)
 {
 	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
 	uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
@@ -431,6 +494,8 @@ int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, b
 		ops |= IBV_QP_EX_WITH_RDMA_READ;
 	if (atomics && !uc)
 		ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	if (flush && !uc)
+		ops |= IBV_QP_EX_WITH_FLUSH | IBV_QP_EX_WITH_ATOMIC_WRITE;
 	if (send_ops_flags & ~ops)
 		return EOPNOTSUPP;
 	x->wr_start = rnic_wr_start;
@@ -443,6 +508,8 @@ int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, b
 	x->wr_send_imm = rnic_wr_send_imm;
 	x->wr_atomic_cmp_swp = rnic_wr_atomic_cmp_swp;
 	x->wr_atomic_fetch_add = rnic_wr_atomic_fetch_add;
+	x->wr_atomic_write = rnic_wr_atomic_write;
+	x->wr_flush = rnic_wr_flush;
 	x->wr_set_sge = rnic_wr_set_sge;
 	x->wr_set_sge_list = rnic_wr_set_sge_list;
 	x->wr_set_inline_data = rnic_wr_set_inline_data;
@@ -510,6 +577,10 @@ static enum ibv_wc_opcode rnic_wc_opcode(uint8_t op)
 		return IBV_WC_COMP_SWAP;
 	case RNIC_CQE_OP_ATOMIC_FETCH_ADD:
 		return IBV_WC_FETCH_ADD;
+	case RNIC_CQE_OP_ATOMIC_WRITE:
+		return IBV_WC_ATOMIC_WRITE;
+	case RNIC_CQE_OP_FLUSH:
+		return IBV_WC_FLUSH;
 	default:
 		return IBV_WC_RDMA_WRITE;
 	}
