@@ -524,7 +524,7 @@ fn qp_invalid() {
         assert_eq!(d.ctx_of(4).state, QPS_RESET, "nothing applied");
     }
     assert_eq!(d.modify(4, good), CMD_OK);
-    assert_eq!(d.modify(4, QpCtx { access: 0x40, ..good }), CMD_ERR_INVALID, "INIT->INIT, unknown access bit");
+    assert_eq!(d.modify(4, QpCtx { access: 0x80, ..good }), CMD_ERR_INVALID, "INIT->INIT, unknown access bit");
     assert_eq!(d.h.r32(RNIC_REG_IPV4).unwrap(), 0, "single-switch has no fabric");
     assert_eq!(d.modify(4, QpCtx { state: QPS_RTR, dest_qpn: 2, dest_ip: 0x7f00_0001, ..good }), CMD_ERR_INVALID, "dest_ip without a fabric");
     for (i, c) in [QpCtx { state: QPS_RTR, dest_qpn: MAX_QP as u32, ..good }, QpCtx { state: QPS_RTR, dest_qpn: 2, path_mtu: 7, ..good }].iter().enumerate() {
