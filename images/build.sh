@@ -19,7 +19,7 @@ out=${RNIC_EMU_IMAGE_DIR:-$repo/build/image}
 readonly ROOT_RECIPE=2 DRIVER_RECIPE=1 RDMA_RECIPE=2 INITRAMFS_RECIPE=4
 # guest-driver/tools/ programs that use libibverbs: built by build_rdma against the rdma-core
 # tree's headers and libibverbs (the guest runs them on Debian's libibverbs1 of that version).
-readonly IBVERBS_TOOLS="rnic-dmabuf-check.c rnic-async-check.c rnic-mmap-check.c rnic-udata-check.c"
+readonly IBVERBS_TOOLS="rnic-dmabuf-check.c rnic-async-check.c rnic-mmap-check.c rnic-udata-check.c rnic-flush-check.c"
 # Their sources and the headers they include, one path a line.
 ibverbs_tool_sources() {
     local t

@@ -5,7 +5,9 @@
 //! Unmodified perftest (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`,
 //! `ib_read_lat`) and `ibv_rc_pingpong --chk` run between rnic0 and rxe0 both ways (rnic0
 //! server / rxe0 client, then the reverse), first with node0 (no loss), then with node1
-//! (2% loss); `ibv_uc_pingpong --chk` runs both ways with node0 (UC QPs). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
+//! (2% loss); `ibv_uc_pingpong --chk` runs both ways with node0 (UC QPs), and so does
+//! `rnic-flush-check -A` (IBTA 1.5 ATOMIC WRITE, the server's memory checked; FLUSH runs
+//! between node0 and node1, since rxe's FLUSH ICRC is not the IBTA's). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
 //! TCP cross the port too. The host checks every program's exit status and report, the
 //! counters of both sides (rnic0's through `ethtool -S`, rxe0's hw_counters), and that
 //! under loss each side's retransmissions met the other's NAKs. Last, node0 puts a second
@@ -113,6 +115,19 @@ fn rnic_script(me: u8) -> String {
             "go_server uc-a; server uc-a {UC_PINGPONG} -d rnic0 -g $G
              go_client uc-b; client uc-b {UC_PINGPONG} -d rnic0 -g $G 10.0.0.13\n"
         );
+        // IBTA 1.5 ATOMIC WRITE (contract 1.14) both ways with rxe as the oracle of its
+        // opcode, headers and response (no FLUSH: rxe's FLUSH ICRC covers its headers
+        // twice, docs/fabric.md); then FLUSH and ATOMIC WRITE with node1's rnic0 over the
+        // lossy link.
+        s += "go_server fl-a; server fl-a rnic-flush-check -d rnic0 -x $G
+              go_client fl-b; client fl-b rnic-flush-check -A -d rnic0 -x $G 10.0.0.13
+              go_server fl-c; server fl-c rnic-flush-check -d rnic0 -x $G\n";
+    } else {
+        // -P: no FLUSH to persistence here, whose refusal (a NAK) the 2% loss may take,
+        // leaving the resend to meet a responder in ERROR (unit-tested on the fabric pair).
+        s += "go_client fl-c; client fl-c rnic-flush-check -P -d rnic0 -x $G 10.0.0.11\n";
+    }
+    if me == 11 {
         // A second address on reth0: ib_core gives rnic0 a GID for it, the driver gives the
         // port the address (CMD_SET_GID), and a QP on that GID sends from it (rxe checks a
         // packet's source against the QP's destination GID) and is reached at it.
@@ -176,6 +191,8 @@ fn rxe_script() -> String {
         "go_client uc-a; client uc-a-11 {UC_PINGPONG} -d rxe0 -g $G 10.0.0.11
          go_server uc-b; server uc-b-11 {UC_PINGPONG} -d rxe0 -g $G\n"
     );
+    s += "go_client fl-a; client fl-a-11 rnic-flush-check -A -d rxe0 -x $G 10.0.0.11
+          go_server fl-b; server fl-b-11 rnic-flush-check -d rxe0 -x $G\n";
     s += "go_client alias; client alias-21 ibv_rc_pingpong --chk -s 4096 -n 200 -d rxe0 -g $G 10.0.0.21\n";
     s += &format!(
         "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad
@@ -303,6 +320,20 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     pingpong_ran(&l0, "uc-a", &rxe, "uc-a-11", 200).unwrap_or_else(|e| panic!("ibv_uc_pingpong rnic0 server: {e}"));
     pingpong_ran(&rxe, "uc-b-11", &l0, "uc-b", 200).unwrap_or_else(|e| panic!("ibv_uc_pingpong rxe0 server: {e}"));
     assert_eq!(num(&l0, "stat: uc_dropped: "), 0, "node0: no UC message dropped on a loss-free segment");
+    // ATOMIC WRITE both ways with rxe0, and FLUSH with ATOMIC WRITE from node1's rnic0
+    // over its lossy link: each client's steps completed as they should (the persistent
+    // FLUSH refused with a remote access error), and each server found in its memory
+    // exactly what its client wrote.
+    let l1 = node_lines(&stdout, 1);
+    let aw_only = ["atomic-write", "rdma-write"];
+    let all = ["atomic-write", "flush-range", "flush-mr"];
+    for (server, st, client, ct, steps) in [(&l0, "fl-a", &rxe, "fl-a-11", &aw_only[..]), (&rxe, "fl-b-11", &l0, "fl-b", &aw_only), (&l0, "fl-c", &l1, "fl-c", &all)] {
+        assert_eq!((line_after(server, &format!("rc {st} ")), line_after(client, &format!("rc {ct} "))), (Some("0"), Some("0")), "rnic-flush-check {st} / {ct}: exit status");
+        assert!(server.iter().any(|x| x == &format!("{st}: flush-check: server-memory ok")), "{st}: the server's buffer holds the client's bytes");
+        for step in steps {
+            assert!(client.iter().any(|x| x == &format!("{ct}: flush-check: {step} ok")), "{ct}: {step}");
+        }
+    }
     // The GIDs follow reth0's addresses: a QP on the second address's GID ran both ways.
     assert!(!matches!(line_after(&l0, "gid2: "), None | Some("none")), "rnic0 has a GID for 10.0.0.21");
     pingpong_ran(&l0, "alias", &rxe, "alias-21", 200).unwrap_or_else(|e| panic!("ibv_rc_pingpong on the second address: {e}"));
