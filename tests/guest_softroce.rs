@@ -327,8 +327,14 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     let l1 = node_lines(&stdout, 1);
     let aw_only = ["atomic-write", "rdma-write"];
     let all = ["atomic-write", "flush-range", "flush-mr"];
-    for (server, st, client, ct, steps) in [(&l0, "fl-a", &rxe, "fl-a-11", &aw_only[..]), (&rxe, "fl-b-11", &l0, "fl-b", &aw_only), (&l0, "fl-c", &l1, "fl-c", &all)] {
-        assert_eq!((line_after(server, &format!("rc {st} ")), line_after(client, &format!("rc {ct} "))), (Some("0"), Some("0")), "rnic-flush-check {st} / {ct}: exit status");
+    for (server, st, client, ct, steps) in
+        [(&l0, "fl-a", &rxe, "fl-a-11", &aw_only[..]), (&rxe, "fl-b-11", &l0, "fl-b", &aw_only), (&l0, "fl-c", &l1, "fl-c", &all)]
+    {
+        assert_eq!(
+            (line_after(server, &format!("rc {st} ")), line_after(client, &format!("rc {ct} "))),
+            (Some("0"), Some("0")),
+            "rnic-flush-check {st} / {ct}: exit status"
+        );
         assert!(server.iter().any(|x| x == &format!("{st}: flush-check: server-memory ok")), "{st}: the server's buffer holds the client's bytes");
         for step in steps {
             assert!(client.iter().any(|x| x == &format!("{ct}: flush-check: {step} ok")), "{ct}: {step}");

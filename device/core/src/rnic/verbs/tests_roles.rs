@@ -269,8 +269,15 @@ impl Pair {
         got
     }
 
-    /// Pumps for a while (RNR waits, timers).
+    /// Pumps for a while (RNR waits, timers): first until nothing moves (at most 64
+    /// pumps, whatever the clock says, so a slow machine cannot skip the work already
+    /// handed over), then for `d` more.
     pub(super) fn settle(&mut self, d: Duration) {
+        for _ in 0..64 {
+            if !self.pump() {
+                break;
+            }
+        }
         let until = Instant::now() + d;
         while Instant::now() < until {
             if !self.pump() {
