@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_000e;
+pub const CONTRACT_VERSION: u32 = 0x0001_000f;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -88,6 +88,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_000c, "Atomics: WQE_OP_ATOMIC_CMP_SWP and WQE_OP_ATOMIC_FETCH_ADD (rnic_atomic_ops after the header, one 8-byte SGE for the original value; its CQE opcodes), COMPARE_SWAP/FETCH_ADD and ATOMIC ACKNOWLEDGE on the wire (AtomicETH, AtomicAckETH), ACCESS_REMOTE_ATOMIC for MRs and QPs; the responder executes an 8-byte aligned atomic once and answers a duplicate from the results it keeps (ATOMICS, ATOMICS_REPLAYED). rnic_qp_ctx.rd_atomic (reserved before): READs and atomics outstanding as requester (max_rd_atomic, at RTS) and answered as responder (max_dest_rd_atomic, at RTR), 0 meaning the device's 16."),
     (0x0001_000d, "UC QPs: rnic_qp_ctx.dest_qpn bits [31:24] (0 before) name the QP's service at RESET -> INIT, QP_TYPE_RC or QP_TYPE_UC. A UC QP sends SEND and WRITE (with immediate) as the UC opcodes (the RC ones | 0x20), asks for no ACK and completes a WQE once its last packet is sent; a READ or atomic WQE completes with WC_LOC_QP_OP_ERR. Its responder acknowledges nothing and drops, without an error, a message with a missing packet, with no RECV posted, or with a remote access or length error, resuming at the next first packet (UC_DROPPED); a packet of the other service is dropped (PKTS_DROPPED)."),
     (0x0001_000e, "IBTA 1.5 RDMA FLUSH and ATOMIC WRITE on RC QPs: WQE_OP_FLUSH (remote_addr, rkey, imm_data the length, rsvd0 the FETH byte: placement type FLUSH_TYPE_* in bits [3:0], selectivity FLUSH_LEVEL_* in bits [5:4]; no SGE) and WQE_OP_ATOMIC_WRITE (rnic_atomic_ops.swap_add the 8 bytes written to the 8-byte aligned remote_addr at once; no SGE), their CQE opcodes, BTH opcodes FLUSH (FETH then RETH) and ATOMIC_WRITE (RETH, 8 bytes of payload), both answered by a zero-length RDMA READ RESPONSE ONLY and counted against max_rd_atomic/max_dest_rd_atomic; a duplicate is answered again, never executed twice. MR and QP access bits ACCESS_FLUSH_GLOBAL and ACCESS_FLUSH_PERSISTENT (a FLUSH needs the bit of each placement type it names, on MR and QP); counters FLUSHES, ATOMIC_WRITES."),
+    (0x0001_000f, "Shared receive queues: a QP context of service QP_TYPE_SRQ makes its QPN an SRQ (its RQ ring, PD and limit; RQ doorbells and the doorbell page post to it); an RC QP whose rq_log_stride is 0 receives from the SRQ named by rq_addr, taking the SRQ's head WQE when a message needs a RECV (completions of different QPs may come out of the SRQ's order); events EQE_SRQ_LIMIT and EQE_QP_LAST_WQE; an SRQ a QP receives from cannot be reset or destroyed (CMD_ERR_BUSY)."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -282,7 +283,7 @@ pub mod rnic {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x0001000e, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x0001000f, writable 0x0;
         /// Capability bits (CAP_*).
         RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0xff, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
@@ -435,7 +436,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x0001000e, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x0001000f, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.

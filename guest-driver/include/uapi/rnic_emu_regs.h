@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x0001000e   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x0001000f   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -32,6 +32,7 @@
  *   1.12: Atomics: WQE_OP_ATOMIC_CMP_SWP and WQE_OP_ATOMIC_FETCH_ADD (rnic_atomic_ops after the header, one 8-byte SGE for the original value; its CQE opcodes), COMPARE_SWAP/FETCH_ADD and ATOMIC ACKNOWLEDGE on the wire (AtomicETH, AtomicAckETH), ACCESS_REMOTE_ATOMIC for MRs and QPs; the responder executes an 8-byte aligned atomic once and answers a duplicate from the results it keeps (ATOMICS, ATOMICS_REPLAYED). rnic_qp_ctx.rd_atomic (reserved before): READs and atomics outstanding as requester (max_rd_atomic, at RTS) and answered as responder (max_dest_rd_atomic, at RTR), 0 meaning the device's 16.
  *   1.13: UC QPs: rnic_qp_ctx.dest_qpn bits [31:24] (0 before) name the QP's service at RESET -> INIT, QP_TYPE_RC or QP_TYPE_UC. A UC QP sends SEND and WRITE (with immediate) as the UC opcodes (the RC ones | 0x20), asks for no ACK and completes a WQE once its last packet is sent; a READ or atomic WQE completes with WC_LOC_QP_OP_ERR. Its responder acknowledges nothing and drops, without an error, a message with a missing packet, with no RECV posted, or with a remote access or length error, resuming at the next first packet (UC_DROPPED); a packet of the other service is dropped (PKTS_DROPPED).
  *   1.14: IBTA 1.5 RDMA FLUSH and ATOMIC WRITE on RC QPs: WQE_OP_FLUSH (remote_addr, rkey, imm_data the length, rsvd0 the FETH byte: placement type FLUSH_TYPE_* in bits [3:0], selectivity FLUSH_LEVEL_* in bits [5:4]; no SGE) and WQE_OP_ATOMIC_WRITE (rnic_atomic_ops.swap_add the 8 bytes written to the 8-byte aligned remote_addr at once; no SGE), their CQE opcodes, BTH opcodes FLUSH (FETH then RETH) and ATOMIC_WRITE (RETH, 8 bytes of payload), both answered by a zero-length RDMA READ RESPONSE ONLY and counted against max_rd_atomic/max_dest_rd_atomic; a duplicate is answered again, never executed twice. MR and QP access bits ACCESS_FLUSH_GLOBAL and ACCESS_FLUSH_PERSISTENT (a FLUSH needs the bit of each placement type it names, on MR and QP); counters FLUSHES, ATOMIC_WRITES.
+ *   1.15: Shared receive queues: a QP context of service QP_TYPE_SRQ makes its QPN an SRQ (its RQ ring, PD and limit; RQ doorbells and the doorbell page post to it); an RC QP whose rq_log_stride is 0 receives from the SRQ named by rq_addr, taking the SRQ's head WQE when a message needs a RECV (completions of different QPs may come out of the SRQ's order); events EQE_SRQ_LIMIT and EQE_QP_LAST_WQE; an SRQ a QP receives from cannot be reset or destroyed (CMD_ERR_BUSY).
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -52,7 +53,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000e: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000f: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -107,7 +108,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000e: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000f: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -405,8 +406,11 @@
 #define RNIC_EQE_QP_ACCESS_ERR       0x3          /* (minor 11) event: responder QP [object] refused a request for a remote access error (NAK) and went to ERROR: IB_EVENT_QP_ACCESS_ERR */
 #define RNIC_EQE_COMM_EST            0x4          /* (minor 11) event: QP [object] in RTR received its first request: IB_EVENT_COMM_EST */
 #define RNIC_EQE_CQ_ERR              0x5          /* (minor 11) event: CQ [object] overflowed and is in error until destroyed: IB_EVENT_CQ_ERR */
+#define RNIC_EQE_SRQ_LIMIT           0x6          /* (minor 15) event: SRQ [object] holds fewer WQEs than its armed limit, which is disarmed: IB_EVENT_SRQ_LIMIT_REACHED */
+#define RNIC_EQE_QP_LAST_WQE         0x7          /* (minor 15) event: QP [object], which receives from an SRQ, is in ERROR and takes no more of its WQEs (the one it had taken is flushed): IB_EVENT_QP_LAST_WQE_REACHED */
 #define RNIC_QP_TYPE_RC              0x0          /* (minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection */
 #define RNIC_QP_TYPE_UC              0x1          /* (minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED) */
+#define RNIC_QP_TYPE_SRQ             0x2          /* (minor 15) not a QP: a shared receive queue under this QPN. RESET -> INIT takes its RQ ring (rq_addr, rq_log_size, rq_log_stride), its PD and, in rnr_timer_us, its limit (0: not armed); INIT -> INIT arms a new limit; RQ_DB_IDX and the doorbell page's RQ index post to it; it never leaves INIT, and RESET or DESTROY_QP is CMD_ERR_BUSY while a QP receives from it. An RC QP whose context has rq_log_stride 0 receives from the SRQ whose QPN is rq_addr */
 #define RNIC_FLUSH_TYPE_GLOBAL       0x1          /* (minor 14) FETH placement type bit: to global visibility (IBV_FLUSH_GLOBAL) */
 #define RNIC_FLUSH_TYPE_PERSISTENT   0x2          /* (minor 14) FETH placement type bit: to persistence (IBV_FLUSH_PERSISTENT) */
 #define RNIC_FLUSH_LEVEL_RANGE       0x0          /* (minor 14) FETH selectivity level (bits [5:4]): the range [remote_addr, +length) (IBV_FLUSH_RANGE) */
@@ -506,7 +510,7 @@ struct rnic_qp_ctx {
 	__u8 sq_log_size; /* 0x02: log2 of SQ entries (0..=15). */
 	__u8 rq_log_size; /* 0x03: log2 of RQ entries (0..=15). */
 	__u8 sq_log_stride; /* 0x04: log2 of the SQ WQE stride: 6, 7 or 8 (64, 128, 256 bytes). */
-	__u8 rq_log_stride; /* 0x05: log2 of the RQ WQE stride: 6, 7 or 8. */
+	__u8 rq_log_stride; /* 0x05: log2 of the RQ WQE stride: 6, 7 or 8; 0 (minor 15): the QP has no RQ of its own and receives from the SRQ (QP_TYPE_SRQ) whose QPN is rq_addr. */
 	__u8 access; /* 0x06: ACCESS_REMOTE_* operations remote peers may perform on this QP. */
 	__u8 rnr_retry; /* 0x07: RNR retries (0..=7; 7 = retry forever). */
 	__u32 pd; /* 0x08: Protection domain. */

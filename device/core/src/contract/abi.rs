@@ -184,7 +184,8 @@ abi_struct!(
         rq_log_size: u8,
         /// log2 of the SQ WQE stride: 6, 7 or 8 (64, 128, 256 bytes).
         sq_log_stride: u8,
-        /// log2 of the RQ WQE stride: 6, 7 or 8.
+        /// log2 of the RQ WQE stride: 6, 7 or 8; 0 (minor 15): the QP has no RQ of its own
+        /// and receives from the SRQ (QP_TYPE_SRQ) whose QPN is rq_addr.
         rq_log_stride: u8,
         /// ACCESS_REMOTE_* operations remote peers may perform on this QP.
         access: u8,
@@ -516,6 +517,7 @@ abi_consts!(ASYNC_ERRORS: u32 {
 abi_consts!(QP_TYPES: u8 {
     QP_TYPE_RC = 0, "(minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection";
     QP_TYPE_UC = 1, "(minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED)";
+    QP_TYPE_SRQ = 2, "(minor 15) not a QP: a shared receive queue under this QPN. RESET -> INIT takes its RQ ring (rq_addr, rq_log_size, rq_log_stride), its PD and, in rnr_timer_us, its limit (0: not armed); INIT -> INIT arms a new limit; RQ_DB_IDX and the doorbell page's RQ index post to it; it never leaves INIT, and RESET or DESTROY_QP is CMD_ERR_BUSY while a QP receives from it. An RC QP whose context has rq_log_stride 0 receives from the SRQ whose QPN is rq_addr";
 });
 
 abi_consts!(FLUSH: u8 {
@@ -531,6 +533,8 @@ abi_consts!(EQE_EVENTS: u8 {
     EQE_QP_ACCESS_ERR = 3, "(minor 11) event: responder QP [object] refused a request for a remote access error (NAK) and went to ERROR: IB_EVENT_QP_ACCESS_ERR";
     EQE_COMM_EST = 4, "(minor 11) event: QP [object] in RTR received its first request: IB_EVENT_COMM_EST";
     EQE_CQ_ERR = 5, "(minor 11) event: CQ [object] overflowed and is in error until destroyed: IB_EVENT_CQ_ERR";
+    EQE_SRQ_LIMIT = 6, "(minor 15) event: SRQ [object] holds fewer WQEs than its armed limit, which is disarmed: IB_EVENT_SRQ_LIMIT_REACHED";
+    EQE_QP_LAST_WQE = 7, "(minor 15) event: QP [object], which receives from an SRQ, is in ERROR and takes no more of its WQEs (the one it had taken is flushed): IB_EVENT_QP_LAST_WQE_REACHED";
 });
 
 /// Every constant group, in header order.

@@ -327,6 +327,14 @@ impl Harness {
                 if state % 6 == 0 && access & 0x80 != 0 {
                     c.dest_qpn |= u32::from(QP_TYPE_UC) << 24;
                 }
+                // Bit 7 of `strides` makes it an SRQ (minor 15; its limit psn % 8), bit 3 a
+                // QP that receives from the SRQ (or whatever) at `dest`.
+                if state % 6 == 0 && strides & 0x80 != 0 {
+                    c.dest_qpn = u32::from(QP_TYPE_SRQ) << 24;
+                    c.rnr_timer_us = psn % 8;
+                } else if state % 6 == 0 && strides & 0x08 != 0 {
+                    (c.rq_log_stride, c.rq_addr) = (0, u64::from(dest) % (QPS as u64 + 1));
+                }
                 c.dest_ip = if fabric & 1 == 1 { u32::from(self.peer) } else { 0 };
                 c.path_mtu = mtu % 14;
                 (c.sq_psn, c.rq_psn) = (psn, psn.rotate_left(8));
@@ -1030,6 +1038,49 @@ fn atomic_ops(fabric: u8) -> Vec<Op> {
     ops
 }
 
+/// An SRQ (QP 5, limit 3) that QPs 2 and 4 receive from, fed by QPs 1 and 3 (loopback or
+/// the wire): four RECVs taken in ring order by SENDs from both, the limit event, a
+/// WRITE and a READ beside them, the SRQ's destroy refused, QP 2 to ERROR (LAST_WQE), a
+/// receive doorbell on QP 4 (no RQ), then the rest.
+fn srq_ops(fabric: u8) -> Vec<Op> {
+    let mut ops: Vec<Op> = (1..=4).map(|cqn| Op::CreateCq { cqn, log_size: 6, vector: 1 }).collect();
+    let modify = |qpn: u8, dest: u8, cqs: u8, strides: u8, psn: u32| Op::ModifyQp {
+        qpn,
+        state: 0,
+        dest,
+        access: 7,
+        pd: 0,
+        cqs,
+        sizes: 0x44,
+        strides,
+        fabric: 0,
+        mtu: 0,
+        psn,
+    };
+    ops.push(modify(5, 0, 0x00, 0x91, 3));
+    ops.extend([modify(1, 0, 0x11, 0x11, 0), modify(3, 0, 0x33, 0x11, 0), modify(2, 5, 0x22, 0x19, 0), modify(4, 5, 0x44, 0x19, 0)]);
+    ops.extend([Op::Connect { a: 1, b: 2, fabric }, Op::Connect { a: 3, b: 4, fabric }]);
+    ops.extend([seed_mr(1, vec![(0, 0), (0, 1)]), seed_mr(2, vec![(0, 16), (0, 17)])]);
+    for _ in 0..4 {
+        ops.push(seed_post(5, 0, 5, vec![seed_sge(2, 4096)]));
+    }
+    for (qpn, opcode) in [(1, 3), (3, 3), (1, 0), (3, 2), (1, 3), (3, 3)] {
+        ops.push(seed_post(qpn, 1, opcode, vec![seed_sge(1, 3000)]));
+        ops.push(Op::Run { passes: 8 });
+        for _ in 0..6 {
+            ops.push(Op::Reflect { pick: 0, how: 4 });
+        }
+    }
+    ops.extend([
+        Op::DestroyQp { qpn: 5 },
+        Op::ModifyQp { qpn: 2, state: 3, dest: 0, access: 0, pd: 0, cqs: 0, sizes: 0, strides: 0, fabric: 0, mtu: 0, psn: 0 },
+    ]);
+    ops.push(Op::Doorbell { qpn: 4, send: 0, delta: 1 });
+    ops.push(Op::Run { passes: 8 });
+    ops.extend((1..=4).map(|cqn| Op::Poll { cqn }));
+    ops
+}
+
 fn encode(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     ops.iter().for_each(|op| op.encode(&mut out));
@@ -1134,7 +1185,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::Window { kind: 2 },
         Op::Poll { cqn: 1 },
     ]);
-    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops(), atomic_ops(0), atomic_ops(1)].iter().map(|ops| encode(ops)).collect()
+    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops(), srq_ops(0), srq_ops(1), atomic_ops(0), atomic_ops(1)]
+        .iter()
+        .map(|ops| encode(ops))
+        .collect()
 }
 
 #[cfg(test)]
@@ -1183,6 +1237,13 @@ mod tests {
                 s.get(Counter::BytesWritten) > 0 && s.get(Counter::BytesSent) > 0 && s.get(Counter::BytesRead) > 0
             };
             assert!(moved, "seed {n}: data did not move ({all:?})");
+            // The SRQ seeds (before the atomic ones): RECVs taken from the SRQ, its limit
+            // event and QP 2's LAST_WQE, the destroy refused, the doorbell refused.
+            if n + 4 == seeds.len() || n + 3 == seeds.len() {
+                let srq =
+                    s.get(Counter::RecvWqes) >= 3 && s.get(Counter::EqEvents) >= 2 && s.get(Counter::CommandErrors) >= 1 && s.get(Counter::GuestErrors) >= 1;
+                assert!(srq, "seed {n}: the SRQ was not used ({all:?})");
+            }
             if n == 1 {
                 assert!(s.get(Counter::PktsReceived) >= 10 && s.get(Counter::AcksSent) > 0, "seed {n}: the fabric pair did not talk RC ({all:?})");
             }

@@ -239,6 +239,17 @@ impl Cqs {
     }
 }
 
+/// The SRQ a responder QP receives from, for one call (contract minor 15): a copy of its
+/// ring, PD and limit, which the engine writes back afterwards (the SRQ is another QPN's
+/// entry of the table the QP itself is borrowed from).
+#[derive(Clone, Copy, Debug)]
+pub struct SrqView {
+    pub qpn: u32,
+    pub ring: Ring,
+    pub pd: u32,
+    pub limit: u32,
+}
+
 /// Everything a role needs besides its QP.
 pub struct Ctx<'a> {
     pub name: &'a str,
@@ -247,6 +258,8 @@ pub struct Ctx<'a> {
     pub cqs: &'a mut Cqs,
     /// The engine's WQE log (stage times of recent work requests).
     pub wqe_log: &'a WqeLog,
+    /// The SRQ of the QP a request is for, when it has one.
+    pub srq: Option<&'a mut SrqView>,
 }
 
 impl Ctx<'_> {
@@ -304,7 +317,10 @@ impl Ctx<'_> {
 
     /// Retires the head RECV with a completion (an error one moves the QP to ERROR).
     pub fn complete_recv(&mut self, qpn: u32, qp: &mut Qp, wr_id: u64, src_qp: u32, cqe: Cqe) {
-        qp.rq.ci = qp.rq.ci.wrapping_add(1);
+        // An SRQ's WQE left its ring when it was taken (minor 15).
+        if qp.srq.is_none() {
+            qp.rq.ci = qp.rq.ci.wrapping_add(1);
+        }
         self.stats().inc(Counter::RecvWqes);
         let cqe = Cqe { wr_id, qpn, src_qp, ..cqe };
         let ok = self.cqs.complete(self.name, self.mem, qp.recv_cqn, cqe);

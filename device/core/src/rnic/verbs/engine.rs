@@ -13,7 +13,7 @@
 
 use super::completer::{self, Completer};
 use super::cq::Cq;
-use super::ctx::{fail, Cqs, Ctx};
+use super::ctx::{fail, Cqs, Ctx, SrqView};
 pub use super::ctx::{Shared, ASYNC_VECTOR};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
@@ -224,7 +224,7 @@ impl Engine {
             if !*enabled {
                 continue; // no DMA with ENABLE clear: the driver flushes after its reset
             }
-            let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+            let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log, srq: None };
             let qpn = qpn as u32;
             if !qp.sq.is_empty() {
                 mem.tag(DmaTag::qp(DmaKind::WqeFetch, qpn));
@@ -290,6 +290,11 @@ impl Engine {
 
     /// Back to RESET: attributes and role state forgotten.
     fn forget_qp(&mut self, qpn: u32) -> Result<(), u32> {
+        // An SRQ some QP still receives from stays (minor 15).
+        let attached = |q: &Qp| q.state != QpState::Reset && q.srq == Some(qpn);
+        if self.qps.get(qpn as usize).is_some_and(|q| q.service == Service::Srq) && self.qps.iter().any(attached) {
+            return Err(CMD_ERR_BUSY);
+        }
         let (qp, roles) = (self.qps.get_mut(qpn as usize), self.roles.get_mut(qpn as usize));
         let (Some(qp), Some(roles)) = (qp, roles) else { return Err(CMD_ERR_BAD_INDEX) };
         *qp = Qp::new();
@@ -346,6 +351,17 @@ impl Engine {
         let edge = transition(cur.state, to).ok_or(CMD_ERR_STATE)?;
         let mut next = cur.clone();
         let mut roles = None;
+        // An SRQ (minor 15) is created, re-armed (INIT -> INIT: its limit) and reset only.
+        if cur.state != QpState::Reset && cur.service == Service::Srq {
+            return match edge {
+                Edge::Access => {
+                    self.qps[qpn as usize].srq_limit = ctx.rnr_timer_us;
+                    Ok(())
+                }
+                Edge::Reset => self.forget_qp(qpn),
+                _ => Err(CMD_ERR_STATE),
+            };
+        }
         match edge {
             Edge::Reset => return self.forget_qp(qpn),
             Edge::Error => {
@@ -397,12 +413,25 @@ impl Engine {
                 && addr.is_multiple_of(1 << log_stride)
                 && addr.checked_add(1u64 << (log_size + log_stride)).is_some()
         };
+        let rq = Ring { addr: ctx.rq_addr, log_size: ctx.rq_log_size, log_stride: ctx.rq_log_stride, pi: 0, ci: 0 };
+        let service = Service::from_abi((ctx.dest_qpn >> 24) as u8);
+        if service == Some(Service::Srq) {
+            // Its receive ring and PD, its limit; nothing else of the context is looked at.
+            if !ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride) {
+                return Err(CMD_ERR_INVALID);
+            }
+            return Ok(Qp { state: QpState::Init, service: Service::Srq, pd: ctx.pd, rq, srq_limit: ctx.rnr_timer_us, ..Qp::new() });
+        }
+        // rq_log_stride 0 (minor 15): no RQ of its own; an RC QP receives from an SRQ.
+        let srq = (ctx.rq_log_stride == 0).then_some(ctx.rq_addr);
+        let srq_ok =
+            srq.is_none_or(|s| service == Some(Service::Rc) && self.qps.get(s as usize).is_some_and(|q| q.service == Service::Srq && q.state == QpState::Init));
         let ok = cq_exists(ctx.send_cqn)
             && cq_exists(ctx.recv_cqn)
             && ring_ok(ctx.sq_addr, ctx.sq_log_size, ctx.sq_log_stride)
-            && ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride)
+            && (srq.is_some() || ring_ok(ctx.rq_addr, ctx.rq_log_size, ctx.rq_log_stride))
+            && srq_ok
             && ctx.rnr_retry <= 7;
-        let service = Service::from_abi((ctx.dest_qpn >> 24) as u8);
         let (true, Some(service)) = (ok, service) else {
             return Err(CMD_ERR_INVALID);
         };
@@ -418,7 +447,9 @@ impl Engine {
             rnr_retry: ctx.rnr_retry,
             rnr_timer_us: ctx.rnr_timer_us,
             sq: Ring { addr: ctx.sq_addr, log_size: ctx.sq_log_size, log_stride: ctx.sq_log_stride, pi: 0, ci: 0 },
-            rq: Ring { addr: ctx.rq_addr, log_size: ctx.rq_log_size, log_stride: ctx.rq_log_stride, pi: 0, ci: 0 },
+            rq: if srq.is_some() { Ring::default() } else { rq },
+            srq: srq.map(|s| s as u32),
+            srq_limit: 0,
         })
     }
 
@@ -543,7 +574,7 @@ impl Engine {
         for (qpn, (qp, r)) in qps.iter_mut().zip(roles.iter_mut()).enumerate() {
             r.resp.drop_mr(index);
             if r.req.uses_mr(index) {
-                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs, wqe_log };
+                let mut ctx = Ctx { name, mem, mrs: &*mrs, cqs: &mut *cqs, wqe_log, srq: None };
                 requester::fail_front(&mut ctx, qpn as u32, qp, &mut r.req, fail(WC_LOC_PROT_ERR, QP_ERR_LOCAL_ACCESS));
             }
         }
@@ -590,10 +621,13 @@ impl Engine {
     /// A new receive-queue producer index (MMIO doorbell or doorbell page).
     pub(super) fn rq_doorbell_index(&mut self, qpn: u32, pi: u16) {
         self.doorbell(qpn, pi, false);
-        // A requester on this engine waiting for a RECV on this QP retries at once.
+        // A requester on this engine waiting for a RECV on this QP (or, for an SRQ, on a
+        // QP that receives from it) retries at once.
         let now = self.shared.clock.now();
+        let on_srq: Vec<u32> = (0..self.qps.len() as u32).filter(|&q| self.qps[q as usize].srq == Some(qpn)).collect();
         for (qp, r) in self.qps.iter().zip(self.roles.iter_mut()) {
-            if qp.dest_qpn == qpn && r.path == Path::Loopback && r.req.hold_until.is_some() {
+            let waits_here = qp.dest_qpn == qpn || on_srq.contains(&qp.dest_qpn);
+            if waits_here && r.path == Path::Loopback && r.req.hold_until.is_some() {
                 r.req.hold_until = Some(now);
             }
         }
@@ -606,6 +640,12 @@ impl Engine {
         };
         if qp.state == QpState::Reset {
             crate::guest_warn!("{}: doorbell for QP {qpn} in RESET ignored", self.name);
+            return;
+        }
+        // A QP on an SRQ has no RQ, an SRQ no SQ (minor 15).
+        if (!send && qp.srq.is_some()) || (send && qp.service == Service::Srq) {
+            self.shared.stats.inc(Counter::GuestErrors);
+            crate::guest_warn!("{}: {} doorbell for QP {qpn}, which has no such queue: ignored", self.name, if send { "send" } else { "receive" });
             return;
         }
         if send {
@@ -747,8 +787,12 @@ impl Engine {
         if !*enabled {
             return false;
         }
-        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log, srq: None };
         match qp.state {
+            QpState::Err if qp.srq.is_some() && !r.resp.last_wqe_reached() => {
+                responder::leave_srq(&mut ctx, qpn, qp, &mut r.resp);
+                true
+            }
             QpState::Err => ctx.flush_one(qpn, qp),
             QpState::Rtr | QpState::Rts if r.path != Path::None => {
                 let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
@@ -803,10 +847,11 @@ impl Engine {
     /// A loopback message to the responder or completer of the QP it names.
     fn deliver(&mut self, mem: &dyn GuestMem, lm: &LoopMsg) {
         let i = lm.to as usize;
+        let mut view = srq_view(&self.qps, i);
         let Engine { qps, roles, cqs, mrs, name, loopq, wqe_log, .. } = self;
         let (Some(qp), Some(r)) = (qps.get_mut(i), roles.get_mut(i)) else { return };
         let msg = lm.msg();
-        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log, srq: view.as_mut() };
         let mut t = Loopback { queue: loopq, from: lm.to, to: lm.from };
         if info(msg.bth.opcode).is_some_and(|o| o.request) {
             if !qp.state.can_receive() || r.path == Path::None {
@@ -818,6 +863,7 @@ impl Engine {
         } else if qp.state == QpState::Rts && r.path == Path::Loopback {
             completer::on_response(&mut ctx, lm.to, qp, &mut r.req, &mut r.comp, &msg);
         }
+        put_srq_view(qps, view);
     }
 
     /// A packet from the fabric: to the QP it names, if that QP talks to its sender.
@@ -850,16 +896,18 @@ impl Engine {
         if from.is_ipv6() {
             self.shared.stats.inc(Counter::PktsReceivedIpv6);
         }
+        let mut view = srq_view(&self.qps, i);
         let Engine { qps, roles, cqs, mrs, name, loopq, wire, scratch, shared, wqe_log, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
         let msg = packet_msg(pkt);
-        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log };
+        let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log, srq: view.as_mut() };
         if info(msg.bth.opcode).is_some_and(|o| o.request) {
             let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
             responder::receive(&mut ctx, qpn, qp, &mut r.resp, qp.dest_qpn, &msg, &mut t);
         } else if qp.state == QpState::Rts {
             completer::on_response(&mut ctx, qpn, qp, &mut r.req, &mut r.comp, &msg);
         }
+        put_srq_view(qps, view);
         self.fail_refusing_responders();
         self.flush_events(mem);
     }
@@ -871,6 +919,23 @@ impl Engine {
         }
         let rts = self.qps.iter().zip(&self.roles).filter(|(q, r)| q.state == QpState::Rts && r.path != Path::None);
         rts.filter_map(|(_, r)| r.req.deadline()).chain(self.cqs.hold_until).min()
+    }
+}
+
+/// The SRQ view of QP `i`'s SRQ, if it receives from one (minor 15).
+fn srq_view(qps: &[Qp], i: usize) -> Option<SrqView> {
+    let n = qps.get(i)?.srq?;
+    let s = qps.get(n as usize).filter(|s| s.service == Service::Srq)?;
+    Some(SrqView { qpn: n, ring: s.rq, pd: s.pd, limit: s.srq_limit })
+}
+
+/// Writes back what a call took from the SRQ: its consumer index and its limit.
+fn put_srq_view(qps: &mut [Qp], view: Option<SrqView>) {
+    if let Some(v) = view {
+        if let Some(s) = qps.get_mut(v.qpn as usize).filter(|s| s.service == Service::Srq) {
+            s.rq.ci = v.ring.ci;
+            s.srq_limit = v.limit;
+        }
     }
 }
 

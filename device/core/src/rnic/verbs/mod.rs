@@ -48,6 +48,8 @@ mod tests_placement;
 #[cfg(test)]
 mod tests_roles;
 #[cfg(test)]
+mod tests_srq;
+#[cfg(test)]
 mod tests_uc;
 pub mod transport;
 pub mod wqe;

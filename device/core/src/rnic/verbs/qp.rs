@@ -1,9 +1,10 @@
 //! Queue pairs: state machine (IBA ch. 10.3, as a transition table that CMD_MODIFY_QP
 //! runs: each row names the attribute check of its edge), the send and receive rings as
-//! the device sees them, and a QP's attributes (its service, RC or UC, among them). The
+//! the device sees them, and a QP's attributes (its service, RC or UC, among them). An SRQ
+//! (contract minor 15) is a `Qp` of service `Srq` that only has its receive ring. The
 //! requester, responder and completer keep their own per-QP state in their modules.
 
-use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, QP_TYPE_RC, QP_TYPE_UC};
+use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, QP_TYPE_RC, QP_TYPE_SRQ, QP_TYPE_UC};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -151,6 +152,10 @@ pub struct Qp {
     pub rnr_timer_us: u32,
     pub sq: Ring,
     pub rq: Ring,
+    /// The SRQ (its QPN) this QP receives from instead of its own RQ (minor 15).
+    pub srq: Option<u32>,
+    /// An SRQ's armed limit (service Srq; 0: not armed).
+    pub srq_limit: u32,
 }
 
 impl Qp {
@@ -168,6 +173,8 @@ impl Qp {
             rnr_timer_us: 0,
             sq: Ring::default(),
             rq: Ring::default(),
+            srq: None,
+            srq_limit: 0,
         }
     }
 
@@ -187,6 +194,8 @@ pub enum Service {
     Rc,
     /// Unreliable Connection: SEND and WRITE, never acknowledged (IBA 9.8.4).
     Uc,
+    /// Not a QP: a shared receive queue under this QPN (minor 15), its ring the `rq`.
+    Srq,
 }
 
 impl Service {
@@ -195,6 +204,7 @@ impl Service {
         match v {
             QP_TYPE_RC => Some(Service::Rc),
             QP_TYPE_UC => Some(Service::Uc),
+            QP_TYPE_SRQ => Some(Service::Srq),
             _ => None,
         }
     }

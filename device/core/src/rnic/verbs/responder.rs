@@ -34,6 +34,10 @@
 //!   is taken, and a fence orders it after them), count against the responder resources,
 //!   and are answered with a zero-length READ RESPONSE ONLY; a duplicate is answered
 //!   again from the history the atomics keep, never executed twice.
+//! - SRQs (minor 15, [`next_srq_recv`], [`leave_srq`]): a QP on an SRQ takes the SRQ's head
+//!   WQE out of its ring when a message needs a RECV (the engine lends the SRQ's ring
+//!   through `Ctx::srq`), raises the SRQ's limit event, and in ERROR flushes the WQE it had
+//!   taken and raises EQE_QP_LAST_WQE.
 //! - UC (minor 13, [`receive_uc`]): no acknowledgement of any kind; a message with a
 //!   missing packet, no RECV, or a remote access or length error is dropped (UC_DROPPED)
 //!   and the QP stays as it is; a packet of the other service than the QP's is dropped.
@@ -128,6 +132,11 @@ pub struct Responder {
     max_outstanding: usize,
     /// The newest atomics executed, for duplicates.
     atomics: History,
+    /// The wr_id of the SRQ WQE a SEND in progress took (minor 15): flushed if the QP
+    /// fails before the SEND completes, since it is no longer in the SRQ's ring.
+    srq_taken: Option<u64>,
+    /// This QP in ERROR has left its SRQ (EQE_QP_LAST_WQE raised).
+    left_srq: bool,
 }
 
 impl Responder {
@@ -145,6 +154,11 @@ impl Responder {
         } else {
             self.max_outstanding
         }
+    }
+
+    /// Whether this QP, in ERROR, is done with its SRQ ([`leave_srq`]).
+    pub fn last_wqe_reached(&self) -> bool {
+        self.left_srq
     }
 
     /// READ responses are waiting to be sent.
@@ -316,9 +330,60 @@ struct Recv {
     sgl: Sgl,
 }
 
+/// A QP in ERROR that received from an SRQ takes no more of its WQEs (minor 15): the one a
+/// SEND in progress had taken completes flushed, and EQE_QP_LAST_WQE is raised once.
+pub fn leave_srq(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder) {
+    if let Some(wr_id) = rs.srq_taken.take() {
+        let cqe = Cqe { wr_id, qpn, opcode: CQE_OP_RECV, status: WC_WR_FLUSH_ERR, ..Default::default() };
+        ctx.cqs.complete(ctx.name, ctx.mem, qp.recv_cqn, cqe);
+    }
+    rs.incoming = None;
+    rs.left_srq = true;
+    ctx.cqs.event(EQE_QP_LAST_WQE, qpn, 0);
+}
+
+/// The head WQE of the QP's SRQ (minor 15), taken out of the SRQ's ring at once (its
+/// consumer index moves now, not at the completion, so QPs sharing it take WQEs in ring
+/// order and complete them in any order); its limit event when it leaves fewer WQEs than
+/// the armed limit. Buffers are checked in the SRQ's protection domain.
+fn next_srq_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Option<Recv>, Failure> {
+    let Some((ring, pd, srqn)) = ctx.srq.as_deref().map(|v| (v.ring, v.pd, v.qpn)) else { return Ok(None) };
+    if ring.is_empty() {
+        return Ok(None);
+    }
+    ctx.mem.tag(DmaTag::qp(DmaKind::RqWqeFetch, srqn));
+    let read = read_wqe(ctx.mem, &ring, ring.ci, false);
+    // A WQE read (well-formed or not) leaves the ring; one the device cannot read stays
+    // (the SRQ's ring is not guest memory) and only this QP fails.
+    let mut limit_reached = false;
+    if let (false, Some(v)) = (matches!(read, Err(SlotError::Dma)), ctx.srq.as_deref_mut()) {
+        v.ring.ci = v.ring.ci.wrapping_add(1);
+        if v.limit != 0 && u32::from(v.ring.pending()) < v.limit {
+            v.limit = 0;
+            limit_reached = true;
+        }
+    }
+    if limit_reached {
+        ctx.cqs.event(EQE_SRQ_LIMIT, srqn, 0);
+    }
+    let (wr_id, status, reason) = match read {
+        Ok(w) => match ctx.local_sgl(&w.sges, pd, ACCESS_LOCAL_WRITE) {
+            Ok(sgl) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, sgl })),
+            Err(f) => (w.hdr.wr_id, f.status, f.reason),
+        },
+        Err(SlotError::Dma) => (read_header(ctx.mem, &ring, ring.ci).wr_id, WC_FATAL_ERR, QP_ERR_DMA),
+        Err(SlotError::Malformed(h)) => (h.wr_id, WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE),
+    };
+    fail_recv(ctx, qpn, qp, src_qpn, wr_id, status, reason);
+    Err(fail(WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID))
+}
+
 /// The head RECV: None if there is none (RNR). A malformed RECV, or one whose buffers
 /// fail their checks, completes in error (this QP to ERROR) and fails the request.
 fn next_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Option<Recv>, Failure> {
+    if qp.srq.is_some() {
+        return next_srq_recv(ctx, qpn, qp, src_qpn);
+    }
     if qp.rq.is_empty() {
         return Ok(None);
     }
@@ -353,7 +418,12 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
     if op.first {
         let incoming = if op.kind == Kind::Send {
             match next_recv(ctx, qpn, qp, src_qpn)? {
-                Some(r) => Incoming::Send { wr_id: r.wr_id, sgl: r.sgl, offset: 0 },
+                Some(r) => {
+                    if qp.srq.is_some() {
+                        rs.srq_taken = Some(r.wr_id);
+                    }
+                    Incoming::Send { wr_id: r.wr_id, sgl: r.sgl, offset: 0 }
+                }
                 None => return Ok(false),
             }
         } else {
@@ -389,6 +459,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
                 // UC drops the message and keeps the RECV (IBA 9.8.4 class D, as rxe).
                 if qp.service == Service::Rc {
                     fail_recv(ctx, qpn, qp, src_qpn, *wr_id, WC_LOC_LEN_ERR, QP_ERR_LENGTH);
+                    rs.srq_taken = None;
                 }
                 return Err(inv());
             }
@@ -404,6 +475,7 @@ fn place(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32,
                     cqe.flags = CQE_FLAG_IMM;
                 }
                 ctx.complete_recv(qpn, qp, *wr_id, src_qpn, cqe);
+                rs.srq_taken = None;
                 rs.msn = psn_add(rs.msn, 1);
                 return Ok(true);
             }

@@ -118,6 +118,12 @@ impl Dev {
     /// [`Dev::create_qp_rnr`] of service `qp_type` (QP_TYPE_*, contract minor 13); the
     /// command's status.
     pub(super) fn create_qp_typed(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8, rnr_timer_us: u32, qp_type: u8) -> u32 {
+        self.create_qp_with(qpn, pd, access, rnr_retry, rnr_timer_us, qp_type, |_| {})
+    }
+
+    /// As [`Dev::create_qp_typed`], the context changed by `f` before the command.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_qp_with(&mut self, qpn: u32, pd: u32, access: u8, rnr_retry: u8, rnr_timer_us: u32, qp_type: u8, f: impl FnOnce(&mut QpCtx)) -> u32 {
         let base = RINGS + u64::from(qpn) * 0x4000;
         self.modify(qpn, |c| {
             *c = QpCtx {
@@ -136,7 +142,8 @@ impl Dev {
                 rq_addr: base + 0x2000,
                 dest_qpn: u32::from(qp_type) << 24,
                 ..Default::default()
-            }
+            };
+            f(c);
         })
     }
 
