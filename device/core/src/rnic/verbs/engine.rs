@@ -624,9 +624,11 @@ impl Engine {
         // A requester on this engine waiting for a RECV on this QP (or, for an SRQ, on a
         // QP that receives from it) retries at once.
         let now = self.shared.clock.now();
-        let on_srq: Vec<u32> = (0..self.qps.len() as u32).filter(|&q| self.qps[q as usize].srq == Some(qpn)).collect();
-        for (qp, r) in self.qps.iter().zip(self.roles.iter_mut()) {
-            let waits_here = qp.dest_qpn == qpn || on_srq.contains(&qp.dest_qpn);
+        let qps = &self.qps;
+        let is_srq = qps.get(qpn as usize).is_some_and(|q| q.service == Service::Srq);
+        let on_this_srq = |dest: u32| is_srq && qps.get(dest as usize).is_some_and(|d| d.srq == Some(qpn));
+        for (qp, r) in qps.iter().zip(self.roles.iter_mut()) {
+            let waits_here = qp.dest_qpn == qpn || on_this_srq(qp.dest_qpn);
             if waits_here && r.path == Path::Loopback && r.req.hold_until.is_some() {
                 r.req.hold_until = Some(now);
             }

@@ -716,13 +716,14 @@ fn answer_once(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn
     rs.msn = psn_add(rs.msn, 1);
     let d = Done { psn, opcode: m.bth.opcode, request: once_key(m, &reth), original: 0, msn: rs.msn };
     rs.atomics.record(d, rs.limit());
-    queue_empty_response(rs, qp.pd, &reth, psn, rs.msn);
+    queue_empty_response(rs, &reth, psn, rs.msn);
 }
 
-/// A zero-length READ RESPONSE ONLY at `psn` (nothing is read: no access is checked).
-fn queue_empty_response(rs: &mut Responder, pd: u32, reth: &Reth, psn: u32, msn: u32) {
+/// A zero-length READ RESPONSE ONLY at `psn` (nothing is read, so no PD or access is
+/// checked when it is sent).
+fn queue_empty_response(rs: &mut Responder, reth: &Reth, psn: u32, msn: u32) {
     rs.responses.retain(|q| q.first_psn != psn);
-    rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, rkey: reth.rkey, va: reth.va, pd, access: 0, len: 0, first_psn: psn, npkts: 1, next: 0, msn });
+    rs.responses.push_back(ReadResponse { mr: reth.rkey >> 8, rkey: reth.rkey, va: reth.va, pd: 0, access: 0, len: 0, first_psn: psn, npkts: 1, next: 0, msn });
 }
 
 /// A FLUSH: its FETH, access and range checked; then a fence, after which every byte the
@@ -791,7 +792,7 @@ fn replay_once(ctx: &mut Ctx, qpn: u32, rs: &mut Responder, m: &Msg) {
     };
     ctx.stats().inc(Counter::AtomicsReplayed);
     // The response goes to the QP's destination, as every queued READ response does.
-    queue_empty_response(rs, 0, &reth, d.psn, d.msn);
+    queue_empty_response(rs, &reth, d.psn, d.msn);
 }
 
 fn send_atomic_ack(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, d: &Done) {
