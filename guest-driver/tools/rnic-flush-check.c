@@ -26,6 +26,12 @@
  * so no IBTA-conforming side accepts rxe's FLUSH or has its own accepted by rxe
  * (docs/fabric.md, "Soft-RoCE interop").
  *
+ * The client starts once the server says over TCP that its QP is connected. A request that
+ * reaches a QP still in INIT is dropped, and the client's resend would then be the first
+ * the server sees: Linux's rxe resends an ATOMIC WRITE (or FLUSH) with a RETH address of 0
+ * (its retry path recomputes the address for READ, WRITE and atomics only), which any
+ * responder refuses as outside the MR (docs/fabric.md, "Soft-RoCE interop").
+ *
  * Between the third and the fourth, the client tells the server over TCP, and the server
  * checks its buffer: the 8 bytes and the 256 bytes where the client put them, nothing
  * else changed; the server's QP stays until the client's last step is done. Each step prints "flush-check: <step> ok" or "flush-check: <step> FAIL
@@ -345,6 +351,15 @@ int main(int argc, char **argv)
 		if (connect_qp(qp, &me, &peer, gid_index)) {
 			fprintf(stderr, "rnic-flush-check: connecting the QP: %s\n", strerror(errno));
 			return 1;
+		}
+		/* The client's first request waits for the server's QP to be in RTR. */
+		{
+			uint8_t ready = 1;
+
+			if (full_io(fd, &ready, 1, !peer_addr)) {
+				fprintf(stderr, "rnic-flush-check: the peer went away\n");
+				return 1;
+			}
 		}
 		if (peer_addr)
 			client(ibv_qp_to_qp_ex(qp), cq, &peer, mr, buf, fd, no_flush,

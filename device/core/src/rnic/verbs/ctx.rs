@@ -378,10 +378,11 @@ impl Ctx<'_> {
             return Ok(());
         }
         if qp.access & access != access {
+            crate::guest_info!("{}: QP {qpn} (access {:#x}) does not grant access {access:#x}", self.name, qp.access);
             return Err(fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS));
         }
         self.mrs.check(rkey, qp.pd, access, addr, len).map(|_| ()).map_err(|e| {
-            crate::guest_info!("{}: rkey {rkey:#x} refused at QP {qpn}: {e:?}", self.name);
+            crate::guest_info!("{}: rkey {rkey:#x} refused at QP {qpn} for [{addr:#x}, +{len:#x}): {e:?}", self.name);
             fail(WC_REM_ACCESS_ERR, QP_ERR_REMOTE_ACCESS)
         })
     }
