@@ -331,7 +331,7 @@ impl Engine {
         if slot.is_none() {
             return Err(CMD_ERR_NOT_FOUND);
         }
-        if self.qps.iter().any(|q| q.is_active() && (q.send_cqn == cqn || q.recv_cqn == cqn)) {
+        if self.qps.iter().any(|q| q.uses_cq(cqn)) {
             return Err(CMD_ERR_BUSY);
         }
         self.cqs.cqs[cqn as usize] = None;
@@ -759,7 +759,7 @@ impl Engine {
         }
         let cqns = std::mem::take(&mut self.cqs.overflowed);
         for (qpn, qp) in self.qps.iter_mut().enumerate() {
-            if cqns.contains(&qp.send_cqn) || cqns.contains(&qp.recv_cqn) {
+            if cqns.iter().any(|&c| qp.uses_cq(c)) {
                 self.cqs.qp_error(&self.name, qpn as u32, qp, QP_ERR_CQ, EQE_QP_FATAL);
             }
         }

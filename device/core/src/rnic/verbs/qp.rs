@@ -182,6 +182,11 @@ impl Qp {
     pub fn is_active(&self) -> bool {
         self.state != QpState::Reset
     }
+
+    /// Whether this QP, out of RESET, completes on CQ `cqn` (an SRQ has no CQs).
+    pub fn uses_cq(&self, cqn: u32) -> bool {
+        self.is_active() && self.service != Service::Srq && (self.send_cqn == cqn || self.recv_cqn == cqn)
+    }
 }
 
 /// The destination QP in a QP context's dest_qpn (bits [31:24] are the service).

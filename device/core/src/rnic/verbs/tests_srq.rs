@@ -2,9 +2,9 @@
 //! take its WQEs in ring order and complete them on their own CQs, in any order; the
 //! limit event fires once when fewer WQEs than the armed limit remain; an SRQ a QP uses is
 //! not reset; a QP on an SRQ has no RQ doorbell; a failing QP raises EQE_QP_LAST_WQE and
-//! leaves the SRQ's WQEs to the others.
+//! leaves the SRQ's WQEs to the others; an SRQ holds no CQ.
 
-use super::qp::Service;
+use super::qp::{QpState, Service};
 use super::tests::{sge, Dev, DST, RW, SRC};
 use crate::contract::abi::*;
 use crate::contract::counters::Counter;
@@ -140,4 +140,29 @@ fn a_failing_qp_raises_last_wqe_reached_and_the_others_go_on() {
     d.run();
     assert_eq!(d.poll(4).iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), [(101, WC_SUCCESS)]);
     assert_eq!(d.read(DST + 4096, 1000), b);
+}
+
+/// An SRQ completes on no CQ: it does not hold CQ 0 (its context's CQ fields are not
+/// read), so a driver may destroy its QPs' CQs before the SRQ, as rdma-core's
+/// `ibv_srq_pingpong` does, and CQ 0 overflowing leaves the SRQ in INIT.
+#[test]
+fn an_srq_holds_no_cq() {
+    let mut d = Dev::new();
+    d.create_cq(0, 1);
+    d.create_cq(2, 6);
+    assert_eq!(d.create_qp_typed(SRQ, 7, 0, 0, 0, QP_TYPE_SRQ), CMD_OK);
+    // QP 1 completes on CQ 0 (2 entries): three signaled WRITEs overflow it.
+    let on_cq0 = |c: &mut QpCtx| (c.send_cqn, c.recv_cqn) = (0, 0);
+    assert_eq!(d.create_qp_with(1, 7, RW, 7, 0, QP_TYPE_RC, on_cq0), CMD_OK);
+    d.create_qp(2, 7, RW, 7);
+    d.connect(1, 2);
+    let key = d.reg_mr(1, 7, RW, SRC, 1 << 20);
+    for i in 0..3 {
+        d.send(1, WQE_OP_RDMA_WRITE, i, &[sge(SRC, 64, key)], DST, key);
+    }
+    d.run();
+    assert_eq!(d.e.qps[1].state, QpState::Err, "QP 1 lost a completion");
+    assert_eq!(d.e.qps[SRQ as usize].state, QpState::Init, "the SRQ is no user of CQ 0");
+    assert_eq!(d.cmd(CMD_DESTROY_QP, 1), CMD_OK);
+    assert_eq!(d.cmd(CMD_DESTROY_CQ, 0), CMD_OK, "CQ 0 goes while the SRQ lives");
 }
