@@ -122,7 +122,7 @@ static int rnic_ioc_destroy_cq(void *uc, void *arg)
 
 static int rnic_ioc_create_qp(void *uc, void *arg)
 {
-	return rnic_create_qp(uc, arg);
+	return rnic_create_qp(uc, arg, NULL);
 }
 
 static int rnic_ioc_destroy_qp(void *uc, void *arg)

@@ -65,6 +65,12 @@ static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *
 	 */
 	if (rnic_nic_flush(nic))
 		attr->device_cap_flags |= IB_DEVICE_FLUSH_GLOBAL | IB_DEVICE_ATOMIC_WRITE;
+	/* SRQs (minor 15) take their numbers from the QPs'; no resizing. */
+	if (rnic_nic_srq(nic)) {
+		attr->max_srq = attr->max_qp;
+		attr->max_srq_wr = ring;
+		attr->max_srq_sge = RNIC_UAPI_MAX_SGE;
+	}
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;
@@ -224,11 +230,17 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.reg_user_mr_dmabuf	= rnic_ib_reg_user_mr_dmabuf,
 	.rereg_user_mr		= rnic_ib_rereg_user_mr,
 	.dereg_mr		= rnic_ib_dereg_mr,
+	.create_srq		= rnic_ib_create_srq,
+	.modify_srq		= rnic_ib_modify_srq,
+	.query_srq		= rnic_ib_query_srq,
+	.destroy_srq		= rnic_ib_destroy_srq,
+	.post_srq_recv		= rnic_ib_post_srq_recv,
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ib_ucontext, ibuc),
 	INIT_RDMA_OBJ_SIZE(ib_pd, rnic_ib_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_cq, rnic_ib_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, rnic_ib_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_srq, rnic_ib_srq, ibsrq),
 };
 
 int rnic_ib_register(struct rnic_nic *nic)
@@ -259,10 +271,12 @@ int rnic_ib_register(struct rnic_nic *nic)
 	ib_set_device_ops(&rib->ibdev, &rnic_ib_ops);
 	/*
 	 * The write() commands libibverbs' kernel-bypass providers use beyond the default set:
-	 * the doorbell on request (POST_SEND/POST_RECV with no work requests) and CQ arming.
+	 * the doorbell on request (POST_SEND/POST_RECV/POST_SRQ_RECV with no work requests)
+	 * and CQ arming.
 	 */
 	rib->ibdev.uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) |
 				      BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
+				      BIT_ULL(IB_USER_VERBS_CMD_POST_SRQ_RECV) |
 				      BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 
 	ret = ib_device_set_netdev(&rib->ibdev, rib->ndev, 1);

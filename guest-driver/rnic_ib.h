@@ -74,6 +74,15 @@ struct rnic_ib_qp {
 	struct rnic_ib_mmap *sq_map, *rq_map, *db_map;
 };
 
+/* An SRQ (minor 15; rnic_ib_srq.c): the driver's struct rnic_srq under its QPN. */
+struct rnic_ib_srq {
+	struct ib_srq ibsrq;
+	struct rnic_ucontext *uc;	/* its context's */
+	u32 qpn;			/* in uc->srqs */
+	u32 limit;			/* as armed; 0 once the device reported it reached */
+	struct rnic_ib_mmap *ring_map, *db_map;
+};
+
 struct rnic_ib_mr {
 	struct ib_mr ibmr;
 	struct rnic_ucontext *uc;	/* its context's */
@@ -88,6 +97,21 @@ static inline struct rnic_ucontext *rnic_ib_uc(struct ib_ucontext *ibuc)
 static inline struct rnic_ibdev *to_rnic_ibdev(struct ib_device *ibdev)
 {
 	return container_of(ibdev, struct rnic_ibdev, ibdev);
+}
+
+static inline struct rnic_nic *ib_nic(struct ib_device *ibdev)
+{
+	return to_rnic_ibdev(ibdev)->nic;
+}
+
+static inline u32 ib_pdn(struct ib_pd *ibpd)
+{
+	return container_of(ibpd, struct rnic_ib_pd, ibpd)->pdn;
+}
+
+static inline u32 rnic_ib_srqn(struct ib_srq *ibsrq)
+{
+	return container_of(ibsrq, struct rnic_ib_srq, ibsrq)->qpn;
 }
 
 /*
@@ -124,6 +148,16 @@ int rnic_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 int rnic_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int rnic_ib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
 int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct ib_udata *udata);
+/* rnic_ib_srq.c: shared receive queues (minor 15) */
+int rnic_ib_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+		       struct ib_udata *udata);
+int rnic_ib_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+		       enum ib_srq_attr_mask mask, struct ib_udata *udata);
+int rnic_ib_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
+int rnic_ib_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+int rnic_ib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+			  const struct ib_recv_wr **bad_wr);
+void rnic_ib_srq_event(struct rnic_nic *nic, u32 qpn);
 /* rnic_ib_gid.c: the port's GID table on the device */
 int rnic_ib_add_gid(const struct ib_gid_attr *attr, void **context);
 int rnic_ib_del_gid(const struct ib_gid_attr *attr, void **context);

@@ -10,7 +10,10 @@
  * handlers and ib_dispatch_event may sleep:
  *   EQE_QP_FATAL, EQE_QP_REQ_ERR, EQE_QP_ACCESS_ERR, EQE_COMM_EST -> the QP's handler
  *     (IB_EVENT_QP_FATAL, _QP_REQ_ERR, _QP_ACCESS_ERR, _COMM_EST);
+ *   EQE_QP_LAST_WQE (minor 15) -> the QP's handler (IB_EVENT_QP_LAST_WQE_REACHED);
  *   EQE_CQ_ERR -> the CQ's handler (IB_EVENT_CQ_ERR);
+ *   EQE_SRQ_LIMIT (minor 15) -> the SRQ's handler (IB_EVENT_SRQ_LIMIT_REACHED,
+ *     rnic_ib_srq.c);
  *   the device's fatal error (RNIC_ASYNC_ERR_FATAL) -> IB_EVENT_DEVICE_FATAL, once, before
  *     the driver's recovery (rnic_fault.c) unregisters the device.
  * Port events (IB_EVENT_PORT_ACTIVE / _PORT_ERR) need nothing here: ib_core raises them
@@ -47,6 +50,8 @@ static int rnic_qp_event(u8 event)
 		return IB_EVENT_QP_ACCESS_ERR;
 	case RNIC_EQE_COMM_EST:
 		return IB_EVENT_COMM_EST;
+	case RNIC_EQE_QP_LAST_WQE:
+		return IB_EVENT_QP_LAST_WQE_REACHED;
 	default:
 		return -1;
 	}
@@ -84,6 +89,10 @@ static void rnic_event_deliver(struct rnic_nic *nic, const struct rnic_eqe *e)
 				     e->object);
 		if (cq->ibcq.event_handler)
 			cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
+		return;
+	}
+	if (e->event == RNIC_EQE_SRQ_LIMIT) {
+		rnic_ib_srq_event(nic, e->object);
 		return;
 	}
 	atomic64_inc(&nic->stats.events_dropped);
@@ -178,6 +187,7 @@ int rnic_ib_events_init(struct rnic_nic *nic)
 
 	INIT_WORK(&nic->event_work, rnic_events_work);
 	xa_init(&nic->ib_qps);
+	xa_init(&nic->ib_srqs);
 	if (rnic_version_minor(nic->rd.version) < 11)
 		return 0;
 	nic->eq = dma_alloc_coherent(nic_dev(nic), bytes, &nic->eq_dma, GFP_KERNEL);
@@ -210,5 +220,6 @@ void rnic_ib_events_fini(struct rnic_nic *nic)
 	cancel_work_sync(&nic->event_work);		/* nor does a work still read it */
 	if (eq)
 		dma_free_coherent(nic_dev(nic), RNIC_EQ_ENTRIES * sizeof(*eq), eq, nic->eq_dma);
+	xa_destroy(&nic->ib_srqs);
 	xa_destroy(&nic->ib_qps);
 }

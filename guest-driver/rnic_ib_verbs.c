@@ -12,8 +12,8 @@
  * called from the CQ's interrupt, and RoCE addressing (the AH's GID -> dest_ip, or on a
  * device of contract 1.9 an IPv6 GID -> the QP path's dest_gid).
  *
- * Not offered: kernel consumers (CQs and QPs need a user context), QP types other than RC,
- * SRQs, a DMA MR (atomics from contract minor 12); GPU memory (a mapping of BAR1, or a GPU's dma-buf through
+ * Not offered: kernel consumers (CQs and QPs need a user context), QP types other than RC
+ * and UC, a DMA MR (atomics from contract minor 12); GPU memory (a mapping of BAR1, or a GPU's dma-buf through
  * reg_user_mr_dmabuf) registers only peer-to-peer (strict: no bounce buffer, which would
  * need MR_SYNC calls libibverbs cannot make).
  */
@@ -35,11 +35,6 @@ static const u32 rnic_ib_rnr_us[32] = {
 	163840, 245760, 327680, 491520,
 };
 
-static struct rnic_nic *ib_nic(struct ib_device *ibdev)
-{
-	return to_rnic_ibdev(ibdev)->nic;
-}
-
 static struct rnic_ib_cq *to_icq(struct ib_cq *ibcq)
 {
 	return container_of(ibcq, struct rnic_ib_cq, ibcq);
@@ -48,11 +43,6 @@ static struct rnic_ib_cq *to_icq(struct ib_cq *ibcq)
 static struct rnic_ib_qp *to_iqp(struct ib_qp *ibqp)
 {
 	return container_of(ibqp, struct rnic_ib_qp, ibqp);
-}
-
-static u32 ib_pdn(struct ib_pd *ibpd)
-{
-	return container_of(ibpd, struct rnic_ib_pd, ibpd)->pdn;
 }
 
 /* Destroy paths: ib_core must not fail them; after removal the objects are gone already. */
@@ -205,6 +195,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	struct rnic_ib_create_qp_resp resp = {};
 	struct rnic_create_qp req = {};
 	struct rnic_ib_ucontext *ctx;
+	struct rnic_srq *srq = NULL;
 	struct rnic_ucontext *uc;
 	struct rnic_qp *rqp;
 	int ret;
@@ -213,7 +204,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 		return -EOPNOTSUPP;	/* kernel QPs are not offered */
 	if (!rnic_ib_udata_in_ok(ibqp->device, udata, "create_qp"))
 		return -EINVAL;
-	if (init->srq || init->create_flags || !nic->dbp)
+	if (init->create_flags || !nic->dbp || (init->srq && !rnic_nic_srq(nic)))
 		return -EOPNOTSUPP;
 	if (init->qp_type == IB_QPT_UC && rnic_nic_uc(nic))
 		req.qp_type = RNIC_QP_TYPE_UC;
@@ -236,7 +227,14 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	ret = rnic_uc_lock(uc);
 	if (ret)
 		return ret;
-	ret = rnic_create_qp(uc, &req);
+	if (init->srq) {
+		/* An SRQ of this context (minor 15): the QP gets no RQ ring. */
+		srq = xa_load(&uc->srqs, rnic_ib_srqn(init->srq));
+		ret = srq && init->qp_type == IB_QPT_RC ? 0 : -EINVAL;
+		if (ret)
+			goto out_unlock;
+	}
+	ret = rnic_create_qp(uc, &req, srq);
 	if (ret)
 		goto out_unlock;
 	rqp = xa_load(&uc->qps, req.qpn);
@@ -248,10 +246,12 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 				&resp.sq_key, &qp->sq_map);
 	if (ret)
 		goto err_destroy;
-	ret = rnic_ib_mmap_ring(ctx, rqp->rq.ring, rqp->rq.ring_bytes, rqp->rq.ring_dma,
-				&resp.rq_key, &qp->rq_map);
-	if (ret)
-		goto err_destroy;
+	if (!srq) {
+		ret = rnic_ib_mmap_ring(ctx, rqp->rq.ring, rqp->rq.ring_bytes, rqp->rq.ring_dma,
+					&resp.rq_key, &qp->rq_map);
+		if (ret)
+			goto err_destroy;
+	}
 	ret = rnic_ib_mmap_db(ctx, RNIC_NUM_QP, qp->qpn, &resp.db_key, &qp->db_map);
 	if (ret)
 		goto err_destroy;
@@ -259,7 +259,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	resp.sq_log_size = rqp->sq.log_size;
 	resp.sq_log_stride = rqp->sq.log_stride;
 	resp.rq_log_size = rqp->rq.log_size;
-	resp.rq_log_stride = rqp->rq.log_stride;
+	resp.rq_log_stride = rqp->rq.log_stride;	/* 0: on an SRQ, no RQ to map */
 	resp.max_inline = req.max_inline;
 	resp.gen = rqp->gen;
 	ret = xa_insert(&nic->ib_qps, qp->qpn, qp, GFP_KERNEL);	/* for its events */
@@ -579,7 +579,7 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			memcpy(attr->ah_attr.roce.dmac, qp->av.dmac, ETH_ALEN);
 		}
 		attr->cap.max_send_wr = 1U << rqp->sq.log_size;
-		attr->cap.max_recv_wr = 1U << rqp->rq.log_size;
+		attr->cap.max_recv_wr = rqp->srq ? 0 : 1U << rqp->rq.log_size;
 		attr->cap.max_send_sge = rqp->max_send_sge;
 		attr->cap.max_recv_sge = rqp->max_recv_sge;
 		attr->cap.max_inline_data = rqp->max_inline;

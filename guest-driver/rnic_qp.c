@@ -32,7 +32,7 @@ static size_t rnic_wq_bytes(u32 entries, u32 bytes)
 	return (size_t)1 << (order_base_2(entries) + rnic_stride_log(bytes));
 }
 
-static int rnic_wq_alloc(struct rnic_nic *nic, struct rnic_wq *wq, u32 entries, u32 bytes)
+int rnic_wq_alloc(struct rnic_nic *nic, struct rnic_wq *wq, u32 entries, u32 bytes)
 {
 	wq->log_size = order_base_2(entries);
 	wq->log_stride = rnic_stride_log(bytes);
@@ -48,7 +48,7 @@ static int rnic_wq_alloc(struct rnic_nic *nic, struct rnic_wq *wq, u32 entries, 
 	return 0;
 }
 
-static void rnic_wq_free(struct rnic_nic *nic, struct rnic_wq *wq, bool device_let_go)
+void rnic_wq_free(struct rnic_nic *nic, struct rnic_wq *wq, bool device_let_go)
 {
 	rnic_ring_free(nic, wq->ring, wq->ring_bytes, wq->ring_dma, device_let_go);
 	kvfree(wq->wr_id);
@@ -58,6 +58,8 @@ static void rnic_wq_free(struct rnic_nic *nic, struct rnic_wq *wq, bool device_l
 /* Back to an empty queue (QP to RESET: the device forgets its indices too). */
 static void rnic_wq_reset(struct rnic_wq *wq)
 {
+	if (!wq->ring)
+		return;		/* the RQ of a QP on an SRQ */
 	wq->pi = 0;
 	wq->ci = 0;
 	bitmap_zero(wq->busy, 1U << wq->log_size);
@@ -71,7 +73,11 @@ static void rnic_qp_free(struct rnic_nic *nic, struct rnic_qp *qp, bool device_l
 	kfree(qp);
 }
 
-int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
+/*
+ * CREATE_QP. @srq: the SRQ the QP receives from (minor 15; ib_core contexts only), or NULL:
+ * then the QP has no RQ ring of its own and req's receive sizes are not looked at.
+ */
+int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req, struct rnic_srq *srq)
 {
 	struct rnic_nic *nic = uc->nic;
 	struct device *dev = nic_dev(nic);
@@ -84,6 +90,12 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	if (req->qp_type != RNIC_QP_TYPE_RC &&
 	    (req->qp_type != RNIC_QP_TYPE_UC || !rnic_nic_uc(nic)))
 		return -EINVAL;
+	if (srq && (req->qp_type != RNIC_QP_TYPE_RC || !rnic_nic_srq(nic)))
+		return -EINVAL;	/* the device attaches RC QPs only */
+	if (srq) {
+		req->max_recv_wr = 1;	/* not used: keeps the checks below simple */
+		req->max_recv_sge = 1;
+	}
 	pd = xa_load(&uc->pds, req->pd);
 	scq = xa_load(&uc->cqs, req->send_cqn);
 	rcq = xa_load(&uc->cqs, req->recv_cqn);
@@ -124,10 +136,12 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 						      req->max_inline));
 	if (ret)
 		goto err_free;
-	ret = rnic_wq_alloc(nic, &qp->rq, req->max_recv_wr,
-			    RNIC_WQE_HDR_SIZE + req->max_recv_sge * sizeof(struct rnic_sge));
-	if (ret)
-		goto err_free;
+	if (!srq) {
+		ret = rnic_wq_alloc(nic, &qp->rq, req->max_recv_wr,
+				    RNIC_WQE_HDR_SIZE + req->max_recv_sge * sizeof(struct rnic_sge));
+		if (ret)
+			goto err_free;
+	}
 
 	/*
 	 * QPNs 0 and 1 are the special QPs of the IBTA (QP0, the subnet manager's, which RoCE
@@ -152,8 +166,10 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	qp->max_send_sge = min_t(u32, RNIC_UAPI_MAX_SGE,
 				 ((1U << qp->sq.log_stride) - RNIC_WQE_HDR_SIZE) / sizeof(struct rnic_sge));
 	qp->max_inline = (1U << qp->sq.log_stride) - RNIC_WQE_HDR_SIZE;
-	qp->max_recv_sge = min_t(u32, RNIC_UAPI_MAX_SGE,
+	qp->max_recv_sge = srq ? srq->max_sge :
+			   min_t(u32, RNIC_UAPI_MAX_SGE,
 				 ((1U << qp->rq.log_stride) - RNIC_WQE_HDR_SIZE) / sizeof(struct rnic_sge));
+	qp->srq = srq;
 	qp->rnr_retry = 7;
 	qp->rnr_timer_us = 10;
 	qp->path_mtu_log2 = RNIC_PATH_MTU_MAX_LOG2;
@@ -178,10 +194,12 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req)
 	pd->users++;
 	scq->users++;
 	rcq->users++;
+	if (srq)
+		srq->users++;
 
 	req->qpn = qp->qpn;
 	req->max_send_wr = 1U << qp->sq.log_size;
-	req->max_recv_wr = 1U << qp->rq.log_size;
+	req->max_recv_wr = srq ? 0 : 1U << qp->rq.log_size;
 	req->max_send_sge = qp->max_send_sge;
 	req->max_recv_sge = qp->max_recv_sge;
 	req->max_inline = qp->max_inline;
@@ -209,6 +227,8 @@ void rnic_qp_destroy(struct rnic_ucontext *uc, struct rnic_qp *qp)
 	qp->pd->users--;
 	qp->send_cq->users--;
 	qp->recv_cq->users--;
+	if (qp->srq)
+		qp->srq->users--;
 	rnic_qp_free(nic, qp, let_go);
 }
 
@@ -321,6 +341,12 @@ static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 st
 	ctx->dest_ip = a->dest_ip;
 	ctx->sq_addr = qp->sq.ring_dma;
 	ctx->rq_addr = qp->rq.ring_dma;
+	if (qp->srq) {
+		/* No RQ: rq_log_stride 0 says so, rq_addr names the SRQ (minor 15). */
+		ctx->rq_log_size = 0;
+		ctx->rq_log_stride = 0;
+		ctx->rq_addr = qp->srq->qpn;
+	}
 	ctx->sq_psn = a->sq_psn;
 	ctx->rq_psn = a->rq_psn;
 	ctx->path_mtu = a->path_mtu_log2;

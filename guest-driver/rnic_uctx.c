@@ -43,10 +43,12 @@ void rnic_zombies_free(struct rnic_nic *nic)
 
 /*
  * Destroys every object of a file: QPs first (the device stops using rings and MRs), then
- * MRs (unpinned only once no QP can reach them), CQs last, then PDs. Called with uc->lock.
+ * SRQs (no QP receives from them now), MRs (unpinned only once no QP can reach them), CQs
+ * last, then PDs. Called with uc->lock.
  */
 void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc)
 {
+	struct rnic_srq *srq;
 	struct rnic_qp *qp;
 	struct rnic_mr *mr;
 	struct rnic_cq *cq;
@@ -56,6 +58,8 @@ void rnic_ucontext_destroy_objects(struct rnic_ucontext *uc)
 	lockdep_assert_held(&uc->lock);
 	xa_for_each(&uc->qps, i, qp)
 		rnic_qp_destroy(uc, qp);
+	xa_for_each(&uc->srqs, i, srq)
+		rnic_srq_destroy(uc, srq);
 	xa_for_each(&uc->mrs, i, mr) {
 		xa_erase(&uc->mrs, i);
 		rnic_mr_destroy(uc->nic, mr);
@@ -82,6 +86,7 @@ struct rnic_ucontext *rnic_uc_open(struct rnic_nic *nic)
 	xa_init(&uc->pds);
 	xa_init(&uc->cqs);
 	xa_init(&uc->qps);
+	xa_init(&uc->srqs);
 	xa_init(&uc->mrs);
 
 	mutex_lock(&nic->files_lock);
@@ -111,6 +116,7 @@ void rnic_uc_close(struct rnic_ucontext *uc)
 	mutex_unlock(&nic->files_lock);
 
 	xa_destroy(&uc->mrs);
+	xa_destroy(&uc->srqs);
 	xa_destroy(&uc->qps);
 	xa_destroy(&uc->cqs);
 	xa_destroy(&uc->pds);

@@ -152,6 +152,7 @@ struct rnic_nic {
 	struct rnic_eth *eth;		/* the netdev's rings (rnic_netdev.c) for the irq hook */
 	struct xarray ib_cqs;		/* struct rnic_ib_cq by CQN, for their interrupts */
 	struct xarray ib_qps;		/* struct rnic_ib_qp by QPN, for their events */
+	struct xarray ib_srqs;		/* struct rnic_ib_srq by QPN, for their events */
 	/* the event queue (minor 11; NULL: none), taken by event_work: rnic_ib_events.c */
 	struct rnic_eqe *eq;
 	dma_addr_t eq_dma;
@@ -184,6 +185,12 @@ static inline bool rnic_nic_flush(const struct rnic_nic *nic)
 	return rnic_version_minor(nic->rd.version) >= 14;
 }
 
+/* Contract minor 15: shared receive queues (QP_TYPE_SRQ, EQE_SRQ_LIMIT, EQE_QP_LAST_WQE). */
+static inline bool rnic_nic_srq(const struct rnic_nic *nic)
+{
+	return rnic_version_minor(nic->rd.version) >= 15;
+}
+
 /* Contract minor 12: atomics, and the rd_atomic limits of a QP context. */
 static inline bool rnic_nic_atomics(const struct rnic_nic *nic)
 {
@@ -202,6 +209,7 @@ struct rnic_ucontext {
 	bool dead;			/* the device went away: objects already destroyed */
 	struct list_head node;		/* in nic->files */
 	struct xarray pds, cqs, qps, mrs;
+	struct xarray srqs;		/* by QPN (an SRQ is a QPN: minor 15) */
 };
 
 struct rnic_pd {
@@ -271,7 +279,22 @@ struct rnic_qp {
 	u8 retry_cnt, timeout;
 	/* READs and atomics outstanding (minor 12): as requester, as responder; 1..16 */
 	u8 max_rd_atomic, max_dest_rd_atomic;
-	struct rnic_wq sq, rq;
+	struct rnic_wq sq, rq;		/* rq: no ring when the QP receives from srq */
+	struct rnic_srq *srq;
+};
+
+/*
+ * A shared receive queue (minor 15, docs/verbs.md §4.2; rnic_srq.c): a QPN of service
+ * QP_TYPE_SRQ whose context holds an RQ ring, a PD and the armed limit. It is in INIT from
+ * creation to destruction. Only ib_core user contexts make SRQs.
+ */
+struct rnic_srq {
+	u32 qpn;
+	u32 gen;			/* tags its WQEs' wr_ids (the QPN's generation) */
+	struct rnic_pd *pd;
+	u32 max_sge;
+	unsigned int users;		/* QPs receiving from it */
+	struct rnic_wq rq;
 };
 
 struct rnic_mr {
@@ -346,13 +369,21 @@ void rnic_cq_destroy(struct rnic_ucontext *uc, struct rnic_cq *cq);
 void rnic_cq_put(struct rnic_cq *cq);
 
 /* rnic_qp.c */
-int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req);
+int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req, struct rnic_srq *srq);
 int rnic_destroy_qp(struct rnic_ucontext *uc, u32 qpn);
 void rnic_qp_destroy(struct rnic_ucontext *uc, struct rnic_qp *qp);
 int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 		   const struct rnic_qp_path *path);
 int rnic_query_qp(struct rnic_ucontext *uc, struct rnic_query_qp *req);
 void rnic_qp_to_err(struct rnic_ucontext *uc, struct rnic_qp *qp);
+int rnic_wq_alloc(struct rnic_nic *nic, struct rnic_wq *wq, u32 entries, u32 bytes);
+void rnic_wq_free(struct rnic_nic *nic, struct rnic_wq *wq, bool device_let_go);
+
+/* rnic_srq.c */
+int rnic_srq_create(struct rnic_ucontext *uc, u32 pdn, u32 max_wr, u32 max_sge, u32 limit,
+		    struct rnic_srq **out);
+int rnic_srq_arm(struct rnic_ucontext *uc, struct rnic_srq *srq, u32 limit);
+void rnic_srq_destroy(struct rnic_ucontext *uc, struct rnic_srq *srq);
 
 /* rnic_post.c: runs without uc->lock held (takes it per chunk of work requests) */
 int rnic_post_send(struct rnic_ucontext *uc, struct rnic_post *req);

@@ -5,7 +5,7 @@
 //! topology (`ibv_devices`, `ibv_devinfo`, `ibv_rc_pingpong` and perftest's `ib_write_bw`,
 //! `ib_read_bw`, `ib_send_bw`, `ib_write_lat`, `ib_read_lat` and the atomics through the
 //! provider's kernel-bypass data path; over UC QPs `ibv_uc_pingpong`, `ib_write_bw -c UC`
-//! and `ib_send_bw -c UC`), and the host checks what they printed against each node's
+//! and `ib_send_bw -c UC`; over a shared receive queue `ibv_srq_pingpong`), and the host checks what they printed against each node's
 //! address.
 //! The same boot registers GPU memory as a dma-buf (`ibv_reg_dmabuf_mr`, our
 //! `rnic-dmabuf-check`) and has the other guest RDMA-WRITE into it, then checks the
@@ -107,9 +107,10 @@ fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
 
 /// The pingpong runs: polling with ibv_post_send, sleeping on completion events, and
 /// the extended send API (`-N`: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_complete).
-/// And `ibv_uc_pingpong` over UC QPs (contract minor 13).
-const PINGPONG: [(&str, &str); 4] =
-    [("poll", "ibv_rc_pingpong"), ("events", "ibv_rc_pingpong -e"), ("wr-api", "ibv_rc_pingpong -N"), ("uc", "ibv_uc_pingpong")];
+/// And `ibv_uc_pingpong` over UC QPs (contract minor 13), and `ibv_srq_pingpong`: 16 RC QPs
+/// a side receiving from one shared receive queue (minor 15), completions of all 16 on one CQ.
+const PINGPONG: [(&str, &str); 5] =
+    [("poll", "ibv_rc_pingpong"), ("events", "ibv_rc_pingpong -e"), ("wr-api", "ibv_rc_pingpong -N"), ("uc", "ibv_uc_pingpong"), ("srq", "ibv_srq_pingpong")];
 
 /// The perftest runs (id, tool, arguments; small runs: this is a function test under TCG).
 /// The atomics (contract minor 12) move 8 bytes each: `-s 8`.

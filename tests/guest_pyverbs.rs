@@ -95,6 +95,10 @@ const MUST_PASS: &[&str] = &[
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write",
     "test_qpex.QpExTestCase.test_qp_ex_rc_flush",
     "test_qpex.QpExTestCase.test_qp_ex_rc_flush_type_violate",
+    // Shared receive queues (contract 1.15): traffic of two RC QPs through one SRQ, and
+    // the limit armed, queried back and reported by IBV_EVENT_SRQ_LIMIT_REACHED.
+    "test_srq.SrqTestCase.test_rc_srq_traffic",
+    "test_srq.SrqTestCase.test_modify_srq_limit",
 ];
 
 /// Why an rnic0 test that passes on rxe0 may skip: (part of the test id, part of the
@@ -111,7 +115,7 @@ const SKIPS: &[(&str, &str, &str)] = &[
     ("bind_mw", "", "memory windows"),
     ("", "memory window", "memory windows"),
     ("test_odp.", "ODP is not supported", "on-demand paging"),
-    ("test_srq.", "Create SRQ is not supported", "SRQs"),
+    ("test_srq.", "SRQ resize is not supported", "resizing SRQs"),
 ];
 
 /// The SKIPS reason that explains an rnic0 skip of `id` with message `why`.

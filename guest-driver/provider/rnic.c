@@ -7,8 +7,9 @@
  * queries, PDs, MRs and dma-buf MRs and their re-registration, CQs (also from
  * ibv_create_cq_ex), RC and UC QPs) through the kernel's generic uverbs commands, and the
  * mappings the data path (rnic_dp.c) uses: each CQ's and QP's rings and doorbell page.
+ * SRQs are rnic_srq.c's.
  *
- * Not supported: UD/XRC QPs, SRQs, AHs, memory windows, completion timestamps (and
+ * Not supported: UD/XRC QPs, XRC SRQs, AHs, memory windows, completion timestamps (and
  * atomics on a device before contract minor 12); libibverbs answers those with EOPNOTSUPP.
  */
 #include <errno.h>
@@ -47,7 +48,7 @@ static size_t page_round(size_t len)
 	return (len + page - 1) & ~(page - 1);
 }
 
-static void *rnic_map(struct ibv_context *ibctx, size_t len, uint64_t key)
+void *rnic_map(struct ibv_context *ibctx, size_t len, uint64_t key)
 {
 	void *p = mmap(NULL, page_round(len), PROT_READ | PROT_WRITE, MAP_SHARED,
 		       ibctx->cmd_fd, key);
@@ -55,7 +56,7 @@ static void *rnic_map(struct ibv_context *ibctx, size_t len, uint64_t key)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-static void rnic_unmap(void *p, size_t len)
+void rnic_unmap(void *p, size_t len)
 {
 	if (p)
 		munmap(p, page_round(len));
@@ -323,10 +324,11 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	int err;
 
 	/*
-	 * RC and UC (the kernel refuses UC on a device before contract minor 13). CREATE_FLAGS
+	 * RC and UC (the kernel refuses UC on a device before contract minor 13), RC on an SRQ
+	 * (minor 15: the kernel maps no RQ then, rq_log_stride 0). CREATE_FLAGS
 	 * is allowed without flags (rdma-core's tests set it so); no flag is offered.
 	 */
-	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) || attr->srq ||
+	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) ||
 	    attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 				IBV_QP_INIT_ATTR_CREATE_FLAGS) ||
 	    (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags)) {
@@ -363,7 +365,7 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	if (!err)
 		err = rnic_wq_init(ibctx, &qp->sq, resp.drv.sq_log_size, resp.drv.sq_log_stride,
 				   resp.drv.sq_key);
-	if (!err)
+	if (!err && !attr->srq)
 		err = rnic_wq_init(ibctx, &qp->rq, resp.drv.rq_log_size, resp.drv.rq_log_stride,
 				   resp.drv.rq_key);
 	if (!err) {
@@ -481,6 +483,11 @@ static const struct verbs_context_ops rnic_ctx_ops = {
 	.destroy_qp = rnic_destroy_qp,
 	.post_send = rnic_post_send,
 	.post_recv = rnic_post_recv,
+	.create_srq = rnic_create_srq,
+	.modify_srq = rnic_modify_srq,
+	.query_srq = rnic_query_srq,
+	.destroy_srq = rnic_destroy_srq,
+	.post_srq_recv = rnic_post_srq_recv,
 	.free_context = rnic_free_context,
 };
 

@@ -72,6 +72,29 @@ struct rnic_qp {
 	struct rnic_wqe *wr_cur;	/* the WQE the setters fill */
 };
 
+/*
+ * A shared receive queue (minor 15, rnic_srq.c): its ring, its page of the doorbell page,
+ * and the WQEs outstanding by tag (their completions come in any order).
+ */
+struct rnic_srq {
+	struct verbs_srq vsrq;
+	pthread_spinlock_t lock;	/* posters and the pollers of its QPs' CQs */
+	uint8_t *ring;
+	size_t ring_len;
+	void *db_page;
+	uint32_t srqn, gen, max_sge;
+	uint32_t log_size, log_stride;
+	uint16_t pi;			/* next ring position to write */
+	uint16_t ci;			/* positions before it the device has taken */
+	uint32_t nfree;			/* free tags, on the free_tags stack */
+	uint16_t *free_tags;
+	struct {
+		uint64_t wr_id;		/* the caller's */
+		uint16_t pos;		/* the ring position written */
+		bool busy;
+	} *tags;
+};
+
 static inline struct rnic_context *to_rctx(struct ibv_context *ibctx)
 {
 	return container_of(ibctx, struct rnic_context, ibv_ctx.context);
@@ -87,6 +110,15 @@ static inline struct rnic_qp *to_rqp(struct ibv_qp *ibqp)
 	return container_of(ibqp, struct rnic_qp, vqp.qp);
 }
 
+static inline struct rnic_srq *to_rsrq(struct ibv_srq *ibsrq)
+{
+	return container_of(ibsrq, struct rnic_srq, vsrq.srq);
+}
+
+/* rnic.c: mappings of the uverbs file */
+void *rnic_map(struct ibv_context *ibctx, size_t len, uint64_t key);
+void rnic_unmap(void *p, size_t len);
+
 /* rnic_dp.c: the data path (no system call unless the device sleeps) */
 int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
@@ -95,5 +127,17 @@ int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void rnic_cq_ex_init(struct rnic_cq *cq, uint64_t wc_flags);
 int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool flush,
 		    bool uc);
+bool rnic_dp_publish(void *db_page, bool recv, uint16_t old, uint16_t new);
+int rnic_kick_recv(struct ibv_context *ctx, uint32_t handle, bool srq);
+void rnic_write_recv_wqe(uint8_t *w, const struct ibv_recv_wr *wr, uint64_t wr_id);
+
+/* rnic_srq.c: shared receive queues */
+struct ibv_srq *rnic_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+int rnic_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int attr_mask);
+int rnic_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr);
+int rnic_destroy_srq(struct ibv_srq *ibsrq);
+int rnic_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad_wr);
+bool rnic_srq_complete(struct rnic_srq *srq, uint64_t wr_id, uint64_t *out);
 
 #endif /* RNIC_PROVIDER_H */

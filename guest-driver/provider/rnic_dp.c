@@ -36,52 +36,66 @@ static void store16(uint16_t *p, uint16_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-/* Asks the kernel to ring the MMIO doorbell with the index the doorbell page holds. */
-static int rnic_kick(struct rnic_qp *qp, bool recv)
+/*
+ * POST_RECV (@srq false) or POST_SRQ_RECV with no work requests for the object @handle:
+ * the kernel rings the MMIO RQ doorbell. Written on the command fd: the two commands have
+ * the same layout, and libibverbs' own ibv_cmd_post_srq_recv() goes through the ioctl
+ * path, which refuses such write commands (EOPNOTSUPP).
+ */
+int rnic_kick_recv(struct ibv_context *ctx, uint32_t handle, bool srq)
 {
-	int fd = qp->vqp.qp.context->cmd_fd;
+	struct ib_uverbs_post_recv_resp resp;
+	struct ibv_post_recv cmd = {};
 
-	if (recv) {
-		struct ib_uverbs_post_recv_resp resp;
-		struct ibv_post_recv cmd = {};
-
-		cmd.hdr.command = IB_USER_VERBS_CMD_POST_RECV;
-		cmd.hdr.in_words = sizeof(cmd) / 4;
-		cmd.hdr.out_words = sizeof(resp) / 4;
-		cmd.response = (uintptr_t)&resp;
-		cmd.qp_handle = qp->vqp.qp.handle;
-		cmd.wqe_size = sizeof(struct ibv_recv_wr);
-		if (write(fd, &cmd, sizeof(cmd)) != sizeof(cmd))
-			return errno;
-	} else {
-		struct ib_uverbs_post_send_resp resp;
-		struct ibv_post_send cmd = {};
-
-		cmd.hdr.command = IB_USER_VERBS_CMD_POST_SEND;
-		cmd.hdr.in_words = sizeof(cmd) / 4;
-		cmd.hdr.out_words = sizeof(resp) / 4;
-		cmd.response = (uintptr_t)&resp;
-		cmd.qp_handle = qp->vqp.qp.handle;
-		cmd.wqe_size = sizeof(struct ibv_send_wr);
-		if (write(fd, &cmd, sizeof(cmd)) != sizeof(cmd))
-			return errno;
-	}
+	cmd.hdr.command = srq ? IB_USER_VERBS_CMD_POST_SRQ_RECV : IB_USER_VERBS_CMD_POST_RECV;
+	cmd.hdr.in_words = sizeof(cmd) / 4;
+	cmd.hdr.out_words = sizeof(resp) / 4;
+	cmd.response = (uintptr_t)&resp;
+	cmd.qp_handle = handle;
+	cmd.wqe_size = sizeof(struct ibv_recv_wr);
+	if (write(ctx->cmd_fd, &cmd, sizeof(cmd)) != sizeof(cmd))
+		return errno;
 	return 0;
 }
 
-/* Publishes WQEs old..new (docs/verbs.md §3.1, the driver's side of the handshake). */
-static int rnic_ring(struct rnic_qp *qp, bool recv, uint16_t old, uint16_t new)
+/* Asks the kernel to ring the MMIO doorbell with the index the doorbell page holds. */
+static int rnic_kick(struct rnic_qp *qp, bool recv)
 {
-	volatile uint32_t *page = qp->db_page;
+	struct ib_uverbs_post_send_resp resp;
+	struct ibv_post_send cmd = {};
+
+	if (recv)
+		return rnic_kick_recv(qp->vqp.qp.context, qp->vqp.qp.handle, false);
+	cmd.hdr.command = IB_USER_VERBS_CMD_POST_SEND;
+	cmd.hdr.in_words = sizeof(cmd) / 4;
+	cmd.hdr.out_words = sizeof(resp) / 4;
+	cmd.response = (uintptr_t)&resp;
+	cmd.qp_handle = qp->vqp.qp.handle;
+	cmd.wqe_size = sizeof(struct ibv_send_wr);
+	if (write(qp->vqp.qp.context->cmd_fd, &cmd, sizeof(cmd)) != sizeof(cmd))
+		return errno;
+	return 0;
+}
+
+/*
+ * Publishes WQEs old..new in a doorbell page (docs/verbs.md §3.1, the driver's side of
+ * the handshake): true when the device's event index asks for the MMIO doorbell.
+ */
+bool rnic_dp_publish(void *db_page, bool recv, uint16_t old, uint16_t new)
+{
+	volatile uint32_t *page = db_page;
 	uint16_t event;
 
 	udma_to_device_barrier();	/* the WQEs before the index */
 	page[rnic_dbp_pi(recv) / 4] = new;
 	atomic_thread_fence(memory_order_seq_cst);	/* the store before the event load */
 	event = page[rnic_dbp_event(recv) / 4];
-	if (rnic_need_kick(event, new, old))
-		return rnic_kick(qp, recv);
-	return 0;
+	return rnic_need_kick(event, new, old);
+}
+
+static int rnic_ring(struct rnic_qp *qp, bool recv, uint16_t old, uint16_t new)
+{
+	return rnic_dp_publish(qp->db_page, recv, old, new) ? rnic_kick(qp, recv) : 0;
 }
 
 /* The operations of a UC QP: SEND and WRITE, with or without immediate data. */
@@ -384,6 +398,14 @@ static void rnic_wr_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_
 	rnic_wr_atomic(q, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr, add, 0);
 }
 
+/* An operation refused before it starts a WQE: the batch fails with the first error. */
+static void rnic_wr_fail(struct rnic_qp *qp, int err)
+{
+	if (!qp->wr_err)
+		qp->wr_err = err;
+	qp->wr_cur = NULL;
+}
+
 /* IBTA 1.5 ATOMIC WRITE (minor 14): the 8 bytes at @atomic_wr travel in the operands. */
 static void rnic_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr,
 				 const void *atomic_wr)
@@ -392,8 +414,7 @@ static void rnic_wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t ra
 	uint64_t v;
 
 	if (!to_rctx(qp->vqp.qp.context)->flush) {
-		qp->wr_err = qp->wr_err ?: EOPNOTSUPP;
-		qp->wr_cur = NULL;
+		rnic_wr_fail(qp, EOPNOTSUPP);
 		return;
 	}
 	memcpy(&v, atomic_wr, sizeof(v));
@@ -411,15 +432,12 @@ static void rnic_wr_flush(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr, si
 	struct rnic_qp *qp = to_xqp(q);
 
 	if (!to_rctx(qp->vqp.qp.context)->flush) {
-		qp->wr_err = qp->wr_err ?: EOPNOTSUPP;
-		qp->wr_cur = NULL;
+		rnic_wr_fail(qp, EOPNOTSUPP);
 		return;
 	}
-	if (!qp->wr_err && (!type || type & ~(IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT) ||
-			    level > IBV_FLUSH_MR ||
-			    (level == IBV_FLUSH_RANGE && len > UINT32_MAX))) {
-		qp->wr_err = EINVAL;
-		qp->wr_cur = NULL;
+	if (!type || type & ~(IBV_FLUSH_GLOBAL | IBV_FLUSH_PERSISTENT) || level > IBV_FLUSH_MR ||
+	    (level == IBV_FLUSH_RANGE && len > UINT32_MAX)) {
+		rnic_wr_fail(qp, EINVAL);
 		return;
 	}
 	rnic_wr_op(q, IBV_WR_FLUSH, rkey, raddr, 0);
@@ -517,20 +535,40 @@ int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, b
 	return 0;
 }
 
+/* A RECV WQE at @w: the caller's SGEs (num_sge checked), the device-visible @wr_id. */
+void rnic_write_recv_wqe(uint8_t *w, const struct ibv_recv_wr *wr, uint64_t wr_id)
+{
+	struct rnic_wqe *h = (struct rnic_wqe *)w;
+	struct rnic_sge *sge = (struct rnic_sge *)(w + sizeof(*h));
+	int i;
+
+	memset(h, 0, sizeof(*h));
+	for (i = 0; i < wr->num_sge; i++) {
+		sge[i].addr = wr->sg_list[i].addr;
+		sge[i].length = wr->sg_list[i].length;
+		sge[i].lkey = wr->sg_list[i].lkey;
+	}
+	h->opcode = RNIC_WQE_OP_RECV;
+	h->num_sge = wr->num_sge;
+	h->wr_id = wr_id;
+}
+
 int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct rnic_qp *qp = to_rqp(ibqp);
 	struct rnic_wq *wq = &qp->rq;
 	uint16_t old;
-	int err = 0, kick, i;
+	int err = 0, kick;
 
+	if (ibqp->srq) {
+		*bad_wr = wr;	/* its receives are posted to the SRQ */
+		return EINVAL;
+	}
 	pthread_spin_lock(&wq->lock);
 	old = wq->pi;
 	for (; wr; wr = wr->next) {
 		uint32_t slot = rnic_ring_slot(wq->pi, wq->log_size);
 		uint8_t *w = wq->ring + rnic_ring_offset(wq->pi, wq->log_size, wq->log_stride);
-		struct rnic_wqe *h = (struct rnic_wqe *)w;
-		struct rnic_sge *sge = (struct rnic_sge *)(w + sizeof(*h));
 
 		if (rnic_wq_full(wq)) {
 			err = ENOMEM;
@@ -541,15 +579,7 @@ int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_
 			*bad_wr = wr;
 			break;
 		}
-		memset(h, 0, sizeof(*h));
-		for (i = 0; i < wr->num_sge; i++) {
-			sge[i].addr = wr->sg_list[i].addr;
-			sge[i].length = wr->sg_list[i].length;
-			sge[i].lkey = wr->sg_list[i].lkey;
-		}
-		h->opcode = RNIC_WQE_OP_RECV;
-		h->num_sge = wr->num_sge;
-		h->wr_id = rnic_wrid(qp->gen, true, wq->pi);
+		rnic_write_recv_wqe(w, wr, rnic_wrid(qp->gen, true, wq->pi));
 		wq->wr_id[slot] = wr->wr_id;
 		wq->pi++;
 	}
@@ -595,20 +625,30 @@ static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
 	struct rnic_qp *qp;
 	struct rnic_wq *wq;
 	uint16_t outstanding, off;
+	uint64_t wr_id;
 
 	if (cqe->qpn >= ctx->max_qp)
 		return false;
 	qp = __atomic_load_n(&ctx->qp_table[cqe->qpn], __ATOMIC_ACQUIRE);
-	if (!qp || !rnic_wrid_valid(cqe->wr_id) || qp->gen != rnic_wrid_gen(cqe->wr_id))
+	if (!qp || !rnic_wrid_valid(cqe->wr_id))
 		return false;
-	wq = recv ? &qp->rq : &qp->sq;
-	outstanding = __atomic_load_n(&wq->pi, __ATOMIC_ACQUIRE) - wq->ci;
-	off = idx - wq->ci;
-	if (off >= outstanding)
-		return false;
+	if (recv && qp->vqp.qp.srq) {
+		/* A WQE of the QP's SRQ, by its tag (rnic_srq.c). */
+		if (!rnic_srq_complete(to_rsrq(qp->vqp.qp.srq), cqe->wr_id, &wr_id))
+			return false;
+	} else {
+		if (qp->gen != rnic_wrid_gen(cqe->wr_id))
+			return false;
+		wq = recv ? &qp->rq : &qp->sq;
+		outstanding = __atomic_load_n(&wq->pi, __ATOMIC_ACQUIRE) - wq->ci;
+		off = idx - wq->ci;
+		if (off >= outstanding)
+			return false;
+		wr_id = wq->wr_id[rnic_ring_slot(idx, wq->log_size)];
+		store16(&wq->ci, idx + 1);
+	}
 	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = wq->wr_id[rnic_ring_slot(idx, wq->log_size)];
-	store16(&wq->ci, idx + 1);
+	wc->wr_id = wr_id;
 	wc->status = cqe->status;
 	wc->opcode = rnic_wc_opcode(cqe->opcode);
 	wc->vendor_err = cqe->syndrome;

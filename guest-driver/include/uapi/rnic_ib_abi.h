@@ -48,4 +48,19 @@ struct rnic_ib_create_qp_resp {
 	__u32 gen;
 };
 
+/*
+ * A shared receive queue (contract minor 15): its RQ ring and its page of the doorbell
+ * page, as a QP's RQ. A QP created on it gets rq_log_stride 0 and no RQ ring.
+ */
+struct rnic_ib_create_srq_resp {
+	__aligned_u64 ring_key;	/* mmap offsets of the ring and of the SRQ's doorbell page */
+	__aligned_u64 db_key;
+	__u32 srqn;		/* its QP number (a CQE names the QP that took the WQE) */
+	__u32 log_size;		/* 2^log_size slots of 2^log_stride bytes */
+	__u32 log_stride;
+	__u32 gen;		/* the generation to tag its wr_ids with */
+	__u32 max_sge;
+	__u32 reserved;
+};
+
 #endif /* RNIC_IB_ABI_H */
