@@ -10,6 +10,10 @@
  *             B gets IBV_EVENT_QP_ACCESS_ERR and is in ERROR
  *   cq        C's send CQ is too small for the signaled WRITEs posted (never polled):
  *             IBV_EVENT_CQ_ERR for the CQ, IBV_EVENT_QP_FATAL for C
+ *   srq       (a device of contract 1.15) F receives from an SRQ holding 4 RECVs with its
+ *             limit armed at 3: after E's second SEND 2 are left, IBV_EVENT_SRQ_LIMIT_REACHED
+ *             for the SRQ, whose limit then reads 0; F moved to ERROR gets
+ *             IBV_EVENT_QP_LAST_WQE_REACHED
  *   port      `ip link set NETDEV down`, then up: IBV_EVENT_PORT_ERR, IBV_EVENT_PORT_ACTIVE
  *
  * Usage: rnic-async-check [NETDEV]   (default reth0; the port scenario changes its state
@@ -20,6 +24,7 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,11 +137,15 @@ static int wait_event(enum ibv_event_type want, const void *obj)
 			return -1;
 		if (ibv_get_async_event(ctx, &ev))
 			return -1;
+		bool srq = ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED ||
+			   ev.event_type == IBV_EVENT_SRQ_ERR;
+
 		what = ev.event_type == IBV_EVENT_CQ_ERR ? (const void *)ev.element.cq :
+		       srq ? (const void *)ev.element.srq :
 		       ev.event_type == IBV_EVENT_PORT_ACTIVE || ev.event_type == IBV_EVENT_PORT_ERR ||
 		       ev.event_type == IBV_EVENT_GID_CHANGE ? NULL : (const void *)ev.element.qp;
 		printf("async-event: %s %u\n", ibv_event_type_str(ev.event_type),
-		       ev.event_type == IBV_EVENT_CQ_ERR ? 0 :
+		       ev.event_type == IBV_EVENT_CQ_ERR || srq ? 0 :
 		       what ? ev.element.qp->qp_num : (unsigned int)ev.element.port_num);
 		found = ev.event_type == want && what == obj;
 		ibv_ack_async_event(&ev);
@@ -240,6 +249,74 @@ static int cq_overflow(void)
 	return rc;
 }
 
+static int srq_events(void)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = cq ? ibv_create_srq(pd, &sa) : NULL;
+	struct ibv_qp_init_attr init = {
+		.qp_type = IBV_QPT_RC, .send_cq = cq, .recv_cq = cq, .srq = srq,
+		.cap = { .max_send_wr = 4, .max_send_sge = 1 },
+	};
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT, .port_num = 1,
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE,
+	};
+	struct qp e = make_qp(cq);
+	struct ibv_qp *f = srq ? ibv_create_qp(pd, &init) : NULL;
+	char *buf = calloc(1, 5 * BUF);
+	struct ibv_mr *mr = buf ? ibv_reg_mr(pd, buf, 5 * BUF, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	struct ibv_sge s = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr ? mr->lkey : 0 };
+	struct ibv_send_wr wr = { .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_srq_attr limit = { .srq_limit = 3 }, q;
+	struct ibv_wc wc;
+	int i, rc = 0;
+
+	if (!srq) {
+		printf("async-srq: skipped, no SRQ (%s)\n", strerror(errno));
+		return 0;
+	}
+	if (!e.qp || !f || !mr ||
+	    ibv_modify_qp(f, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			  IBV_QP_ACCESS_FLAGS) || qp_connect(e.qp, f, 0))
+		return fail("srq", "setting up the SRQ and two QPs, F on it");
+	for (i = 1; i <= 4; i++) {
+		struct ibv_sge r = { .addr = (uintptr_t)buf + i * BUF, .length = BUF, .lkey = mr->lkey };
+		struct ibv_recv_wr rwr = { .wr_id = 100 + i, .sg_list = &r, .num_sge = 1 }, *rbad;
+
+		if (ibv_post_srq_recv(srq, &rwr, &rbad))
+			return fail("srq", "posting to the SRQ");
+	}
+	if (ibv_modify_srq(srq, &limit, IBV_SRQ_LIMIT) || ibv_query_srq(srq, &q) ||
+	    q.srq_limit != 3)
+		return fail("srq", "arming the limit at 3");
+	for (i = 0; i < 2; i++) {
+		wr.wr_id = i;
+		if (ibv_post_send(e.qp, &wr, &bad) || poll_one(cq, &wc) != IBV_WC_SUCCESS ||
+		    poll_one(cq, &wc) != IBV_WC_SUCCESS)
+			return fail("srq", "a SEND into the SRQ's WQEs");
+	}
+	if (wait_event(IBV_EVENT_SRQ_LIMIT_REACHED, srq))
+		rc |= fail("srq", "no IBV_EVENT_SRQ_LIMIT_REACHED with 2 WQEs left");
+	else if (ibv_query_srq(srq, &q) || q.srq_limit != 0)
+		rc |= fail("srq", "the limit still armed after its event");
+	a.qp_state = IBV_QPS_ERR;
+	if (!rc && ibv_modify_qp(f, &a, IBV_QP_STATE))
+		rc |= fail("srq", "F to ERROR");
+	else if (!rc && wait_event(IBV_EVENT_QP_LAST_WQE_REACHED, f))
+		rc |= fail("srq", "no IBV_EVENT_QP_LAST_WQE_REACHED for F in ERROR");
+	else if (!rc)
+		printf("async-srq: ok\n");
+	ibv_destroy_qp(e.qp);
+	ibv_destroy_qp(f);
+	ibv_destroy_srq(srq);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	free(buf);
+	return rc;
+}
+
 static int port_events(const char *netdev)
 {
 	char cmd[96];
@@ -276,6 +353,7 @@ int main(int argc, char **argv)
 		return fail("setup", "PD and GID");
 	rc |= comm_est_and_access();
 	rc |= cq_overflow();
+	rc |= srq_events();
 	rc |= port_events(netdev);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
