@@ -5,7 +5,8 @@
 //! Unmodified perftest (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`,
 //! `ib_read_lat`) and `ibv_rc_pingpong --chk` run between rnic0 and rxe0 both ways (rnic0
 //! server / rxe0 client, then the reverse), first with node0 (no loss), then with node1
-//! (2% loss); `ibv_uc_pingpong --chk` runs both ways with node0 (UC QPs), and so does
+//! (2% loss); `ibv_uc_pingpong --chk` runs both ways with node0 (UC QPs), so does
+//! `ibv_srq_pingpong --chk` (16 QPs a side on a shared receive queue), and so does
 //! `rnic-flush-check -A` (IBTA 1.5 ATOMIC WRITE, the server's memory checked; FLUSH runs
 //! between node0 and node1, since rxe's FLUSH ICRC is not the IBTA's). perftest exchanges its connection data over TCP on reth0 / eth0, so ARP and
 //! TCP cross the port too. The host checks every program's exit status and report, the
@@ -34,6 +35,10 @@ const PROGRAMS: [(&str, &str); 6] = [
 
 /// UC QPs between rnic0 (node0, no loss) and rxe0, both ways.
 const UC_PINGPONG: &str = "ibv_uc_pingpong --chk -s 4096 -n 200";
+
+/// Shared receive queues (contract 1.15) between rnic0 (node0) and rxe0, both ways: 16 RC
+/// QPs a side receiving from one SRQ.
+const SRQ_PINGPONG: &str = "ibv_srq_pingpong --chk -s 4096 -n 200";
 
 /// The IPv6 steps (a few seconds of traffic): rnic0 <-> rxe0 and rnic0 <-> rnic0.
 const V6_PINGPONG: &str = "ibv_rc_pingpong --chk -s 4096 -n 100";
@@ -113,7 +118,9 @@ fn rnic_script(me: u8) -> String {
         // would stall the ping-pong; rxe is the oracle of our UC opcodes and PSN rules.
         s += &format!(
             "go_server uc-a; server uc-a {UC_PINGPONG} -d rnic0 -g $G
-             go_client uc-b; client uc-b {UC_PINGPONG} -d rnic0 -g $G 10.0.0.13\n"
+             go_client uc-b; client uc-b {UC_PINGPONG} -d rnic0 -g $G 10.0.0.13
+             go_server srq-a; server srq-a {SRQ_PINGPONG} -d rnic0 -g $G
+             go_client srq-b; client srq-b {SRQ_PINGPONG} -d rnic0 -g $G 10.0.0.13\n"
         );
         // IBTA 1.5 ATOMIC WRITE (contract 1.14) both ways with rxe as the oracle of its
         // opcode, headers and response (no FLUSH: rxe's FLUSH ICRC covers its headers
@@ -189,7 +196,9 @@ fn rxe_script() -> String {
     }
     s += &format!(
         "go_client uc-a; client uc-a-11 {UC_PINGPONG} -d rxe0 -g $G 10.0.0.11
-         go_server uc-b; server uc-b-11 {UC_PINGPONG} -d rxe0 -g $G\n"
+         go_server uc-b; server uc-b-11 {UC_PINGPONG} -d rxe0 -g $G
+         go_client srq-a; client srq-a-11 {SRQ_PINGPONG} -d rxe0 -g $G 10.0.0.11
+         go_server srq-b; server srq-b-11 {SRQ_PINGPONG} -d rxe0 -g $G\n"
     );
     s += "go_client fl-a; client fl-a-11 rnic-flush-check -A -d rxe0 -x $G 10.0.0.11
           go_server fl-b; server fl-b-11 rnic-flush-check -d rxe0 -x $G\n";
@@ -257,7 +266,7 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     //   when its ACK of that message is lost (2% on node1) the server resends to a QP that
     //   is gone and fails with "transport retry counter exceeded" (as on any lossy fabric).
     let hung = |l: &str| l.contains("rc ") && (l.ends_with(" 124") || l.ends_with(" 143"));
-    let pingpong_tags = ["pingpong-", "uc-", "alias", "v6-pp", "v6-mp"];
+    let pingpong_tags = ["pingpong-", "uc-", "srq-", "alias", "v6-pp", "v6-mp"];
     let pingpong_race = |l: &str| pingpong_tags.iter().any(|t| l.contains(t)) && l.contains(": Failed status transport retry counter exceeded");
     let again = |stdout: &str| stdout.lines().any(|l| hung(l) || pingpong_race(l));
     let mut out = run();
@@ -320,6 +329,9 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     pingpong_ran(&l0, "uc-a", &rxe, "uc-a-11", 200).unwrap_or_else(|e| panic!("ibv_uc_pingpong rnic0 server: {e}"));
     pingpong_ran(&rxe, "uc-b-11", &l0, "uc-b", 200).unwrap_or_else(|e| panic!("ibv_uc_pingpong rxe0 server: {e}"));
     assert_eq!(num(&l0, "stat: uc_dropped: "), 0, "node0: no UC message dropped on a loss-free segment");
+    // SRQs both ways with rxe0: 16 QPs a side on one SRQ, every buffer checked.
+    pingpong_ran(&l0, "srq-a", &rxe, "srq-a-11", 200).unwrap_or_else(|e| panic!("ibv_srq_pingpong rnic0 server: {e}"));
+    pingpong_ran(&rxe, "srq-b-11", &l0, "srq-b", 200).unwrap_or_else(|e| panic!("ibv_srq_pingpong rxe0 server: {e}"));
     // ATOMIC WRITE both ways with rxe0, and FLUSH with ATOMIC WRITE from node1's rnic0
     // over its lossy link: each client's steps completed as they should (the persistent
     // FLUSH refused with a remote access error), and each server found in its memory
