@@ -172,6 +172,7 @@ int rnic_ib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		      const struct ib_send_wr **bad_wr);
 int rnic_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		      const struct ib_recv_wr **bad_wr);
+void rnic_ib_ring_db(struct rnic_nic *nic, u32 qpn, bool recv);
 struct ib_mr *rnic_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt,
 				  int access, struct ib_dmah *dmah, struct ib_udata *udata);
 struct ib_mr *rnic_ib_reg_user_mr_dmabuf(struct ib_pd *ibpd, u64 offset, u64 length,

@@ -18,7 +18,6 @@
 #include <rdma/uverbs_ioctl.h>
 
 #include "rnic_ib.h"
-#include "uapi/rnic_emu_ring.h"
 #include "uapi/rnic_ib_abi.h"
 
 static struct rnic_ib_srq *to_isrq(struct ib_srq *ibsrq)
@@ -156,15 +155,11 @@ int rnic_ib_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 int rnic_ib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 			  const struct ib_recv_wr **bad_wr)
 {
-	struct rnic_nic *nic = ib_nic(ibsrq->device);
-	u32 qpn = to_isrq(ibsrq)->qpn;
-	void __iomem *page = nic->dbp + rnic_dbp_qp(qpn);
-
 	if (wr) {
 		*bad_wr = wr;	/* user SRQs post through their ring */
 		return -EINVAL;
 	}
-	writel(rnic_db_value(qpn, readl(page + rnic_dbp_pi(true))), nic->rd.bar0 + RQ_DB_IDX);
+	rnic_ib_ring_db(ib_nic(ibsrq->device), to_isrq(ibsrq)->qpn, true);
 	return 0;
 }
 

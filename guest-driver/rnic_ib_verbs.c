@@ -230,7 +230,7 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 	if (init->srq) {
 		/* An SRQ of this context (minor 15): the QP gets no RQ ring. */
 		srq = xa_load(&uc->srqs, rnic_ib_srqn(init->srq));
-		ret = srq && init->qp_type == IB_QPT_RC ? 0 : -EINVAL;
+		ret = srq ? 0 : -EINVAL;
 		if (ret)
 			goto out_unlock;
 	}
@@ -594,17 +594,21 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 
 /*
  * The provider posts through the mmap'd rings and the doorbell page; it calls POST_SEND /
- * POST_RECV with no work requests only when the device's event index asks for the MMIO
- * doorbell (docs/verbs.md §3.1). Ring it with the producer index the page holds.
+ * POST_RECV (or POST_SRQ_RECV, rnic_ib_srq.c) with no work requests only when the device's
+ * event index asks for the MMIO doorbell (docs/verbs.md §3.1). Ring it for QP number @qpn
+ * (an SRQ's too) with the producer index the page holds.
  */
-static int rnic_ib_kick(struct ib_qp *ibqp, bool recv)
+void rnic_ib_ring_db(struct rnic_nic *nic, u32 qpn, bool recv)
 {
-	struct rnic_nic *nic = ib_nic(ibqp->device);
-	u32 qpn = to_iqp(ibqp)->qpn;
 	void __iomem *page = nic->dbp + rnic_dbp_qp(qpn);
 	u16 pi = readl(page + rnic_dbp_pi(recv));
 
 	writel(rnic_db_value(qpn, pi), nic->rd.bar0 + (recv ? RQ_DB_IDX : WQE_DB_IDX));
+}
+
+static int rnic_ib_kick(struct ib_qp *ibqp, bool recv)
+{
+	rnic_ib_ring_db(ib_nic(ibqp->device), to_iqp(ibqp)->qpn, recv);
 	return 0;
 }
 
