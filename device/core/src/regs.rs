@@ -65,7 +65,7 @@ macro_rules! register_map {
 
 /// Version of this register contract, reported by `RNIC_REG_VERSION`/`GPU_REG_VERSION` as
 /// `major << 16 | minor`. The major changes when an existing register changes meaning.
-pub const CONTRACT_VERSION: u32 = 0x0001_000f;
+pub const CONTRACT_VERSION: u32 = 0x0001_0010;
 
 /// What each minor version of the contract added (major 1). A minor version only adds
 /// (registers, capability bits, fields or values that were reserved before) or tightens a
@@ -89,6 +89,7 @@ pub const CHANGELOG: &[(u32, &str)] = &[
     (0x0001_000d, "UC QPs: rnic_qp_ctx.dest_qpn bits [31:24] (0 before) name the QP's service at RESET -> INIT, QP_TYPE_RC or QP_TYPE_UC. A UC QP sends SEND and WRITE (with immediate) as the UC opcodes (the RC ones | 0x20), asks for no ACK and completes a WQE once its last packet is sent; a READ or atomic WQE completes with WC_LOC_QP_OP_ERR. Its responder acknowledges nothing and drops, without an error, a message with a missing packet, with no RECV posted, or with a remote access or length error, resuming at the next first packet (UC_DROPPED); a packet of the other service is dropped (PKTS_DROPPED)."),
     (0x0001_000e, "IBTA 1.5 RDMA FLUSH and ATOMIC WRITE on RC QPs: WQE_OP_FLUSH (remote_addr, rkey, imm_data the length, rsvd0 the FETH byte: placement type FLUSH_TYPE_* in bits [3:0], selectivity FLUSH_LEVEL_* in bits [5:4]; no SGE) and WQE_OP_ATOMIC_WRITE (rnic_atomic_ops.swap_add the 8 bytes written to the 8-byte aligned remote_addr at once; no SGE), their CQE opcodes, BTH opcodes FLUSH (FETH then RETH) and ATOMIC_WRITE (RETH, 8 bytes of payload), both answered by a zero-length RDMA READ RESPONSE ONLY and counted against max_rd_atomic/max_dest_rd_atomic; a duplicate is answered again, never executed twice. MR and QP access bits ACCESS_FLUSH_GLOBAL and ACCESS_FLUSH_PERSISTENT (a FLUSH needs the bit of each placement type it names, on MR and QP); counters FLUSHES, ATOMIC_WRITES."),
     (0x0001_000f, "Shared receive queues: a QP context of service QP_TYPE_SRQ makes its QPN an SRQ (its RQ ring, PD and limit; RQ doorbells and the doorbell page post to it); an RC QP whose rq_log_stride is 0 receives from the SRQ named by rq_addr, taking the SRQ's head WQE when a message needs a RECV (completions of different QPs may come out of the SRQ's order); events EQE_SRQ_LIMIT and EQE_QP_LAST_WQE; an SRQ a QP receives from cannot be reset or destroyed (CMD_ERR_BUSY)."),
+    (0x0001_0010, "Unreliable Datagram QPs: service QP_TYPE_UD, its Q_Key in rnic_qp_ctx.dest_ip at every edge that takes attributes, no destination at RTR, messages of at most the port's RoCE MTU. A UD send WQE (SEND, SEND_IMM) names its destination QP in remote_addr, its Q_Key in rkey (bit 31: the QP's own) and its address vector rnic_ud_av right after the header (SGEs after it); it goes as one UD SEND ONLY packet with a DETH, to this RNIC's own QPs when the destination is an address of the port, and completes once sent. The receiver checks the DETH Q_Key (QKEY_VIOLATIONS), places the 40-byte GRH area before the payload (CQE_FLAG_GRH, CQE_FLAG_IPV6, byte_len counts it) and reports the source QP; a message with no RECV or too long for it is dropped, the RECV kept (UD_DROPPED). Counters UD_SENT, UD_RECEIVED."),
 ];
 
 /// PCI identity and BAR layout shared with the guest driver.
@@ -283,7 +284,7 @@ pub mod rnic {
         /// Identification: reads the ASCII magic "RNIC" (0x524E4943).
         RNIC_REG_ID = 0x0000, 4, Ro, reset 0x524e4943, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x0001000f, writable 0x0;
+        RNIC_REG_VERSION = 0x0004, 4, Ro, reset 0x00010010, writable 0x0;
         /// Capability bits (CAP_*).
         RNIC_REG_CAPS = 0x0008, 4, Ro, reset 0xff, writable 0x0;
         /// Device status (STATUS_*): READY is always set while the device serves; ERROR while
@@ -436,7 +437,7 @@ pub mod gpu {
         /// Identification: reads the ASCII magic "RGPU" (0x52475055).
         GPU_REG_ID = 0x0000, 4, Ro, reset 0x52475055, writable 0x0;
         /// Register-contract version, major << 16 | minor.
-        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x0001000f, writable 0x0;
+        GPU_REG_VERSION = 0x0004, 4, Ro, reset 0x00010010, writable 0x0;
         /// Size of the BAR1 memory aperture in bytes (set from the node description).
         GPU_REG_MEM_SIZE = 0x0008, 8, Ro, reset 0x0, writable 0x0;
         /// Scratch register for driver self-tests; no effect on the device.

@@ -15,7 +15,7 @@
 
 /* Descriptors are little-endian, naturally aligned, with explicit reserved fields. */
 
-#define RNIC_EMU_CONTRACT_VERSION    0x0001000f   /* major << 16 | minor */
+#define RNIC_EMU_CONTRACT_VERSION    0x00010010   /* major << 16 | minor */
 /* Contract changelog (a minor version only adds or tightens a guarantee):
  *   1.0: RNIC BAR0 register block, MSI-X, interrupt self-test, GPU BAR0/BAR1.
  *   1.1: Verbs engine (CAP_VERBS): QP/CQ/MR tables, commands, doorbells, statistics.
@@ -33,6 +33,7 @@
  *   1.13: UC QPs: rnic_qp_ctx.dest_qpn bits [31:24] (0 before) name the QP's service at RESET -> INIT, QP_TYPE_RC or QP_TYPE_UC. A UC QP sends SEND and WRITE (with immediate) as the UC opcodes (the RC ones | 0x20), asks for no ACK and completes a WQE once its last packet is sent; a READ or atomic WQE completes with WC_LOC_QP_OP_ERR. Its responder acknowledges nothing and drops, without an error, a message with a missing packet, with no RECV posted, or with a remote access or length error, resuming at the next first packet (UC_DROPPED); a packet of the other service is dropped (PKTS_DROPPED).
  *   1.14: IBTA 1.5 RDMA FLUSH and ATOMIC WRITE on RC QPs: WQE_OP_FLUSH (remote_addr, rkey, imm_data the length, rsvd0 the FETH byte: placement type FLUSH_TYPE_* in bits [3:0], selectivity FLUSH_LEVEL_* in bits [5:4]; no SGE) and WQE_OP_ATOMIC_WRITE (rnic_atomic_ops.swap_add the 8 bytes written to the 8-byte aligned remote_addr at once; no SGE), their CQE opcodes, BTH opcodes FLUSH (FETH then RETH) and ATOMIC_WRITE (RETH, 8 bytes of payload), both answered by a zero-length RDMA READ RESPONSE ONLY and counted against max_rd_atomic/max_dest_rd_atomic; a duplicate is answered again, never executed twice. MR and QP access bits ACCESS_FLUSH_GLOBAL and ACCESS_FLUSH_PERSISTENT (a FLUSH needs the bit of each placement type it names, on MR and QP); counters FLUSHES, ATOMIC_WRITES.
  *   1.15: Shared receive queues: a QP context of service QP_TYPE_SRQ makes its QPN an SRQ (its RQ ring, PD and limit; RQ doorbells and the doorbell page post to it); an RC QP whose rq_log_stride is 0 receives from the SRQ named by rq_addr, taking the SRQ's head WQE when a message needs a RECV (completions of different QPs may come out of the SRQ's order); events EQE_SRQ_LIMIT and EQE_QP_LAST_WQE; an SRQ a QP receives from cannot be reset or destroyed (CMD_ERR_BUSY).
+ *   1.16: Unreliable Datagram QPs: service QP_TYPE_UD, its Q_Key in rnic_qp_ctx.dest_ip at every edge that takes attributes, no destination at RTR, messages of at most the port's RoCE MTU. A UD send WQE (SEND, SEND_IMM) names its destination QP in remote_addr, its Q_Key in rkey (bit 31: the QP's own) and its address vector rnic_ud_av right after the header (SGEs after it); it goes as one UD SEND ONLY packet with a DETH, to this RNIC's own QPs when the destination is an address of the port, and completes once sent. The receiver checks the DETH Q_Key (QKEY_VIOLATIONS), places the 40-byte GRH area before the payload (CQE_FLAG_GRH, CQE_FLAG_IPV6, byte_len counts it) and reports the source QP; a message with no RECV or too long for it is dropped, the RECV kept (UD_DROPPED). Counters UD_SENT, UD_RECEIVED.
  */
 #define RNIC_EMU_VENDOR_ID           0x1234       /* default PCI vendor ID */
 #define RNIC_EMU_RNIC_DEVICE_ID      0x52e1       /* default RNIC device ID */
@@ -53,7 +54,7 @@
 
 /* RNIC BAR0 registers */
 #define RNIC_REG_ID                  0x0000       /* RO 32-bit, reset 0x524e4943: Identification: reads the ASCII magic "RNIC" (0x524E4943). */
-#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x1000f: Register-contract version, major << 16 | minor. */
+#define RNIC_REG_VERSION             0x0004       /* RO 32-bit, reset 0x10010: Register-contract version, major << 16 | minor. */
 #define RNIC_REG_CAPS                0x0008       /* RO 32-bit, reset 0xff: Capability bits (CAP_*). */
 #define RNIC_REG_STATUS              0x000c       /* RO 32-bit, reset 0x3: Device status (STATUS_*): READY is always set while the device serves; ERROR while RNIC_REG_LAST_ERROR holds an error (reading that register clears both); FATAL from an internal engine failure until the next device reset. */
 #define RNIC_REG_RESET               0x0010       /* WO 32-bit, reset 0x0: Write RESET_MAGIC to return every register to its reset value. */
@@ -108,7 +109,7 @@
 
 /* GPU BAR0 registers */
 #define GPU_REG_ID                   0x0000       /* RO 32-bit, reset 0x52475055: Identification: reads the ASCII magic "RGPU" (0x52475055). */
-#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x1000f: Register-contract version, major << 16 | minor. */
+#define GPU_REG_VERSION              0x0004       /* RO 32-bit, reset 0x10010: Register-contract version, major << 16 | minor. */
 #define GPU_REG_MEM_SIZE             0x0008       /* RO 64-bit, reset 0x0: Size of the BAR1 memory aperture in bytes (set from the node description). */
 #define GPU_REG_SCRATCH              0x0010       /* RW 32-bit, reset 0x0: Scratch register for driver self-tests; no effect on the device. */
 #define GPU_REG_INT_TRIGGER          0x0014       /* WO 32-bit, reset 0x0: Write a vector number to raise that MSI-X vector (interrupt self-test). */
@@ -240,7 +241,11 @@
 #define RNIC_STAT_UC_DROPPED         57           /* UC messages the responder dropped: a packet missing, no RECV posted, a remote access or length error (minor 13) */
 #define RNIC_STAT_FLUSHES            58           /* RDMA FLUSH requests executed as responder (minor 14; duplicates answered again are not counted) */
 #define RNIC_STAT_ATOMIC_WRITES      59           /* ATOMIC WRITE requests executed as responder (minor 14; duplicates answered again are not counted) */
-#define RNIC_STAT_COUNT              60           /* number of counters */
+#define RNIC_STAT_UD_SENT            60           /* UD messages sent (minor 16; loopback ones too) */
+#define RNIC_STAT_UD_RECEIVED        61           /* UD messages placed into a RECV (minor 16) */
+#define RNIC_STAT_UD_DROPPED         62           /* UD messages the responder dropped: no RECV posted, or longer than the RECV less the GRH area (minor 16; a packet of another service than its QP's is in PKTS_DROPPED) */
+#define RNIC_STAT_QKEY_VIOLATIONS    63           /* UD messages dropped because their DETH Q_Key was not the receiving QP's (minor 16) */
+#define RNIC_STAT_COUNT              64           /* number of counters */
 /* Initializer of a `const char *names[RNIC_STAT_COUNT]` table: each counter's name. */
 #define RNIC_STAT_NAMES_INIT { \
 	[RNIC_STAT_SEND_WQES] = "send_wqes", \
@@ -303,6 +308,10 @@
 	[RNIC_STAT_UC_DROPPED] = "uc_dropped", \
 	[RNIC_STAT_FLUSHES] = "flushes", \
 	[RNIC_STAT_ATOMIC_WRITES] = "atomic_writes", \
+	[RNIC_STAT_UD_SENT] = "ud_sent", \
+	[RNIC_STAT_UD_RECEIVED] = "ud_received", \
+	[RNIC_STAT_UD_DROPPED] = "ud_dropped", \
+	[RNIC_STAT_QKEY_VIOLATIONS] = "qkey_violations", \
 }
 
 /* Descriptor constants */
@@ -329,6 +338,8 @@
 #define RNIC_CQE_OP_RECV             0x10         /* receive side: SEND received */
 #define RNIC_CQE_OP_RECV_RDMA_IMM    0x11         /* receive side: WRITE_IMM received */
 #define RNIC_CQE_FLAG_IMM            0x1          /* imm_data is valid */
+#define RNIC_CQE_FLAG_GRH            0x2          /* (minor 16) a UD receive: the first 40 bytes of its buffer hold the GRH area (RoCEv2 over IPv4: 20 bytes of 0, then the packet's IPv4 header; over IPv6: its IPv6 header), counted in byte_len */
+#define RNIC_CQE_FLAG_IPV6           0x4          /* (minor 16) with CQE_FLAG_GRH: the packet came over IPv6 (else IPv4) */
 #define RNIC_WC_SUCCESS              0x0          /* ibv_wc_status numbering */
 #define RNIC_WC_LOC_LEN_ERR          0x1          /* local length error */
 #define RNIC_WC_LOC_QP_OP_ERR        0x2          /* local QP operation error (bad WQE) */
@@ -411,6 +422,7 @@
 #define RNIC_QP_TYPE_RC              0x0          /* (minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection */
 #define RNIC_QP_TYPE_UC              0x1          /* (minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED) */
 #define RNIC_QP_TYPE_SRQ             0x2          /* (minor 15) not a QP: a shared receive queue under this QPN. RESET -> INIT takes its RQ ring (rq_addr, rq_log_size, rq_log_stride), its PD and, in rnr_timer_us, its limit (0: not armed); INIT -> INIT arms a new limit; RQ_DB_IDX and the doorbell page's RQ index post to it; it never leaves INIT, and RESET or DESTROY_QP is CMD_ERR_BUSY while a QP receives from it. An RC QP whose context has rq_log_stride 0 receives from the SRQ whose QPN is rq_addr */
+#define RNIC_QP_TYPE_UD              0x3          /* (minor 16) Unreliable Datagram: SEND and SEND_IMM of at most the port's RoCE MTU, each WQE addressed by its rnic_ud_av, destination QP and Q_Key (remote_addr, rkey), sent as one UD SEND ONLY packet with a DETH and completed once sent; no destination at RTR (dest_qpn, dest_ip and the path unused: dest_ip is the Q_Key). The responder takes a UD SEND from any source whose DETH Q_Key is the QP's (else QKEY_VIOLATIONS), places the GRH area and the payload into the head RECV and reports the DETH's source QP; a message with no RECV posted or longer than the RECV less the 40 bytes of the GRH is dropped and the RECV stays (UD_DROPPED); a packet of another service than its QP's is dropped (PKTS_DROPPED). No SRQ */
 #define RNIC_FLUSH_TYPE_GLOBAL       0x1          /* (minor 14) FETH placement type bit: to global visibility (IBV_FLUSH_GLOBAL) */
 #define RNIC_FLUSH_TYPE_PERSISTENT   0x2          /* (minor 14) FETH placement type bit: to persistence (IBV_FLUSH_PERSISTENT) */
 #define RNIC_FLUSH_LEVEL_RANGE       0x0          /* (minor 14) FETH selectivity level (bits [5:4]): the range [remote_addr, +length) (IBV_FLUSH_RANGE) */
@@ -424,8 +436,8 @@ struct rnic_wqe {
 	__u8 rsvd0; /* 0x03: Reserved, 0; for WQE_OP_FLUSH (minor 14) the FETH byte: the placement type (FLUSH_TYPE_*) in bits [3:0], the selectivity level (FLUSH_LEVEL_*) in [5:4]. */
 	__u32 imm_data; /* 0x04: Immediate data (WRITE_IMM, SEND_IMM), delivered to the receiver's CQE as is; for WQE_OP_FLUSH (minor 14) the length of the range to flush (FLUSH_LEVEL_RANGE). */
 	__u64 wr_id; /* 0x08: Caller's cookie, returned in the CQE. */
-	__u64 remote_addr; /* 0x10: Remote virtual address (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE). */
-	__u32 rkey; /* 0x18: Remote key (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE). */
+	__u64 remote_addr; /* 0x10: Remote virtual address (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE); on a UD QP (minor 16) bits [23:0] the destination QP, the rest 0. */
+	__u32 rkey; /* 0x18: Remote key (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE); on a UD QP (minor 16) the Q_Key sent, or, with bit 31 set, the QP's own Q_Key instead. */
 	__u32 inline_len; /* 0x1c: Inline payload length in bytes (with WQE_FLAG_INLINE; data follows the header). */
 };
 _Static_assert(sizeof(struct rnic_wqe) == 32, "rnic_wqe size");
@@ -448,6 +460,27 @@ _Static_assert(sizeof(struct rnic_atomic_ops) == 16, "rnic_atomic_ops size");
 _Static_assert(offsetof(struct rnic_atomic_ops, swap_add) == 0, "rnic_atomic_ops.swap_add");
 _Static_assert(offsetof(struct rnic_atomic_ops, compare) == 8, "rnic_atomic_ops.compare");
 
+/* The address vector of a UD send WQE (minor 16), right after its header; its SGEs (or inline data) follow it, so a UD send queue needs a stride of 128 or 256 for any payload (64 leaves room for none). The destination's family is its GID's: an IPv4-mapped GID (::ffff:a.b.c.d) is RoCEv2 over IPv4, any other unicast GID over IPv6. A destination that is an address of the port is this RNIC's own QP (loopback, no wire). */
+struct rnic_ud_av {
+	__u64 dest_gid_lo; /* 0x00: Destination GID bytes 0-7 in wire order (a memcpy of the 16-byte GID fills both). */
+	__u64 dest_gid_hi; /* 0x08: Destination GID bytes 8-15 in wire order. */
+	__u64 dest_mac; /* 0x10: Next-hop MAC, as rnic_qp_path's: six bytes in wire order in bits [47:0], bits 63:48 0; 0 only for an IPv4 destination (the rnic-emu convention 02:e1:a.b.c.d) or one of the port's own addresses. */
+	__u8 traffic_class; /* 0x18: The IPv4 TOS byte / IPv6 traffic class of the packet. */
+	__u8 hop_limit; /* 0x19: The IPv4 TTL / IPv6 hop limit of the packet; 0 means 64. */
+	__u8 sgid_index; /* 0x1a: The GID table entry whose address is the source, of the destination's family. */
+	__u8 flags; /* 0x1b: Reserved, 0. */
+	__u32 rsvd; /* 0x1c: Reserved, 0. */
+};
+_Static_assert(sizeof(struct rnic_ud_av) == 32, "rnic_ud_av size");
+_Static_assert(offsetof(struct rnic_ud_av, dest_gid_lo) == 0, "rnic_ud_av.dest_gid_lo");
+_Static_assert(offsetof(struct rnic_ud_av, dest_gid_hi) == 8, "rnic_ud_av.dest_gid_hi");
+_Static_assert(offsetof(struct rnic_ud_av, dest_mac) == 16, "rnic_ud_av.dest_mac");
+_Static_assert(offsetof(struct rnic_ud_av, traffic_class) == 24, "rnic_ud_av.traffic_class");
+_Static_assert(offsetof(struct rnic_ud_av, hop_limit) == 25, "rnic_ud_av.hop_limit");
+_Static_assert(offsetof(struct rnic_ud_av, sgid_index) == 26, "rnic_ud_av.sgid_index");
+_Static_assert(offsetof(struct rnic_ud_av, flags) == 27, "rnic_ud_av.flags");
+_Static_assert(offsetof(struct rnic_ud_av, rsvd) == 28, "rnic_ud_av.rsvd");
+
 /* A scatter/gather entry: a local buffer described by its virtual address and lkey. */
 struct rnic_sge {
 	__u64 addr; /* 0x00: Virtual address inside the MR named by lkey. */
@@ -465,7 +498,7 @@ struct rnic_cqe {
 	__u32 byte_len; /* 0x08: Bytes transferred (receives: bytes placed; READ: bytes read). */
 	__u32 imm_data; /* 0x0c: Immediate data (with CQE_FLAG_IMM). */
 	__u32 qpn; /* 0x10: The local QP. */
-	__u32 src_qp; /* 0x14: The sending QP (receive completions). */
+	__u32 src_qp; /* 0x14: The sending QP (receive completions; on a UD QP, minor 16, the DETH's source QP). */
 	__u8 opcode; /* 0x18: CQE_OP_*. */
 	__u8 status; /* 0x19: WC_* completion status (InfiniBand ibv_wc_status numbering). */
 	__u8 flags; /* 0x1a: CQE_FLAG_*. */
@@ -518,7 +551,7 @@ struct rnic_qp_ctx {
 	__u32 recv_cqn; /* 0x10: CQ for receive completions. */
 	__u32 dest_qpn; /* 0x14: Bits [23:0]: the destination QP (set for RTR): on one node, another QP of this RNIC. Bits [31:24] (minor 13; before: 0): the QP's service, QP_TYPE_*, taken at RESET -> INIT and ignored by later commands. */
 	__u32 rnr_timer_us; /* 0x18: Minimum RNR delay in microseconds before a retry. */
-	__u32 dest_ip; /* 0x1c: IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR; 0: the destination QP is on this RNIC (loopback, no wire). */
+	__u32 dest_ip; /* 0x1c: IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR; 0: the destination QP is on this RNIC (loopback, no wire). On a UD QP (minor 16): its Q_Key, taken by every edge but those to RESET and ERR. */
 	__u64 sq_addr; /* 0x20: Bus address of the SQ ring. */
 	__u64 rq_addr; /* 0x28: Bus address of the RQ ring. */
 	__u16 sq_ci; /* 0x30: SQ consumer index (device writeback). */

@@ -88,9 +88,11 @@ abi_struct!(
         imm_data: u32,
         /// Caller's cookie, returned in the CQE.
         wr_id: u64,
-        /// Remote virtual address (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE).
+        /// Remote virtual address (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE); on a
+        /// UD QP (minor 16) bits [23:0] the destination QP, the rest 0.
         remote_addr: u64,
-        /// Remote key (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE).
+        /// Remote key (WRITE, WRITE_IMM, READ, atomics, FLUSH, ATOMIC_WRITE); on a UD QP
+        /// (minor 16) the Q_Key sent, or, with bit 31 set, the QP's own Q_Key instead.
         rkey: u32,
         /// Inline payload length in bytes (with WQE_FLAG_INLINE; data follows the header).
         inline_len: u32,
@@ -131,6 +133,35 @@ abi_struct!(
 );
 
 abi_struct!(
+    /// The address vector of a UD send WQE (minor 16), right after its header; its SGEs
+    /// (or inline data) follow it, so a UD send queue needs a stride of 128 or 256 for any payload
+    /// (64 leaves room for none).
+    /// The destination's family is its GID's: an IPv4-mapped GID (::ffff:a.b.c.d) is
+    /// RoCEv2 over IPv4, any other unicast GID over IPv6. A destination that is an address
+    /// of the port is this RNIC's own QP (loopback, no wire).
+    UdAv, "rnic_ud_av", 32 {
+        /// Destination GID bytes 0-7 in wire order (a memcpy of the 16-byte GID fills both).
+        dest_gid_lo: u64,
+        /// Destination GID bytes 8-15 in wire order.
+        dest_gid_hi: u64,
+        /// Next-hop MAC, as rnic_qp_path's: six bytes in wire order in bits [47:0], bits
+        /// 63:48 0; 0 only for an IPv4 destination (the rnic-emu convention 02:e1:a.b.c.d)
+        /// or one of the port's own addresses.
+        dest_mac: u64,
+        /// The IPv4 TOS byte / IPv6 traffic class of the packet.
+        traffic_class: u8,
+        /// The IPv4 TTL / IPv6 hop limit of the packet; 0 means 64.
+        hop_limit: u8,
+        /// The GID table entry whose address is the source, of the destination's family.
+        sgid_index: u8,
+        /// Reserved, 0.
+        flags: u8,
+        /// Reserved, 0.
+        rsvd: u32,
+    }
+);
+
+abi_struct!(
     /// A scatter/gather entry: a local buffer described by its virtual address and lkey.
     Sge, "rnic_sge", 16 {
         /// Virtual address inside the MR named by lkey.
@@ -154,7 +185,7 @@ abi_struct!(
         imm_data: u32,
         /// The local QP.
         qpn: u32,
-        /// The sending QP (receive completions).
+        /// The sending QP (receive completions; on a UD QP, minor 16, the DETH's source QP).
         src_qp: u32,
         /// CQE_OP_*.
         opcode: u8,
@@ -204,7 +235,8 @@ abi_struct!(
         /// Minimum RNR delay in microseconds before a retry.
         rnr_timer_us: u32,
         /// IPv4 address of the destination node's RNIC (a.b.c.d as a << 24 | ...), for RTR;
-        /// 0: the destination QP is on this RNIC (loopback, no wire).
+        /// 0: the destination QP is on this RNIC (loopback, no wire). On a UD QP (minor 16):
+        /// its Q_Key, taken by every edge but those to RESET and ERR.
         dest_ip: u32,
         /// Bus address of the SQ ring.
         sq_addr: u64,
@@ -371,7 +403,7 @@ abi_struct!(
 
 /// Every descriptor, in header order.
 pub const STRUCTS: &[AbiStruct] =
-    &[WqeHeader::ABI, AtomicOps::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
+    &[WqeHeader::ABI, AtomicOps::ABI, UdAv::ABI, Sge::ABI, Cqe::ABI, Eqe::ABI, QpCtx::ABI, QpPath::ABI, GidEntry::ABI, CqCtx::ABI, MrCtx::ABI, EthDesc::ABI];
 
 macro_rules! abi_consts {
     ($table:ident: $ty:ty { $( $name:ident = $v:expr, $doc:literal; )* }) => {
@@ -413,6 +445,8 @@ abi_consts!(CQE_OPS: u8 {
 
 abi_consts!(CQE_FLAGS: u8 {
     CQE_FLAG_IMM = 1, "imm_data is valid";
+    CQE_FLAG_GRH = 2, "(minor 16) a UD receive: the first 40 bytes of its buffer hold the GRH area (RoCEv2 over IPv4: 20 bytes of 0, then the packet's IPv4 header; over IPv6: its IPv6 header), counted in byte_len";
+    CQE_FLAG_IPV6 = 4, "(minor 16) with CQE_FLAG_GRH: the packet came over IPv6 (else IPv4)";
 });
 
 abi_consts!(WC_STATUS: u8 {
@@ -518,6 +552,7 @@ abi_consts!(QP_TYPES: u8 {
     QP_TYPE_RC = 0, "(minor 13) rnic_qp_ctx.dest_qpn bits [31:24]: Reliable Connection";
     QP_TYPE_UC = 1, "(minor 13) Unreliable Connection: SEND and WRITE (with immediate) only, never acknowledged; a WQE completes once its last packet is sent; the responder drops a message it cannot take whole (UC_DROPPED)";
     QP_TYPE_SRQ = 2, "(minor 15) not a QP: a shared receive queue under this QPN. RESET -> INIT takes its RQ ring (rq_addr, rq_log_size, rq_log_stride), its PD and, in rnr_timer_us, its limit (0: not armed); INIT -> INIT arms a new limit; RQ_DB_IDX and the doorbell page's RQ index post to it; it never leaves INIT, and RESET or DESTROY_QP is CMD_ERR_BUSY while a QP receives from it. An RC QP whose context has rq_log_stride 0 receives from the SRQ whose QPN is rq_addr";
+    QP_TYPE_UD = 3, "(minor 16) Unreliable Datagram: SEND and SEND_IMM of at most the port's RoCE MTU, each WQE addressed by its rnic_ud_av, destination QP and Q_Key (remote_addr, rkey), sent as one UD SEND ONLY packet with a DETH and completed once sent; no destination at RTR (dest_qpn, dest_ip and the path unused: dest_ip is the Q_Key). The responder takes a UD SEND from any source whose DETH Q_Key is the QP's (else QKEY_VIOLATIONS), places the GRH area and the payload into the head RECV and reports the DETH's source QP; a message with no RECV posted or longer than the RECV less the 40 bytes of the GRH is dropped and the RECV stays (UD_DROPPED); a packet of another service than its QP's is dropped (PKTS_DROPPED). No SRQ";
 });
 
 abi_consts!(FLUSH: u8 {

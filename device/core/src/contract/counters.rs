@@ -78,6 +78,10 @@ counters! {
     UcDropped, "UC messages the responder dropped: a packet missing, no RECV posted, a remote access or length error (minor 13)";
     Flushes, "RDMA FLUSH requests executed as responder (minor 14; duplicates answered again are not counted)";
     AtomicWrites, "ATOMIC WRITE requests executed as responder (minor 14; duplicates answered again are not counted)";
+    UdSent, "UD messages sent (minor 16; loopback ones too)";
+    UdReceived, "UD messages placed into a RECV (minor 16)";
+    UdDropped, "UD messages the responder dropped: no RECV posted, or longer than the RECV less the GRH area (minor 16; a packet of another service than its QP's is in PKTS_DROPPED)";
+    QkeyViolations, "UD messages dropped because their DETH Q_Key was not the receiving QP's (minor 16)";
 }
 
 /// The values of the counters of one RNIC, shared by whatever counts into them (the

@@ -43,7 +43,7 @@ use rnic_emu_core::rnic::eth::RingCfg;
 use rnic_emu_core::rnic::fabric::frame::{
     classify, decode_roce, encode_roce, is_group, mac_of_ipv4, sort, Kind, RoceAddr, RxPort, Verdict, DEFAULT_TTL, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETH_HLEN,
 };
-use rnic_emu_core::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Packet, Reth, ICRC_LEN};
+use rnic_emu_core::rnic::fabric::packet::{op, syndrome, Aeth, Bth, Deth, Packet, Reth, ICRC_LEN};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::runner::{EngineRunner, Event};
@@ -139,7 +139,14 @@ fn check_decoder(f: &[u8]) {
     let mut q = Packet::default();
     decode_roce(&g, l3g, &payload_g, &mut q).expect("a re-encoded frame decodes");
     let canonical_pad = ((4 - p.payload.len() % 4) % 4) as u8;
-    assert_eq!(q, Packet { bth: Bth { pad: canonical_pad, ..p.bth }, ..p.clone() }, "the same packet");
+    // A UD packet's GRH area is the IP header it came with (ID, checksum, flow label and
+    // all), so only the re-encoding's own compares with the re-encoding.
+    assert_eq!(q, Packet { bth: Bth { pad: canonical_pad, ..p.bth }, grh: q.grh, ..p.clone() }, "the same packet");
+    if p.deth.is_some() {
+        let v6 = f[l3] >> 4 == 6;
+        let (at, n) = if v6 { (0, 40) } else { (20, 20) };
+        assert_eq!((&p.grh.0[..at], &p.grh.0[at..]), (&[0u8; 20][..at], &f[l3..l3 + n]), "the GRH area is the frame's IP header");
+    }
     let mut h = Vec::new();
     encode_roce(&addr2, &q, &mut h);
     assert_eq!(h, g, "decode + encode is a fixed point");
@@ -488,6 +495,14 @@ pub fn seed_packets() -> Vec<Packet> {
             payload: vec![0xad; READ_LEN as usize],
             ..Default::default()
         },
+        // A UD SEND with immediate (minor 16) to the same QP: its DETH, dropped by an RC QP.
+        Packet {
+            bth: Bth { ack_req: false, ..bth(op::UD_SEND_ONLY_IMM, 9) },
+            deth: Some(Deth { qkey: 0x1111, src_qp: 3 }),
+            imm: Some(5),
+            payload: vec![0x3d; 61],
+            ..Default::default()
+        },
     ]
 }
 
@@ -652,7 +667,7 @@ mod tests {
             frame(&s);
         }
         // The first seed: every packet taken by the QP (a SEND placed, a WRITE, a READ
-        // answered, the QP's WRITE acknowledged and its READ answered).
+        // answered, the QP's WRITE acknowledged and its READ answered) but the UD SEND.
         let mut h = Harness::new(seeds()[0][0]).unwrap();
         for p in seed_packets() {
             h.receive(&roce(&p, false), true);
@@ -660,7 +675,7 @@ mod tests {
         let stats = h.stats.clone();
         h.finish();
         assert_eq!(stats.get(Counter::PktsReceived), 5);
-        assert_eq!(stats.get(Counter::PktsDropped), 0);
+        assert_eq!(stats.get(Counter::PktsDropped), 1, "the UD SEND: not the RC QP's service");
         assert_eq!(stats.get(Counter::BytesSent), 100);
         assert_eq!(stats.get(Counter::BytesWritten), 64);
         assert!(stats.get(Counter::Cqes) >= 3, "the RECV, the WRITE and the READ completed: {}", stats.get(Counter::Cqes));

@@ -34,7 +34,7 @@ use rnic_emu_core::platform::shm::SharedMemory;
 use rnic_emu_core::regs::rnic::dbpage;
 use rnic_emu_core::ring::{self, WrId};
 use rnic_emu_core::rnic::doorbell::DoorbellPage;
-use rnic_emu_core::rnic::fabric::packet::{Aeth, AtomicEth, Bth, Packet, Reth};
+use rnic_emu_core::rnic::fabric::packet::{Aeth, AtomicEth, Bth, Deth, Grh, Packet, Reth};
 use rnic_emu_core::rnic::verbs::clock::Clock;
 use rnic_emu_core::rnic::verbs::engine::{Engine, Shared, Tables};
 use rnic_emu_core::rnic::verbs::mr::ACCESS_ALL;
@@ -194,7 +194,14 @@ impl Harness {
             _extra: Vec::new(),
         };
         h.dma_ctrl(true, true);
+        h.set_gid();
         Some(h)
+    }
+
+    /// The port's address as its GID 0, as ib_core gives it (UD vectors send from it).
+    fn set_gid(&self) {
+        let own = rnic_emu_core::rnic::verbs::transport::Wire::address(&*self.wire);
+        self.d.eth_shared().gids.set(0, Some(own.to_ipv6_mapped().octets()));
     }
 
     /// DMA_CTRL (with the doorbell page when the target uses it).
@@ -323,9 +330,11 @@ impl Harness {
                 let mut c = if state % 6 == 0 { Self::init_ctx(q, cqs, sizes, strides, access, pd) } else { self.qp_ctx(q) };
                 c.state = [QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR, QPS_RESET, state][usize::from(state % 6)];
                 c.dest_qpn = u32::from(dest) % (QPS as u32 + 1);
-                // Bit 7 of `access` (outside ACCESS_ALL) makes the QP UC at RESET -> INIT.
+                // Bit 7 of `access` (outside ACCESS_ALL) makes the QP UC at RESET -> INIT, bits
+                // 7 and 6 UD (minor 16; its Q_Key dest_ip below).
                 if state % 6 == 0 && access & 0x80 != 0 {
-                    c.dest_qpn |= u32::from(QP_TYPE_UC) << 24;
+                    let service = if access & 0x40 != 0 { QP_TYPE_UD } else { QP_TYPE_UC };
+                    c.dest_qpn |= u32::from(service) << 24;
                 }
                 // Bit 7 of `strides` makes it an SRQ (minor 15; its limit psn % 8), bit 3 a
                 // QP that receives from the SRQ (or whatever) at `dest`.
@@ -421,6 +430,7 @@ impl Harness {
                 let (reply, _rx) = rnic_emu_core::rnic::verbs::call::channel();
                 self.event(Event::Reset { reply });
                 self.dma_ctrl(true, true);
+                self.set_gid();
                 (self.sq_pi, self.rq_pi, self.cq_ci) = ([0; QPS], [0; QPS], [0; CQS]);
             }
             Op::DmaCtrl { bits } => self.dma_ctrl(bits & 1 == 1, bits & 2 == 2),
@@ -437,7 +447,13 @@ impl Harness {
                 let imm = (syndrome & 0x20 == 0).then_some(rkey);
                 // A FETH (FLUSH): its top byte of len, valid and invalid levels and types.
                 let feth = (syndrome & 0x02 == 0).then_some(len >> 24);
-                let pkt = Packet { bth, reth, aeth, imm, atomic, atomic_ack, feth, payload: vec![payload; usize::from(payload)] };
+                // A DETH (UD): the rkey as its Q_Key, or the peer's address (the Q_Key of a
+                // UD QP made with the fabric bit), and a source QP.
+                let qkey = if syndrome & 0x08 == 0 { u32::from(self.peer) } else { rkey };
+                let deth = (syndrome & 0x01 == 0).then_some(Deth { qkey, src_qp: len & 0xff_ffff });
+                let mut grh = Grh::default();
+                grh.0[..8].copy_from_slice(&va.to_be_bytes());
+                let pkt = Packet { bth, reth, aeth, imm, atomic, atomic_ack, feth, deth, grh, payload: vec![payload; usize::from(payload)] };
                 self.on_packet(&pkt);
             }
             Op::Reflect { pick, how } => {
@@ -525,7 +541,16 @@ impl Harness {
         };
         // An atomic's SGE follows its 16 bytes of operands (which the first SGE slot's
         // bytes would otherwise be); an ATOMIC WRITE has the operands and no SGE.
-        let first = if matches!(opcode, WQE_OP_ATOMIC_CMP_SWP | WQE_OP_ATOMIC_FETCH_ADD | WQE_OP_ATOMIC_WRITE) { 48 } else { 32 };
+        // Bit 7 of `flags`: a UD send (minor 16), its address vector (to this node or its
+        // peer, from GID 0) before its SGEs, the destination QP and Q_Key in remote.
+        let ud = send && flags & 0x80 != 0;
+        let first = if ud {
+            64
+        } else if matches!(opcode, WQE_OP_ATOMIC_CMP_SWP | WQE_OP_ATOMIC_FETCH_ADD | WQE_OP_ATOMIC_WRITE) {
+            48
+        } else {
+            32
+        };
         let addr_of = |kind: u8, mr: u8, off: u32| match kind % 3 {
             0 => mr_va(usize::from(mr) % MRS) + u64::from(off) % 0x1_0000,
             1 => u64::MAX - u64::from(off),
@@ -551,6 +576,23 @@ impl Harness {
             rsvd0: if opcode == WQE_OP_FLUSH { flags >> 3 } else { 0 },
         };
         buf[..32].copy_from_slice(hdr.as_slice());
+        if ud {
+            let dst = [rnic_emu_core::rnic::verbs::transport::Wire::address(&*self.wire), self.peer][usize::from(remote.0 & 1)];
+            let gid = dst.to_ipv6_mapped().octets();
+            let av = UdAv {
+                dest_gid_lo: u64::from_le_bytes(gid[..8].try_into().unwrap_or_default()),
+                dest_gid_hi: u64::from_le_bytes(gid[8..].try_into().unwrap_or_default()),
+                hop_limit: flags >> 3,
+                ..Default::default()
+            };
+            let hdr = WqeHeader {
+                remote_addr: u64::from(remote.1) % (QPS as u64 + 1),
+                rkey: if remote.0 & 2 != 0 { 0x8000_0000 } else { u32::from(self.peer) },
+                ..hdr
+            };
+            buf[..32].copy_from_slice(hdr.as_slice());
+            buf[32..64].copy_from_slice(av.as_slice());
+        }
         if first == 48 {
             // An atomic's operands: remote.2's high half to swap or add, inline to compare.
             let ops = AtomicOps { swap_add: u64::from(remote.2 >> 16), compare: u64::from(inline) };
@@ -891,6 +933,29 @@ fn uc_ops() -> Vec<Op> {
     ops
 }
 
+/// UD QPs 1 and 2 (minor 16; Q_Key the peer's address): SENDs from QP 1 to QP 2 on this
+/// node (loopback) and to the peer (reflected back as the peer's), one with the QP's own
+/// Q_Key, one to a QP with no RECV, a WRITE (no UD operation), and a UD packet from the
+/// input.
+fn ud_ops() -> Vec<Op> {
+    let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
+    for (qpn, cqs) in [(1, 0x11), (2, 0x22)] {
+        ops.push(Op::ModifyQp { qpn, state: 0, dest: 0, access: 0xc0, pd: 0, cqs, sizes: 0x44, strides: 0x11, fabric: 1, mtu: 0, psn: 0 });
+        ops.push(Op::ModifyQp { qpn, state: 1, dest: 0, access: 0, pd: 0, cqs, sizes: 0x44, strides: 0x11, fabric: 1, mtu: 0, psn: 0 });
+        ops.push(Op::ModifyQp { qpn, state: 2, dest: 0, access: 0, pd: 0, cqs, sizes: 0x44, strides: 0x11, fabric: 1, mtu: 0, psn: 0 });
+    }
+    ops.push(seed_mr(1, vec![(0, 0), (0, 1)]));
+    ops.push(seed_mr(2, vec![(0, 16), (0, 17)]));
+    for (to, opcode, flags) in [(0, 3, 0x81), (1, 4, 0x81), (2, 3, 0x81), (1, 0, 0x81), (0, 3, 0x81)] {
+        ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
+        ops.push(Op::Post { qpn: 1, send: 1, opcode, flags, sges: vec![seed_sge(1, 1000)], remote: (to, 2, 0), inline: 0 });
+        ops.extend([Op::Run { passes: 4 }, Op::Reflect { pick: 0, how: 4 }, Op::Run { passes: 2 }, Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }]);
+    }
+    ops.push(Op::Packet { qpn: 2, opcode: 0x64, psn: 5, va: 0x4500, rkey: 0, len: 3, syndrome: 0xe6, payload: 16 });
+    ops.extend([Op::Run { passes: 2 }, Op::Poll { cqn: 2 }]);
+    ops
+}
+
 /// The fabric pair of [`seed_ops`], then the timers on the manual clock: a SEND before
 /// its RECV (RNR NAK, wait, resend), a WRITE whose request is lost (retransmission
 /// timeout, go-back-N), and one lost until the retry budget is spent (QP error).
@@ -1185,7 +1250,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::Window { kind: 2 },
         Op::Poll { cqn: 1 },
     ]);
-    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops(), srq_ops(0), srq_ops(1), atomic_ops(0), atomic_ops(1)]
+    [seed_ops(0), seed_ops(1), wrap, hostile, timer_ops(), gpu, error_ops(), ud_ops(), srq_ops(0), srq_ops(1), atomic_ops(0), atomic_ops(1)]
         .iter()
         .map(|ops| encode(ops))
         .collect()
@@ -1229,7 +1294,11 @@ mod tests {
             let all = s.snapshot();
             assert!(s.get(Counter::Cqes) >= 5, "seed {n}: too few CQEs ({all:?})");
             // The atomic seeds (the last two) move 8-byte values, not payload.
-            let moved = if n + 2 >= seeds.len() {
+            let moved = if n + 5 == seeds.len() {
+                // The UD seed (before the SRQ ones): SENDs looped back and reflected land,
+                // the one to a QP with no RECV is dropped, the WRITE refused.
+                s.get(Counter::UdSent) >= 3 && s.get(Counter::UdReceived) >= 2 && s.get(Counter::ErrorCqes) >= 1
+            } else if n + 2 >= seeds.len() {
                 // The fabric one (the last) replays duplicates: an atomic's and a FLUSH's.
                 let replayed = n + 1 < seeds.len() || s.get(Counter::AtomicsReplayed) >= 2;
                 s.get(Counter::Atomics) >= 2 && s.get(Counter::AtomicWrites) == 1 && s.get(Counter::Flushes) == 1 && replayed

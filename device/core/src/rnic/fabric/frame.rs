@@ -12,7 +12,7 @@
 //! carry frames without it, and a datagram arrives whole or not at all.
 
 pub use super::packet::icrc_over as icrc;
-use super::packet::{Packet, PacketError, BTH_LEN, ICRC_LEN, ROCE_UDP_PORT};
+use super::packet::{Grh, Packet, PacketError, BTH_LEN, DETH_LEN, GRH_LEN, ICRC_LEN, IMM_LEN, ROCE_UDP_PORT};
 use crate::contract::counters::{Counter, Stats};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;
@@ -255,40 +255,7 @@ pub fn encode_roce(a: &RoceAddr, pkt: &Packet, out: &mut Vec<u8>) {
     pkt.encode_body_into(out);
     let body_end = out.len();
     let ulen = body_end + ICRC_LEN - (l3 + ip_len);
-    {
-        let ip = &mut out[l3..l3 + ip_len];
-        match (a.src_ip, a.dst_ip) {
-            (IpAddr::V6(s), d) => {
-                let d = match d {
-                    IpAddr::V6(d) => d,
-                    IpAddr::V4(d) => d.to_ipv6_mapped(),
-                };
-                ip[0] = 0x60 | (a.tclass >> 4);
-                ip[1] = a.tclass << 4;
-                ip[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
-                ip[6] = IPPROTO_UDP;
-                ip[7] = a.ttl;
-                ip[8..24].copy_from_slice(&s.octets());
-                ip[24..40].copy_from_slice(&d.octets());
-            }
-            (IpAddr::V4(s), d) => {
-                let d = match d {
-                    IpAddr::V4(d) => d,
-                    IpAddr::V6(d) => d.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-                };
-                ip[0] = 0x45;
-                ip[1] = a.tclass;
-                ip[2..4].copy_from_slice(&((IPV4_HLEN + ulen) as u16).to_be_bytes());
-                ip[6] = 0x40; // don't fragment
-                ip[8] = a.ttl;
-                ip[9] = IPPROTO_UDP;
-                ip[12..16].copy_from_slice(&s.octets());
-                ip[16..20].copy_from_slice(&d.octets());
-                let sum = !fold(ones_sum(0, ip));
-                ip[10..12].copy_from_slice(&sum.to_be_bytes());
-            }
-        }
-    }
+    write_ip_header(a, ulen, &mut out[l3..l3 + ip_len]);
     let udp_at = l3 + ip_len;
     out[udp_at..udp_at + 2].copy_from_slice(&a.src_port.to_be_bytes());
     out[udp_at + 2..udp_at + 4].copy_from_slice(&ROCE_UDP_PORT.to_be_bytes());
@@ -305,12 +272,74 @@ pub fn encode_roce(a: &RoceAddr, pkt: &Packet, out: &mut Vec<u8>) {
     }
 }
 
+/// Writes the IPv4 (DF, ID 0, checksum) or IPv6 header of a RoCE frame from `a` carrying
+/// `ulen` bytes of UDP into `ip` (20 or 40 bytes, of `a`'s family).
+fn write_ip_header(a: &RoceAddr, ulen: usize, ip: &mut [u8]) {
+    match (a.src_ip, a.dst_ip) {
+        (IpAddr::V6(s), d) => {
+            let d = match d {
+                IpAddr::V6(d) => d,
+                IpAddr::V4(d) => d.to_ipv6_mapped(),
+            };
+            ip[0] = 0x60 | (a.tclass >> 4);
+            ip[1] = a.tclass << 4;
+            ip[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
+            ip[6] = IPPROTO_UDP;
+            ip[7] = a.ttl;
+            ip[8..24].copy_from_slice(&s.octets());
+            ip[24..40].copy_from_slice(&d.octets());
+        }
+        (IpAddr::V4(s), d) => {
+            let d = match d {
+                IpAddr::V4(d) => d,
+                IpAddr::V6(d) => d.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            };
+            ip[0] = 0x45;
+            ip[1] = a.tclass;
+            ip[2..4].copy_from_slice(&((IPV4_HLEN + ulen) as u16).to_be_bytes());
+            ip[6] = 0x40; // don't fragment
+            ip[8] = a.ttl;
+            ip[9] = IPPROTO_UDP;
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&d.octets());
+            let sum = !fold(ones_sum(0, ip));
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        }
+    }
+}
+
+/// The GRH area a UD receive gets for a UD SEND ONLY of `payload` bytes (with immediate
+/// data when `imm`) sent from `a` (minor 16): the IP header its frame would carry, as
+/// [`encode_roce`] builds it (a loopback message has no frame).
+pub fn grh_of(a: &RoceAddr, imm: bool, payload: usize) -> Grh {
+    let pad = (4 - payload % 4) % 4;
+    let headers = BTH_LEN + DETH_LEN + if imm { IMM_LEN } else { 0 };
+    let ulen = UDP_HLEN + headers + payload + pad + ICRC_LEN;
+    let mut g = Grh::default();
+    match a.src_ip {
+        IpAddr::V6(_) => write_ip_header(a, ulen, &mut g.0),
+        IpAddr::V4(_) => write_ip_header(a, ulen, &mut g.0[GRH_LEN - IPV4_HLEN..]),
+    }
+    g
+}
+
 /// Decodes the RoCE packet of a frame [`classify`] found to be RoCE, checking its ICRC
 /// over the headers as received.
 pub fn decode_roce(frame: &[u8], l3: usize, payload: &std::ops::Range<usize>, pkt: &mut Packet) -> Result<(), PacketError> {
     let data = frame.get(payload.clone()).ok_or(PacketError::Short(0))?;
     let hdrs = frame.get(l3..payload.start).ok_or(PacketError::Short(0))?;
-    pkt.decode_checked_into(data, |body| icrc(hdrs, body))
+    pkt.decode_checked_into(data, |body| icrc(hdrs, body))?;
+    if pkt.deth.is_none() {
+        return Ok(());
+    }
+    // A UD packet's GRH area: the IPv6 header, or the IPv4 one (its first 20 bytes) after
+    // 20 zeroes.
+    let v6 = hdrs.first().is_some_and(|b| b >> 4 == 6);
+    let (at, n) = if v6 { (0, IPV6_HLEN) } else { (GRH_LEN - IPV4_HLEN, IPV4_HLEN) };
+    if let Some(h) = hdrs.get(..n) {
+        pkt.grh.0[at..].copy_from_slice(h);
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -790,10 +819,10 @@ mod tests {
         *f.last_mut().unwrap() ^= 1;
         assert!(matches!(drop(sorted(&f, true)), Dropped::Packet(PacketError::Icrc { .. })));
         assert_eq!(drop(sorted(&f, true)).counters(), &[PktsDropped, IcrcErrors]);
-        let unknown = Packet { bth: Bth { opcode: 0x64, ..write().bth }, ..write() };
+        let unknown = Packet { bth: Bth { opcode: 0x66, ..write().bth }, ..write() };
         let mut f = Vec::new();
         encode_roce(&v4(), &unknown, &mut f);
-        assert_eq!(drop(sorted(&f, true)), Dropped::Packet(PacketError::UnknownOpcode(0x64)));
+        assert_eq!(drop(sorted(&f, true)), Dropped::Packet(PacketError::UnknownOpcode(0x66)));
         // ARP for us: the netdev's.
         let mut arp = good[..42].to_vec();
         arp[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());

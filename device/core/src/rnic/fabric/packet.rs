@@ -9,7 +9,9 @@
 //! Only the Reliable Connection opcodes the engine uses are known (atomics with their
 //! AtomicETH and AtomicAckETH from contract minor 12), and from contract minor 13 the
 //! Unreliable Connection SEND and WRITE opcodes (the RC ones with [`op::UC`] set, the same
-//! headers); anything else is an error (`UnknownOpcode`), as is UD.
+//! headers), from minor 16 the Unreliable Datagram SEND ONLY opcodes with their DETH
+//! (Q_Key and source QP); anything else is an error (`UnknownOpcode`). A decoded UD packet
+//! keeps the GRH area it came with ([`Grh`]: what a UD receive places before the payload).
 
 use std::net::Ipv4Addr;
 use thiserror::Error;
@@ -26,6 +28,10 @@ pub const ATOMIC_ETH_LEN: usize = 28;
 pub const ATOMIC_ACK_ETH_LEN: usize = 8;
 /// FLUSH extended transport header (IBTA 1.5): selectivity level and placement type.
 pub const FETH_LEN: usize = 4;
+/// Datagram extended transport header (IBA 9.3.2): Q_Key, source QP.
+pub const DETH_LEN: usize = 8;
+/// The GRH area of a UD receive buffer (IBA 11.4.1.1; RoCEv2: annex A17.4.5.1).
+pub const GRH_LEN: usize = 40;
 /// PSNs are 24-bit.
 pub const PSN_MASK: u32 = 0x00ff_ffff;
 
@@ -59,10 +65,19 @@ pub mod op {
     /// The Unreliable Connection opcodes (IBA table 38, 001xxxxx): SEND_FIRST ..=
     /// WRITE_ONLY_IMM with this bit set.
     pub const UC: u8 = 0x20;
+    /// The Unreliable Datagram opcodes (IBA table 38, 011xxxxx; contract minor 16): SEND
+    /// ONLY and SEND ONLY with immediate, with a DETH.
+    pub const UD_SEND_ONLY: u8 = 0x64;
+    pub const UD_SEND_ONLY_IMM: u8 = 0x65;
 
     /// Whether `opcode` is a UC one, and its RC counterpart (the same headers and place).
     pub fn uc_base(opcode: u8) -> Option<u8> {
         (opcode & 0xe0 == UC && opcode & 0x1f <= WRITE_ONLY_IMM).then_some(opcode & 0x1f)
+    }
+
+    /// Whether `opcode` is a UD one, and the RC SEND ONLY opcode of its place.
+    pub fn ud_base(opcode: u8) -> Option<u8> {
+        matches!(opcode, UD_SEND_ONLY | UD_SEND_ONLY_IMM).then(|| opcode - UD_SEND_ONLY + SEND_ONLY)
     }
 }
 
@@ -79,12 +94,17 @@ pub struct Layout {
     pub atomic_ack: bool,
     /// FETH (FLUSH), before the RETH.
     pub feth: bool,
+    /// DETH (UD), right after the BTH.
+    pub deth: bool,
 }
 
 pub fn layout(opcode: u8) -> Option<Layout> {
     use op::*;
-    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic: false, atomic_ack: false, feth: false });
-    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic: false, atomic_ack: false, feth: false };
+    let l = |reth, aeth, imm, payload| Some(Layout { reth, aeth, imm, payload, atomic: false, atomic_ack: false, feth: false, deth: false });
+    let none = Layout { reth: false, aeth: false, imm: false, payload: false, atomic: false, atomic_ack: false, feth: false, deth: false };
+    if let Some(base) = ud_base(opcode) {
+        return layout(base).map(|l| Layout { deth: true, ..l });
+    }
     match uc_base(opcode).unwrap_or(opcode) {
         SEND_FIRST | SEND_MIDDLE | SEND_LAST | SEND_ONLY | WRITE_MIDDLE | WRITE_LAST => l(false, false, false, true),
         SEND_LAST_IMM | SEND_ONLY_IMM | WRITE_LAST_IMM => l(false, false, true, true),
@@ -132,6 +152,32 @@ pub struct AtomicEth {
     pub compare: u64,
 }
 
+/// Datagram extended transport header (IBA 9.3.2): the Q_Key the receiving QP must have,
+/// and the sending QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Deth {
+    pub qkey: u32,
+    pub src_qp: u32,
+}
+
+/// The 40-byte GRH area of a received UD packet as its receive buffer gets it: over IPv4
+/// 20 bytes of 0 and the IPv4 header, over IPv6 the IPv6 header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grh(pub [u8; GRH_LEN]);
+
+impl Default for Grh {
+    fn default() -> Self {
+        Grh([0; GRH_LEN])
+    }
+}
+
+impl Grh {
+    /// Whether the packet came over IPv6.
+    pub fn is_ipv6(&self) -> bool {
+        self.0[0] >> 4 == 6
+    }
+}
+
 /// ACK extended transport header (IBA 9.3.5): syndrome and message sequence number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Aeth {
@@ -163,6 +209,11 @@ pub struct Packet {
     pub atomic_ack: Option<u64>,
     /// A FLUSH's FETH (the 32-bit word as on the wire: level in bits [5:4], type in [3:0]).
     pub feth: Option<u32>,
+    /// A UD packet's DETH (minor 16).
+    pub deth: Option<Deth>,
+    /// Received UD packets: the GRH area of the IP header they came with (not encoded;
+    /// zeroes for other packets).
+    pub grh: Grh,
     pub payload: Vec<u8>,
 }
 
@@ -300,6 +351,10 @@ impl Packet {
         b.extend_from_slice(&h.pkey.to_be_bytes());
         b.extend_from_slice(&(h.dest_qp & PSN_MASK).to_be_bytes()); // resv8 = 0
         b.extend_from_slice(&((u32::from(h.ack_req) << 31) | (h.psn & PSN_MASK)).to_be_bytes());
+        if let Some(d) = &self.deth {
+            b.extend_from_slice(&d.qkey.to_be_bytes());
+            b.extend_from_slice(&(d.src_qp & PSN_MASK).to_be_bytes()); // reserved byte 0
+        }
         if let Some(f) = self.feth {
             b.extend_from_slice(&f.to_be_bytes());
         }
@@ -338,7 +393,11 @@ impl Packet {
     /// receive loop decodes without allocating). On error the packet's contents are
     /// unspecified.
     pub fn decode_into(&mut self, data: &[u8], ep: &Endpoints) -> Result<(), PacketError> {
-        self.decode_checked_into(data, |body| icrc(ep, body))
+        self.decode_checked_into(data, |body| icrc(ep, body))?;
+        if self.deth.is_some() {
+            self.grh.0[20..].copy_from_slice(&ipv4_header(ep, 8 + data.len()));
+        }
+        Ok(())
     }
 
     /// Like [`Packet::decode_into`], with the ICRC of the packet's body (without the ICRC)
@@ -372,7 +431,8 @@ impl Packet {
             + if l.imm { IMM_LEN } else { 0 }
             + if l.atomic { ATOMIC_ETH_LEN } else { 0 }
             + if l.atomic_ack { ATOMIC_ACK_ETH_LEN } else { 0 }
-            + if l.feth { FETH_LEN } else { 0 };
+            + if l.feth { FETH_LEN } else { 0 }
+            + if l.deth { DETH_LEN } else { 0 };
         if body.len() < need {
             return Err(short);
         }
@@ -389,7 +449,13 @@ impl Packet {
         self.atomic = None;
         self.atomic_ack = None;
         self.feth = None;
+        self.deth = None;
+        self.grh = Grh::default();
         let be64 = |at: usize| body.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or(PacketError::Short(data.len()));
+        if l.deth {
+            self.deth = Some(Deth { qkey: be32(at), src_qp: be32(at + 4) & PSN_MASK });
+            at += DETH_LEN;
+        }
         if l.feth {
             self.feth = Some(be32(at));
             at += FETH_LEN;
@@ -571,9 +637,9 @@ mod tests {
         let e = ep();
         assert_eq!(Packet::decode(&[], &e), Err(PacketError::Short(0)));
         assert_eq!(Packet::decode(&[0u8; 15], &e), Err(PacketError::Short(15)));
-        let mut unknown = vec![0x64u8; 16]; // UD SEND ONLY
+        let mut unknown = vec![0x66u8; 16]; // a UD opcode the device does not speak (UD SEND ONLY is 0x64)
         unknown[1] = 0;
-        assert_eq!(Packet::decode(&unknown, &e), Err(PacketError::UnknownOpcode(0x64)));
+        assert_eq!(Packet::decode(&unknown, &e), Err(PacketError::UnknownOpcode(0x66)));
         // READ REQUEST truncated inside its RETH.
         let rr = Packet { bth: Bth { opcode: op::READ_REQUEST, ..Default::default() }, reth: Some(Reth::default()), ..Default::default() };
         let wire = rr.encode(&e);

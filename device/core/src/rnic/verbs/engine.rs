@@ -13,8 +13,9 @@
 
 use super::completer::{self, Completer};
 use super::cq::Cq;
-use super::ctx::{fail, Cqs, Ctx, SrqView};
+use super::ctx::{fail, Cqs, Ctx, Failure, SrqView};
 pub use super::ctx::{Shared, ASYNC_VECTOR};
+use super::datagram::{self, Next, UdSend};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring, Service, DEST_QPN_MASK};
@@ -27,7 +28,8 @@ use crate::observe::timing::wqe_log::WqeLog;
 use crate::platform::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
-use crate::rnic::fabric::frame::DEFAULT_TTL;
+use crate::rnic::fabric::frame::{grh_of, mac_of_ipv4, RoceAddr, DEFAULT_TTL};
+use crate::rnic::fabric::packet::Grh;
 use crate::rnic::fabric::packet::Packet;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
@@ -63,6 +65,8 @@ pub enum Path {
     Loopback,
     /// The peer is at `peer` on the fabric; requests carry at most `mtu` bytes.
     Fabric { peer: Dest, mtu: u32 },
+    /// A UD QP (minor 16): each WQE names its destination; messages of at most `mtu` bytes.
+    Datagram { mtu: u32 },
 }
 
 /// The per-QP state of the three roles, and where the peer is.
@@ -371,6 +375,12 @@ impl Engine {
             }
             Edge::Create => next = self.check_create(&ctx)?,
             Edge::Access => next.access = check_access(&ctx)?,
+            // A UD QP (minor 16) has no destination: RTR only fixes its MTU.
+            Edge::Connect if cur.service == Service::Ud => {
+                let mtu = self.ud_mtu();
+                next.state = QpState::Rtr;
+                roles = Some(Roles { path: Path::Datagram { mtu }, req: Requester::new(mtu), ..Roles::default() });
+            }
             Edge::Connect => {
                 let path = self.check_connect(mem, qpn, &ctx)?;
                 let mtu = match path {
@@ -391,10 +401,14 @@ impl Engine {
                 next.state = QpState::Rts;
                 let r = &mut self.roles[qpn as usize];
                 // UC waits for nothing: no retransmission timer.
-                let timeout = if next.service == Service::Uc { 0 } else { ctx.timeout };
+                let timeout = if matches!(next.service, Service::Uc | Service::Ud) { 0 } else { ctx.timeout };
                 r.req.ready_to_send(ctx.sq_psn, timeout, next.sq.ci, ctx.rd_atomic);
                 r.comp.ready_to_send(ctx.retry_cnt, ctx.rnr_retry);
             }
+        }
+        // A UD QP's Q_Key comes with every edge that takes attributes (minor 16).
+        if next.service == Service::Ud {
+            next.qkey = ctx.dest_ip;
         }
         self.qps[qpn as usize] = next;
         if let Some(r) = roles {
@@ -450,6 +464,7 @@ impl Engine {
             rq: if srq.is_some() { Ring::default() } else { rq },
             srq: srq.map(|s| s as u32),
             srq_limit: 0,
+            qkey: if service == Service::Ud { ctx.dest_ip } else { 0 },
         })
     }
 
@@ -505,6 +520,11 @@ impl Engine {
         let src = self.port.as_ref().and_then(|p| p.gids.ipv6(usize::from(path.sgid_index))).ok_or(CMD_ERR_INVALID)?;
         let base = Dest { ip: IpAddr::V6(ip), src: Some(IpAddr::V6(src)), mac: [0; 6], tclass: 0, ttl: DEFAULT_TTL };
         Ok(dest_of(base, path)) // dest_mac is not 0: checked above
+    }
+
+    /// The MTU of UD messages (minor 16): the port's RoCE MTU, at most 4096.
+    fn ud_mtu(&self) -> u32 {
+        self.port.as_ref().map_or(4096, |p| roce_mtu(p.mtu())).min(4096)
     }
 
     /// CMD_SET_GID: entry `index` of the driver's GID table becomes the port's.
@@ -782,7 +802,7 @@ impl Engine {
     /// retransmission or a new WQE in RTR/RTS.
     fn step(&mut self, mem: &dyn GuestMem, qpn: u32) -> bool {
         let i = qpn as usize;
-        let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, wqe_log, .. } = self;
+        let Engine { qps, roles, cqs, mrs, name, enabled, loopq, wire, scratch, shared, wqe_log, port, .. } = self;
         let (qp, r) = (&mut qps[i], &mut roles[i]);
         // DMA_CTRL ENABLE clear: no DMA at all, flushes and responses included
         // (docs/programming.md R-RST-2); the work waits.
@@ -796,7 +816,28 @@ impl Engine {
                 true
             }
             QpState::Err => ctx.flush_one(qpn, qp),
-            QpState::Rtr | QpState::Rts if r.path != Path::None => {
+            QpState::Rts if matches!(r.path, Path::Datagram { .. }) => {
+                let Path::Datagram { mtu } = r.path else { return false };
+                let s = match datagram::take_next(&mut ctx, qpn, qp, mtu) {
+                    Next::Idle => return false,
+                    Next::Failed => return true,
+                    Next::Send(s) => s,
+                };
+                match ud_route(port.as_deref(), wire.as_deref(), &s) {
+                    Err(f) => datagram::fail_send(&mut ctx, qpn, qp, &s.hdr, f),
+                    Ok(UdRoute::Loopback(grh)) => {
+                        let mut t = Loopback { queue: loopq, from: qpn, to: s.dest_qpn() };
+                        datagram::transmit(&mut ctx, qpn, qp, &mut r.req, &s, Some(grh), &mut t);
+                    }
+                    Ok(UdRoute::Fabric(dst)) => {
+                        let Some(w) = wire.as_deref() else { return false }; // a fabric route has a wire
+                        let mut t = Fabric { wire: w, dst, mtu, scratch, stats: &shared.stats };
+                        datagram::transmit(&mut ctx, qpn, qp, &mut r.req, &s, None, &mut t);
+                    }
+                }
+                true
+            }
+            QpState::Rtr | QpState::Rts if matches!(r.path, Path::Loopback | Path::Fabric { .. }) => {
                 let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
                 let responded = responder::send_responses(&mut ctx, &mut r.resp, qp.dest_qpn, &mut t);
                 if qp.state != QpState::Rts {
@@ -855,7 +896,13 @@ impl Engine {
         let msg = lm.msg();
         let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log, srq: view.as_mut() };
         let mut t = Loopback { queue: loopq, from: lm.to, to: lm.from };
-        if info(msg.bth.opcode).is_some_and(|o| o.request) {
+        if qp.service == Service::Ud {
+            if qp.state.can_receive() {
+                datagram::receive(&mut ctx, lm.to, qp, &msg);
+            } else {
+                ctx.stats().inc(Counter::UdDropped);
+            }
+        } else if info(msg.bth.opcode).is_some_and(|o| o.request) {
             if !qp.state.can_receive() || r.path == Path::None {
                 responder::refuse(&ctx, &mut t, lm.from, &msg);
                 return;
@@ -872,12 +919,27 @@ impl Engine {
     pub fn on_packet(&mut self, mem: &dyn GuestMem, from: IpAddr, pkt: &Packet) {
         let qpn = pkt.bth.dest_qp;
         let i = qpn as usize;
-        let connected = |qp: &Qp, r: &Roles| matches!(r.path, Path::Fabric { peer, .. } if peer.ip == from) && qp.state.can_receive();
-        let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r));
+        // A UD QP (minor 16) takes datagrams from anyone.
+        let connected = |qp: &Qp, r: &Roles| {
+            let path_ok = match r.path {
+                Path::Fabric { peer, .. } => peer.ip == from,
+                Path::Datagram { .. } => true,
+                _ => false,
+            };
+            path_ok && qp.state.can_receive()
+        };
+        // A packet of another service than the QP's is not for it (IBA 9.6.1.2).
+        let same_service = |qp: &Qp| super::opcode::service_of(pkt.bth.opcode) == qp.service;
+        let ok = self.qps.get(i).zip(self.roles.get(i)).is_some_and(|(qp, r)| connected(qp, r) && same_service(qp));
         // With DMA disabled the node is as if its link were down: the peer retransmits.
         if !ok || !self.enabled {
             self.shared.stats.inc(Counter::PktsDropped);
-            log::debug!("{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP)", self.name, pkt.bth.opcode, pkt.bth.psn);
+            log::debug!(
+                "{}: packet {:#x} psn {} for QP {qpn} from {from} dropped (no such connected QP of its service)",
+                self.name,
+                pkt.bth.opcode,
+                pkt.bth.psn
+            );
             return;
         }
         // Every QP is in the default partition (the P_Key table has one entry, 0xffff, as
@@ -903,7 +965,9 @@ impl Engine {
         let (qp, r) = (&mut qps[i], &mut roles[i]);
         let msg = packet_msg(pkt);
         let mut ctx = Ctx { name, mem, mrs, cqs, wqe_log, srq: view.as_mut() };
-        if info(msg.bth.opcode).is_some_and(|o| o.request) {
+        if qp.service == Service::Ud {
+            datagram::receive(&mut ctx, qpn, qp, &msg);
+        } else if info(msg.bth.opcode).is_some_and(|o| o.request) {
             let mut t = link(r.path, qpn, qp.dest_qpn, loopq, wire, scratch, &shared.stats);
             responder::receive(&mut ctx, qpn, qp, &mut r.resp, qp.dest_qpn, &msg, &mut t);
         } else if qp.state == QpState::Rts {
@@ -939,6 +1003,70 @@ fn put_srq_view(qps: &mut [Qp], view: Option<SrqView>) {
             s.srq_limit = v.limit;
         }
     }
+}
+
+/// Where a UD send goes (minor 16).
+enum UdRoute {
+    /// To a QP of this engine, which gets this GRH area.
+    Loopback(Grh),
+    Fabric(Dest),
+}
+
+/// The route of UD send `s` from its address vector: the destination GID's family, the
+/// source GID at sgid_index of that family, the next-hop MAC (0: the rnic-emu convention,
+/// IPv4 only); a destination that is an address of the port (or, with no port, the wire's,
+/// or anything with no wire) is this engine. A vector that gives no route is a local QP
+/// operation error.
+fn ud_route(port: Option<&crate::rnic::eth::EthShared>, wire: Option<&dyn Wire>, s: &UdSend) -> Result<UdRoute, Failure> {
+    let bad = |why: &str| {
+        crate::guest_info!("UD address vector {:?} refused: {why}", s.av);
+        fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE)
+    };
+    let av = &s.av;
+    let mut gid = [0u8; 16];
+    gid[..8].copy_from_slice(&av.dest_gid_lo.to_le_bytes());
+    gid[8..].copy_from_slice(&av.dest_gid_hi.to_le_bytes());
+    let sgid = usize::from(av.sgid_index);
+    let (dst, src) = match crate::rnic::gid::ipv4_of(&gid) {
+        Some(ip) => {
+            if ip.is_multicast() || ip.is_broadcast() || ip.is_unspecified() {
+                return Err(bad("not a unicast IPv4 destination"));
+            }
+            let src = match (port, wire) {
+                (Some(p), _) => p.gids.ipv4(sgid),
+                (None, Some(w)) => Some(w.address()),
+                (None, None) => Some(ip), // one engine and nothing else: its own QPs
+            };
+            (IpAddr::V4(ip), IpAddr::V4(src.ok_or_else(|| bad("no IPv4 GID at sgid_index"))?))
+        }
+        None => {
+            let ip = crate::rnic::gid::ipv6_of(&gid).ok_or_else(|| bad("not a unicast destination GID"))?;
+            let src = port.and_then(|p| p.gids.ipv6(sgid)).ok_or_else(|| bad("no IPv6 GID at sgid_index"))?;
+            (IpAddr::V6(ip), IpAddr::V6(src))
+        }
+    };
+    let ttl = if av.hop_limit == 0 { DEFAULT_TTL } else { av.hop_limit };
+    let own = match (port, dst) {
+        (Some(p), IpAddr::V4(ip)) => p.gids.has_ipv4(ip) || wire.is_some_and(|w| w.address() == ip),
+        (Some(p), IpAddr::V6(ip)) => p.gids.has_ipv6(ip),
+        (None, IpAddr::V4(ip)) => wire.is_none_or(|w| w.address() == ip),
+        (None, IpAddr::V6(_)) => wire.is_none(),
+    };
+    if own || wire.is_none() {
+        let a = RoceAddr { dst_mac: [0; 6], src_mac: [0; 6], src_ip: src, dst_ip: dst, src_port: 0, tclass: av.traffic_class, ttl };
+        return Ok(UdRoute::Loopback(grh_of(&a, s.imm(), s.len as usize)));
+    }
+    let mac = match (av.dest_mac, dst) {
+        (0, IpAddr::V4(ip)) => mac_of_ipv4(ip),
+        (0, IpAddr::V6(_)) => return Err(bad("an IPv6 destination needs its MAC")),
+        (m, _) if m & 1 != 0 => return Err(bad("a group MAC")),
+        (m, _) => {
+            let mut mac = [0u8; 6];
+            mac.copy_from_slice(&m.to_le_bytes()[..6]);
+            mac
+        }
+    };
+    Ok(UdRoute::Fabric(Dest { ip: dst, src: Some(src), mac, tclass: av.traffic_class, ttl }))
 }
 
 /// The largest RoCE path MTU (256..=4096) whose packets fit an Ethernet MTU of `eth_mtu`

@@ -5,7 +5,7 @@
 //! this engine, or RoCEv2 on the fabric). Driven by the doorbells and commands of BAR0.
 //!
 //! Layering (no module imports one above it): `runner` -> `engine` -> `requester`/
-//! `responder`/`completer` -> `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `sgl` -> `mr` ->
+//! `responder`/`completer`/`datagram` -> `recv`, `transport`, `ctx` -> `wqe`, `opcode`, `qp`, `cq`, `sgl` -> `mr` ->
 //! `crate::platform::mem`, `crate::contract` (the descriptor ABI and the counters).
 pub mod atomic;
 pub mod call;
@@ -13,12 +13,14 @@ pub mod clock;
 pub mod completer;
 pub mod cq;
 pub mod ctx;
+pub mod datagram;
 pub mod dbpage;
 pub mod engine;
 pub mod events;
 pub mod mr;
 pub mod opcode;
 pub mod qp;
+pub mod recv;
 pub mod requester;
 pub mod responder;
 pub mod runner;
@@ -51,5 +53,7 @@ mod tests_roles;
 mod tests_srq;
 #[cfg(test)]
 mod tests_uc;
+#[cfg(test)]
+mod tests_ud;
 pub mod transport;
 pub mod wqe;

@@ -14,8 +14,13 @@
 //! UC (contract minor 13): a UC SEND or WRITE opcode has the row of its RC counterpart
 //! ([`info`] looks through the prefix, [`is_uc`] tells them apart).
 //!
-//! Not modelled: UD opcodes, SEND with invalidate.
+//! UD (contract minor 16): the two UD SEND ONLY opcodes have the rows of their RC
+//! counterparts too (the DETH is the packet codec's); [`service_of`] tells the three
+//! services' opcodes apart.
+//!
+//! Not modelled: SEND with invalidate.
 
+use super::qp::Service;
 use crate::contract::abi::*;
 use crate::rnic::fabric::packet::op;
 
@@ -116,7 +121,7 @@ pub const OPCODES: [OpInfo; 23] = [
 /// The table row of a BTH opcode, if the device speaks it (a UC opcode: its RC
 /// counterpart's row).
 pub fn info(opcode: u8) -> Option<&'static OpInfo> {
-    let base = op::uc_base(opcode).unwrap_or(opcode);
+    let base = op::uc_base(opcode).or_else(|| op::ud_base(opcode)).unwrap_or(opcode);
     match OPCODES[..INDEXED].get(usize::from(base)) {
         Some(i) => Some(i).filter(|i| i.opcode == base),
         None => OPCODES[INDEXED..].iter().find(|i| i.opcode == base),
@@ -126,6 +131,17 @@ pub fn info(opcode: u8) -> Option<&'static OpInfo> {
 /// Whether a BTH opcode is one of the Unreliable Connection service.
 pub fn is_uc(opcode: u8) -> bool {
     op::uc_base(opcode).is_some()
+}
+
+/// The service a BTH opcode belongs to (its bits [7:5], IBA 9.2.1 table 38).
+pub fn service_of(opcode: u8) -> Service {
+    if op::uc_base(opcode).is_some() {
+        Service::Uc
+    } else if op::ud_base(opcode).is_some() {
+        Service::Ud
+    } else {
+        Service::Rc
+    }
 }
 
 /// The opcode of packet `i` of `n` of a message of `kind` (with immediate data on its
@@ -212,6 +228,12 @@ mod tests {
         assert_eq!(layout(op::UC | op::SEND_FIRST), layout(op::SEND_FIRST));
         assert!(is_uc(op::UC | op::SEND_ONLY) && !is_uc(op::SEND_ONLY));
         assert!(info(0x1b).is_none() && info(0x1e).is_none());
+        // UD: SEND ONLY (with immediate) only, with the RC rows and a DETH.
+        assert_eq!(info(op::UD_SEND_ONLY), info(op::SEND_ONLY));
+        assert_eq!(info(op::UD_SEND_ONLY_IMM), info(op::SEND_ONLY_IMM));
+        assert!(layout(op::UD_SEND_ONLY_IMM).is_some_and(|l| l.deth && l.imm && l.payload));
+        assert!(info(0x60).is_none() && info(0x66).is_none() && layout(0x60).is_none());
+        assert_eq!((service_of(op::UD_SEND_ONLY), service_of(op::UC | op::SEND_ONLY), service_of(op::SEND_ONLY)), (Service::Ud, Service::Uc, Service::Rc));
         for rc_only in [op::READ_REQUEST, op::ACK, op::FETCH_ADD, op::COMPARE_SWAP, op::FLUSH, op::ATOMIC_WRITE] {
             assert!(info(op::UC | rc_only).is_none() && layout(op::UC | rc_only).is_none(), "{rc_only:#x}");
         }

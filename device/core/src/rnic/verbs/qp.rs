@@ -1,10 +1,11 @@
 //! Queue pairs: state machine (IBA ch. 10.3, as a transition table that CMD_MODIFY_QP
 //! runs: each row names the attribute check of its edge), the send and receive rings as
-//! the device sees them, and a QP's attributes (its service, RC or UC, among them). An SRQ
-//! (contract minor 15) is a `Qp` of service `Srq` that only has its receive ring. The
+//! the device sees them, and a QP's attributes (its service, RC, UC or UD, among them). An
+//! SRQ (contract minor 15) is a `Qp` of service `Srq` that only has its receive ring; a UD
+//! QP (minor 16) has no destination, and a Q_Key. The
 //! requester, responder and completer keep their own per-QP state in their modules.
 
-use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, QP_TYPE_RC, QP_TYPE_SRQ, QP_TYPE_UC};
+use crate::contract::abi::{QPS_ERR, QPS_INIT, QPS_RESET, QPS_RTR, QPS_RTS, QP_TYPE_RC, QP_TYPE_SRQ, QP_TYPE_UC, QP_TYPE_UD};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QpState {
@@ -156,6 +157,8 @@ pub struct Qp {
     pub srq: Option<u32>,
     /// An SRQ's armed limit (service Srq; 0: not armed).
     pub srq_limit: u32,
+    /// A UD QP's Q_Key (minor 16).
+    pub qkey: u32,
 }
 
 impl Qp {
@@ -175,6 +178,7 @@ impl Qp {
             rq: Ring::default(),
             srq: None,
             srq_limit: 0,
+            qkey: 0,
         }
     }
 
@@ -201,6 +205,8 @@ pub enum Service {
     Uc,
     /// Not a QP: a shared receive queue under this QPN (minor 15), its ring the `rq`.
     Srq,
+    /// Unreliable Datagram (minor 16): one-packet SENDs to any QP named per WQE.
+    Ud,
 }
 
 impl Service {
@@ -210,6 +216,7 @@ impl Service {
             QP_TYPE_RC => Some(Service::Rc),
             QP_TYPE_UC => Some(Service::Uc),
             QP_TYPE_SRQ => Some(Service::Srq),
+            QP_TYPE_UD => Some(Service::Ud),
             _ => None,
         }
     }

@@ -34,7 +34,7 @@
 //!   is taken, and a fence orders it after them), count against the responder resources,
 //!   and are answered with a zero-length READ RESPONSE ONLY; a duplicate is answered
 //!   again from the history the atomics keep, never executed twice.
-//! - SRQs (minor 15, [`next_srq_recv`], [`leave_srq`]): a QP on an SRQ takes the SRQ's head
+//! - SRQs (minor 15, [`super::recv`], [`leave_srq`]): a QP on an SRQ takes the SRQ's head
 //!   WQE out of its ring when a message needs a RECV (the engine lends the SRQ's ring
 //!   through `Ctx::srq`), raises the SRQ's limit event, and in ERROR flushes the WQE it had
 //!   taken and raises EQE_QP_LAST_WQE.
@@ -45,11 +45,11 @@
 use super::atomic::{self, Done, History};
 use super::ctx::{dma_fault, fail, Ctx, Failure, MAX_MSG};
 use super::mr::Segment;
-use super::opcode::{info, is_uc, opcode_for, recv_cqe_opcode, Kind, OpInfo};
+use super::opcode::{info, opcode_for, recv_cqe_opcode, service_of, Kind, OpInfo};
 use super::qp::{Qp, QpState, Service};
+use super::recv::{fail_recv, next_recv};
 use super::sgl::Sgl;
 use super::transport::{packets_for, psn_add, psn_diff, Msg, Payload, Transport, BURST};
-use super::wqe::{read_header, read_wqe, SlotError};
 use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::observe::timing::wqe_log::Side;
@@ -198,7 +198,7 @@ fn send_ack(ctx: &Ctx, rs: &Responder, t: &mut dyn Transport, to_qp: u32, psn: u
 /// A request for a QP that does not take requests (not RTR/RTS): a remote operational
 /// error for the requester (a UC one gets nothing).
 pub fn refuse(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, m: &Msg) {
-    if info(m.bth.opcode).is_some_and(|o| o.request) && !is_uc(m.bth.opcode) {
+    if info(m.bth.opcode).is_some_and(|o| o.request) && service_of(m.bth.opcode) == Service::Rc {
         let msg = Msg { detail: Some((WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID)), ..Msg::ack(to_qp, m.bth.psn, syndrome::NAK_REM_OP, 0) };
         let _ = t.send(ctx.mem, &msg);
     }
@@ -208,7 +208,7 @@ pub fn refuse(ctx: &Ctx, t: &mut dyn Transport, to_qp: u32, m: &Msg) {
 pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder, src_qpn: u32, m: &Msg, t: &mut dyn Transport) {
     let Some(op) = info(m.bth.opcode).filter(|o| o.request) else { return };
     // A packet of the other service is not for this QP (IBA 9.6.1.2 transport check).
-    if is_uc(m.bth.opcode) != (qp.service == Service::Uc) {
+    if service_of(m.bth.opcode) != qp.service {
         ctx.stats().inc(Counter::PktsDropped);
         crate::guest_info!("{}: QP {qpn}: dropped opcode {:#04x} of the other service (QP {:?})", ctx.name, m.bth.opcode, qp.service);
         return;
@@ -324,12 +324,6 @@ fn uc_drop(ctx: &Ctx, qpn: u32, psn: u32, why: &str) {
     crate::guest_info!("{}: UC QP {qpn}: dropped the message at PSN {psn}: {why}", ctx.name);
 }
 
-/// A RECV at the head of the receive queue, resolved to its buffers.
-struct Recv {
-    wr_id: u64,
-    sgl: Sgl,
-}
-
 /// A QP in ERROR that received from an SRQ takes no more of its WQEs (minor 15): the one a
 /// SEND in progress had taken completes flushed, and EQE_QP_LAST_WQE is raised once.
 pub fn leave_srq(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder) {
@@ -340,70 +334,6 @@ pub fn leave_srq(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, rs: &mut Responder) {
     rs.incoming = None;
     rs.left_srq = true;
     ctx.cqs.event(EQE_QP_LAST_WQE, qpn, 0);
-}
-
-/// The head WQE of the QP's SRQ (minor 15), taken out of the SRQ's ring at once (its
-/// consumer index moves now, not at the completion, so QPs sharing it take WQEs in ring
-/// order and complete them in any order); its limit event when it leaves fewer WQEs than
-/// the armed limit. Buffers are checked in the SRQ's protection domain.
-fn next_srq_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Option<Recv>, Failure> {
-    let Some((ring, pd, srqn)) = ctx.srq.as_deref().map(|v| (v.ring, v.pd, v.qpn)) else { return Ok(None) };
-    if ring.is_empty() {
-        return Ok(None);
-    }
-    ctx.mem.tag(DmaTag::qp(DmaKind::RqWqeFetch, srqn));
-    let read = read_wqe(ctx.mem, &ring, ring.ci, false);
-    // A WQE read (well-formed or not) leaves the ring; one the device cannot read stays
-    // (the SRQ's ring is not guest memory) and only this QP fails.
-    let mut limit_reached = false;
-    if let (false, Some(v)) = (matches!(read, Err(SlotError::Dma)), ctx.srq.as_deref_mut()) {
-        v.ring.ci = v.ring.ci.wrapping_add(1);
-        if v.limit != 0 && u32::from(v.ring.pending()) < v.limit {
-            v.limit = 0;
-            limit_reached = true;
-        }
-    }
-    if limit_reached {
-        ctx.cqs.event(EQE_SRQ_LIMIT, srqn, 0);
-    }
-    let (wr_id, status, reason) = match read {
-        Ok(w) => match ctx.local_sgl(&w.sges, pd, ACCESS_LOCAL_WRITE) {
-            Ok(sgl) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, sgl })),
-            Err(f) => (w.hdr.wr_id, f.status, f.reason),
-        },
-        Err(SlotError::Dma) => (read_header(ctx.mem, &ring, ring.ci).wr_id, WC_FATAL_ERR, QP_ERR_DMA),
-        Err(SlotError::Malformed(h)) => (h.wr_id, WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE),
-    };
-    fail_recv(ctx, qpn, qp, src_qpn, wr_id, status, reason);
-    Err(fail(WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID))
-}
-
-/// The head RECV: None if there is none (RNR). A malformed RECV, or one whose buffers
-/// fail their checks, completes in error (this QP to ERROR) and fails the request.
-fn next_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32) -> Result<Option<Recv>, Failure> {
-    if qp.srq.is_some() {
-        return next_srq_recv(ctx, qpn, qp, src_qpn);
-    }
-    if qp.rq.is_empty() {
-        return Ok(None);
-    }
-    ctx.mem.tag(DmaTag::qp(DmaKind::RqWqeFetch, qpn));
-    let (wr_id, status, reason) = match read_wqe(ctx.mem, &qp.rq, qp.rq.ci, false) {
-        Ok(w) => match ctx.local_sgl(&w.sges, qp.pd, ACCESS_LOCAL_WRITE) {
-            Ok(sgl) => return Ok(Some(Recv { wr_id: w.hdr.wr_id, sgl })),
-            Err(f) => (w.hdr.wr_id, f.status, f.reason),
-        },
-        Err(SlotError::Dma) => (read_header(ctx.mem, &qp.rq, qp.rq.ci).wr_id, WC_FATAL_ERR, QP_ERR_DMA),
-        Err(SlotError::Malformed(h)) => (h.wr_id, WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE),
-    };
-    fail_recv(ctx, qpn, qp, src_qpn, wr_id, status, reason);
-    Err(fail(WC_REM_OP_ERR, QP_ERR_REMOTE_INVALID))
-}
-
-/// Completes the head RECV in error (the QP goes to ERROR).
-fn fail_recv(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, src_qpn: u32, wr_id: u64, status: u8, reason: u8) {
-    let cqe = Cqe { opcode: CQE_OP_RECV, status, syndrome: u32::from(reason), ..Default::default() };
-    ctx.complete_recv(qpn, qp, wr_id, src_qpn, cqe);
 }
 
 /// Places a SEND or WRITE request. Ok(false): no RECV posted (RNR).

@@ -147,7 +147,7 @@ fn a_packet_of_the_other_service_is_dropped() {
 fn the_service_is_taken_at_reset_to_init() {
     let mut d = Dev::new();
     d.create_cq(1, 7);
-    assert_eq!(d.create_qp_typed(1, 7, RW, 7, 0, 3), CMD_ERR_INVALID, "no such service");
+    assert_eq!(d.create_qp_typed(1, 7, RW, 7, 0, 4), CMD_ERR_INVALID, "no such service");
     assert_eq!(d.create_qp_typed(1, 7, RW, 7, 0, 0xff), CMD_ERR_INVALID);
     assert_eq!(d.create_qp_typed(1, 7, RW, 7, 0, QP_TYPE_UC), CMD_OK);
     assert_eq!(d.e.qps[1].service, super::qp::Service::Uc);

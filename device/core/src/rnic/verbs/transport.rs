@@ -12,14 +12,16 @@
 //!   (no allocation per packet once its buffer has grown).
 //!
 //! The roles never know which one carries them. A fabric peer is an IPv4 or (contract minor
-//! 9) an IPv6 address ([`Dest`]). Not modelled: UD/GRH addressing, VLANs.
+//! 9) an IPv6 address ([`Dest`]). A UD message (minor 16) carries its DETH, and the GRH
+//! area its receiver places: the received packet's, or on loopback the one its frame would
+//! have had. Not modelled: VLANs.
 
 use super::mr::Segment;
 use crate::contract::counters::{Counter, Stats};
 use crate::platform::mem::access::{self as copy, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::rnic::fabric::frame::{mac_of_ipv4, Mac, DEFAULT_TTL};
-use crate::rnic::fabric::packet::{op, syndrome, Aeth, AtomicEth, Bth, Packet, Reth, PSN_MASK};
+use crate::rnic::fabric::packet::{op, syndrome, Aeth, AtomicEth, Bth, Deth, Grh, Packet, Reth, PSN_MASK};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -135,6 +137,9 @@ pub struct Msg<'a> {
     pub atomic_ack: Option<u64>,
     /// A FLUSH's FETH (contract minor 14).
     pub feth: Option<u32>,
+    /// A UD message's DETH and the GRH area its receiver gets (minor 16).
+    pub deth: Option<Deth>,
+    pub grh: Option<Grh>,
     pub payload: Payload<'a>,
     /// For an error NAK: the (status, reason) the requester's completion reports when the
     /// transport can carry it. On one engine a DMA fault while placing data is the
@@ -144,7 +149,7 @@ pub struct Msg<'a> {
 
 impl<'a> Msg<'a> {
     pub fn new(bth: Bth) -> Msg<'a> {
-        Msg { bth, reth: None, aeth: None, imm: None, atomic: None, atomic_ack: None, feth: None, payload: Payload::None, detail: None }
+        Msg { bth, reth: None, aeth: None, imm: None, atomic: None, atomic_ack: None, feth: None, deth: None, grh: None, payload: Payload::None, detail: None }
     }
 
     /// An ACK or NAK.
@@ -154,8 +159,21 @@ impl<'a> Msg<'a> {
     }
 
     fn from_packet(pkt: &'a Packet) -> Msg<'a> {
-        let (atomic, atomic_ack, feth) = (pkt.atomic, pkt.atomic_ack, pkt.feth);
-        Msg { bth: pkt.bth, reth: pkt.reth, aeth: pkt.aeth, imm: pkt.imm, atomic, atomic_ack, feth, payload: Payload::Bytes(&pkt.payload), detail: None }
+        let (atomic, atomic_ack, feth, deth) = (pkt.atomic, pkt.atomic_ack, pkt.feth, pkt.deth);
+        let grh = deth.map(|_| pkt.grh);
+        Msg {
+            bth: pkt.bth,
+            reth: pkt.reth,
+            aeth: pkt.aeth,
+            imm: pkt.imm,
+            atomic,
+            atomic_ack,
+            feth,
+            deth,
+            grh,
+            payload: Payload::Bytes(&pkt.payload),
+            detail: None,
+        }
     }
 }
 
@@ -187,6 +205,8 @@ pub struct LoopMsg {
     pub atomic: Option<AtomicEth>,
     pub atomic_ack: Option<u64>,
     pub feth: Option<u32>,
+    pub deth: Option<Deth>,
+    pub grh: Option<Grh>,
     pub payload: LoopPayload,
     pub detail: Option<(u8, u8)>,
 }
@@ -199,8 +219,8 @@ impl LoopMsg {
             LoopPayload::Bytes(b) => Payload::Bytes(b),
             LoopPayload::Segs(s) => Payload::Segs { segs: s, off: 0, len: copy::total_len(s) },
         };
-        let (atomic, atomic_ack, feth) = (self.atomic, self.atomic_ack, self.feth);
-        Msg { bth: self.bth, reth: self.reth, aeth: self.aeth, imm: self.imm, atomic, atomic_ack, feth, payload, detail: self.detail }
+        let (atomic, atomic_ack, feth, deth, grh) = (self.atomic, self.atomic_ack, self.feth, self.deth, self.grh);
+        Msg { bth: self.bth, reth: self.reth, aeth: self.aeth, imm: self.imm, atomic, atomic_ack, feth, deth, grh, payload, detail: self.detail }
     }
 }
 
@@ -227,8 +247,9 @@ impl Transport for Loopback<'_> {
             }
         };
         let (from, to) = (self.from, self.to);
-        let (atomic, atomic_ack, feth) = (msg.atomic, msg.atomic_ack, msg.feth);
-        let m = LoopMsg { from, to, bth: msg.bth, reth: msg.reth, aeth: msg.aeth, imm: msg.imm, atomic, atomic_ack, feth, payload, detail: msg.detail };
+        let (atomic, atomic_ack, feth, deth, grh) = (msg.atomic, msg.atomic_ack, msg.feth, msg.deth, msg.grh);
+        let m =
+            LoopMsg { from, to, bth: msg.bth, reth: msg.reth, aeth: msg.aeth, imm: msg.imm, atomic, atomic_ack, feth, deth, grh, payload, detail: msg.detail };
         self.queue.push_back(m);
         Ok(())
     }
@@ -258,6 +279,7 @@ impl Transport for Fabric<'_> {
         p.atomic = msg.atomic;
         p.atomic_ack = msg.atomic_ack;
         p.feth = msg.feth;
+        p.deth = msg.deth;
         p.payload.clear();
         match msg.payload {
             Payload::None => {}
