@@ -235,12 +235,17 @@ static const struct ib_device_ops rnic_ib_ops = {
 	.query_srq		= rnic_ib_query_srq,
 	.destroy_srq		= rnic_ib_destroy_srq,
 	.post_srq_recv		= rnic_ib_post_srq_recv,
+	.create_ah		= rnic_ib_create_ah,
+	.create_user_ah		= rnic_ib_create_ah,
+	.query_ah		= rnic_ib_query_ah,
+	.destroy_ah		= rnic_ib_destroy_ah,
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rnic_ib_ucontext, ibuc),
 	INIT_RDMA_OBJ_SIZE(ib_pd, rnic_ib_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_cq, rnic_ib_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, rnic_ib_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, rnic_ib_srq, ibsrq),
+	INIT_RDMA_OBJ_SIZE(ib_ah, rnic_ib_ah, ibah),
 };
 
 int rnic_ib_register(struct rnic_nic *nic)

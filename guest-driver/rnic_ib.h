@@ -83,6 +83,12 @@ struct rnic_ib_srq {
 	struct rnic_ib_mmap *ring_map, *db_map;
 };
 
+/* An address handle (minor 16; rnic_ib_ah.c): the vector a UD send WQE carries. */
+struct rnic_ib_ah {
+	struct ib_ah ibah;
+	struct rnic_ud_av av;
+};
+
 struct rnic_ib_mr {
 	struct ib_mr ibmr;
 	struct rnic_ucontext *uc;	/* its context's */
@@ -158,6 +164,10 @@ int rnic_ib_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
 int rnic_ib_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 			  const struct ib_recv_wr **bad_wr);
 void rnic_ib_srq_event(struct rnic_nic *nic, u32 qpn);
+/* rnic_ib_ah.c: address handles for UD QPs (minor 16) */
+int rnic_ib_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init, struct ib_udata *udata);
+int rnic_ib_query_ah(struct ib_ah *ibah, struct rdma_ah_attr *attr);
+int rnic_ib_destroy_ah(struct ib_ah *ibah, u32 flags);
 /* rnic_ib_gid.c: the port's GID table on the device */
 int rnic_ib_add_gid(const struct ib_gid_attr *attr, void **context);
 int rnic_ib_del_gid(const struct ib_gid_attr *attr, void **context);

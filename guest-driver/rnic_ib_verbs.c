@@ -208,6 +208,8 @@ int rnic_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struct i
 		return -EOPNOTSUPP;
 	if (init->qp_type == IB_QPT_UC && rnic_nic_uc(nic))
 		req.qp_type = RNIC_QP_TYPE_UC;
+	else if (init->qp_type == IB_QPT_UD && rnic_nic_ud(nic) && !init->srq)
+		req.qp_type = RNIC_QP_TYPE_UD;	/* minor 16; the device attaches no UD QP to an SRQ */
 	else if (init->qp_type != IB_QPT_RC)
 		return -EOPNOTSUPP;
 	if (!init->send_cq || !init->recv_cq)
@@ -451,6 +453,11 @@ int rnic_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		if (ibqp->qp_type == IB_QPT_UC)
 			req.access &= RNIC_ACCESS_REMOTE_WRITE;
 	}
+	/* A UD QP's Q_Key travels where the device's context holds it (minor 16). */
+	if (mask & IB_QP_QKEY) {
+		req.attr_mask |= RNIC_QP_ATTR_QKEY;
+		req.dest_ip = attr->qkey;
+	}
 	if (mask & IB_QP_AV) {
 		ret = rnic_ib_dest(nic, &attr->ah_attr, &req.dest_ip, &path);
 		if (ret)
@@ -563,6 +570,7 @@ int rnic_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		attr->max_rd_atomic = rqp->max_rd_atomic;
 		attr->max_dest_rd_atomic = rqp->max_dest_rd_atomic;
 		attr->dest_qp_num = rqp->dest_qpn;
+		attr->qkey = rqp->qkey;
 		attr->rq_psn = rqp->rq_psn;
 		attr->sq_psn = rqp->sq_psn;
 		attr->retry_cnt = rqp->retry_cnt;

@@ -85,10 +85,12 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req, struct 
 	struct rnic_cq *scq, *rcq;
 	struct rnic_pd *pd;
 	struct rnic_qp *qp;
+	u32 send_head;
 	int id, ret;
 
 	if (req->qp_type != RNIC_QP_TYPE_RC &&
-	    (req->qp_type != RNIC_QP_TYPE_UC || !rnic_nic_uc(nic)))
+	    (req->qp_type != RNIC_QP_TYPE_UC || !rnic_nic_uc(nic)) &&
+	    (req->qp_type != RNIC_QP_TYPE_UD || !rnic_nic_ud(nic)))
 		return -EINVAL;
 	if (srq && (req->qp_type != RNIC_QP_TYPE_RC || !rnic_nic_srq(nic)))
 		return -EINVAL;	/* the device attaches RC QPs only */
@@ -117,7 +119,14 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req, struct 
 		return -EINVAL;
 	}
 
-	if (rnic_wq_bytes(req->max_send_wr, RNIC_WQE_HDR_SIZE +
+	/* A UD send WQE carries its address vector before its SGEs (minor 16). */
+	send_head = RNIC_WQE_HDR_SIZE + (req->qp_type == RNIC_QP_TYPE_UD ? sizeof(struct rnic_ud_av) : 0);
+	if (send_head + max_t(u32, req->max_send_sge * sizeof(struct rnic_sge), req->max_inline) > 256) {
+		dev_warn_ratelimited(dev, "CREATE_QP: a UD send WQE of %u SGEs / %u inline bytes is over 256 bytes\n",
+				     req->max_send_sge, req->max_inline);
+		return -EINVAL;
+	}
+	if (rnic_wq_bytes(req->max_send_wr, send_head +
 			  max_t(u32, req->max_send_sge * sizeof(struct rnic_sge), req->max_inline)) >
 	    RNIC_MAX_RING_BYTES ||
 	    rnic_wq_bytes(req->max_recv_wr, RNIC_WQE_HDR_SIZE +
@@ -132,8 +141,8 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req, struct 
 	if (!qp)
 		return -ENOMEM;
 	ret = rnic_wq_alloc(nic, &qp->sq, req->max_send_wr,
-			    RNIC_WQE_HDR_SIZE + max_t(u32, req->max_send_sge * sizeof(struct rnic_sge),
-						      req->max_inline));
+			    send_head + max_t(u32, req->max_send_sge * sizeof(struct rnic_sge),
+					      req->max_inline));
 	if (ret)
 		goto err_free;
 	if (!srq) {
@@ -164,8 +173,8 @@ int rnic_create_qp(struct rnic_ucontext *uc, struct rnic_create_qp *req, struct 
 	qp->recv_cq = rcq;
 	/* What the stride allows, which may be more than asked for. */
 	qp->max_send_sge = min_t(u32, RNIC_UAPI_MAX_SGE,
-				 ((1U << qp->sq.log_stride) - RNIC_WQE_HDR_SIZE) / sizeof(struct rnic_sge));
-	qp->max_inline = (1U << qp->sq.log_stride) - RNIC_WQE_HDR_SIZE;
+				 ((1U << qp->sq.log_stride) - send_head) / sizeof(struct rnic_sge));
+	qp->max_inline = (1U << qp->sq.log_stride) - send_head;
 	qp->max_recv_sge = srq ? srq->max_sge :
 			   min_t(u32, RNIC_UAPI_MAX_SGE,
 				 ((1U << qp->rq.log_stride) - RNIC_WQE_HDR_SIZE) / sizeof(struct rnic_sge));
@@ -249,12 +258,20 @@ static bool rnic_qps_valid(u32 s)
 }
 
 /* The attributes a transition accepts (mask) and needs (*required); false: illegal edge. */
-static bool rnic_qp_edge(u32 cur, u32 next, u32 *allowed, u32 *required)
+static bool rnic_qp_edge(u32 cur, u32 next, bool ud, u32 *allowed, u32 *required)
 {
 	*required = 0;
 	*allowed = 0;
 	if (next == RNIC_QPS_ERR || next == RNIC_QPS_RESET)
 		return true;
+	/* A UD QP (minor 16) has no destination and no remote access: its Q_Key, PSN. */
+	if (ud) {
+		*allowed = RNIC_QP_ATTR_QKEY | (cur == RNIC_QPS_RTR ? RNIC_QP_ATTR_SQ_PSN : 0);
+		return (cur == RNIC_QPS_RESET && next == RNIC_QPS_INIT) ||
+		       (cur == next && (cur == RNIC_QPS_INIT || cur == RNIC_QPS_RTS)) ||
+		       (cur == RNIC_QPS_INIT && next == RNIC_QPS_RTR) ||
+		       (cur == RNIC_QPS_RTR && next == RNIC_QPS_RTS);
+	}
 	if (cur == RNIC_QPS_RESET && next == RNIC_QPS_INIT) {
 		*allowed = RNIC_QP_ATTR_ACCESS | RNIC_QP_ATTR_RNR;
 		return true;
@@ -287,6 +304,7 @@ struct rnic_qp_attrs {
 	u32 rq_psn, sq_psn;
 	u8 path_mtu_log2, retry_cnt, timeout;
 	u8 max_rd_atomic, max_dest_rd_atomic;
+	u32 qkey;
 };
 
 static void rnic_qp_get_attrs(const struct rnic_qp *qp, struct rnic_qp_attrs *a)
@@ -303,6 +321,7 @@ static void rnic_qp_get_attrs(const struct rnic_qp *qp, struct rnic_qp_attrs *a)
 	a->timeout = qp->timeout;
 	a->max_rd_atomic = qp->max_rd_atomic;
 	a->max_dest_rd_atomic = qp->max_dest_rd_atomic;
+	a->qkey = qp->qkey;
 }
 
 static void rnic_qp_set_attrs(struct rnic_qp *qp, const struct rnic_qp_attrs *a)
@@ -319,6 +338,7 @@ static void rnic_qp_set_attrs(struct rnic_qp *qp, const struct rnic_qp_attrs *a)
 	qp->timeout = a->timeout;
 	qp->max_rd_atomic = a->max_rd_atomic;
 	qp->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	qp->qkey = a->qkey;
 }
 
 static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 state,
@@ -338,7 +358,8 @@ static void rnic_qp_fill_ctx(struct rnic_qp *qp, struct rnic_qp_ctx *ctx, u32 st
 	/* Bits [31:24]: the service, which the device takes at RESET -> INIT (minor 13). */
 	ctx->dest_qpn = a->dest_qpn | qp->qp_type << 24;
 	ctx->rnr_timer_us = a->rnr_timer_us;
-	ctx->dest_ip = a->dest_ip;
+	/* A UD QP's context holds its Q_Key there (minor 16). */
+	ctx->dest_ip = qp->qp_type == RNIC_QP_TYPE_UD ? a->qkey : a->dest_ip;
 	ctx->sq_addr = qp->sq.ring_dma;
 	ctx->rq_addr = qp->rq.ring_dma;
 	if (qp->srq) {
@@ -453,7 +474,7 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 		dev_warn_ratelimited(dev, "MODIFY_QP %u: unknown state %u\n", qp->qpn, req->qp_state);
 		return -EINVAL;
 	}
-	if (!rnic_qp_edge(qp->state, req->qp_state, &allowed, &required)) {
+	if (!rnic_qp_edge(qp->state, req->qp_state, qp->qp_type == RNIC_QP_TYPE_UD, &allowed, &required)) {
 		dev_warn_ratelimited(dev, "MODIFY_QP %u: illegal transition %u -> %u\n",
 				     qp->qpn, qp->state, req->qp_state);
 		return -EINVAL;
@@ -513,6 +534,8 @@ int rnic_modify_qp(struct rnic_ucontext *uc, const struct rnic_modify_qp *req,
 		}
 		a.dest_qpn = req->dest_qpn;
 	}
+	if (req->attr_mask & RNIC_QP_ATTR_QKEY)
+		a.qkey = req->dest_ip;
 	ret = rnic_qp_check_remote(nic, qp, req, &a);
 	if (ret)
 		return ret;

@@ -191,6 +191,12 @@ static inline bool rnic_nic_srq(const struct rnic_nic *nic)
 	return rnic_version_minor(nic->rd.version) >= 15;
 }
 
+/* Contract minor 16: UD QPs (QP_TYPE_UD, rnic_ud_av in the send WQE, the GRH area). */
+static inline bool rnic_nic_ud(const struct rnic_nic *nic)
+{
+	return rnic_version_minor(nic->rd.version) >= 16;
+}
+
 /* Contract minor 12: atomics, and the rd_atomic limits of a QP context. */
 static inline bool rnic_nic_atomics(const struct rnic_nic *nic)
 {
@@ -262,6 +268,7 @@ struct rnic_wq {
 struct rnic_qp {
 	u32 qpn;
 	u32 qp_type;			/* RNIC_QP_TYPE_*, fixed at CREATE_QP */
+	u32 qkey;			/* a UD QP's Q_Key (minor 16) */
 	u32 gen;			/* tags the device-visible wr_ids; bumped at RESET */
 	u32 state;			/* as the driver last saw it (RNIC_QPS_*) */
 	struct rnic_pd *pd;

@@ -33,6 +33,7 @@ readonly GUEST_MODULES="rdma_rxe ib_uverbs virtio_net dummy"
 readonly GUEST_BINARIES="/usr/bin/ib_write_bw /usr/bin/ib_write_lat /usr/bin/ib_read_bw /usr/bin/ib_read_lat
     /usr/bin/ib_send_bw /usr/bin/ib_atomic_bw /usr/bin/ib_atomic_lat /usr/bin/rdma /usr/bin/ibv_devinfo
     /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ibv_uc_pingpong /usr/bin/ibv_srq_pingpong
+    /usr/bin/ibv_ud_pingpong /usr/bin/ib_send_lat
     /usr/sbin/ethtool /usr/bin/iperf3"
 
 t0=$(date +%s)

@@ -26,6 +26,11 @@ struct rnic_get_context_resp {
 	struct rnic_ib_alloc_ucontext_resp drv;
 };
 
+struct rnic_create_ah_resp {
+	struct ib_uverbs_create_ah_resp ibv_resp;
+	struct rnic_ib_create_ah_resp drv;
+};
+
 struct rnic_create_cq_resp {
 	struct ib_uverbs_create_cq_resp ibv_resp;
 	struct rnic_ib_create_cq_resp drv;
@@ -325,10 +330,10 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 
 	/*
 	 * RC and UC (the kernel refuses UC on a device before contract minor 13), RC on an SRQ
-	 * (minor 15: the kernel maps no RQ then, rq_log_stride 0). CREATE_FLAGS
+	 * (minor 15: the kernel maps no RQ then, rq_log_stride 0), UD (minor 16; no SRQ). CREATE_FLAGS
 	 * is allowed without flags (rdma-core's tests set it so); no flag is offered.
 	 */
-	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) ||
+	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) ||
 	    attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 				IBV_QP_INIT_ATTR_CREATE_FLAGS) ||
 	    (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags)) {
@@ -340,7 +345,7 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 		return NULL;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
 		err = rnic_qp_ex_init(qp, attr->send_ops_flags, to_rctx(ibctx)->atomics,
-				      to_rctx(ibctx)->flush, attr->qp_type == IBV_QPT_UC);
+				      to_rctx(ibctx)->flush, attr->qp_type);
 		if (err) {
 			free(qp);
 			errno = err;
@@ -361,6 +366,7 @@ static struct ibv_qp *rnic_create_qp_ex(struct ibv_context *ibctx,
 	qp->max_recv_sge = attr->cap.max_recv_sge;
 	qp->max_inline = resp.drv.max_inline;
 	qp->sq_sig_all = attr->sq_sig_all;
+	qp->ud = attr->qp_type == IBV_QPT_UD;
 	err = qp->qpn >= ctx->max_qp ? EINVAL : 0;
 	if (!err)
 		err = rnic_wq_init(ibctx, &qp->sq, resp.drv.sq_log_size, resp.drv.sq_log_stride,
@@ -399,6 +405,33 @@ static struct ibv_qp *rnic_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr 
 	if (qp)
 		attr->cap = ax.cap;
 	return qp;
+}
+
+/* An address handle (minor 16): the kernel resolves the route and returns the vector. */
+static struct ibv_ah *rnic_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct rnic_create_ah_resp resp = {};
+	struct rnic_ah *ah;
+
+	ah = calloc(1, sizeof(*ah));
+	if (!ah)
+		return NULL;
+	if (ibv_cmd_create_ah(pd, &ah->ibv_ah, attr, &resp.ibv_resp, sizeof(resp))) {
+		free(ah);
+		return NULL;
+	}
+	memcpy(&ah->av, resp.drv.av, sizeof(ah->av));
+	return &ah->ibv_ah;
+}
+
+static int rnic_destroy_ah(struct ibv_ah *ibah)
+{
+	int ret = ibv_cmd_destroy_ah(ibah);
+
+	if (ret)
+		return ret;
+	free(to_rah(ibah));
+	return 0;
 }
 
 static int rnic_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
@@ -488,6 +521,8 @@ static const struct verbs_context_ops rnic_ctx_ops = {
 	.query_srq = rnic_query_srq,
 	.destroy_srq = rnic_destroy_srq,
 	.post_srq_recv = rnic_post_srq_recv,
+	.create_ah = rnic_create_ah,
+	.destroy_ah = rnic_destroy_ah,
 	.free_context = rnic_free_context,
 };
 

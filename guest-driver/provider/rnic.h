@@ -66,6 +66,7 @@ struct rnic_qp {
 	uint32_t gen;			/* tags the device-visible wr_ids; bumped at RESET */
 	uint32_t max_send_sge, max_recv_sge, max_inline;
 	bool sq_sig_all;		/* every send WQE is signaled */
+	bool ud;			/* a UD QP (minor 16): send WQEs carry an address vector */
 	/* ibv_wr_start() .. ibv_wr_complete(), under sq.lock */
 	uint16_t wr_start;		/* sq.pi at ibv_wr_start() */
 	int wr_err;			/* first error of the batch */
@@ -94,6 +95,17 @@ struct rnic_srq {
 		bool busy;
 	} *tags;
 };
+
+/* An address handle (minor 16): the vector the kernel resolved, copied into each UD WQE. */
+struct rnic_ah {
+	struct ibv_ah ibv_ah;
+	struct rnic_ud_av av;
+};
+
+static inline struct rnic_ah *to_rah(struct ibv_ah *ibah)
+{
+	return container_of(ibah, struct rnic_ah, ibv_ah);
+}
 
 static inline struct rnic_context *to_rctx(struct ibv_context *ibctx)
 {
@@ -126,7 +138,7 @@ int rnic_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc);
 int rnic_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void rnic_cq_ex_init(struct rnic_cq *cq, uint64_t wc_flags);
 int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool flush,
-		    bool uc);
+		    enum ibv_qp_type type);
 bool rnic_dp_publish(void *db_page, bool recv, uint16_t old, uint16_t new);
 int rnic_kick_recv(struct ibv_context *ctx, uint32_t handle, bool srq);
 void rnic_write_recv_wqe(uint8_t *w, const struct ibv_recv_wr *wr, uint64_t wr_id);

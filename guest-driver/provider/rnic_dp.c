@@ -165,12 +165,14 @@ static struct rnic_wqe *rnic_sq_begin(struct rnic_qp *qp, enum ibv_wr_opcode opc
 		*err = ENOMEM;
 		return NULL;
 	}
+	/* UD (minor 16): SEND and SEND with immediate, raddr the destination QP, rkey the Q_Key. */
 	if (rnic_send_op(opcode, &op) || (qp->vqp.qp.qp_type == IBV_QPT_UC && !rnic_uc_op(op)) ||
+	    (qp->ud && ((op != RNIC_WQE_OP_SEND && op != RNIC_WQE_OP_SEND_IMM) || raddr >> 24)) ||
 	    send_flags & ~(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE | IBV_SEND_FENCE)) {
 		*err = EINVAL;
 		return NULL;
 	}
-	remote = op != RNIC_WQE_OP_SEND && op != RNIC_WQE_OP_SEND_IMM;
+	remote = qp->ud || (op != RNIC_WQE_OP_SEND && op != RNIC_WQE_OP_SEND_IMM);
 	memset(h, 0, sizeof(*h));
 	h->opcode = op;
 	if (send_flags & IBV_SEND_SIGNALED || qp->sq_sig_all)
@@ -206,12 +208,26 @@ static void rnic_wqe_atomic_ops(struct rnic_wqe *h, uint64_t swap_add, uint64_t 
 	ops->compare = compare;
 }
 
+/* Where a send WQE's data starts: after the header, and a UD one's address vector. */
+static uint8_t *rnic_wqe_body(const struct rnic_qp *qp, struct rnic_wqe *h)
+{
+	return (uint8_t *)(h + 1) + (qp->ud ? sizeof(struct rnic_ud_av) : 0);
+}
+
+/* A UD WQE's destination (minor 16): the AH's vector, the QP and its Q_Key. */
+static void rnic_wqe_ud(struct rnic_wqe *h, const struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
+{
+	memcpy(h + 1, &to_rah((struct ibv_ah *)ah)->av, sizeof(struct rnic_ud_av));
+	h->remote_addr = qpn;
+	h->rkey = qkey;
+}
+
 /* The WQE's scatter/gather list: after the header (and an atomic's operands). */
 static int rnic_wqe_sges(struct rnic_qp *qp, struct rnic_wqe *h, size_t n,
 			 const struct ibv_sge *sg)
 {
 	bool atomic = rnic_wqe_atomic(h);
-	struct rnic_sge *sge = (struct rnic_sge *)((uint8_t *)(h + 1) +
+	struct rnic_sge *sge = (struct rnic_sge *)(rnic_wqe_body(qp, h) +
 						   (atomic ? sizeof(struct rnic_atomic_ops) : 0));
 	size_t i;
 
@@ -235,7 +251,7 @@ static int rnic_wqe_inline(struct rnic_qp *qp, struct rnic_wqe *h, const void *a
 	    h->num_sge ||
 	    len > qp->max_inline - h->inline_len)
 		return EINVAL;
-	memcpy((uint8_t *)(h + 1) + h->inline_len, addr, len);
+	memcpy(rnic_wqe_body(qp, h) + h->inline_len, addr, len);
 	h->inline_len += len;
 	h->flags |= RNIC_WQE_FLAG_INLINE;
 	return 0;
@@ -265,8 +281,17 @@ static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
 			qp->sq.pi++;
 		return err;
 	}
-	h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id, wr->wr.rdma.remote_addr,
-			  wr->wr.rdma.rkey, (uint32_t)wr->imm_data, &err);
+	if (qp->ud) {
+		if (!wr->wr.ud.ah || wr->wr.ud.remote_qpn >> 24)
+			return EINVAL;
+		h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id, wr->wr.ud.remote_qpn,
+				  wr->wr.ud.remote_qkey, (uint32_t)wr->imm_data, &err);
+		if (h)
+			rnic_wqe_ud(h, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
+	} else {
+		h = rnic_sq_begin(qp, wr->opcode, wr->send_flags, wr->wr_id, wr->wr.rdma.remote_addr,
+				  wr->wr.rdma.rkey, (uint32_t)wr->imm_data, &err);
+	}
 	if (!h)
 		return err;
 	if (wr->send_flags & IBV_SEND_INLINE && h->opcode != RNIC_WQE_OP_RDMA_READ) {
@@ -492,6 +517,22 @@ static void rnic_wr_set_inline_data_list(struct ibv_qp_ex *q, size_t n,
 		qp->wr_err = rnic_wqe_inline(qp, h, bufs[i].addr, bufs[i].length);
 }
 
+/* ibv_wr_set_ud_addr() (minor 16): the destination of the UD WQE just started. */
+static void rnic_wr_set_ud_addr(struct ibv_qp_ex *q, struct ibv_ah *ah, uint32_t remote_qpn,
+				uint32_t remote_qkey)
+{
+	struct rnic_qp *qp = to_xqp(q);
+	struct rnic_wqe *h = rnic_wr_cur(qp);
+
+	if (!h)
+		return;
+	if (!ah || remote_qpn >> 24) {
+		rnic_wr_fail(qp, EINVAL);
+		return;
+	}
+	rnic_wqe_ud(h, ah, remote_qpn, remote_qkey);
+}
+
 static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t length)
 {
 	struct ibv_data_buf buf = { .addr = addr, .length = length };
@@ -501,18 +542,21 @@ static void rnic_wr_set_inline_data(struct ibv_qp_ex *q, void *addr, size_t leng
 
 /* The operations of IBV_QP_EX_WITH_*: EOPNOTSUPP for any other (atomics: on a device with). */
 int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, bool flush,
-		    bool uc)
+		    enum ibv_qp_type type)
 {
+	bool uc = type == IBV_QPT_UC, ud = type == IBV_QPT_UD;
 	struct ibv_qp_ex *x = &qp->vqp.qp_ex;
 	uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 		       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
-	/* UC has SEND and WRITE only (contract minor 13). */
-	if (!uc)
+	/* UC has SEND and WRITE only (contract minor 13), UD SEND only (minor 16). */
+	if (ud)
+		ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	if (!uc && !ud)
 		ops |= IBV_QP_EX_WITH_RDMA_READ;
-	if (atomics && !uc)
+	if (atomics && !uc && !ud)
 		ops |= IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-	if (flush && !uc)
+	if (flush && !uc && !ud)
 		ops |= IBV_QP_EX_WITH_FLUSH | IBV_QP_EX_WITH_ATOMIC_WRITE;
 	if (send_ops_flags & ~ops)
 		return EOPNOTSUPP;
@@ -532,6 +576,7 @@ int rnic_qp_ex_init(struct rnic_qp *qp, uint64_t send_ops_flags, bool atomics, b
 	x->wr_set_sge_list = rnic_wr_set_sge_list;
 	x->wr_set_inline_data = rnic_wr_set_inline_data;
 	x->wr_set_inline_data_list = rnic_wr_set_inline_data_list;
+	x->wr_set_ud_addr = rnic_wr_set_ud_addr;
 	return 0;
 }
 
@@ -655,6 +700,9 @@ static bool rnic_cqe_to_wc(struct rnic_context *ctx, const struct rnic_cqe *cqe,
 	wc->byte_len = cqe->byte_len;
 	wc->qp_num = cqe->qpn;
 	wc->src_qp = cqe->src_qp;
+	/* A UD receive (minor 16): the GRH area leads the buffer (ibv_create_ah_from_wc reads it). */
+	if (cqe->flags & RNIC_CQE_FLAG_GRH)
+		wc->wc_flags |= IBV_WC_GRH;
 	if (cqe->flags & RNIC_CQE_FLAG_IMM) {
 		wc->wc_flags |= IBV_WC_WITH_IMM;
 		wc->imm_data = cqe->imm_data;

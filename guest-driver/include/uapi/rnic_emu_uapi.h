@@ -113,7 +113,7 @@ struct rnic_create_qp {
 	__u32 max_inline;		/* in/out: 0..RNIC_UAPI_MAX_INLINE */
 	/* each ring (slots x stride) at most QUERY_DEVICE max_ring_bytes, else -EINVAL */
 	__u32 qpn;			/* out (CREATE_QP) / in (DESTROY_QP) */
-	__u32 qp_type;			/* in: RNIC_QP_TYPE_RC (0), or RNIC_QP_TYPE_UC (contract minor 13) */
+	__u32 qp_type;			/* in: RNIC_QP_TYPE_RC (0), RNIC_QP_TYPE_UC (contract minor 13) or RNIC_QP_TYPE_UD (minor 16) */
 };
 
 /* attr_mask bits of struct rnic_modify_qp */
@@ -128,6 +128,7 @@ struct rnic_create_qp {
 #define RNIC_QP_ATTR_TIMEOUT		0x100	/* timeout (RTR->RTS) */
 #define RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC	0x200	/* rd_atomic [15:8] (INIT->RTR; minor 12) */
 #define RNIC_QP_ATTR_MAX_RD_ATOMIC	0x400	/* rd_atomic [7:0] (RTR->RTS; minor 12) */
+#define RNIC_QP_ATTR_QKEY		0x800	/* a UD QP's Q_Key, carried in dest_ip (minor 16) */
 
 #define RNIC_PSN_MASK			0xffffffU	/* PSNs are 24 bits */
 #define RNIC_QP_MAX_RETRY_CNT		7
@@ -149,6 +150,10 @@ struct rnic_create_qp {
  * (0..RNIC_PSN_MASK); path_mtu in bytes: 256, 512, 1024, 2048 or 4096; retry_cnt
  * 0..RNIC_QP_MAX_RETRY_CNT transport retries; timeout 0..RNIC_QP_MAX_TIMEOUT, the local
  * ACK timeout 4.096 us * 2^timeout (0: wait forever). Anything else is -EINVAL.
+ *
+ * A UD QP (minor 16) has no destination: INIT->RTR requires nothing, and its Q_Key
+ * (RNIC_QP_ATTR_QKEY, the value in dest_ip, as the device's QP context holds it) is
+ * allowed at every edge but those to ERR and RESET; no other QP takes RNIC_QP_ATTR_QKEY.
  */
 struct rnic_modify_qp {
 	__u32 qpn;			/* in */

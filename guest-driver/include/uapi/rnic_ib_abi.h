@@ -63,4 +63,13 @@ struct rnic_ib_create_srq_resp {
 	__u32 reserved;
 };
 
+/*
+ * A user address handle (contract minor 16): the address vector ib_core resolved, as a UD
+ * send WQE carries it after its header (struct rnic_ud_av of rnic_emu_regs.h: destination
+ * GID, next-hop MAC, traffic class, hop limit, source GID index).
+ */
+struct rnic_ib_create_ah_resp {
+	__u8 av[32];
+};
+
 #endif /* RNIC_IB_ABI_H */
