@@ -32,8 +32,8 @@ fn script(node: usize) -> String {
         ",
     )
     .replace("NODE", &node.to_string());
-    for (id, tool) in PINGPONG {
-        let pp = format!("{tool} -d rnic0 -g 1 -c -n 200 -s 4096");
+    for (id, tool, size) in PINGPONG {
+        let pp = format!("{tool} -d rnic0 -g 1 -c -n 200 -s {size}");
         if node == 0 {
             s += &format!(
                 "{pp} > /tmp/pp-{id} 2>&1 & pid=$!; sleep 2; rnic-kv put pp-{id} up
@@ -107,14 +107,23 @@ fn counter(lines: &[String], prefix: &str, name: &str) -> u64 {
 
 /// The pingpong runs: polling with ibv_post_send, sleeping on completion events, and
 /// the extended send API (`-N`: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_complete).
-/// And `ibv_uc_pingpong` over UC QPs (contract minor 13), and `ibv_srq_pingpong`: 16 RC QPs
-/// a side receiving from one shared receive queue (minor 15), completions of all 16 on one CQ.
-const PINGPONG: [(&str, &str); 5] =
-    [("poll", "ibv_rc_pingpong"), ("events", "ibv_rc_pingpong -e"), ("wr-api", "ibv_rc_pingpong -N"), ("uc", "ibv_uc_pingpong"), ("srq", "ibv_srq_pingpong")];
+/// And `ibv_uc_pingpong` over UC QPs (contract minor 13), `ibv_srq_pingpong`: 16 RC QPs a
+/// side receiving from one shared receive queue (minor 15), completions of all 16 on one CQ,
+/// and `ibv_ud_pingpong` over UD QPs and address handles (minor 16), its messages at most the
+/// port's RoCE MTU (1024 at the link's 1500) with the GRH area before each received buffer.
+/// (id, tool, message size.)
+const PINGPONG: [(&str, &str, u32); 6] = [
+    ("poll", "ibv_rc_pingpong", 4096),
+    ("events", "ibv_rc_pingpong -e", 4096),
+    ("wr-api", "ibv_rc_pingpong -N", 4096),
+    ("uc", "ibv_uc_pingpong", 4096),
+    ("srq", "ibv_srq_pingpong", 4096),
+    ("ud", "ibv_ud_pingpong", 1024),
+];
 
 /// The perftest runs (id, tool, arguments; small runs: this is a function test under TCG).
 /// The atomics (contract minor 12) move 8 bytes each: `-s 8`.
-const PERFTEST: [(&str, &str, &str); 11] = [
+const PERFTEST: [(&str, &str, &str); 13] = [
     ("ib_write_bw", "ib_write_bw", "-s 65536 -n 200"),
     ("ib_read_bw", "ib_read_bw", "-s 65536 -n 100"),
     ("ib_send_bw", "ib_send_bw", "-s 65536 -n 100"),
@@ -127,6 +136,9 @@ const PERFTEST: [(&str, &str, &str); 11] = [
     // UC (contract minor 13): WRITEs and SENDs nobody acknowledges.
     ("ib_write_bw-uc", "ib_write_bw", "-s 65536 -n 200 -c UC"),
     ("ib_send_bw-uc", "ib_send_bw", "-s 4096 -n 100 -c UC"),
+    // UD (contract minor 16): one-packet SENDs through address handles.
+    ("ib_send_bw-ud", "ib_send_bw", "-s 1024 -n 200 -c UD"),
+    ("ib_send_lat-ud", "ib_send_lat", "-s 64 -n 200 -c UD"),
 ];
 
 /// perftest's result row after `== tool`: the first line whose first field is `size`.
@@ -179,9 +191,9 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
         // directions) with every received buffer validated (-c exits non-zero on a
         // mismatch), each side addressing the other by its RoCE v2 GID.
         let peer = addrs[1 - node];
-        for (id, _) in PINGPONG {
+        for (id, _, size) in PINGPONG {
             assert!(has(&format!("pp-{id}-rc: 0")), "node{node}: ibv_rc_pingpong ({id}) exit status");
-            assert!(has_prefix(&format!("pp-{id}: 1638400 bytes in ")), "node{node}: {id}: bytes moved");
+            assert!(has_prefix(&format!("pp-{id}: {} bytes in ", 2 * 200 * size)), "node{node}: {id}: bytes moved");
             assert!(has_prefix(&format!("pp-{id}: 200 iters in ")), "node{node}: {id}: iterations");
             assert!(
                 lines.iter().any(|l| l.starts_with(&format!("pp-{id}: local address: ")) && l.ends_with(&format!("GID ::ffff:{addr}"))),
@@ -238,6 +250,14 @@ fn devinfo_rc_pingpong_and_perftest_between_two_guests() {
     eprintln!("ib_write_bw: RC client received {} packets, UC client {}", delta("pkts_received"), uc("pkts_received"));
     assert!(delta("pkts_received") > 0, "RC WRITEs are acknowledged");
     assert!(uc("send_wqes") >= 200 && uc("pkts_sent") >= 200 * 64, "the UC WRITEs went out: {} WQEs", uc("send_wqes"));
+    // UD: the client's SENDs left as UD messages, one packet each, nothing acknowledged;
+    // the latency client received its peer's 200 replies into RECVs with their GRH area.
+    let ud = |id: &str, name: &str| counter(&lines, &format!("{id}-after"), name) - counter(&lines, &format!("{id}-before"), name);
+    eprintln!("UD: ib_send_bw client sent {} UD messages in {} packets", ud("ib_send_bw-ud", "ud_sent"), ud("ib_send_bw-ud", "pkts_sent"));
+    assert!(ud("ib_send_bw-ud", "ud_sent") >= 200, "the UD SENDs went out as UD messages");
+    assert!(ud("ib_send_bw-ud", "pkts_sent") >= ud("ib_send_bw-ud", "ud_sent"), "one packet a message");
+    assert_eq!(ud("ib_send_bw-ud", "acks_sent") + ud("ib_send_bw-ud", "pkts_received"), 0, "UD is acknowledged by nobody");
+    assert!(ud("ib_send_lat-ud", "ud_received") >= 200, "the latency client took its replies");
     assert_eq!(uc("pkts_received"), 0, "nothing comes back to a UC requester");
 
     // The dma-buf MR: node1's 1 MiB of WRITEs landed in node0's GPU memory, every byte

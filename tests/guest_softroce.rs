@@ -40,6 +40,12 @@ const UC_PINGPONG: &str = "ibv_uc_pingpong --chk -s 4096 -n 200";
 /// QPs a side receiving from one SRQ.
 const SRQ_PINGPONG: &str = "ibv_srq_pingpong --chk -s 4096 -n 200";
 
+/// UD QPs and address handles (contract 1.16) between rnic0 (node0) and rxe0, both ways:
+/// rxe is the oracle of the DETH, the Q_Key rule and the GRH area before each buffer
+/// (`--chk` checks the payload after it). 1024 bytes: the RoCE MTU of a 1500-byte link.
+const UD_PINGPONG: &str = "ibv_ud_pingpong --chk -s 1024 -n 200";
+const UD_SEND_BW: &str = "ib_send_bw -F -c UD -s 1024 -n 200 --report_gbits";
+
 /// The IPv6 steps (a few seconds of traffic): rnic0 <-> rxe0 and rnic0 <-> rnic0.
 const V6_PINGPONG: &str = "ibv_rc_pingpong --chk -s 4096 -n 100";
 const V6_READ: &str = "ib_read_bw -F -s 65536 -n 100 --report_gbits";
@@ -120,7 +126,11 @@ fn rnic_script(me: u8) -> String {
             "go_server uc-a; server uc-a {UC_PINGPONG} -d rnic0 -g $G
              go_client uc-b; client uc-b {UC_PINGPONG} -d rnic0 -g $G 10.0.0.13
              go_server srq-a; server srq-a {SRQ_PINGPONG} -d rnic0 -g $G
-             go_client srq-b; client srq-b {SRQ_PINGPONG} -d rnic0 -g $G 10.0.0.13\n"
+             go_client srq-b; client srq-b {SRQ_PINGPONG} -d rnic0 -g $G 10.0.0.13
+             go_server ud-a; server ud-a {UD_PINGPONG} -d rnic0 -g $G
+             go_client ud-b; client ud-b {UD_PINGPONG} -d rnic0 -g $G 10.0.0.13
+             go_server udbw-a; server udbw-a {UD_SEND_BW} -d rnic0 -x $G
+             go_client udbw-b; client udbw-b {UD_SEND_BW} -d rnic0 -x $G 10.0.0.13\n"
         );
         // IBTA 1.5 ATOMIC WRITE (contract 1.14) both ways with rxe as the oracle of its
         // opcode, headers and response (no FLUSH: rxe's FLUSH ICRC covers its headers
@@ -198,7 +208,11 @@ fn rxe_script() -> String {
         "go_client uc-a; client uc-a-11 {UC_PINGPONG} -d rxe0 -g $G 10.0.0.11
          go_server uc-b; server uc-b-11 {UC_PINGPONG} -d rxe0 -g $G
          go_client srq-a; client srq-a-11 {SRQ_PINGPONG} -d rxe0 -g $G 10.0.0.11
-         go_server srq-b; server srq-b-11 {SRQ_PINGPONG} -d rxe0 -g $G\n"
+         go_server srq-b; server srq-b-11 {SRQ_PINGPONG} -d rxe0 -g $G
+         go_client ud-a; client ud-a-11 {UD_PINGPONG} -d rxe0 -g $G 10.0.0.11
+         go_server ud-b; server ud-b-11 {UD_PINGPONG} -d rxe0 -g $G
+         go_client udbw-a; client udbw-a-11 {UD_SEND_BW} -d rxe0 -x $G 10.0.0.11
+         go_server udbw-b; server udbw-b-11 {UD_SEND_BW} -d rxe0 -x $G\n"
     );
     s += "go_client fl-a; client fl-a-11 rnic-flush-check -A -d rxe0 -x $G 10.0.0.11
           go_server fl-b; server fl-b-11 rnic-flush-check -d rxe0 -x $G\n";
@@ -332,6 +346,19 @@ fn perftest_and_rc_pingpong_run_between_rnic_emu_and_soft_roce_both_ways_with_an
     // SRQs both ways with rxe0: 16 QPs a side on one SRQ, every buffer checked.
     pingpong_ran(&l0, "srq-a", &rxe, "srq-a-11", 200).unwrap_or_else(|e| panic!("ibv_srq_pingpong rnic0 server: {e}"));
     pingpong_ran(&rxe, "srq-b-11", &l0, "srq-b", 200).unwrap_or_else(|e| panic!("ibv_srq_pingpong rxe0 server: {e}"));
+    // UD both ways with rxe0: every buffer checked after its GRH area, and perftest's UD
+    // SENDs through address handles, each client's 200 iterations completed.
+    pingpong_ran(&l0, "ud-a", &rxe, "ud-a-11", 200).unwrap_or_else(|e| panic!("ibv_ud_pingpong rnic0 server: {e}"));
+    pingpong_ran(&rxe, "ud-b-11", &l0, "ud-b", 200).unwrap_or_else(|e| panic!("ibv_ud_pingpong rxe0 server: {e}"));
+    for (lines, t) in [(&l0, "udbw-a"), (&l0, "udbw-b"), (&rxe, "udbw-a-11"), (&rxe, "udbw-b-11")] {
+        assert_eq!(line_after(lines, &format!("rc {t} ")), Some("0"), "{t}: exit status");
+    }
+    for (lines, t) in [(&l0, "udbw-b"), (&rxe, "udbw-a-11")] {
+        let r = perftest_row(lines, t, "1024").unwrap_or_else(|| panic!("{t}: no perftest result row"));
+        assert_eq!(r[1], "200", "{t}: {r:?}");
+    }
+    assert!(num(&l0, "stat: ud_sent: ") >= 400 && num(&l0, "stat: ud_received: ") >= 400, "node0's UD traffic went through its UD QPs");
+    assert_eq!(num(&l0, "stat: qkey_violations: "), 0, "rxe's Q_Keys are the ones our QPs hold");
     // ATOMIC WRITE both ways with rxe0, and FLUSH with ATOMIC WRITE from node1's rnic0
     // over its lossy link: each client's steps completed as they should (the persistent
     // FLUSH refused with a remote access error), and each server found in its memory
