@@ -60,8 +60,14 @@ static const u16 rnic_eth_hw_stats[] = {
 	RNIC_STAT_ROCE_BAD_SOURCE,
 	/* contract 1.13: the last RNIC_ETH_HW_MINOR13 entries */
 	RNIC_STAT_UC_DROPPED,
+	/* contract 1.16: the last RNIC_ETH_HW_MINOR16 entries */
+	RNIC_STAT_UD_SENT,
+	RNIC_STAT_UD_RECEIVED,
+	RNIC_STAT_UD_DROPPED,
+	RNIC_STAT_QKEY_VIOLATIONS,
 };
-#define RNIC_ETH_HW_MINOR13	1
+#define RNIC_ETH_HW_MINOR16	4
+#define RNIC_ETH_HW_MINOR13	(1 + RNIC_ETH_HW_MINOR16)
 #define RNIC_ETH_HW_MINOR10	(2 + RNIC_ETH_HW_MINOR13)
 #define RNIC_ETH_HW_MINOR9	(6 + RNIC_ETH_HW_MINOR10)
 
@@ -116,6 +122,8 @@ static unsigned int rnic_eth_n_hw(const struct rnic_eth *eth)
 		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR10;
 	if (rnic_version_minor(eth->nic->rd.version) < 13)
 		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR13;
+	if (rnic_version_minor(eth->nic->rd.version) < 16)
+		return ARRAY_SIZE(rnic_eth_hw_stats) - RNIC_ETH_HW_MINOR16;
 	return ARRAY_SIZE(rnic_eth_hw_stats);
 }
 

@@ -9,7 +9,10 @@
 //!
 //! Same sizes (64 KiB .. 4 MiB) and the same 64-byte latency test; ratios printed. Then
 //! atomics (contract 1.12): `ib_atomic_bw` fetch-and-add and compare-and-swap on `rnic0`
-//! and on `rxe0`, message rates compared.
+//! and on `rxe0`, message rates compared; and UD (contract 1.16): `ib_send_bw -c UD` of
+//! 1024-byte messages (the RoCE MTU of both links) on each, no more messages than the
+//! server's RECVs (a UD message finding none is dropped and perftest's server would wait
+//! for it forever).
 //!
 //! Then the mixed pair, in a second run (qemu-configs/softroce-mixed.toml): `ib_write_bw`
 //! and `ib_write_lat` from `rnic0` to `rxe0` on a plain virtio-net guest of the same
@@ -57,8 +60,16 @@ fn script(n: usize) -> String {
         s += &sync(client, &format!("ib{tag}"));
         s += &format!("echo IB_{tag}; ib_atomic_bw {RNIC0} -n 2000 -A {op}{rxe_peer}\n");
     }
+    s += &sync(client, "rxeUD");
+    s += &format!("echo RXE_UD {UD_SIZE}; ib_send_bw -d rxe0 -c UD -s {UD_SIZE} -n {UD_ITERS} --report_gbits{rxe_peer}\n");
+    s += &sync(client, "ibUD");
+    s += &format!("echo IB_UD {UD_SIZE}; ib_send_bw {RNIC0} -c UD -s {UD_SIZE} -n {UD_ITERS} --report_gbits{rxe_peer}\n");
     s
 }
+
+/// UD SENDs: one MTU each, as many as the server posts RECVs for (perftest's UD depth).
+const UD_SIZE: u64 = 1024;
+const UD_ITERS: u64 = 500;
 
 /// The atomic operations compared (marker tag, perftest's name).
 const ATOMICS: [(&str, &str); 2] = [("FAA", "FETCH_AND_ADD"), ("CAS", "CMP_AND_SWAP")];
@@ -161,6 +172,10 @@ fn main() -> anyhow::Result<()> {
         let (ib, rxe) = (rate(&format!("IB_{tag}")), rate(&format!("RXE_{tag}")));
         println!("{op:>14} {ib:>10.4} {rxe:>10.4} {:>10.2}", ib / rxe);
     }
+    println!();
+    println!("UD SEND, ib_send_bw -c UD ({UD_SIZE} B, {UD_ITERS} messages), Gb/s: rnic0 vs rxe0");
+    let (ib, rxe) = (bw("IB_UD", UD_SIZE).unwrap_or(f64::NAN), bw("RXE_UD", UD_SIZE).unwrap_or(f64::NAN));
+    println!("{:>14} {ib:>10.3} {rxe:>10.3} {:>10.2}", "UD 1024", ib / rxe);
     mixed()
 }
 
