@@ -306,12 +306,25 @@ static int rnic_write_send_wqe(struct rnic_qp *qp, const struct ibv_send_wr *wr)
 	return err;
 }
 
+/*
+ * Sends are posted only from RTS on (IBA 11.4.1.1: RESET, INIT and RTR give an immediate
+ * error, as rxe's); libibverbs keeps the state its modify_qp set (ERROR still flushes).
+ */
+static bool rnic_can_send(const struct ibv_qp *ibqp)
+{
+	return ibqp->state != IBV_QPS_RESET && ibqp->state != IBV_QPS_INIT && ibqp->state != IBV_QPS_RTR;
+}
+
 int rnic_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct rnic_qp *qp = to_rqp(ibqp);
 	uint16_t old;
 	int err = 0, kick;
 
+	if (!rnic_can_send(ibqp)) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
 	pthread_spin_lock(&qp->sq.lock);
 	old = qp->sq.pi;
 	for (; wr; wr = wr->next) {
@@ -346,7 +359,7 @@ static void rnic_wr_start(struct ibv_qp_ex *ibqpx)
 
 	pthread_spin_lock(&qp->sq.lock);
 	qp->wr_start = qp->sq.pi;
-	qp->wr_err = 0;
+	qp->wr_err = rnic_can_send(&qp->vqp.qp) ? 0 : EINVAL;
 	qp->wr_cur = NULL;
 }
 
@@ -605,8 +618,9 @@ int rnic_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_
 	uint16_t old;
 	int err = 0, kick;
 
-	if (ibqp->srq) {
-		*bad_wr = wr;	/* its receives are posted to the SRQ */
+	/* Its receives are posted to the SRQ; none to a QP in RESET (IBA 11.4.1.2, as rxe). */
+	if (ibqp->srq || ibqp->state == IBV_QPS_RESET) {
+		*bad_wr = wr;
 		return EINVAL;
 	}
 	pthread_spin_lock(&wq->lock);
