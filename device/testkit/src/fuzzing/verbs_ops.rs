@@ -934,9 +934,9 @@ fn uc_ops() -> Vec<Op> {
 }
 
 /// UD QPs 1 and 2 (minor 16; Q_Key the peer's address): SENDs from QP 1 to QP 2 on this
-/// node (loopback) and to the peer (reflected back as the peer's), one with the QP's own
-/// Q_Key, one to a QP with no RECV, a WRITE (no UD operation), and a UD packet from the
-/// input.
+/// node (loopback) and to the peer (reflected back as the peer's), to a QP that does not
+/// exist, with the QP's own Q_Key, inline, with no RECV and into one too small; UD packets
+/// from the input; last a WRITE (no UD operation).
 fn ud_ops() -> Vec<Op> {
     let mut ops = vec![Op::CreateCq { cqn: 1, log_size: 6, vector: 1 }, Op::CreateCq { cqn: 2, log_size: 6, vector: 2 }];
     for (qpn, cqs) in [(1, 0x11), (2, 0x22)] {
@@ -946,13 +946,24 @@ fn ud_ops() -> Vec<Op> {
     }
     ops.push(seed_mr(1, vec![(0, 0), (0, 1)]));
     ops.push(seed_mr(2, vec![(0, 16), (0, 17)]));
-    for (to, opcode, flags) in [(0, 3, 0x81), (1, 4, 0x81), (2, 3, 0x81), (1, 0, 0x81), (0, 3, 0x81)] {
+    for (to, opcode, flags) in [(0, 3, 0x81), (1, 4, 0x81), (2, 3, 0x81), (0, 3, 0x81)] {
         ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 4096)]));
         ops.push(Op::Post { qpn: 1, send: 1, opcode, flags, sges: vec![seed_sge(1, 1000)], remote: (to, 2, 0), inline: 0 });
         ops.extend([Op::Run { passes: 4 }, Op::Reflect { pick: 0, how: 4 }, Op::Run { passes: 2 }, Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }]);
     }
     ops.push(Op::Packet { qpn: 2, opcode: 0x64, psn: 5, va: 0x4500, rkey: 0, len: 3, syndrome: 0xe6, payload: 16 });
-    ops.extend([Op::Run { passes: 2 }, Op::Poll { cqn: 2 }]);
+    // The QP's own Q_Key (bit 31), an inline SEND, a SEND with no RECV left, one into a
+    // RECV too small for the GRH area, and a packet with another Q_Key.
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 3, flags: 0x81, sges: vec![seed_sge(1, 100)], remote: (2, 2, 0), inline: 0 });
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 4, flags: 0x83, sges: vec![], remote: (0, 2, 0), inline: 48 });
+    ops.push(Op::Run { passes: 4 });
+    ops.push(seed_post(2, 0, 5, vec![seed_sge(2, 16)]));
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 3, flags: 0x81, sges: vec![seed_sge(1, 100)], remote: (0, 2, 0), inline: 0 });
+    ops.push(Op::Packet { qpn: 2, opcode: 0x65, psn: 6, va: 0x4500, rkey: 7, len: 3, syndrome: 0xee, payload: 8 });
+    ops.extend([Op::Run { passes: 2 }, Op::Poll { cqn: 1 }, Op::Poll { cqn: 2 }]);
+    // Last, a WRITE: no UD operation (QP 1 to ERROR).
+    ops.push(Op::Post { qpn: 1, send: 1, opcode: 0, flags: 0x81, sges: vec![seed_sge(1, 64)], remote: (0, 2, 0), inline: 0 });
+    ops.extend([Op::Run { passes: 4 }, Op::Poll { cqn: 1 }]);
     ops
 }
 
