@@ -71,6 +71,9 @@ static int rnic_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *
 		attr->max_srq_wr = ring;
 		attr->max_srq_sge = RNIC_UAPI_MAX_SGE;
 	}
+	/* UD (minor 16): an AH is a vector in the WQEs, so any number of them; no multicast. */
+	if (rnic_nic_ud(nic))
+		attr->max_ah = INT_MAX;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;
