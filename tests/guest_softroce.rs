@@ -16,7 +16,8 @@
 //! netdev's (rxe checks that our packets come from the GID the QP was given). Then RoCEv2
 //! over IPv6: every node puts an fd00::/64 address on its netdev and `ibv_rc_pingpong
 //! --chk`, `ib_read_bw` and `ib_write_bw` run on those addresses' GIDs between rnic0 and
-//! rxe0 and between the two rnic0s (the next hop resolved by NDP over reth0); the port's
+//! rxe0 and between the two rnic0s, and `ibv_ud_pingpong --chk` between rnic0 and rxe0
+//! (the next hop resolved by NDP over reth0); the port's
 //! pkts_sent_ipv6 / pkts_received_ipv6 counters show the packets went over IPv6.
 
 mod common;
@@ -48,6 +49,8 @@ const UD_SEND_BW: &str = "ib_send_bw -F -c UD -s 1024 -n 200 --report_gbits";
 
 /// The IPv6 steps (a few seconds of traffic): rnic0 <-> rxe0 and rnic0 <-> rnic0.
 const V6_PINGPONG: &str = "ibv_rc_pingpong --chk -s 4096 -n 100";
+/// UD over IPv6 (contract 1.16) with rxe0: the IPv6 header as the GRH area both ways.
+const V6_UD_PINGPONG: &str = "ibv_ud_pingpong --chk -s 1024 -n 100";
 const V6_READ: &str = "ib_read_bw -F -s 65536 -n 100 --report_gbits";
 const V6_WRITE: &str = "ib_write_bw -F -s 65536 -n 100 --report_gbits";
 
@@ -163,6 +166,7 @@ fn rnic_script(me: u8) -> String {
     if me == 11 {
         s += &format!(
             "go_server v6-pp; server v6-pp {V6_PINGPONG} -d rnic0 -g $G6
+             go_server v6-ud-pp; server v6-ud-pp {V6_UD_PINGPONG} -d rnic0 -g $G6
              go_server v6-rd; server v6-rd {V6_READ} -d rnic0 -x $G6
              go_client v6-wr; client v6-wr {V6_WRITE} -d rnic0 -x $G6 10.0.0.13
              go_server v6-mp; server v6-mp {V6_PINGPONG} -d rnic0 -g $G6
@@ -224,6 +228,7 @@ fn rxe_script() -> String {
          rnic-kv put up6-13 1; rnic-kv get up6-11 300000 >/dev/null; rnic-kv get up6-12 300000 >/dev/null
          for peer in fd00::11 fd00::12; do ping6 -c 3 -W 5 $peer > /dev/null; done
          go_client v6-pp; client v6-pp {V6_PINGPONG} -d rxe0 -g $G6 10.0.0.11
+         go_client v6-ud-pp; client v6-ud-pp {V6_UD_PINGPONG} -d rxe0 -g $G6 10.0.0.11
          go_client v6-rd; client v6-rd {V6_READ} -d rxe0 -x $G6 10.0.0.11
          go_server v6-wr; server v6-wr {V6_WRITE} -d rxe0 -x $G6
          ip -6 neigh show dev eth0 | sed 's/^/neigh6: /'\n"
@@ -406,7 +411,7 @@ fn check_ipv6(stdout: &str) {
     }
     // The next hop of rxe0's IPv6 QPs is reth0's MAC, learned by NDP.
     assert!(rxe.iter().any(|l| l.starts_with("neigh6: fd00::11 ") && l.contains("02:e1:0a:00:00:0b")), "NDP entry for reth0");
-    let pairs = [("v6-pp", &l0, &rxe), ("v6-rd", &l0, &rxe), ("v6-wr", &rxe, &l0), ("v6-mp", &l0, &l1), ("v6-mw", &l1, &l0)];
+    let pairs = [("v6-pp", &l0, &rxe), ("v6-ud-pp", &l0, &rxe), ("v6-rd", &l0, &rxe), ("v6-wr", &rxe, &l0), ("v6-mp", &l0, &l1), ("v6-mw", &l1, &l0)];
     for (tag, server, client) in pairs {
         if tag.ends_with('p') {
             pingpong_ran(server, tag, client, tag, 100).unwrap_or_else(|e| panic!("{e}"));
