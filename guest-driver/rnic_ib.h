@@ -14,6 +14,7 @@
 
 #include <linux/if_ether.h>
 #include <linux/netdevice.h>
+#include <linux/unaligned.h>
 #include <rdma/ib_verbs.h>
 
 #include "rnic_verbs.h"
@@ -94,6 +95,26 @@ struct rnic_ib_mr {
 	struct rnic_ucontext *uc;	/* its context's */
 	u32 index;			/* in uc->mrs */
 };
+
+/*
+ * A MAC as the device's descriptors hold it (QP paths, UD address vectors): its six bytes in
+ * wire order from bits [7:0] up, bits 63:48 zero; and back.
+ */
+static inline u64 rnic_ib_mac_to_dev(const u8 *mac)
+{
+	u8 b[8] = {};
+
+	memcpy(b, mac, ETH_ALEN);
+	return get_unaligned_le64(b);
+}
+
+static inline void rnic_ib_mac_from_dev(u64 v, u8 *mac)
+{
+	u8 b[8];
+
+	put_unaligned_le64(v, b);
+	memcpy(mac, b, ETH_ALEN);
+}
 
 static inline struct rnic_ucontext *rnic_ib_uc(struct ib_ucontext *ibuc)
 {

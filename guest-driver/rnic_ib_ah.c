@@ -17,25 +17,6 @@
 #include "rnic_verbs.h"
 #include "uapi/rnic_ib_abi.h"
 
-/* A MAC as rnic_ud_av holds it: its six bytes in wire order from bits [7:0] up. */
-static u64 rnic_mac_to_av(const u8 *mac)
-{
-	u64 v = 0;
-	int i;
-
-	for (i = ETH_ALEN - 1; i >= 0; i--)
-		v = v << 8 | mac[i];
-	return v;
-}
-
-static void rnic_av_to_mac(u64 v, u8 *mac)
-{
-	int i;
-
-	for (i = 0; i < ETH_ALEN; i++, v >>= 8)
-		mac[i] = v & 0xff;
-}
-
 static struct rnic_ib_ah *to_iah(struct ib_ah *ibah)
 {
 	return container_of(ibah, struct rnic_ib_ah, ibah);
@@ -66,7 +47,7 @@ int rnic_ib_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init, struct
 	memset(&ah->av, 0, sizeof(ah->av));
 	memcpy(&ah->av.dest_gid_lo, grh->dgid.raw, 8);
 	memcpy(&ah->av.dest_gid_hi, grh->dgid.raw + 8, 8);
-	ah->av.dest_mac = rnic_mac_to_av(attr->roce.dmac);
+	ah->av.dest_mac = rnic_ib_mac_to_dev(attr->roce.dmac);
 	ah->av.traffic_class = grh->traffic_class;
 	ah->av.hop_limit = grh->hop_limit;
 	ah->av.sgid_index = grh->sgid_index;
@@ -87,7 +68,7 @@ int rnic_ib_query_ah(struct ib_ah *ibah, struct rdma_ah_attr *attr)
 	attr->type = RDMA_AH_ATTR_TYPE_ROCE;
 	rdma_ah_set_port_num(attr, 1);
 	rdma_ah_set_grh(attr, &dgid, 0, av->sgid_index, av->hop_limit, av->traffic_class);
-	rnic_av_to_mac(av->dest_mac, attr->roce.dmac);
+	rnic_ib_mac_from_dev(av->dest_mac, attr->roce.dmac);
 	return 0;
 }
 

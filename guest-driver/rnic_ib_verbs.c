@@ -343,10 +343,8 @@ static int rnic_ib_qp_state(enum ib_qp_state s, u32 *out)
 static void rnic_ib_path(const struct rdma_ah_attr *ah, struct rnic_qp_path *path)
 {
 	const struct ib_global_route *grh = rdma_ah_read_grh(ah);
-	u8 mac[8] = {};
 
-	memcpy(mac, ah->roce.dmac, ETH_ALEN);
-	path->dest_mac = get_unaligned_le64(mac);
+	path->dest_mac = rnic_ib_mac_to_dev(ah->roce.dmac);
 	path->traffic_class = grh->traffic_class;
 	path->hop_limit = grh->hop_limit;
 	/* The source address: the port's GID the address vector names (rnic_ib_gid.c). */

@@ -27,6 +27,15 @@ pub struct GidTable {
     ipv4: [AtomicU32; LEN],
 }
 
+/// A GID from the two little-endian halves a descriptor holds it in (GID table entries, QP
+/// paths, UD address vectors: bytes 0-7 in wire order in the first, 8-15 in the second).
+pub fn of_halves(lo: u64, hi: u64) -> Gid {
+    let mut gid = [0u8; 16];
+    gid[..8].copy_from_slice(&lo.to_le_bytes());
+    gid[8..].copy_from_slice(&hi.to_le_bytes());
+    gid
+}
+
 /// The IPv4 address of an IPv4-mapped GID (::ffff:a.b.c.d).
 pub fn ipv4_of(gid: &Gid) -> Option<Ipv4Addr> {
     Ipv6Addr::from(*gid).to_ipv4_mapped()
@@ -62,9 +71,7 @@ pub fn parse(e: &GidEntry) -> Result<Option<Gid>, u32> {
     if u32::from(e.flags) & GID_FLAG_VALID == 0 {
         return Ok(None);
     }
-    let mut gid = [0u8; 16];
-    gid[..8].copy_from_slice(&e.gid_lo.to_le_bytes());
-    gid[8..].copy_from_slice(&e.gid_hi.to_le_bytes());
+    let gid = of_halves(e.gid_lo, e.gid_hi);
     if let Some(ip) = ipv4_of(&gid) {
         let o = ip.octets();
         if o[0] == 0 || o[0] >= 224 {

@@ -5,8 +5,8 @@
 //!   address vector, checked (SEND or SEND_IMM only, local buffers, at most the MTU in
 //!   all: else a local length error), then sent as one UD SEND ONLY packet with a DETH
 //!   (the WQE's Q_Key, or the QP's when bit 31 of the WQE's is set; this QP as the source)
-//!   and completed at once: nothing is acknowledged. The engine resolves the vector to a
-//!   route between the two calls (it knows the port's addresses).
+//!   and completed at once: nothing is acknowledged. Between the two calls the engine has
+//!   [`route`] resolve the vector against the port's addresses and builds the transport.
 //! - Receiving ([`receive`]): a UD SEND from any source whose DETH Q_Key is the QP's
 //!   (else dropped: QKEY_VIOLATIONS) takes the head RECV; the GRH area goes into its first
 //!   40 bytes and the payload after it, and the completion reports the DETH's source QP.
@@ -19,12 +19,16 @@ use super::qp::Qp;
 use super::recv::next_recv;
 use super::requester::Requester;
 use super::sgl::Sgl;
-use super::transport::{psn_add, Msg, Payload, Transport};
+use super::transport::{psn_add, Dest, Msg, Payload, Transport, Wire};
 use super::wqe::{read_ud_wqe, SlotError};
 use crate::contract::abi::*;
 use crate::contract::counters::Counter;
 use crate::platform::mem::access::{DmaKind, DmaTag};
+use crate::rnic::eth::{mac_from_reg, EthShared};
+use crate::rnic::fabric::frame::{grh_of, mac_of_ipv4, RoceAddr, DEFAULT_TTL};
 use crate::rnic::fabric::packet::{op, Bth, Deth, Grh, GRH_LEN};
+use crate::rnic::gid;
+use std::net::IpAddr;
 
 /// A Q_Key with this bit set in a send WQE stands for the QP's own (IBA 10.2.5).
 pub const QKEY_USE_QP: u32 = 0x8000_0000;
@@ -183,4 +187,62 @@ pub fn receive(ctx: &mut Ctx, qpn: u32, qp: &mut Qp, m: &Msg) {
 fn drop(ctx: &Ctx, qpn: u32, src_qp: u32, why: &str) {
     ctx.stats().inc(Counter::UdDropped);
     crate::guest_info!("{}: UD QP {qpn}: dropped a SEND from QP {src_qp}: {why}", ctx.name);
+}
+
+/// Where a UD send goes (minor 16).
+pub enum Route {
+    /// To a QP of this engine, which gets this GRH area.
+    Loopback(Grh),
+    Fabric(Dest),
+}
+
+/// The route of UD send `s` from its address vector: the destination GID's family, the
+/// source GID at sgid_index of that family, the next-hop MAC (0: the rnic-emu convention,
+/// IPv4 only); a destination that is an address of the port (or, with no port, the wire's,
+/// or anything with no wire) is this engine. A vector that gives no route is a local QP
+/// operation error.
+pub fn route(port: Option<&EthShared>, wire: Option<&dyn Wire>, s: &UdSend) -> Result<Route, Failure> {
+    let bad = |why: &str| {
+        crate::guest_info!("UD address vector {:?} refused: {why}", s.av);
+        fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE)
+    };
+    let av = &s.av;
+    let gid = gid::of_halves(av.dest_gid_lo, av.dest_gid_hi);
+    let sgid = usize::from(av.sgid_index);
+    let (dst, src) = match gid::ipv4_of(&gid) {
+        Some(ip) => {
+            if ip.is_multicast() || ip.is_broadcast() || ip.is_unspecified() {
+                return Err(bad("not a unicast IPv4 destination"));
+            }
+            let src = match (port, wire) {
+                (Some(p), _) => p.gids.ipv4(sgid),
+                (None, Some(w)) => Some(w.address()),
+                (None, None) => Some(ip), // one engine and nothing else: its own QPs
+            };
+            (IpAddr::V4(ip), IpAddr::V4(src.ok_or_else(|| bad("no IPv4 GID at sgid_index"))?))
+        }
+        None => {
+            let ip = gid::ipv6_of(&gid).ok_or_else(|| bad("not a unicast destination GID"))?;
+            let src = port.and_then(|p| p.gids.ipv6(sgid)).ok_or_else(|| bad("no IPv6 GID at sgid_index"))?;
+            (IpAddr::V6(ip), IpAddr::V6(src))
+        }
+    };
+    let ttl = if av.hop_limit == 0 { DEFAULT_TTL } else { av.hop_limit };
+    let own = match (port, dst) {
+        (Some(p), IpAddr::V4(ip)) => p.gids.has_ipv4(ip) || wire.is_some_and(|w| w.address() == ip),
+        (Some(p), IpAddr::V6(ip)) => p.gids.has_ipv6(ip),
+        (None, IpAddr::V4(ip)) => wire.is_none_or(|w| w.address() == ip),
+        (None, IpAddr::V6(_)) => wire.is_none(),
+    };
+    if own || wire.is_none() {
+        let a = RoceAddr { dst_mac: [0; 6], src_mac: [0; 6], src_ip: src, dst_ip: dst, src_port: 0, tclass: av.traffic_class, ttl };
+        return Ok(Route::Loopback(grh_of(&a, s.imm(), s.len as usize)));
+    }
+    let mac = match (av.dest_mac, dst) {
+        (0, IpAddr::V4(ip)) => mac_of_ipv4(ip),
+        (0, IpAddr::V6(_)) => return Err(bad("an IPv6 destination needs its MAC")),
+        (m, _) if m & 1 != 0 => return Err(bad("a group MAC")),
+        (m, _) => mac_from_reg(m),
+    };
+    Ok(Route::Fabric(Dest { ip: dst, src: Some(src), mac, tclass: av.traffic_class, ttl }))
 }

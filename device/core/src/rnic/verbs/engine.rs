@@ -13,9 +13,9 @@
 
 use super::completer::{self, Completer};
 use super::cq::Cq;
-use super::ctx::{fail, Cqs, Ctx, Failure, SrqView};
+use super::ctx::{fail, Cqs, Ctx, SrqView};
 pub use super::ctx::{Shared, ASYNC_VECTOR};
-use super::datagram::{self, Next, UdSend};
+use super::datagram::{self, Next};
 use super::mr::{Mr, MrTable};
 use super::opcode::info;
 use super::qp::{transition, Edge, Qp, QpState, Ring, Service, DEST_QPN_MASK};
@@ -28,8 +28,8 @@ use crate::observe::timing::wqe_log::WqeLog;
 use crate::platform::mem::access::{DmaKind, DmaTag, GuestMem};
 use crate::platform::mem::dma::DmaError;
 use crate::regs::rnic::{MAX_CQ, MAX_MR, MAX_QP, MAX_RING_LOG2};
-use crate::rnic::fabric::frame::{grh_of, mac_of_ipv4, RoceAddr, DEFAULT_TTL};
-use crate::rnic::fabric::packet::Grh;
+use crate::rnic::eth::mac_from_reg;
+use crate::rnic::fabric::frame::DEFAULT_TTL;
 use crate::rnic::fabric::packet::Packet;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
@@ -513,9 +513,7 @@ impl Engine {
         if ctx.dest_ip != 0 || u32::from(path.flags) & PATH_FLAG_SGID == 0 || path.dest_mac == 0 {
             return Err(CMD_ERR_INVALID);
         }
-        let mut gid = [0u8; 16];
-        gid[..8].copy_from_slice(&path.dest_gid_lo.to_le_bytes());
-        gid[8..].copy_from_slice(&path.dest_gid_hi.to_le_bytes());
+        let gid = crate::rnic::gid::of_halves(path.dest_gid_lo, path.dest_gid_hi);
         let ip = crate::rnic::gid::ipv6_of(&gid).ok_or(CMD_ERR_INVALID)?;
         let src = self.port.as_ref().and_then(|p| p.gids.ipv6(usize::from(path.sgid_index))).ok_or(CMD_ERR_INVALID)?;
         let base = Dest { ip: IpAddr::V6(ip), src: Some(IpAddr::V6(src)), mac: [0; 6], tclass: 0, ttl: DEFAULT_TTL };
@@ -823,13 +821,13 @@ impl Engine {
                     Next::Failed => return true,
                     Next::Send(s) => s,
                 };
-                match ud_route(port.as_deref(), wire.as_deref(), &s) {
+                match datagram::route(port.as_deref(), wire.as_deref(), &s) {
                     Err(f) => datagram::fail_send(&mut ctx, qpn, qp, &s.hdr, f),
-                    Ok(UdRoute::Loopback(grh)) => {
+                    Ok(datagram::Route::Loopback(grh)) => {
                         let mut t = Loopback { queue: loopq, from: qpn, to: s.dest_qpn() };
                         datagram::transmit(&mut ctx, qpn, qp, &mut r.req, &s, Some(grh), &mut t);
                     }
-                    Ok(UdRoute::Fabric(dst)) => {
+                    Ok(datagram::Route::Fabric(dst)) => {
                         let Some(w) = wire.as_deref() else { return false }; // a fabric route has a wire
                         let mut t = Fabric { wire: w, dst, mtu, scratch, stats: &shared.stats };
                         datagram::transmit(&mut ctx, qpn, qp, &mut r.req, &s, None, &mut t);
@@ -1005,70 +1003,6 @@ fn put_srq_view(qps: &mut [Qp], view: Option<SrqView>) {
     }
 }
 
-/// Where a UD send goes (minor 16).
-enum UdRoute {
-    /// To a QP of this engine, which gets this GRH area.
-    Loopback(Grh),
-    Fabric(Dest),
-}
-
-/// The route of UD send `s` from its address vector: the destination GID's family, the
-/// source GID at sgid_index of that family, the next-hop MAC (0: the rnic-emu convention,
-/// IPv4 only); a destination that is an address of the port (or, with no port, the wire's,
-/// or anything with no wire) is this engine. A vector that gives no route is a local QP
-/// operation error.
-fn ud_route(port: Option<&crate::rnic::eth::EthShared>, wire: Option<&dyn Wire>, s: &UdSend) -> Result<UdRoute, Failure> {
-    let bad = |why: &str| {
-        crate::guest_info!("UD address vector {:?} refused: {why}", s.av);
-        fail(WC_LOC_QP_OP_ERR, QP_ERR_BAD_WQE)
-    };
-    let av = &s.av;
-    let mut gid = [0u8; 16];
-    gid[..8].copy_from_slice(&av.dest_gid_lo.to_le_bytes());
-    gid[8..].copy_from_slice(&av.dest_gid_hi.to_le_bytes());
-    let sgid = usize::from(av.sgid_index);
-    let (dst, src) = match crate::rnic::gid::ipv4_of(&gid) {
-        Some(ip) => {
-            if ip.is_multicast() || ip.is_broadcast() || ip.is_unspecified() {
-                return Err(bad("not a unicast IPv4 destination"));
-            }
-            let src = match (port, wire) {
-                (Some(p), _) => p.gids.ipv4(sgid),
-                (None, Some(w)) => Some(w.address()),
-                (None, None) => Some(ip), // one engine and nothing else: its own QPs
-            };
-            (IpAddr::V4(ip), IpAddr::V4(src.ok_or_else(|| bad("no IPv4 GID at sgid_index"))?))
-        }
-        None => {
-            let ip = crate::rnic::gid::ipv6_of(&gid).ok_or_else(|| bad("not a unicast destination GID"))?;
-            let src = port.and_then(|p| p.gids.ipv6(sgid)).ok_or_else(|| bad("no IPv6 GID at sgid_index"))?;
-            (IpAddr::V6(ip), IpAddr::V6(src))
-        }
-    };
-    let ttl = if av.hop_limit == 0 { DEFAULT_TTL } else { av.hop_limit };
-    let own = match (port, dst) {
-        (Some(p), IpAddr::V4(ip)) => p.gids.has_ipv4(ip) || wire.is_some_and(|w| w.address() == ip),
-        (Some(p), IpAddr::V6(ip)) => p.gids.has_ipv6(ip),
-        (None, IpAddr::V4(ip)) => wire.is_none_or(|w| w.address() == ip),
-        (None, IpAddr::V6(_)) => wire.is_none(),
-    };
-    if own || wire.is_none() {
-        let a = RoceAddr { dst_mac: [0; 6], src_mac: [0; 6], src_ip: src, dst_ip: dst, src_port: 0, tclass: av.traffic_class, ttl };
-        return Ok(UdRoute::Loopback(grh_of(&a, s.imm(), s.len as usize)));
-    }
-    let mac = match (av.dest_mac, dst) {
-        (0, IpAddr::V4(ip)) => mac_of_ipv4(ip),
-        (0, IpAddr::V6(_)) => return Err(bad("an IPv6 destination needs its MAC")),
-        (m, _) if m & 1 != 0 => return Err(bad("a group MAC")),
-        (m, _) => {
-            let mut mac = [0u8; 6];
-            mac.copy_from_slice(&m.to_le_bytes()[..6]);
-            mac
-        }
-    };
-    Ok(UdRoute::Fabric(Dest { ip: dst, src: Some(src), mac, tclass: av.traffic_class, ttl }))
-}
-
 /// The largest RoCE path MTU (256..=4096) whose packets fit an Ethernet MTU of `eth_mtu`
 /// bytes, with the headers Linux reserves for it (`iboe_get_mtu`: GRH 40, BTH 12, XRC 4,
 /// atomic 28, ICRC 4), so that the device caps what ib_core reports as the active MTU.
@@ -1097,7 +1031,7 @@ const QP_PATH_SIZE: u64 = QpPath::ABI.size as u64;
 /// peer, [`Dest::of_ip`], where the entry is 0).
 fn dest_of(mut dest: Dest, path: &QpPath) -> Dest {
     if path.dest_mac != 0 {
-        dest.mac.copy_from_slice(&path.dest_mac.to_le_bytes()[..6]);
+        dest.mac = mac_from_reg(path.dest_mac);
     }
     dest.tclass = path.traffic_class;
     if path.hop_limit != 0 {

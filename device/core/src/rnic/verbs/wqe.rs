@@ -38,24 +38,38 @@ pub enum SlotError {
 
 /// Reads and checks WQE slot `idx` of `ring` (a send queue when `send`).
 pub fn read_wqe(mem: &dyn GuestMem, ring: &Ring, idx: u16, send: bool) -> Result<Wqe, SlotError> {
-    let stride = ring.stride() as usize;
-    let mut buf = [0u8; 256];
-    let slot = buf.get_mut(..stride).ok_or(SlotError::Dma)?;
-    let addr = ring.slot_addr(idx).ok_or(SlotError::Dma)?;
-    mem.read(addr, slot).map_err(|_| SlotError::Dma)?;
-    parse(slot, send).map_err(|()| SlotError::Malformed(header(slot)))
+    read_slot(mem, ring, idx, |slot| parse(slot, send))
 }
 
 /// Reads and checks send WQE slot `idx` of a UD QP's `ring` (minor 16): SEND or SEND_IMM,
 /// the destination QP in remote_addr bits [23:0], the address vector, then its SGEs or
 /// inline data.
 pub fn read_ud_wqe(mem: &dyn GuestMem, ring: &Ring, idx: u16) -> Result<Wqe, SlotError> {
+    read_slot(mem, ring, idx, parse_ud)
+}
+
+/// Copies slot `idx` of `ring` out of guest memory once and parses it with `parse`.
+fn read_slot(mem: &dyn GuestMem, ring: &Ring, idx: u16, parse: impl FnOnce(&[u8]) -> Result<Wqe, ()>) -> Result<Wqe, SlotError> {
     let stride = ring.stride() as usize;
     let mut buf = [0u8; 256];
     let slot = buf.get_mut(..stride).ok_or(SlotError::Dma)?;
     let addr = ring.slot_addr(idx).ok_or(SlotError::Dma)?;
     mem.read(addr, slot).map_err(|_| SlotError::Dma)?;
-    parse_ud(slot).map_err(|()| SlotError::Malformed(header(slot)))
+    parse(slot).map_err(|()| SlotError::Malformed(header(slot)))
+}
+
+/// The `n` SGEs at the start of `buf`, if they fit.
+fn sges_at(buf: &[u8], n: u8) -> Result<Vec<Sge>, ()> {
+    let n = usize::from(n);
+    if n > buf.len() / SGE {
+        return Err(());
+    }
+    let sges = buf.chunks_exact(SGE).take(n).map(|c| {
+        let mut s = Sge::default();
+        s.as_mut_slice().copy_from_slice(c);
+        s
+    });
+    Ok(sges.collect())
 }
 
 fn parse_ud(buf: &[u8]) -> Result<Wqe, ()> {
@@ -79,15 +93,8 @@ fn parse_ud(buf: &[u8]) -> Result<Wqe, ()> {
         let inline = rest[..hdr.inline_len as usize].to_vec();
         return Ok(Wqe { hdr, sges: Vec::new(), inline, atomic: None, av: Some(av) });
     }
-    if usize::from(hdr.num_sge) > room / SGE {
-        return Err(());
-    }
-    let sges = rest.chunks_exact(SGE).take(usize::from(hdr.num_sge)).map(|c| {
-        let mut s = Sge::default();
-        s.as_mut_slice().copy_from_slice(c);
-        s
-    });
-    Ok(Wqe { hdr, sges: sges.collect(), inline: Vec::new(), atomic: None, av: Some(av) })
+    let sges = sges_at(rest, hdr.num_sge)?;
+    Ok(Wqe { hdr, sges, inline: Vec::new(), atomic: None, av: Some(av) })
 }
 
 /// The header of a slot as read (zeroes where the slot is short).
@@ -152,15 +159,7 @@ fn parse(buf: &[u8], send: bool) -> Result<Wqe, ()> {
         }
         return Ok(Wqe { hdr, sges: vec![s], inline: Vec::new(), atomic: Some(ops), av: None });
     }
-    if usize::from(hdr.num_sge) > room / SGE {
-        return Err(());
-    }
-    let mut sges = Vec::with_capacity(usize::from(hdr.num_sge));
-    for i in 0..usize::from(hdr.num_sge) {
-        let mut s = Sge::default();
-        s.as_mut_slice().copy_from_slice(buf.get(HDR + i * SGE..HDR + (i + 1) * SGE).ok_or(())?);
-        sges.push(s);
-    }
+    let sges = sges_at(buf.get(HDR..).ok_or(())?, hdr.num_sge)?;
     Ok(Wqe { hdr, sges, inline: Vec::new(), atomic: None, av: None })
 }
 
